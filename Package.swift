@@ -1,0 +1,25 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "basket-sync",
+    products: [
+        .library(name: "BasketSync", targets: ["BasketSync"]),
+        .executable(name: "basket-sync", targets: ["basket-sync"]),
+    ],
+    targets: [
+        // The functional core: the SDK's names and the sync state machine. No I/O, no clock.
+        .target(name: "BasketSync"),
+        // C libraries from Debian -dev packages, each behind one module map.
+        .systemLibrary(name: "CInotifyTools", path: "Sources/CInotifyTools"),
+        .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
+        // The imperative shell: files, inotify, SQLite, signals.
+        .target(name: "BasketSyncAgent", dependencies: ["BasketSync", "CInotifyTools", "CSQLite"]),
+        // Argument parsing and command dispatch only.
+        .executableTarget(name: "basket-sync", dependencies: ["BasketSyncAgent", "BasketSync"]),
+        .testTarget(name: "BasketSyncTests", dependencies: ["BasketSync"]),
+        .testTarget(name: "BasketSyncAgentTests", dependencies: ["BasketSyncAgent", "BasketSync"]),
+        .testTarget(name: "CLITests", dependencies: ["basket-sync"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

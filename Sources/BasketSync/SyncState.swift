@@ -1,0 +1,98 @@
+/// Everything the library knows about one sync directory. `Codable`, so that the agent can persist
+/// it after each input and resume after a restart without losing or repeating anything.
+public struct SyncState: Codable, Hashable, Sendable {
+    /// The sync directory's id; outbox record ids are `"<syncId>-<seq>"`.
+    public var syncId: String
+    /// The last outbox seq written (0 before the first).
+    public var lastOutboxSeq: UInt64 = 0
+    /// The last notification seq written (0 before the first).
+    public var lastNotificationSeq: UInt64 = 0
+    /// The last payment seq written (0 before the first).
+    public var lastPaymentSeq: UInt64 = 0
+    /// The current Mealz basket's number; a payment or a store change starts the next one.
+    public var basket: UInt64 = 1
+    /// Mealz's own confirmed quantity per SKU (only SKUs above 0).
+    public var confirmed: [String: Int] = [:]
+    /// Batches sent to the host and not yet settled, in seq order.
+    public var pending: [PendingBatch] = []
+    /// The most recent batches rolled back, kept to report a late echo.
+    public var rolledBack: [PendingBatch] = []
+    /// The host's last absolute cart (only lines above 0), or nil before the first cart.
+    public var hostCart: [String: Int]?
+    /// The highest `syncedThrough` the host has written; nil for a host that never wrote one.
+    public var hostSyncedThrough: UInt64?
+    /// The Mealz-related lines of the last notification, or nil before the first one.
+    public var lastNotified: [String: Int]?
+    /// The `syncedThrough` of the last notification.
+    public var lastNotifiedSyncedThrough: UInt64?
+    /// The store set with `setSelectedStoreWithExternalId`.
+    public var storeId: String?
+    /// The mode; payments are recorded only in retailer mode.
+    public var mode: SyncMode = .standalone
+    /// Order ids of recorded `handlePayment` calls → their payment seq.
+    public var recordedOrders: [String: UInt64] = [:]
+    /// Transfer ids of `basketTransfer` events already landed.
+    public var landedTransfers: Set<String> = []
+    /// What happened so far, for `status`.
+    public var counters = SyncCounters()
+
+    /// A fresh state for a new sync directory.
+    public init(syncId: String) {
+        self.syncId = syncId
+    }
+}
+
+/// Counts of what the library did, for `status` and the logs.
+public struct SyncCounters: Codable, Hashable, Sendable {
+    /// `updateBasket` batches written to the outbox.
+    public var updateBaskets: UInt64 = 0
+    /// `redirectToCart` records written to the outbox.
+    public var redirects: UInt64 = 0
+    /// Notifications sent.
+    public var notifications: UInt64 = 0
+    /// Batches settled by an acknowledgement or an echo.
+    public var settled: UInt64 = 0
+    /// Batches rolled back after their window.
+    public var rolledBack: UInt64 = 0
+    /// Rolled-back batches that the host applied late.
+    public var lateEchoes: UInt64 = 0
+    /// Delta batches ignored because no synchronizer was registered.
+    public var ignored: UInt64 = 0
+    /// Payment records with status `recorded`.
+    public var paymentsRecorded: UInt64 = 0
+    /// Payment records with status `skipped`.
+    public var paymentsSkipped: UInt64 = 0
+    /// `handlePayment` calls for an order already recorded.
+    public var duplicatePayments: UInt64 = 0
+    /// `basketTransfer` events whose transfer had already landed.
+    public var duplicateTransfers: UInt64 = 0
+
+    /// All counters at zero.
+    public init() {}
+}
+
+/// The library's settings, read from `basket-sync.json` by the agent.
+public struct SyncConfiguration: Hashable, Sendable {
+    /// How long a batch waits for the echo of a host that does not write `syncedThrough`.
+    public var pendingTimeout: Duration
+    /// How many rolled-back batches are remembered to report a late echo.
+    public var rolledBackMemory: Int
+
+    /// The SDK's defaults: a 10 s pending window.
+    public init(pendingTimeout: Duration = .seconds(10), rolledBackMemory: Int = 32) {
+        self.pendingTimeout = pendingTimeout
+        self.rolledBackMemory = rolledBackMemory
+    }
+}
+
+/// A Mealz-side input: what the Mealz UI or WebView asks for.
+public enum MealzEvent: Hashable, Sendable {
+    /// Signed deltas pushed by the Mealz UI (SSR `pushProductsToCart`).
+    case basketDelta([RetailerProduct])
+    /// The WebView's whole Mealz basket, absolute; diffed against Mealz's view.
+    case basketState([RetailerProduct])
+    /// An affiliated basket landing in this cart: its lines are added as deltas, once per id.
+    case basketTransfer([RetailerProduct], transferId: String)
+    /// The shopper asked to open the host's cart.
+    case redirectToCart
+}

@@ -1,0 +1,362 @@
+/// The synchronization logic of one sync directory, as a value: one `mutating func` per input,
+/// each returning the exact effects to run, in order.
+///
+/// It reads no file and no clock: every input carries its instant (`at`), and pending windows come
+/// out as ``SyncEffect/armTimer(at:)`` and go back in as ``expireWindows(at:)``. Every input first
+/// expires the windows that are over at its instant, so the outcome never depends on when a timer
+/// happened to fire.
+public struct SyncStateMachine: Sendable {
+    /// The persistent state; save it after every input to resume after a restart.
+    public private(set) var state: SyncState
+    /// The settings; a change applies to batches sent from then on.
+    public var configuration: SyncConfiguration
+    /// Whether a `RetailerBasketSynchronizer` is registered. Runtime only, as in the SDK: without
+    /// one, Mealz deltas are ignored (and counted).
+    public var isSynchronizerRegistered: Bool
+
+    /// Resumes from a state (a fresh one or one read back from storage).
+    public init(state: SyncState, configuration: SyncConfiguration = .init(), isSynchronizerRegistered: Bool = false) {
+        self.state = state
+        self.configuration = configuration
+        self.isSynchronizerRegistered = isSynchronizerRegistered
+    }
+
+    // MARK: - Views
+
+    /// Mealz's basket as the WebView shows it: confirmed quantities plus pending deltas, each
+    /// batch clamped at 0 the way the host applies it. Only SKUs above 0.
+    public var mealzView: [String: Int] {
+        var view = state.confirmed
+        for batch in state.pending {
+            for line in batch.products {
+                view[line.id] = max(0, (view[line.id] ?? 0).saturatingAdd(line.quantity))
+            }
+        }
+        return view.filter { $0.value > 0 }
+    }
+
+    /// The Mealz-related SKUs: those Mealz holds a quantity of, or has a pending delta for.
+    public var mealzRelatedIds: Set<String> {
+        var ids = Set(state.confirmed.keys)
+        for batch in state.pending { ids.formUnion(batch.products.map(\.id)) }
+        return ids
+    }
+
+    /// The earliest pending-window deadline, if any: when ``expireWindows(at:)`` is due.
+    public var nextDeadline: Date? {
+        state.pending.lazy.compactMap(\.deadline).min()
+    }
+
+    // MARK: - Mealz → host
+
+    /// Takes one Mealz-side event; `source` is its id, carried into the records it causes.
+    public mutating func receive(_ event: MealzEvent, source: String?, at now: Date) throws(SyncInputError) -> [SyncEffect] {
+        switch event {
+        case let .basketDelta(products):
+            let deltas = try products.validatedDeltas()
+            return step(at: now) { $0.push(deltas.nonZeroProducts, source: source, transferId: nil, at: now) }
+        case let .basketState(products):
+            let target = try products.validatedAbsolute()
+            return step(at: now) { machine in
+                let view = machine.mealzView
+                var diff = ProductTally()
+                for id in target.order { diff.add(id, target.quantities[id]! - (view[id] ?? 0)) }
+                for id in view.keys.sorted() where target.quantities[id] == nil { diff.add(id, -view[id]!) }
+                return machine.push(diff.nonZeroProducts, source: source, transferId: nil, at: now)
+            }
+        case let .basketTransfer(products, transferId):
+            let deltas = try products.validatedDeltas()
+            return step(at: now) { machine in
+                if machine.state.landedTransfers.contains(transferId) {
+                    machine.state.counters.duplicateTransfers += 1
+                    return [.duplicateTransfer(transferId: transferId)]
+                }
+                let effects = machine.push(deltas.nonZeroProducts, source: source, transferId: transferId, at: now)
+                if effects.contains(where: { if case .outbox = $0 { true } else { false } }) {
+                    machine.state.landedTransfers.insert(transferId)
+                }
+                return effects
+            }
+        case .redirectToCart:
+            return step(at: now) { machine in
+                let seq = machine.nextOutboxSeq()
+                machine.state.counters.redirects += 1
+                return [.outbox(machine.record(seq: seq, type: .redirectToCart, at: now, source: source))]
+            }
+        }
+    }
+
+    /// Rolls back every pending batch whose window is over at `now`.
+    public mutating func expireWindows(at now: Date) -> [SyncEffect] {
+        step(at: now) { _ in [] }
+    }
+
+    // MARK: - Host → Mealz
+
+    /// `notifyRetailerBasketChanged`: the host's whole cart, absolute, and the highest outbox seq it
+    /// has processed (`syncedThrough`), when it reports one.
+    ///
+    /// Settles what the host acknowledged (or, without `syncedThrough`, what its cart echoes), lets
+    /// Mealz's quantities follow the cart downward, and notifies Mealz when the Mealz-related list
+    /// or the acknowledgement changed.
+    public mutating func retailerBasketChanged(
+        _ products: [RetailerProduct], syncedThrough: UInt64?, at now: Date
+    ) throws(SyncInputError) -> [SyncEffect] {
+        let cart = try products.validatedAbsolute()
+        return step(at: now) { $0.takeCart(cart, syncedThrough: syncedThrough, at: now) }
+    }
+
+    // MARK: - Payments and store
+
+    /// `paymentStarted`: best-effort. Whatever is missing (mode, store, a Mealz product, valid
+    /// products) gives a `skipped` record with a reason, never an error.
+    public mutating func paymentStarted(
+        totalPrice: Money, productList: [RetailerProduct], orderId: String?, at now: Date
+    ) -> [SyncEffect] {
+        step(at: now) { machine in
+            let reason: PaymentRecord.SkipReason?
+            var mealzProducts: [RetailerProduct] = []
+            if machine.state.mode != .retailer {
+                reason = .notRetailerMode
+            } else if machine.state.storeId == nil {
+                reason = .noStore
+            } else if let tally = try? productList.validatedAbsolute() {
+                mealzProducts = machine.mealzPart(of: tally)
+                reason = mealzProducts.isEmpty ? .noMealzProduct : nil
+            } else {
+                reason = .invalidProducts
+            }
+            return [.payment(machine.recordPayment(
+                type: .paymentStarted, reason: reason, orderId: orderId, totalPrice: totalPrice,
+                products: productList, mealzProducts: mealzProducts, at: now))]
+        }
+    }
+
+    /// `handlePayment`: records the payment once per order id (as `skipped` when no Mealz product
+    /// was bought) and closes the Mealz basket. Throws, recording nothing, without retailer mode
+    /// or a store. The caller runs its completion only when this returns.
+    public mutating func handlePayment(
+        totalPrice: Money, productList: [RetailerProduct], orderId: String, at now: Date
+    ) throws(PaymentError) -> [SyncEffect] {
+        guard !orderId.isEmpty else { throw .emptyOrderId }
+        guard state.mode == .retailer else { throw .notRetailerMode }
+        guard state.storeId != nil else { throw .noStore }
+        let tally: ProductTally
+        do { tally = try productList.validatedAbsolute() } catch { throw .invalidProducts(error) }
+        return step(at: now) { machine in
+            if let seq = machine.state.recordedOrders[orderId] {
+                machine.state.counters.duplicatePayments += 1
+                return [.paymentAlreadyRecorded(orderId: orderId, seq: seq)]
+            }
+            let mealzProducts = machine.mealzPart(of: tally)
+            let record = machine.recordPayment(
+                type: .handlePayment, reason: mealzProducts.isEmpty ? .noMealzProduct : nil,
+                orderId: orderId, totalPrice: totalPrice, products: productList,
+                mealzProducts: mealzProducts, at: now)
+            machine.state.recordedOrders[orderId] = record.seq
+            return [.payment(record), machine.closeBasket()]
+        }
+    }
+
+    /// `setSelectedStoreWithExternalId`, and the mode when given. A different store starts a new
+    /// Mealz basket that carries over what is already in the host cart: nothing already pushed is
+    /// pushed again, and no quantity is doubled.
+    public mutating func setSelectedStore(externalId: String?, mode: SyncMode?, at now: Date) -> [SyncEffect] {
+        step(at: now) { machine in
+            let newMode = mode ?? machine.state.mode
+            guard externalId != machine.state.storeId || newMode != machine.state.mode else { return [] }
+            if let previous = machine.state.storeId, previous != externalId {
+                machine.state.basket += 1
+            }
+            machine.state.storeId = externalId
+            machine.state.mode = newMode
+            return [.storeChanged(storeId: externalId, mode: newMode, basket: machine.state.basket)]
+        }
+    }
+
+    // MARK: - Internals
+
+    /// Runs one input: expires the windows over at `now`, applies `body`, then says whether the
+    /// timer must be armed again or disarmed.
+    private mutating func step(at now: Date, _ body: (inout SyncStateMachine) -> [SyncEffect]) -> [SyncEffect] {
+        let deadlineBefore = nextDeadline
+        var effects = rollBackExpired(at: now)
+        effects += body(&self)
+        let deadlineAfter = nextDeadline
+        if deadlineAfter != deadlineBefore {
+            effects.append(deadlineAfter.map { .armTimer(at: $0) } ?? .disarmTimer)
+        }
+        return effects
+    }
+
+    private mutating func rollBackExpired(at now: Date) -> [SyncEffect] {
+        var effects: [SyncEffect] = []
+        state.pending.removeAll { batch in
+            guard let deadline = batch.deadline, deadline <= now else { return false }
+            effects.append(.rolledBack(batch))
+            return true
+        }
+        for case let .rolledBack(batch) in effects {
+            state.rolledBack.append(batch)
+            state.counters.rolledBack += 1
+        }
+        let overflow = state.rolledBack.count - configuration.rolledBackMemory
+        if overflow > 0 { state.rolledBack.removeFirst(overflow) }
+        return effects
+    }
+
+    private mutating func nextOutboxSeq() -> UInt64 {
+        state.lastOutboxSeq += 1
+        return state.lastOutboxSeq
+    }
+
+    private func record(
+        seq: UInt64, type: OutboxRecord.RecordType, at now: Date, source: String?,
+        products: [RetailerProduct] = [], transferId: String? = nil
+    ) -> OutboxRecord {
+        OutboxRecord(
+            seq: seq, id: "\(state.syncId)-\(seq)", type: type, at: now, source: source,
+            products: products, transferId: transferId)
+    }
+
+    /// One `updateBasket` batch for the host, pending until settled; nothing when empty.
+    private mutating func push(_ deltas: [RetailerProduct], source: String?, transferId: String?, at now: Date) -> [SyncEffect] {
+        guard !deltas.isEmpty else { return [] }
+        guard isSynchronizerRegistered else {
+            state.counters.ignored += 1
+            return [.ignored(IgnoredBatch(source: source, products: deltas))]
+        }
+        let seq = nextOutboxSeq()
+        // A host that acknowledges is waited for however long; the others get the SDK's window.
+        let deadline = state.hostSyncedThrough == nil ? now.addingTimeInterval(configuration.pendingTimeout.seconds) : nil
+        state.pending.append(PendingBatch(seq: seq, products: deltas, at: now, deadline: deadline))
+        state.counters.updateBaskets += 1
+        return [.outbox(record(seq: seq, type: .updateBasket, at: now, source: source, products: deltas, transferId: transferId))]
+    }
+
+    private mutating func takeCart(_ cart: ProductTally, syncedThrough: UInt64?, at now: Date) -> [SyncEffect] {
+        var effects: [SyncEffect] = []
+        let previousCart = state.hostCart ?? [:]
+        let newCart = cart.quantities.filter { $0.value > 0 }
+        state.hostCart = newCart
+
+        let settleCount: Int
+        if let syncedThrough {
+            if syncedThrough > state.lastOutboxSeq {
+                effects.append(.acknowledgementBeyondOutbox(syncedThrough: syncedThrough, lastSeq: state.lastOutboxSeq))
+            }
+            let acknowledged = min(syncedThrough, state.lastOutboxSeq)
+            state.hostSyncedThrough = max(state.hostSyncedThrough ?? 0, acknowledged)
+            settleCount = state.pending.prefix { $0.seq <= acknowledged }.count
+            // From now on this host acknowledges: its batches wait for the acknowledgement.
+            for index in state.pending.indices { state.pending[index].deadline = nil }
+        } else {
+            settleCount = echoedPrefix(previousCart: previousCart, newCart: newCart)
+        }
+        for batch in state.pending.prefix(settleCount) {
+            for line in batch.products {
+                let quantity = max(0, (state.confirmed[line.id] ?? 0).saturatingAdd(line.quantity))
+                state.confirmed[line.id] = quantity == 0 ? nil : quantity
+            }
+            effects.append(.settled(seq: batch.seq))
+            state.counters.settled += 1
+        }
+        state.pending.removeFirst(settleCount)
+
+        effects += lateEchoes(previousCart: previousCart, newCart: newCart)
+
+        // Mealz follows the cart downward only: units the shopper adds are not Mealz's.
+        for (id, quantity) in state.confirmed {
+            let inCart = newCart[id] ?? 0
+            if inCart < quantity { state.confirmed[id] = inCart == 0 ? nil : inCart }
+        }
+
+        let related = mealzRelatedIds
+        let list = cart.order.compactMap { id -> RetailerProduct? in
+            guard related.contains(id), let quantity = newCart[id] else { return nil }
+            return RetailerProduct(id: id, quantity: quantity)
+        }
+        let listMap = Dictionary(uniqueKeysWithValues: list.map { ($0.id, $0.quantity) })
+        if state.lastNotified != listMap || state.lastNotifiedSyncedThrough != state.hostSyncedThrough {
+            state.lastNotificationSeq += 1
+            state.lastNotified = listMap
+            state.lastNotifiedSyncedThrough = state.hostSyncedThrough
+            state.counters.notifications += 1
+            effects.append(.notify(BasketNotification(
+                seq: state.lastNotificationSeq, at: now, products: list, syncedThrough: state.hostSyncedThrough)))
+        }
+        return effects
+    }
+
+    /// For a host without `syncedThrough`: how many pending batches the new cart echoes. A batch is
+    /// echoed when the cart shows every line it changed at the quantity it leads to from the
+    /// previous cart (earlier pending batches included, clamped at 0 as the host applies them).
+    /// The host applies in seq order, so the last echoed batch settles every batch before it.
+    private func echoedPrefix(previousCart: [String: Int], newCart: [String: Int]) -> Int {
+        var expected: [String: Int] = [:]
+        var count = 0
+        for (index, batch) in state.pending.enumerated() {
+            for line in batch.products {
+                let base = expected[line.id] ?? previousCart[line.id] ?? 0
+                expected[line.id] = max(0, base.saturatingAdd(line.quantity))
+            }
+            if batch.products.allSatisfy({ (newCart[$0.id] ?? 0) == expected[$0.id] }) {
+                count = index + 1
+            }
+        }
+        return count
+    }
+
+    /// Rolled-back batches that the new cart shows applied: reported, then forgotten.
+    private mutating func lateEchoes(previousCart: [String: Int], newCart: [String: Int]) -> [SyncEffect] {
+        var effects: [SyncEffect] = []
+        state.rolledBack.removeAll { batch in
+            let echoed = batch.products.allSatisfy { line in
+                (newCart[line.id] ?? 0) == max(0, (previousCart[line.id] ?? 0).saturatingAdd(line.quantity))
+            }
+            guard echoed else { return false }
+            effects.append(.lateEcho(seq: batch.seq))
+            return true
+        }
+        state.counters.lateEchoes += UInt64(effects.count)
+        return effects
+    }
+
+    /// The Mealz part of a list of bought products: Mealz-related lines, at most Mealz's quantity.
+    private func mealzPart(of bought: ProductTally) -> [RetailerProduct] {
+        let view = mealzView
+        return bought.order.compactMap { id in
+            let quantity = min(bought.quantities[id]!, view[id] ?? 0)
+            return quantity > 0 ? RetailerProduct(id: id, quantity: quantity) : nil
+        }
+    }
+
+    private mutating func recordPayment(
+        type: PaymentRecord.PaymentType, reason: PaymentRecord.SkipReason?, orderId: String?,
+        totalPrice: Money, products: [RetailerProduct], mealzProducts: [RetailerProduct], at now: Date
+    ) -> PaymentRecord {
+        state.lastPaymentSeq += 1
+        if reason == nil { state.counters.paymentsRecorded += 1 } else { state.counters.paymentsSkipped += 1 }
+        return PaymentRecord(
+            seq: state.lastPaymentSeq, type: type, at: now, status: reason == nil ? .recorded : .skipped,
+            reason: reason, storeId: state.storeId, orderId: orderId, totalPrice: totalPrice,
+            products: products, mealzProducts: mealzProducts, basket: state.basket)
+    }
+
+    /// After a payment: Mealz's basket is empty and the next cart starts a new one.
+    private mutating func closeBasket() -> SyncEffect {
+        state.confirmed = [:]
+        state.pending = []
+        state.rolledBack = []
+        state.basket += 1
+        return .basketClosed(newBasket: state.basket)
+    }
+}
+
+extension Duration {
+    /// The duration in seconds, for `Date` arithmetic.
+    var seconds: Double {
+        let (whole, attoseconds) = components
+        return Double(whole) + Double(attoseconds) / 1e18
+    }
+}

@@ -1,0 +1,4 @@
+#ifndef BASKET_SYNC_CSQLITE_SHIM_H
+#define BASKET_SYNC_CSQLITE_SHIM_H
+#include <sqlite3.h>
+#endif

@@ -1,0 +1,3 @@
+import BasketSyncAgent
+
+print("basket-sync \(basketSyncVersion)")

@@ -1,0 +1,80 @@
+import BasketSync
+import Testing
+
+/// The worked transcripts of SPEC §4, line by line.
+@Suite struct SpecTranscriptTests {
+    @Test func acknowledgingHost() throws {
+        var s = Transcript()
+        #expect(try s.delta(0, lines(("A", 2), ("B", 1)), source: "evt-42")
+            == [update(1, 0, lines(("A", 2), ("B", 1)), source: "evt-42"), .armTimer(at: at(10))])
+        #expect(s.view == ["A": 2, "B": 1])
+
+        #expect(try s.cart(1, lines(("A", 2), ("B", 1), ("X", 4)), syncedThrough: 1)
+            == [.settled(seq: 1), notify(1, 1, lines(("A", 2), ("B", 1)), syncedThrough: 1), .disarmTimer])
+        #expect(s.confirmed == ["A": 2, "B": 1])
+        #expect(s.pendingSeqs == [])
+
+        // This host acknowledges: its batches have no window.
+        #expect(try s.state(2, lines(("A", 3), ("B", 1))) == [update(2, 2, lines(("A", 1)))])
+        #expect(s.view == ["A": 3, "B": 1])
+        #expect(try s.state(3, lines(("A", 3))) == [update(3, 3, lines(("B", -1)))])
+        #expect(s.view == ["A": 3])
+        #expect(s.pendingSeqs == [2, 3])
+
+        #expect(try s.cart(4, lines(("A", 2), ("B", 1), ("X", 4)), syncedThrough: 1) == [])
+        #expect(s.view == ["A": 3])
+
+        #expect(try s.cart(60, lines(("A", 3), ("X", 4)), syncedThrough: 3)
+            == [.settled(seq: 2), .settled(seq: 3), notify(2, 60, lines(("A", 3)), syncedThrough: 3)])
+        #expect(s.confirmed == ["A": 3])
+
+        #expect(try s.cart(61, lines(("A", 2), ("X", 4)), syncedThrough: 3)
+            == [notify(3, 61, lines(("A", 2)), syncedThrough: 3)])
+        #expect(s.view == ["A": 2])
+
+        #expect(try s.cart(62, lines(("A", 5), ("X", 4)), syncedThrough: 3)
+            == [notify(4, 62, lines(("A", 5)), syncedThrough: 3)])
+        #expect(s.view == ["A": 2], "extra units the shopper adds are not Mealz's")
+
+        #expect(try s.cart(63, lines(("X", 4)), syncedThrough: 3) == [notify(5, 63, [], syncedThrough: 3)])
+        #expect(s.view == [:])
+        #expect(s.machine.mealzRelatedIds == [])
+    }
+
+    @Test func hostWithoutSyncedThrough() throws {
+        var s = Transcript()
+        #expect(try s.delta(0, lines(("A", 1))) == [update(1, 0, lines(("A", 1))), .armTimer(at: at(10))])
+        #expect(try s.cart(2, lines(("A", 1))) == [.settled(seq: 1), notify(1, 2, lines(("A", 1))), .disarmTimer])
+        #expect(s.confirmed == ["A": 1])
+
+        #expect(try s.delta(3, lines(("A", 1))) == [update(2, 3, lines(("A", 1))), .armTimer(at: at(13))])
+        #expect(s.view == ["A": 2])
+        #expect(s.machine.nextDeadline == at(13))
+
+        #expect(s.tick(13) == [
+            .rolledBack(PendingBatch(seq: 2, products: lines(("A", 1)), at: at(3), deadline: at(13))),
+            .disarmTimer,
+        ])
+        #expect(s.view == ["A": 1])
+        #expect(s.machine.nextDeadline == nil)
+
+        // The host was late: its echo is reported; Mealz does not count the unit.
+        #expect(try s.cart(15, lines(("A", 2))) == [.lateEcho(seq: 2), notify(2, 15, lines(("A", 2)))])
+        #expect(s.confirmed == ["A": 1])
+        #expect(s.machine.state.counters.rolledBack == 1)
+        #expect(s.machine.state.counters.lateEchoes == 1)
+    }
+
+    @Test func anInputAfterAMissedTimerExpiresTheWindowFirst() throws {
+        var s = Transcript()
+        _ = try s.delta(0, lines(("A", 1)))
+        // No tick at 10: the cart at 12 must not settle the expired batch.
+        #expect(try s.cart(12, lines(("A", 1))) == [
+            .rolledBack(PendingBatch(seq: 1, products: lines(("A", 1)), at: at(0), deadline: at(10))),
+            .lateEcho(seq: 1),
+            notify(1, 12, []),
+            .disarmTimer,
+        ])
+        #expect(s.view == [:])
+    }
+}
