@@ -1,0 +1,84 @@
+import BasketSync
+import Synchronization
+import Testing
+
+/// The SDK facade: registration, delivery to the synchronizer, completions, the injected clock.
+@Suite struct ManagerTests {
+    /// A host cart that applies deltas as a host does (clamping at 0).
+    final class HostCart: RetailerBasketSynchronizer {
+        let lines = Mutex<[String: Int]>([:])
+        func updateBasket(products: [RetailerProduct]) {
+            lines.withLock { cart in
+                for product in products { cart[product.id] = max(0, cart[product.id, default: 0] + product.quantity) }
+            }
+        }
+    }
+
+    final class Clock: Sendable {
+        let seconds = Mutex<Double>(0)
+        func now() -> Date { at(seconds.withLock { $0 }) }
+        func advance(_ by: Double) { seconds.withLock { $0 += by } }
+    }
+
+    @Test func deliversBatchesToTheRegisteredSynchronizerOnly() throws {
+        let clock = Clock()
+        let manager = BasketSynchronizationManager(state: SyncState(syncId: "m"), clock: clock.now)
+        let ignored = try manager.receive(.basketDelta(lines(("A", 1))), source: "e1")
+        #expect(ignored == [.ignored(IgnoredBatch(source: "e1", products: lines(("A", 1))))])
+
+        let host = HostCart()
+        manager.registerRetailerBasketSynchronizer(synchronizer: host)
+        try manager.receive(.basketDelta(lines(("A", 2), ("B", 1))))
+        try manager.receive(.basketState(lines(("A", 1))))
+        #expect(host.lines.withLock { $0 } == ["A": 1, "B": 0])
+        #expect(manager.mealzView == ["A": 1])
+        #expect(manager.nextDeadline == at(10))
+
+        clock.advance(1)
+        let cart = host.lines.withLock { $0 }.map { RetailerProduct(id: $0.key, quantity: $0.value) }
+        let effects = try manager.notifyRetailerBasketChanged(productLists: cart, syncedThrough: 2)
+        #expect(effects.contains(.settled(seq: 2)))
+        #expect(manager.state.confirmed == ["A": 1])
+        #expect(manager.nextDeadline == nil)
+
+        manager.unregisterRetailerBasketSynchronizer()
+        try manager.receive(.basketDelta(lines(("C", 1))))
+        #expect(host.lines.withLock { $0 }["C"] == nil)
+        #expect(manager.state.counters.ignored == 2)
+    }
+
+    @Test func batchesFromManyThreadsReachTheSynchronizerInSeqOrder() async throws {
+        final class Recorder: RetailerBasketSynchronizer {
+            let ids = Mutex<[String]>([])
+            func updateBasket(products: [RetailerProduct]) { ids.withLock { $0.append(products[0].id) } }
+        }
+        let recorder = Recorder()
+        let manager = BasketSynchronizationManager(state: SyncState(syncId: "m"), clock: Clock().now)
+        manager.registerRetailerBasketSynchronizer(synchronizer: recorder)
+        await withTaskGroup(of: Void.self) { group in
+            for index in 0..<200 {
+                group.addTask { _ = try? manager.receive(.basketDelta(lines(("sku-\(index)", 1)))) }
+            }
+        }
+        let delivered = recorder.ids.withLock { $0 }
+        #expect(delivered.count == 200)
+        #expect(manager.state.lastOutboxSeq == 200)
+        // Batch n is the n-th delivered: seq order and delivery order agree.
+        #expect(manager.state.pending.map { $0.products[0].id } == delivered)
+    }
+
+    @Test func handlePaymentRunsTheCompletionOnlyWhenRecorded() throws {
+        let manager = BasketSynchronizationManager(state: SyncState(syncId: "m"), clock: Clock().now)
+        var completions = 0
+        #expect(throws: PaymentError.notRetailerMode) {
+            try manager.handlePayment(totalPrice: money("1"), productList: [], orderId: "o-1") { completions += 1 }
+        }
+        #expect(completions == 0)
+        manager.setSelectedStoreWithExternalId("store-1", mode: .retailer)
+        try manager.handlePayment(totalPrice: money("1"), productList: [], orderId: "o-1") { completions += 1 }
+        try manager.handlePayment(totalPrice: money("1"), productList: [], orderId: "o-1") { completions += 1 }
+        #expect(completions == 2, "a retry of a recorded order completes again, without a second record")
+        #expect(manager.state.lastPaymentSeq == 1)
+        #expect(manager.paymentStarted(totalPrice: money("2"), productList: []).count == 1)
+    }
+}

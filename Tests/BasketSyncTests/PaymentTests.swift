@@ -1,0 +1,136 @@
+import BasketSync
+import Testing
+
+/// Payments (SPEC §4.5), the store and mode (§4.6), and exact money.
+@Suite struct PaymentTests {
+    /// A retailer-mode transcript with a store, and A:2 confirmed in Mealz's basket.
+    func retailerWithBasket() throws -> Transcript {
+        var s = Transcript()
+        #expect(s.machine.setSelectedStore(externalId: "store-42", mode: .retailer, at: at(0))
+            == [.storeChanged(storeId: "store-42", mode: .retailer, basket: 1)])
+        _ = try s.cart(0, [], syncedThrough: 0)
+        _ = try s.delta(1, lines(("A", 2)))
+        _ = try s.cart(2, lines(("A", 3), ("X", 1)), syncedThrough: 1)
+        return s
+    }
+
+    func payment(
+        _ seq: UInt64, _ type: PaymentRecord.PaymentType, _ t: Double, reason: PaymentRecord.SkipReason? = nil,
+        storeId: String? = "store-42", orderId: String? = nil, total: String = "42.50",
+        products: [RetailerProduct], mealz: [RetailerProduct] = [], basket: UInt64 = 1
+    ) -> SyncEffect {
+        .payment(PaymentRecord(
+            seq: seq, type: type, at: at(t), status: reason == nil ? .recorded : .skipped, reason: reason,
+            storeId: storeId, orderId: orderId, totalPrice: money(total), products: products,
+            mealzProducts: mealz, basket: basket))
+    }
+
+    @Test func paymentStartedRecordsTheMealzPartOfTheProducts() throws {
+        var s = try retailerWithBasket()
+        let bought = lines(("A", 3), ("X", 1))
+        #expect(s.machine.paymentStarted(totalPrice: money("42.50"), productList: bought, orderId: nil, at: at(3))
+            == [payment(1, .paymentStarted, 3, products: bought, mealz: lines(("A", 2)))])
+    }
+
+    @Test(arguments: [
+        (SyncMode.standalone, "store-42" as String?, PaymentRecord.SkipReason.notRetailerMode),
+        (SyncMode.retailer, nil, PaymentRecord.SkipReason.noStore),
+    ])
+    func paymentStartedIsBestEffort(mode: SyncMode, store: String?, reason: PaymentRecord.SkipReason) throws {
+        var s = Transcript()
+        _ = s.machine.setSelectedStore(externalId: store, mode: mode, at: at(0))
+        let bought = lines(("A", 1))
+        #expect(s.machine.paymentStarted(totalPrice: money("1"), productList: bought, orderId: "o-1", at: at(1))
+            == [payment(1, .paymentStarted, 1, reason: reason, storeId: store, orderId: "o-1", total: "1", products: bought)])
+        #expect(s.machine.state.counters.paymentsSkipped == 1)
+    }
+
+    @Test func paymentStartedWithoutAMealzProductOrWithBadProductsIsSkipped() throws {
+        var s = try retailerWithBasket()
+        #expect(s.machine.paymentStarted(totalPrice: money("3"), productList: lines(("X", 1)), orderId: nil, at: at(3))
+            == [payment(1, .paymentStarted, 3, reason: .noMealzProduct, total: "3", products: lines(("X", 1)))])
+        #expect(s.machine.paymentStarted(totalPrice: money("3"), productList: lines(("", 1)), orderId: nil, at: at(4))
+            == [payment(2, .paymentStarted, 4, reason: .invalidProducts, total: "3", products: lines(("", 1)))])
+    }
+
+    @Test func handlePaymentRecordsOncePerOrderAndClosesTheBasket() throws {
+        var s = try retailerWithBasket()
+        let bought = lines(("A", 3), ("X", 1))
+        #expect(try s.machine.handlePayment(totalPrice: money("42.50"), productList: bought, orderId: "order-123", at: at(3))
+            == [payment(1, .handlePayment, 3, orderId: "order-123", products: bought, mealz: lines(("A", 2))),
+                .basketClosed(newBasket: 2)])
+        #expect(s.view == [:])
+        #expect(s.machine.state.basket == 2)
+        // The same order again: not recorded again, whatever the amount says.
+        #expect(try s.machine.handlePayment(totalPrice: money("99"), productList: bought, orderId: "order-123", at: at(4))
+            == [.paymentAlreadyRecorded(orderId: "order-123", seq: 1)])
+        #expect(s.machine.state.lastPaymentSeq == 1)
+        #expect(s.machine.state.counters.duplicatePayments == 1)
+        // The next cart starts the new basket: A is no longer Mealz's.
+        #expect(try s.cart(5, lines(("A", 3), ("X", 1)), syncedThrough: 1) == [notify(3, 5, [], syncedThrough: 1)])
+    }
+
+    @Test func handlePaymentWithoutAMealzProductIsRecordedAsSkipped() throws {
+        var s = try retailerWithBasket()
+        let bought = lines(("X", 1))
+        #expect(try s.machine.handlePayment(totalPrice: money("5.00"), productList: bought, orderId: "o-2", at: at(3))
+            == [payment(1, .handlePayment, 3, reason: .noMealzProduct, orderId: "o-2", total: "5.00", products: bought),
+                .basketClosed(newBasket: 2)])
+    }
+
+    @Test func handlePaymentFailsClearlyWithoutModeOrStore() throws {
+        var s = Transcript()
+        #expect(throws: PaymentError.notRetailerMode) {
+            try s.machine.handlePayment(totalPrice: money("1"), productList: [], orderId: "o", at: at(0))
+        }
+        _ = s.machine.setSelectedStore(externalId: nil, mode: .retailer, at: at(0))
+        #expect(throws: PaymentError.noStore) {
+            try s.machine.handlePayment(totalPrice: money("1"), productList: [], orderId: "o", at: at(0))
+        }
+        _ = s.machine.setSelectedStore(externalId: "st", mode: nil, at: at(0))
+        #expect(throws: PaymentError.emptyOrderId) {
+            try s.machine.handlePayment(totalPrice: money("1"), productList: [], orderId: "", at: at(0))
+        }
+        #expect(throws: PaymentError.invalidProducts(.negativeQuantity(id: "A", quantity: -1))) {
+            try s.machine.handlePayment(totalPrice: money("1"), productList: lines(("A", -1)), orderId: "o", at: at(0))
+        }
+        #expect(s.machine.state.lastPaymentSeq == 0)
+        #expect(s.machine.state.recordedOrders.isEmpty)
+    }
+
+    @Test func aStoreChangeDoesNotDoubleQuantities() throws {
+        var s = try retailerWithBasket()
+        _ = try s.delta(3, lines(("B", 1)))
+        #expect(s.machine.setSelectedStore(externalId: "store-7", mode: nil, at: at(4))
+            == [.storeChanged(storeId: "store-7", mode: .retailer, basket: 2)])
+        // The WebView of the new store shows the same basket: nothing is pushed again.
+        #expect(try s.state(5, lines(("A", 2), ("B", 1))) == [])
+        #expect(try s.cart(6, lines(("A", 3), ("B", 1), ("X", 1)), syncedThrough: 2)
+            == [.settled(seq: 2), notify(3, 6, lines(("A", 3), ("B", 1)), syncedThrough: 2)])
+        #expect(s.view == ["A": 2, "B": 1])
+        // Setting the same store and mode again changes nothing.
+        #expect(s.machine.setSelectedStore(externalId: "store-7", mode: .retailer, at: at(7)) == [])
+    }
+
+    @Test(arguments: ["0.10", "42.50", "42", "0", "007.5", "123456789012345678901234567.891"])
+    func moneyKeepsItsDigits(text: String) throws {
+        let value = try #require(Money(text))
+        let expected = text.hasPrefix("00") ? String(text.drop { $0 == "0" }) : text
+        #expect(value.description == expected)
+        let data = try JSONEncoder().encode(value)
+        #expect(String(decoding: data, as: UTF8.self) == "\"\(expected)\"")
+        #expect(try JSONDecoder().decode(Money.self, from: data) == value)
+    }
+
+    @Test(arguments: ["42,50", "-1", "1e3", ".5", "5.", "+3", " 1", "", "1.2.3", "0x10", "١٢", "1234567890123456789012345678901"])
+    func moneyRefusesWhatIsNotAPlainAmount(text: String) {
+        #expect(Money(text) == nil)
+    }
+
+    @Test func moneyIsExact() throws {
+        let tenCents = try #require(Money("0.10"))
+        let twenty = try #require(Money("0.20"))
+        #expect(tenCents.amount + twenty.amount == Decimal(string: "0.3"))
+        #expect(Money("42.5") == Money("42.50"))
+    }
+}

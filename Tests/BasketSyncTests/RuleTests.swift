@@ -1,0 +1,216 @@
+import BasketSync
+import Testing
+
+/// Each rule of SPEC §4, and the cases that broke real Mealz SDKs, as short transcripts.
+@Suite struct RuleTests {
+    @Test func oneSkuPushedByTwoRecipesThenOneRecipeRemoved() throws {
+        var s = Transcript()
+        _ = try s.cart(0, [], syncedThrough: 0)
+        #expect(try s.delta(1, lines(("pasta", 1)), source: "recipe-1") == [update(1, 1, lines(("pasta", 1)), source: "recipe-1")])
+        #expect(try s.delta(2, lines(("pasta", 1)), source: "recipe-2") == [update(2, 2, lines(("pasta", 1)), source: "recipe-2")])
+        _ = try s.cart(3, lines(("pasta", 2)), syncedThrough: 2)
+        // Removing recipe 1 removes its unit only; an absolute model would have set pasta to 0.
+        #expect(try s.delta(4, lines(("pasta", -1)), source: "recipe-1-removed") == [update(3, 4, lines(("pasta", -1)), source: "recipe-1-removed")])
+        #expect(try s.cart(5, lines(("pasta", 1)), syncedThrough: 3)
+            == [.settled(seq: 3), notify(3, 5, lines(("pasta", 1)), syncedThrough: 3)])
+        #expect(s.view == ["pasta": 1])
+    }
+
+    @Test func replaceOfOneSkuInOneBatchSendsNothing() throws {
+        var s = Transcript()
+        _ = try s.cart(0, lines(("A", 1)), syncedThrough: 0)
+        // Remove + add of the same SKU nets to 0: the line is dropped, the empty batch not sent.
+        #expect(try s.delta(1, lines(("A", -1), ("A", 1))) == [])
+        #expect(s.machine.state.lastOutboxSeq == 0)
+    }
+
+    @Test func replaceOfOneProductByAnotherIsOneBatch() throws {
+        var s = Transcript()
+        _ = try s.cart(0, [], syncedThrough: 0)
+        _ = try s.delta(1, lines(("A", 2)))
+        _ = try s.cart(2, lines(("A", 2)), syncedThrough: 1)
+        #expect(try s.delta(3, lines(("A", -2), ("B", 2))) == [update(2, 3, lines(("A", -2), ("B", 2)))])
+        #expect(s.view == ["B": 2])
+    }
+
+    @Test func quantityZeroLinesAreNeverSent() throws {
+        var s = Transcript()
+        #expect(try s.delta(0, lines(("A", 0), ("B", 0))) == [])
+        #expect(try s.delta(1, lines(("A", 0), ("B", 2), ("C", 0))) == [update(1, 1, lines(("B", 2))), .armTimer(at: at(11))])
+        // A basketState equal to the view has nothing to send.
+        #expect(try s.state(2, lines(("B", 2))) == [])
+        #expect(s.machine.state.lastOutboxSeq == 1)
+    }
+
+    @Test func basketStateOfASlowHostNeverSendsUnitsTwice() throws {
+        var s = Transcript()
+        _ = try s.cart(0, [], syncedThrough: 0)
+        #expect(try s.state(1, lines(("A", 2))) == [update(1, 1, lines(("A", 2)))])
+        // The host has not applied #1 yet; the WebView says the same again, then more.
+        #expect(try s.state(2, lines(("A", 2))) == [])
+        #expect(try s.state(3, lines(("A", 3))) == [update(2, 3, lines(("A", 1)))])
+        // A SKU missing from the state goes to 0.
+        #expect(try s.state(4, lines(("B", 1))) == [update(3, 4, lines(("B", 1), ("A", -3)))])
+        _ = try s.cart(5, lines(("B", 1)), syncedThrough: 3)
+        #expect(s.view == ["B": 1])
+        #expect(s.confirmed == ["B": 1])
+    }
+
+    @Test func deltasThatWouldTakeAHostLineBelowZeroAreClampedAsTheHostDoes() throws {
+        var s = Transcript()
+        _ = try s.cart(0, [], syncedThrough: 0)
+        _ = try s.delta(1, lines(("A", 1)))
+        #expect(try s.delta(2, lines(("A", -3))) == [update(2, 2, lines(("A", -3)))])
+        #expect(try s.delta(3, lines(("A", 2))) == [update(3, 3, lines(("A", 2)))])
+        // The host clamps at 0 before adding 2: the view says 2, not 0 (1 − 3 + 2).
+        #expect(s.view == ["A": 2])
+        _ = try s.cart(4, lines(("A", 2)), syncedThrough: 3)
+        #expect(s.confirmed == ["A": 2])
+    }
+
+    @Test func aHostThatRejectsADeltaAcknowledgesItWithoutApplyingIt() throws {
+        var s = Transcript()
+        _ = try s.cart(0, lines(("X", 1)), syncedThrough: 0)
+        _ = try s.delta(1, lines(("A", 2), ("B", 1)))
+        // Out of stock for A: the host applies B only, and says it processed #1.
+        #expect(try s.cart(2, lines(("X", 1), ("B", 1)), syncedThrough: 1)
+            == [.settled(seq: 1), notify(2, 2, lines(("B", 1)), syncedThrough: 1)])
+        #expect(s.view == ["B": 1])
+        #expect(s.machine.mealzRelatedIds == ["B"])
+    }
+
+    @Test func changesToNonMealzLinesOnlyAreNotNotified() throws {
+        var s = Transcript()
+        #expect(try s.cart(0, lines(("X", 1)), syncedThrough: 0) == [notify(1, 0, [], syncedThrough: 0)])
+        #expect(try s.cart(1, lines(("X", 2), ("Y", 1)), syncedThrough: 0) == [])
+        _ = try s.delta(2, lines(("A", 1)))
+        #expect(try s.cart(3, lines(("A", 1), ("X", 2), ("Y", 1)), syncedThrough: 1)
+            == [.settled(seq: 1), notify(2, 3, lines(("A", 1)), syncedThrough: 1)])
+        #expect(try s.cart(4, lines(("Y", 7), ("A", 1)), syncedThrough: 1) == [], "reordered lines are the same list")
+    }
+
+    @Test func theFirstCartIsAlwaysNotified() throws {
+        var s = Transcript()
+        #expect(try s.cart(0, []) == [notify(1, 0, [])])
+        #expect(try s.cart(1, []) == [])
+    }
+
+    @Test func theSameIdTwiceInACartAddsUp() throws {
+        var s = Transcript()
+        _ = try s.cart(0, [], syncedThrough: 0)
+        _ = try s.delta(1, lines(("A", 3)))
+        #expect(try s.cart(2, lines(("A", 1), ("X", 1), ("A", 2)), syncedThrough: 1)
+            == [.settled(seq: 1), notify(2, 2, lines(("A", 3)), syncedThrough: 1)])
+    }
+
+    @Test func withoutASynchronizerDeltasAreIgnoredButCounted() throws {
+        var s = Transcript(registered: false)
+        let batch = lines(("A", 2))
+        #expect(try s.delta(0, batch, source: "evt-1") == [.ignored(IgnoredBatch(source: "evt-1", products: batch))])
+        #expect(try s.state(1, lines(("B", 1)), source: "evt-2") == [.ignored(IgnoredBatch(source: "evt-2", products: lines(("B", 1))))])
+        #expect(s.machine.state.counters.ignored == 2)
+        #expect(s.machine.state.lastOutboxSeq == 0)
+        #expect(s.view == [:])
+        // Registering later does not replay what was ignored.
+        s.machine.isSynchronizerRegistered = true
+        #expect(try s.delta(2, lines(("C", 1))) == [update(1, 2, lines(("C", 1))), .armTimer(at: at(12))])
+    }
+
+    @Test func redirectToCartTakesTheNextOutboxSeq() throws {
+        var s = Transcript()
+        _ = try s.delta(0, lines(("A", 1)))
+        #expect(try s.machine.receive(.redirectToCart, source: "evt-45", at: at(1))
+            == [.outbox(OutboxRecord(seq: 2, id: "s-2", type: .redirectToCart, at: at(1), source: "evt-45"))])
+        #expect(try s.delta(2, lines(("A", 1))).first == update(3, 2, lines(("A", 1))))
+    }
+
+    @Test func aTransferLandsOnceThroughDeltas() throws {
+        var s = Transcript()
+        _ = try s.cart(0, [], syncedThrough: 0)
+        let basket = lines(("A", 2), ("B", 1))
+        #expect(try s.machine.receive(.basketTransfer(basket, transferId: "t-9"), source: "evt-44", at: at(1))
+            == [update(1, 1, basket, source: "evt-44", transferId: "t-9")])
+        #expect(try s.machine.receive(.basketTransfer(basket, transferId: "t-9"), source: "evt-46", at: at(2))
+            == [.duplicateTransfer(transferId: "t-9")])
+        #expect(s.view == ["A": 2, "B": 1])
+    }
+
+    @Test func acknowledgementBeyondTheOutboxIsReportedAndClamped() throws {
+        var s = Transcript()
+        _ = try s.delta(0, lines(("A", 1)))
+        #expect(try s.cart(1, lines(("A", 1)), syncedThrough: 17) == [
+            .acknowledgementBeyondOutbox(syncedThrough: 17, lastSeq: 1), .settled(seq: 1),
+            notify(1, 1, lines(("A", 1)), syncedThrough: 1), .disarmTimer,
+        ])
+    }
+
+    @Test func aHostThatStartsAcknowledgingClosesItsOpenWindows() throws {
+        var s = Transcript()
+        _ = try s.delta(0, lines(("A", 1)))
+        _ = try s.delta(1, lines(("B", 1)))
+        #expect(try s.cart(2, lines(("A", 1)), syncedThrough: 1)
+            == [.settled(seq: 1), notify(1, 2, lines(("A", 1)), syncedThrough: 1), .disarmTimer])
+        #expect(s.tick(100) == [], "#2 waits for the acknowledgement, however long")
+        #expect(s.pendingSeqs == [2])
+    }
+
+    @Test func withoutSyncedThroughEchoesSettleInSeqOrder() throws {
+        var s = Transcript()
+        _ = try s.cart(0, lines(("A", 1)))
+        _ = try s.delta(1, lines(("A", 1)))
+        _ = try s.delta(2, lines(("A", 1)))
+        _ = try s.delta(3, lines(("B", 1)))
+        // Both A batches applied in one cart, B not yet: #1 and #2 settle, #3 waits.
+        #expect(try s.cart(4, lines(("A", 3)))
+            == [.settled(seq: 1), .settled(seq: 2), notify(2, 4, lines(("A", 3))), .armTimer(at: at(13))])
+        #expect(s.pendingSeqs == [3])
+        #expect(try s.cart(5, lines(("A", 3), ("B", 1)))
+            == [.settled(seq: 3), notify(3, 5, lines(("A", 3), ("B", 1))), .disarmTimer])
+        #expect(s.confirmed == ["A": 2, "B": 1], "the unit of A that was in the cart first is not Mealz's")
+    }
+
+    @Test func aShopperRemovingAMealzProductRemovesItFromMealz() throws {
+        var s = Transcript()
+        _ = try s.cart(0, [], syncedThrough: 0)
+        _ = try s.delta(1, lines(("A", 2), ("B", 1)))
+        _ = try s.cart(2, lines(("A", 2), ("B", 1)), syncedThrough: 1)
+        #expect(try s.cart(3, lines(("A", 2)), syncedThrough: 1) == [notify(3, 3, lines(("A", 2)), syncedThrough: 1)])
+        #expect(s.view == ["A": 2])
+        // The WebView, now in line, asks for B again: one unit, not two.
+        #expect(try s.state(4, lines(("A", 2), ("B", 1))) == [update(2, 4, lines(("B", 1)))])
+    }
+
+    @Test func invalidInputIsRefusedAndChangesNothing() throws {
+        var s = Transcript()
+        let before = s.machine.state
+        #expect(throws: SyncInputError.emptyProductId) { try s.delta(0, lines(("", 1))) }
+        #expect(throws: SyncInputError.negativeQuantity(id: "A", quantity: -1)) { try s.cart(0, lines(("A", -1))) }
+        #expect(throws: SyncInputError.negativeQuantity(id: "A", quantity: -2)) { try s.state(0, lines(("A", -2))) }
+        #expect(s.machine.state == before)
+    }
+
+    @Test func overflowingQuantitiesSaturateInsteadOfCrashing() throws {
+        var s = Transcript()
+        _ = try s.cart(0, [], syncedThrough: 0)
+        _ = try s.delta(1, lines(("A", Int.max), ("A", Int.max)))
+        _ = try s.delta(2, lines(("A", Int.max)))
+        #expect(s.view == ["A": Int.max])
+        #expect(try s.state(3, lines(("A", 0))) == [update(3, 3, lines(("A", -Int.max)))])
+        #expect(try s.cart(4, lines(("A", Int.max), ("A", 5)), syncedThrough: 3).contains(.settled(seq: 3)))
+    }
+
+    @Test func aRestartThroughTheCodableStateLosesAndRepeatsNothing() throws {
+        var s = Transcript()
+        _ = try s.delta(0, lines(("A", 1)))
+        _ = try s.cart(1, lines(("A", 1)))
+        _ = try s.delta(2, lines(("A", 1)))
+        let before = s.machine.state
+        try s.restart()
+        #expect(s.machine.state == before)
+        #expect(try s.delta(3, lines(("B", 1))) == [update(3, 3, lines(("B", 1)))])
+        #expect(s.tick(12) == [
+            .rolledBack(PendingBatch(seq: 2, products: lines(("A", 1)), at: at(2), deadline: at(12))),
+            .armTimer(at: at(13)),
+        ])
+    }
+}
