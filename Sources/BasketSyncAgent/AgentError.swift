@@ -1,0 +1,62 @@
+import Glibc
+
+/// An error of the agent or a command, with the sysexits code it exits with.
+public enum AgentError: Error, CustomStringConvertible, Equatable {
+    /// A system call failed.
+    case system(SystemError)
+    /// A file is larger than the configured limit.
+    case tooLarge(path: String, size: Int, limit: Int)
+    /// A data file (cart, inbox event, products) is not valid: `path:line:column: reason`.
+    case badData(path: String, line: Int, column: Int, reason: String)
+    /// The configuration file is not valid.
+    case configuration(path: String, line: Int, column: Int, reason: String)
+    /// The command line is wrong.
+    case usage(String)
+    /// Something is busy: another agent, a locked database.
+    case busy(String)
+    /// An input file or directory is missing.
+    case missingInput(String)
+    /// The database refused an operation.
+    case database(path: String, message: String)
+    /// A payment or store operation could not be done.
+    case refused(String)
+
+    /// One sentence naming the file, what is wrong and what to do.
+    public var description: String {
+        switch self {
+        case let .system(error): return error.description
+        case let .tooLarge(path, size, limit):
+            return "\(path): \(size) bytes is over the limit of \(limit); raise limits.maxFileBytes in basket-sync.json if this is intended"
+        case let .badData(path, line, column, reason): return "\(path):\(line):\(column): \(reason)"
+        case let .configuration(path, line, column, reason): return "\(path):\(line):\(column): \(reason)"
+        case let .usage(message): return message
+        case let .busy(message): return message
+        case let .missingInput(message): return message
+        case let .database(path, message): return "\(path): \(message)"
+        case let .refused(message): return message
+        }
+    }
+
+    /// The sysexits code: 64 usage, 65 bad data, 66 missing input, 73 cannot create output,
+    /// 74 I/O error, 75 busy or temporary, 78 configuration.
+    public var exitCode: Int32 {
+        switch self {
+        case let .system(error): return error.isTemporary ? 75 : (error.code == ENOENT ? 66 : 73)
+        case .tooLarge, .badData: return 65
+        case .configuration: return 78
+        case .usage: return 64
+        case .busy: return 75
+        case .missingInput: return 66
+        case .database: return 74
+        case .refused: return 65
+        }
+    }
+}
+
+extension JSONProblem {
+    /// This problem as a bad-data error naming the file, the line and the column.
+    func badData(path: String, bytes: [UInt8]) -> AgentError {
+        let (line, column) = lineAndColumn(of: offset, in: bytes)
+        return .badData(path: path, line: line, column: column, reason: reason)
+    }
+}

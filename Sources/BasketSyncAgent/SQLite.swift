@@ -1,0 +1,122 @@
+import Glibc
+import CSQLite
+
+/// One SQLite connection. Every sqlite3 call of the package is in this file.
+final class SQLiteConnection {
+    private var handle: OpaquePointer?
+    let path: String
+
+    /// SQLite's SQLITE_TRANSIENT: bound text is copied at once.
+    private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+
+    init(path: String) throws(AgentError) {
+        self.path = path
+        var handle: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let code = sqlite3_open_v2(path, &handle, flags, nil)
+        self.handle = handle
+        if code != SQLITE_OK {
+            let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            sqlite3_close_v2(handle)
+            self.handle = nil
+            throw AgentError.database(path: path, message: "cannot open the database: \(message); check the permissions of .basket-sync/")
+        }
+        sqlite3_extended_result_codes(handle, 1)
+    }
+
+    deinit { sqlite3_close_v2(handle) }
+
+    private func error(_ code: Int32, _ what: String) -> AgentError {
+        let message = String(cString: sqlite3_errmsg(handle))
+        switch code & 0xFF {
+        case SQLITE_BUSY, SQLITE_LOCKED:
+            return .busy("\(path): the database stayed busy while \(what); another basket-sync holds it, try again")
+        case SQLITE_FULL:
+            return .system(SystemError(operation: what, path: path, code: ENOSPC))
+        case SQLITE_READONLY, SQLITE_PERM, SQLITE_CANTOPEN:
+            return .database(path: path, message: "\(what) failed: \(message); check that .basket-sync/ is writable")
+        default:
+            return .database(path: path, message: "\(what) failed: \(message)")
+        }
+    }
+
+    /// Runs statements that return no rows.
+    func execute(_ sql: String) throws(AgentError) {
+        let code = sqlite3_exec(handle, sql, nil, nil, nil)
+        if code != SQLITE_OK { throw error(code, "running \(sql.prefix(40))") }
+    }
+
+    /// Waits up to `milliseconds` for a lock held by another process before failing as busy.
+    func setBusyTimeout(milliseconds: Int32) { sqlite3_busy_timeout(handle, milliseconds) }
+
+    /// A prepared statement, kept for reuse.
+    final class Statement {
+        fileprivate let handle: OpaquePointer
+        private unowned let connection: SQLiteConnection
+        let sql: String
+
+        fileprivate init(handle: OpaquePointer, connection: SQLiteConnection, sql: String) {
+            self.handle = handle
+            self.connection = connection
+            self.sql = sql
+        }
+
+        deinit { sqlite3_finalize(handle) }
+
+        func bind(_ index: Int32, _ value: Int64) { sqlite3_bind_int64(handle, index, value) }
+
+        func bind(_ index: Int32, _ value: String) { sqlite3_bind_text(handle, index, value, -1, SQLiteConnection.transient) }
+
+        func bind(_ index: Int32, _ bytes: [UInt8]) {
+            bytes.withUnsafeBytes { buffer in
+                _ = sqlite3_bind_blob(handle, index, buffer.baseAddress, Int32(buffer.count), SQLiteConnection.transient)
+            }
+        }
+
+        /// Steps once: true while a row is available.
+        func step() throws(AgentError) -> Bool {
+            let code = sqlite3_step(handle)
+            switch code {
+            case SQLITE_ROW: return true
+            case SQLITE_DONE: return false
+            default:
+                sqlite3_reset(handle)
+                throw connection.error(code, "running \(sql.prefix(40))")
+            }
+        }
+
+        /// Resets for the next use and clears the bindings.
+        func reset() {
+            sqlite3_reset(handle)
+            sqlite3_clear_bindings(handle)
+        }
+
+        func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
+
+        func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
+
+        func text(_ column: Int32) -> String {
+            guard let pointer = sqlite3_column_text(handle, column) else { return "" }
+            return String(cString: pointer)
+        }
+
+        func blob(_ column: Int32) -> [UInt8] {
+            let count = Int(sqlite3_column_bytes(handle, column))
+            guard count > 0, let pointer = sqlite3_column_blob(handle, column) else { return [] }
+            return Array(UnsafeRawBufferPointer(start: pointer, count: count))
+        }
+    }
+
+    func prepare(_ sql: String) throws(AgentError) -> Statement {
+        var statement: OpaquePointer?
+        let code = sqlite3_prepare_v2(handle, sql, -1, &statement, nil)
+        guard code == SQLITE_OK, let statement else { throw error(code, "preparing \(sql.prefix(40))") }
+        return Statement(handle: statement, connection: self, sql: sql)
+    }
+
+    /// Runs a statement that returns at most one integer.
+    func scalar(_ sql: String) throws(AgentError) -> Int64? {
+        let statement = try prepare(sql)
+        return try statement.step() ? statement.int64(0) : nil
+    }
+}

@@ -1,0 +1,152 @@
+import BasketSync
+
+/// `status`: the state of a sync directory at a glance, for people and (`--json`) for scripts.
+public struct StatusReport {
+    let directory: String
+    let state: SyncState
+    let view: [String: Int]
+    let lastLines: [Projection: [UInt8]]
+    let counts: [Projection: UInt64]
+    let inboxTaken: Int64
+    let inboxWaiting: Int
+    let inboxBad: Int
+    let errors: [(at: String, level: String, message: String)]
+    let now: Date
+
+    /// Reads the state of `directory` as committed now.
+    public init(directory: String) throws(AgentError) {
+        let store = try Store(directory: directory, create: false)
+        self.directory = directory
+        var lastLines: [Projection: [UInt8]] = [:]
+        var counts: [Projection: UInt64] = [:]
+        (state, lastLines, counts, inboxTaken, errors) = try store.withTransaction { () throws(AgentError) in
+            for projection in Projection.allCases {
+                let last = try store.lastSeq(projection)
+                counts[projection] = last
+                if last > 0, let line = try store.lines(projection, after: last - 1).first { lastLines[projection] = line.line }
+            }
+            return (try store.loadState(), lastLines, counts, try store.inboxCount(), try store.reports(limit: 5))
+        }
+        self.lastLines = lastLines
+        self.counts = counts
+        view = SyncStateMachine(state: state).mealzView
+        inboxWaiting = Posix.listDirectory("\(directory)/inbox/new").filter { !$0.hasPrefix(".") }.count
+        inboxBad = Posix.listDirectory("\(directory)/inbox/bad").filter { !$0.hasSuffix(".error") }.count
+        now = Date()
+    }
+
+    private var mealzIds: [String] {
+        SyncStateMachine(state: state).mealzRelatedIds.sorted()
+    }
+
+    private func pendingDelta(_ id: String) -> Int {
+        state.pending.reduce(0) { sum, batch in sum + batch.products.filter { $0.id == id }.reduce(0) { $0 + $1.quantity } }
+    }
+
+    private func seconds(_ interval: Double) -> String {
+        let tenths = (interval * 10).rounded() / 10
+        return "\(tenths) s"
+    }
+
+    /// The report for people.
+    public var human: String {
+        var lines: [String] = []
+        lines.append("sync directory \(directory) (id \(state.syncId))")
+        lines.append("store: \(state.storeId ?? "none") (\(state.mode.rawValue) mode), Mealz basket \(state.basket)")
+        if let synced = state.hostSyncedThrough {
+            lines.append("host: acknowledges with syncedThrough, last \(synced)")
+        } else {
+            lines.append("host: has never written syncedThrough; batches wait \(state.pending.isEmpty ? "up to the pending window" : "for their window") for an echo")
+        }
+        let ids = mealzIds
+        lines.append(ids.isEmpty ? "Mealz-related lines: none" : "Mealz-related lines:")
+        for id in ids {
+            let pending = pendingDelta(id)
+            lines.append("  \(id): Mealz \(view[id] ?? 0) (confirmed \(state.confirmed[id] ?? 0)\(pending == 0 ? "" : ", pending \(pending > 0 ? "+" : "")\(pending)")), host cart \(state.hostCart?[id] ?? 0)")
+        }
+        lines.append(state.pending.isEmpty ? "pending batches: none" : "pending batches:")
+        for batch in state.pending {
+            let change = batch.products.map { "\($0.id) \($0.quantity > 0 ? "+" : "")\($0.quantity)" }.joined(separator: ", ")
+            let wait = batch.deadline.map { "window closes in \(seconds($0.timeIntervalSince(now)))" } ?? "waits for syncedThrough ≥ \(batch.seq)"
+            lines.append("  #\(batch.seq) {\(change)}, age \(seconds(now.timeIntervalSince(batch.at))), \(wait)")
+        }
+        if let last = lastLines[.notifications] {
+            lines.append("last notification: \(String(decoding: last.dropLast(), as: UTF8.self))")
+        } else {
+            lines.append("last notification: none yet (no cart taken)")
+        }
+        lines.append("outbox: \(counts[.outbox] ?? 0) records, notifications: \(counts[.notifications] ?? 0), payments: \(counts[.payments] ?? 0)")
+        lines.append("inbox: \(inboxTaken) taken, \(inboxWaiting) waiting in new/, \(inboxBad) in bad/")
+        let c = state.counters
+        lines.append("counters: \(c.updateBaskets) updateBasket, \(c.redirects) redirects, \(c.settled) settled, \(c.rolledBack) rolled back, \(c.lateEchoes) late echoes, \(c.ignored) ignored (no synchronizer), \(c.paymentsRecorded) payments recorded, \(c.paymentsSkipped) skipped, \(c.duplicatePayments) duplicate payments")
+        if let error = errors.first(where: { $0.level == "error" }) {
+            lines.append("last error: \(error.at) \(error.message)")
+        } else {
+            lines.append("last error: none")
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// The report for scripts: one JSON object.
+    public var json: String {
+        var writer = JSONWriter()
+        writer.raw("{\"directory\":")
+        writer.string(directory)
+        writer.raw(",\"syncId\":")
+        writer.string(state.syncId)
+        writer.raw(",\"storeId\":")
+        writer.optionalString(state.storeId)
+        writer.raw(",\"mode\":")
+        writer.string(state.mode.rawValue)
+        writer.raw(",\"basket\":")
+        writer.integer(state.basket)
+        writer.raw(",\"syncedThrough\":")
+        if let synced = state.hostSyncedThrough { writer.integer(synced) } else { writer.raw("null") }
+        writer.raw(",\"mealz\":[")
+        for (index, id) in mealzIds.enumerated() {
+            if index > 0 { writer.raw(",") }
+            writer.raw("{\"id\":")
+            writer.string(id)
+            writer.raw(",\"view\":")
+            writer.integer(view[id] ?? 0)
+            writer.raw(",\"confirmed\":")
+            writer.integer(state.confirmed[id] ?? 0)
+            writer.raw(",\"pending\":")
+            writer.integer(pendingDelta(id))
+            writer.raw(",\"host\":")
+            writer.integer(state.hostCart?[id] ?? 0)
+            writer.raw("}")
+        }
+        writer.raw("],\"pending\":[")
+        for (index, batch) in state.pending.enumerated() {
+            if index > 0 { writer.raw(",") }
+            writer.raw("{\"seq\":")
+            writer.integer(batch.seq)
+            writer.raw(",\"ageSeconds\":")
+            writer.raw(String(now.timeIntervalSince(batch.at)))
+            writer.raw(",\"deadline\":")
+            writer.optionalString(batch.deadline.map(RecordFormat.timestamp))
+            writer.raw(",\"products\":")
+            RecordFormat.products(batch.products, into: &writer)
+            writer.raw("}")
+        }
+        writer.raw("],\"lastNotification\":")
+        if let last = lastLines[.notifications] { writer.raw(String(decoding: last.dropLast(), as: UTF8.self)) } else { writer.raw("null") }
+        writer.raw(",\"records\":{\"outbox\":\(counts[.outbox] ?? 0),\"notifications\":\(counts[.notifications] ?? 0),\"payments\":\(counts[.payments] ?? 0)}")
+        writer.raw(",\"inbox\":{\"taken\":\(inboxTaken),\"waiting\":\(inboxWaiting),\"bad\":\(inboxBad)}")
+        let c = state.counters
+        writer.raw(",\"counters\":{\"updateBaskets\":\(c.updateBaskets),\"redirects\":\(c.redirects),\"notifications\":\(c.notifications),\"settled\":\(c.settled),\"rolledBack\":\(c.rolledBack),\"lateEchoes\":\(c.lateEchoes),\"ignored\":\(c.ignored),\"paymentsRecorded\":\(c.paymentsRecorded),\"paymentsSkipped\":\(c.paymentsSkipped),\"duplicatePayments\":\(c.duplicatePayments),\"duplicateTransfers\":\(c.duplicateTransfers)}")
+        writer.raw(",\"lastError\":")
+        if let error = errors.first(where: { $0.level == "error" }) {
+            writer.raw("{\"at\":")
+            writer.string(error.at)
+            writer.raw(",\"message\":")
+            writer.string(error.message)
+            writer.raw("}")
+        } else {
+            writer.raw("null")
+        }
+        writer.raw("}\n")
+        return String(decoding: writer.bytes, as: UTF8.self)
+    }
+}

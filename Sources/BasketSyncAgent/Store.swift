@@ -1,0 +1,226 @@
+import BasketSync
+import Glibc
+
+/// The records that JSON Lines files project from the database.
+enum Projection: String, CaseIterable, Sendable {
+    case outbox
+    case notifications
+    case payments
+
+    /// The file in the sync directory.
+    var fileName: String { "\(rawValue).jsonl" }
+}
+
+/// The SQLite database of a sync directory: the single source of truth. Holds the library's
+/// state, every record of the three projections, the inbox ids already taken, and the reports.
+///
+/// Every change runs in one `BEGIN IMMEDIATE` transaction, so the agent and one-shot commands
+/// serialize on the database; `synchronous=FULL` makes a commit durable before it returns.
+final class Store {
+    /// The sync directory.
+    let directory: String
+    /// `.basket-sync/` inside it.
+    let stateDirectory: String
+    private let connection: SQLiteConnection
+    private var cachedState: SyncState?
+    private var cachedDataVersion: Int64 = -1
+    private lazy var insertStatements: [Projection: SQLiteConnection.Statement] = [:]
+
+    static let stateDirectoryName = ".basket-sync"
+    static let databaseName = "state.db"
+    /// Touched by a process after it commits, so that a running agent wakes without polling.
+    static let commitSignalName = "committed"
+
+    /// Opens the database, creating `.basket-sync/` (0700) and the schema when `create` is set.
+    init(directory: String, create: Bool, busyTimeoutMilliseconds: Int32 = 15_000) throws(AgentError) {
+        self.directory = directory
+        stateDirectory = "\(directory)/\(Store.stateDirectoryName)"
+        let databasePath = "\(stateDirectory)/\(Store.databaseName)"
+        if !Posix.exists(databasePath) {
+            guard create else {
+                throw .missingInput("\(directory): not a sync directory (no \(Store.stateDirectoryName)/); run basket-sync init there first")
+            }
+            do { try Posix.makeDirectory(stateDirectory, mode: 0o700) } catch { throw .system(error) }
+        }
+        connection = try SQLiteConnection(path: databasePath)
+        connection.setBusyTimeout(milliseconds: busyTimeoutMilliseconds)
+        try connection.execute("PRAGMA journal_mode=WAL")
+        try connection.execute("PRAGMA synchronous=FULL")
+        try connection.execute("""
+            CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value BLOB NOT NULL);
+            CREATE TABLE IF NOT EXISTS outbox(seq INTEGER PRIMARY KEY, line BLOB NOT NULL);
+            CREATE TABLE IF NOT EXISTS notifications(seq INTEGER PRIMARY KEY, line BLOB NOT NULL);
+            CREATE TABLE IF NOT EXISTS payments(seq INTEGER PRIMARY KEY, line BLOB NOT NULL);
+            CREATE TABLE IF NOT EXISTS inbox(id TEXT PRIMARY KEY, file TEXT NOT NULL, outcome TEXT NOT NULL, at TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS reports(n INTEGER PRIMARY KEY, at TEXT NOT NULL, level TEXT NOT NULL, message TEXT NOT NULL);
+            """)
+        if create {
+            try withTransaction { () throws(AgentError) in
+                if try self.metaBlob("state") == nil {
+                    try self.saveState(SyncState(syncId: Store.newSyncId()))
+                }
+            }
+        }
+    }
+
+    /// A random id for a new sync directory, used in outbox record ids.
+    static func newSyncId() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let value = generator.next() as UInt64
+        let hex = String(value, radix: 16)
+        return String(repeating: "0", count: 16 - hex.count) + hex
+    }
+
+    // MARK: Transactions
+
+    /// Runs `body` in one IMMEDIATE transaction: committed when it returns, rolled back when it throws.
+    func withTransaction<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
+        try connection.execute("BEGIN IMMEDIATE")
+        do {
+            let result = try body()
+            try connection.execute("COMMIT")
+            return result
+        } catch {
+            try? connection.execute("ROLLBACK")
+            cachedState = nil
+            throw error
+        }
+    }
+
+    // MARK: State
+
+    private func metaBlob(_ key: String) throws(AgentError) -> [UInt8]? {
+        let statement = try connection.prepare("SELECT value FROM meta WHERE key = ?")
+        statement.bind(1, key)
+        return try statement.step() ? statement.blob(0) : nil
+    }
+
+    private func setMeta(_ key: String, _ value: [UInt8]) throws(AgentError) {
+        let statement = try connection.prepare("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)")
+        statement.bind(1, key)
+        statement.bind(2, value)
+        _ = try statement.step()
+    }
+
+    /// The library state, read again only when another process committed since (`data_version`).
+    func loadState() throws(AgentError) -> SyncState {
+        let version = try connection.scalar("PRAGMA data_version") ?? 0
+        if let cachedState, version == cachedDataVersion { return cachedState }
+        guard let blob = try metaBlob("state") else {
+            throw .database(path: stateDirectory, message: "the database has no state; run basket-sync init again")
+        }
+        do {
+            let state = try JSONDecoder().decode(SyncState.self, from: Data(blob))
+            cachedState = state
+            cachedDataVersion = version
+            return state
+        } catch {
+            throw .database(path: stateDirectory, message: "the saved state cannot be read (\(error)); restore .basket-sync/ from a backup")
+        }
+    }
+
+    func saveState(_ state: SyncState) throws(AgentError) {
+        let data: Data
+        do { data = try JSONEncoder().encode(state) } catch {
+            throw .database(path: stateDirectory, message: "the state cannot be saved: \(error)")
+        }
+        try setMeta("state", Array(data))
+        cachedState = state
+        cachedDataVersion = try connection.scalar("PRAGMA data_version") ?? 0
+    }
+
+    // MARK: Records
+
+    /// Stores the records among `effects`; returns the projections that got new lines.
+    func insertRecords(_ effects: [SyncEffect]) throws(AgentError) -> Set<Projection> {
+        var touched = Set<Projection>()
+        for effect in effects {
+            switch effect {
+            case let .outbox(record): try insert(.outbox, record.seq, RecordFormat.line(record)); touched.insert(.outbox)
+            case let .notify(notification): try insert(.notifications, notification.seq, RecordFormat.line(notification)); touched.insert(.notifications)
+            case let .payment(payment): try insert(.payments, payment.seq, RecordFormat.line(payment)); touched.insert(.payments)
+            default: break
+            }
+        }
+        return touched
+    }
+
+    private func insert(_ projection: Projection, _ seq: UInt64, _ line: [UInt8]) throws(AgentError) {
+        let statement: SQLiteConnection.Statement
+        if let cached = insertStatements[projection] {
+            statement = cached
+        } else {
+            statement = try connection.prepare("INSERT INTO \(projection.rawValue)(seq, line) VALUES(?, ?)")
+            insertStatements[projection] = statement
+        }
+        defer { statement.reset() }
+        statement.bind(1, Int64(seq))
+        statement.bind(2, line)
+        _ = try statement.step()
+    }
+
+    /// The lines of a projection after `seq`, in order, with their seq.
+    func lines(_ projection: Projection, after seq: UInt64) throws(AgentError) -> [(seq: UInt64, line: [UInt8])] {
+        let statement = try connection.prepare("SELECT seq, line FROM \(projection.rawValue) WHERE seq > ? ORDER BY seq")
+        statement.bind(1, Int64(seq))
+        var result: [(seq: UInt64, line: [UInt8])] = []
+        while try statement.step() { result.append((UInt64(statement.int64(0)), statement.blob(1))) }
+        return result
+    }
+
+    /// The highest seq stored for a projection (0 when none).
+    func lastSeq(_ projection: Projection) throws(AgentError) -> UInt64 {
+        UInt64(try connection.scalar("SELECT COALESCE(MAX(seq), 0) FROM \(projection.rawValue)") ?? 0)
+    }
+
+    // MARK: Inbox
+
+    /// The outcome recorded for an inbox event id, if it was taken before.
+    func inboxOutcome(id: String) throws(AgentError) -> String? {
+        let statement = try connection.prepare("SELECT outcome FROM inbox WHERE id = ?")
+        statement.bind(1, id)
+        return try statement.step() ? statement.text(0) : nil
+    }
+
+    func recordInbox(id: String, file: String, outcome: String, at: Date) throws(AgentError) {
+        let statement = try connection.prepare("INSERT INTO inbox(id, file, outcome, at) VALUES(?, ?, ?, ?)")
+        statement.bind(1, id)
+        statement.bind(2, file)
+        statement.bind(3, outcome)
+        statement.bind(4, RecordFormat.timestamp(at))
+        _ = try statement.step()
+    }
+
+    func inboxCount() throws(AgentError) -> Int64 { try connection.scalar("SELECT COUNT(*) FROM inbox") ?? 0 }
+
+    // MARK: Reports
+
+    /// Keeps a report (a rollback, a late echo, an ignored batch, an error) for `status`.
+    func report(level: String, message: String, at: Date) throws(AgentError) {
+        let statement = try connection.prepare("INSERT INTO reports(at, level, message) VALUES(?, ?, ?)")
+        statement.bind(1, RecordFormat.timestamp(at))
+        statement.bind(2, level)
+        statement.bind(3, message)
+        _ = try statement.step()
+        try connection.execute("DELETE FROM reports WHERE n <= (SELECT MAX(n) FROM reports) - 1000")
+    }
+
+    /// The latest reports, newest first.
+    func reports(limit: Int, level: String? = nil) throws(AgentError) -> [(at: String, level: String, message: String)] {
+        let filter = level == nil ? "" : "WHERE level = ?"
+        let statement = try connection.prepare("SELECT at, level, message FROM reports \(filter) ORDER BY n DESC LIMIT \(limit)")
+        if let level { statement.bind(1, level) }
+        var result: [(at: String, level: String, message: String)] = []
+        while try statement.step() { result.append((statement.text(0), statement.text(1), statement.text(2))) }
+        return result
+    }
+
+    // MARK: Waking the agent
+
+    /// Tells a running agent that this process committed: closing a written file in
+    /// `.basket-sync/` is an inotify event it watches for.
+    func signalCommit() {
+        let fd = Glibc.open("\(stateDirectory)/\(Store.commitSignalName)", O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        if fd >= 0 { Glibc.close(fd) }
+    }
+}

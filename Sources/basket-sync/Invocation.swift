@@ -1,0 +1,160 @@
+import BasketSync
+import BasketSyncAgent
+
+/// A parsed command line: the sync directory option and the command.
+struct Invocation {
+    enum Command: Equatable {
+        case help(String?)
+        case version
+        case initialize
+        case watch(noSynchronizer: Bool, logFormat: LogFormat?)
+        case sync(noSynchronizer: Bool, json: Bool)
+        case push(kind: Commands.PushKind, products: [RetailerProduct], id: String?)
+        case status(json: Bool)
+    }
+
+    var directory: String?
+    var command: Command
+
+    static let commands = ["init", "watch", "sync", "push", "status"]
+
+    /// Parses `basket-sync [-C DIR] COMMAND [OPTIONS]`; `--` ends the options.
+    init(arguments: ArraySlice<String>) throws(AgentError) {
+        var rest = arguments
+        directory = nil
+        while let first = rest.first, first.hasPrefix("-") {
+            rest.removeFirst()
+            switch first {
+            case "-C", "--dir":
+                guard let value = rest.popFirst() else { throw .usage("\(first) needs a directory: basket-sync \(first) DIR COMMAND") }
+                directory = value
+            case let option where option.hasPrefix("--dir="):
+                directory = String(option.dropFirst("--dir=".count))
+            case "-h", "--help":
+                command = .help(rest.first)
+                return
+            case "--version":
+                command = .version
+                return
+            default:
+                throw .usage("unknown option \(first); see basket-sync --help")
+            }
+        }
+        guard let name = rest.popFirst() else {
+            command = .help(nil)
+            return
+        }
+        if rest.contains("--help") || rest.contains("-h") {
+            guard Invocation.commands.contains(name) else { throw .usage("unknown command \(name); the commands are \(Invocation.commands.joined(separator: ", "))") }
+            command = .help(name)
+            return
+        }
+        var options = OptionReader(command: name, arguments: rest)
+        switch name {
+        case "init":
+            try options.finish()
+            command = .initialize
+        case "watch":
+            let noSynchronizer = options.flag("--no-synchronizer")
+            let format = try options.value("--log-format")
+            try options.finish()
+            var logFormat: LogFormat?
+            if let format {
+                guard let parsed = LogFormat(rawValue: format) else { throw .usage("--log-format is human or json, not \(format)") }
+                logFormat = parsed
+            }
+            command = .watch(noSynchronizer: noSynchronizer, logFormat: logFormat)
+        case "sync":
+            let noSynchronizer = options.flag("--no-synchronizer")
+            let json = options.flag("--json")
+            try options.finish()
+            command = .sync(noSynchronizer: noSynchronizer, json: json)
+        case "status":
+            let json = options.flag("--json")
+            try options.finish()
+            command = .status(json: json)
+        case "push":
+            let redirect = options.flag("--redirect")
+            let state = options.flag("--state")
+            let transfer = try options.value("--transfer")
+            let id = try options.value("--id")
+            let lines = try options.operands()
+            let kinds = [redirect, state, transfer != nil].filter { $0 }.count
+            guard kinds <= 1 else { throw .usage("push takes one of --state, --transfer ID and --redirect") }
+            let kind: Commands.PushKind = redirect ? .redirect : state ? .state : transfer.map { .transfer($0) } ?? .delta
+            if kind == .redirect && !lines.isEmpty { throw .usage("push --redirect takes no products") }
+            if kind == .delta && lines.isEmpty { throw .usage("push needs products: basket-sync push sku-1=+2 sku-9=-1") }
+            let products = try lines.map { (line) throws(AgentError) in try Invocation.product(line, signed: kind == .delta) }
+            command = .push(kind: kind, products: products, id: id)
+        default:
+            throw .usage("unknown command \(name); the commands are \(Invocation.commands.joined(separator: ", ")); see basket-sync --help")
+        }
+    }
+
+    /// Parses `sku-1=+2` (a delta) or `sku-1=3` (an absolute quantity).
+    static func product(_ text: String, signed: Bool) throws(AgentError) -> RetailerProduct {
+        guard let equals = text.lastIndex(of: "="), equals != text.startIndex else {
+            throw .usage("\(text) is not a product; write SKU=QUANTITY, such as sku-1=+2")
+        }
+        let id = String(text[..<equals])
+        let number = text[text.index(after: equals)...]
+        let digits = number.hasPrefix("+") ? number.dropFirst() : number
+        guard let quantity = Int(digits), !digits.hasPrefix("+") else {
+            throw .usage("\(text): the quantity must be a whole number, such as \(signed ? "+2 or -1" : "3")")
+        }
+        guard signed || quantity >= 0 else { throw .usage("\(text): an absolute quantity must be 0 or more") }
+        return RetailerProduct(id: id, quantity: quantity)
+    }
+}
+
+/// Reads the options of one command; what is left at the end is an error.
+struct OptionReader {
+    let command: String
+    var arguments: [String]
+    private var operandsFrom: Int
+
+    init(command: String, arguments: ArraySlice<String>) {
+        self.command = command
+        let all = Array(arguments)
+        let end = all.firstIndex(of: "--") ?? all.count
+        self.arguments = Array(all[..<end])
+        operandsFrom = 0
+        trailing = end < all.count ? Array(all[(end + 1)...]) : []
+    }
+
+    private var trailing: [String]
+
+    mutating func flag(_ name: String) -> Bool {
+        guard let index = arguments.firstIndex(of: name) else { return false }
+        arguments.remove(at: index)
+        return true
+    }
+
+    mutating func value(_ name: String) throws(AgentError) -> String? {
+        if let index = arguments.firstIndex(where: { $0.hasPrefix(name + "=") }) {
+            let value = String(arguments[index].dropFirst(name.count + 1))
+            arguments.remove(at: index)
+            return value
+        }
+        guard let index = arguments.firstIndex(of: name) else { return nil }
+        guard index + 1 < arguments.count else { throw .usage("\(command) \(name) needs a value") }
+        let value = arguments[index + 1]
+        arguments.removeSubrange(index...(index + 1))
+        return value
+    }
+
+    /// The remaining arguments that are not options (a leading '-' is a sign after `=`).
+    mutating func operands() throws(AgentError) -> [String] {
+        if let option = arguments.first(where: { $0.hasPrefix("-") }) {
+            throw .usage("\(command): unknown option \(option); see basket-sync \(command) --help")
+        }
+        defer { arguments = []; trailing = [] }
+        return arguments + trailing
+    }
+
+    func finish() throws(AgentError) {
+        if let extra = (arguments + trailing).first {
+            throw .usage("\(command): unexpected \(extra); see basket-sync \(command) --help")
+        }
+    }
+}
