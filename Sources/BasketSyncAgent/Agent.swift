@@ -61,6 +61,11 @@ public final class Agent {
             sigemptyset(&action.sa_mask)
             sigaction(signal, &action, nil)
         }
+        // A parent may have spawned us with these signals blocked: take them back.
+        var handled = sigset_t()
+        sigemptyset(&handled)
+        for signal in [SIGTERM, SIGINT, SIGHUP] { sigaddset(&handled, signal) }
+        pthread_sigmask(SIG_UNBLOCK, &handled, nil)
         return fds[0]
     }
 

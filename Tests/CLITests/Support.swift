@@ -1,0 +1,146 @@
+import Foundation
+import Testing
+
+/// A fresh temporary directory per test, removed afterwards.
+final class Playground {
+    let root: URL
+
+    init() throws {
+        let template = FileManager.default.temporaryDirectory.appendingPathComponent("basket-sync-test-XXXXXX").path
+        var bytes = Array(template.utf8CString)
+        guard mkdtemp(&bytes) != nil else { throw CocoaError(.fileWriteUnknown) }
+        root = URL(fileURLWithPath: String(cString: bytes))
+    }
+
+    deinit { try? FileManager.default.removeItem(at: root) }
+
+    var path: String { root.path }
+
+    func url(_ relative: String) -> URL { root.appendingPathComponent(relative) }
+
+    func write(_ relative: String, _ text: String) throws {
+        try Data(text.utf8).write(to: url(relative))
+    }
+
+    /// Writes a temp file and renames it into place, as a careful host does.
+    func writeAtomically(_ relative: String, _ text: String) throws {
+        try Data(text.utf8).write(to: url(relative), options: .atomic)
+    }
+
+    func read(_ relative: String) -> String {
+        (try? String(contentsOf: url(relative), encoding: .utf8)) ?? ""
+    }
+
+    /// The complete lines of a JSON Lines file, parsed; a torn last line is not taken.
+    func records(_ relative: String) -> [[String: Any]] {
+        let text = read(relative)
+        var lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+        lines.removeLast()  // after the last "\n": empty, or a torn line a reader must not take
+        return lines.compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+    }
+
+    func names(_ relative: String) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: url(relative).path)) ?? []).sorted()
+    }
+}
+
+/// The result of running the binary.
+struct Run {
+    var status: Int32
+    var stdout: String
+    var stderr: String
+}
+
+/// The built `basket-sync`, beside the test bundle.
+let binary: URL = {
+    let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+    return executable.deletingLastPathComponent().appendingPathComponent("basket-sync")
+}()
+
+/// Runs `basket-sync` with arguments, and optional standard input, to completion.
+func basketSync(_ arguments: [String], environment: [String: String] = [:], in directory: String? = nil) throws -> Run {
+    let process = Process()
+    process.executableURL = binary
+    process.arguments = arguments
+    var env = ProcessInfo.processInfo.environment
+    env.removeValue(forKey: "BASKET_SYNC_DIR")
+    for (key, value) in environment { env[key] = value }
+    process.environment = env
+    if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
+    let out = Pipe()
+    let err = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    process.standardInput = FileHandle.nullDevice
+    try process.run()
+    let stdout = out.fileHandleForReading.readDataToEndOfFile()
+    let stderr = err.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return Run(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self), stderr: String(decoding: stderr, as: UTF8.self))
+}
+
+/// A running `basket-sync watch`, its stderr collected in a file.
+final class AgentProcess {
+    let process = Process()
+    let logURL: URL
+
+    init(directory: String, arguments: [String] = []) throws {
+        logURL = URL(fileURLWithPath: directory).appendingPathComponent("../agent-\(UUID().uuidString).log").standardized
+        FileManager.default.createFile(atPath: logURL.path, contents: nil)
+        process.executableURL = binary
+        process.arguments = ["-C", directory, "watch"] + arguments
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = try FileHandle(forWritingTo: logURL)
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+    }
+
+    var log: String { (try? String(contentsOf: logURL, encoding: .utf8)) ?? "" }
+
+    /// Waits until the agent says it watches (its watches are in place).
+    func waitUntilWatching() async throws {
+        try await eventually("the agent starts watching") { self.log.contains("watching ") || !self.process.isRunning }
+        #expect(process.isRunning, "the agent stopped: \(log)")
+    }
+
+    func stop(_ signal: Int32 = SIGTERM) -> Int32 {
+        kill(process.processIdentifier, signal)
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    deinit {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL); process.waitUntilExit() }
+        try? FileManager.default.removeItem(at: logURL)
+    }
+}
+
+struct TimedOut: Error, CustomStringConvertible {
+    var what: String
+    var description: String { "timed out waiting until \(what)" }
+}
+
+/// Waits for a condition with a generous deadline; the outcome never depends on timing.
+func eventually(_ what: String, timeout: Double = 30, _ condition: () throws -> Bool) async throws {
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline {
+        if try condition() { return }
+        try await Task.sleep(nanoseconds: 5_000_000)
+    }
+    if try condition() { return }
+    throw TimedOut(what: what)
+}
+
+/// The products of a record as a dictionary.
+func products(_ record: [String: Any]) -> [String: Int] {
+    var result: [String: Int] = [:]
+    for line in record["products"] as? [[String: Any]] ?? [] {
+        result[line["id"] as! String] = line["quantity"] as? Int
+    }
+    return result
+}
+
+func cartJSON(_ lines: [(String, Int)], syncedThrough: Int? = nil) -> String {
+    let products = lines.map { "{\"id\":\"\($0.0)\",\"quantity\":\($0.1)}" }.joined(separator: ",")
+    return "{\"products\":[\(products)]\(syncedThrough.map { ",\"syncedThrough\":\($0)" } ?? "")}\n"
+}

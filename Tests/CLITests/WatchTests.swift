@@ -1,0 +1,211 @@
+import Foundation
+import Testing
+
+/// `basket-sync watch` with real files and real inotify, the binary run as a user runs it.
+@Suite(.serialized) struct WatchTests {
+    /// A sync directory with a running agent; A and B made Mealz-related by a first push.
+    func started(_ playground: Playground, arguments: [String] = [], config: String? = nil) async throws -> AgentProcess {
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        if let config { try playground.write("basket-sync.json", config) }
+        let agent = try AgentProcess(directory: playground.path, arguments: arguments)
+        try await agent.waitUntilWatching()
+        return agent
+    }
+
+    func lastNotification(_ playground: Playground) -> [String: Int]? {
+        playground.records("notifications.jsonl").last.map(products)
+    }
+
+    @Test func atomicRenameInPlaceRewriteAndTruncateThenWriteAreTaken() async throws {
+        let playground = try Playground()
+        let agent = try await started(playground)
+        #expect(try basketSync(["-C", playground.path, "push", "A=+2", "B=+1"]).status == 0)
+        try await eventually("the delta is in the outbox") { playground.records("outbox.jsonl").count == 1 }
+
+        // A careful host: temp file + rename (Foundation's .atomic).
+        try playground.writeAtomically("cart.json", cartJSON([("A", 2), ("B", 1), ("X", 4)], syncedThrough: 1))
+        try await eventually("the renamed cart is notified") { lastNotification(playground) == ["A": 2, "B": 1] }
+
+        // In place: open with O_TRUNC, write, close.
+        try playground.write("cart.json", cartJSON([("A", 1), ("B", 1), ("X", 4)], syncedThrough: 1))
+        try await eventually("the rewritten cart is notified") { lastNotification(playground) == ["A": 1, "B": 1] }
+
+        // Truncate, close, then write again: the empty version is rejected, the full one taken.
+        let handle = try FileHandle(forWritingTo: playground.url("cart.json"))
+        try handle.truncate(atOffset: 0)
+        try handle.close()
+        try playground.write("cart.json", cartJSON([("B", 1), ("X", 4)], syncedThrough: 1))
+        try await eventually("the truncated-then-written cart is notified") { lastNotification(playground) == ["B": 1] }
+        #expect(agent.stop() == 0)
+    }
+
+    @Test func aBurstOfRewritesEndsWithTheLastVersionNotified() async throws {
+        let playground = try Playground()
+        let agent = try await started(playground)
+        _ = try basketSync(["-C", playground.path, "push", "A=+1"])
+        try await eventually("the delta is in the outbox") { playground.records("outbox.jsonl").count == 1 }
+        for quantity in 1...300 {
+            if quantity % 2 == 0 {
+                try playground.writeAtomically("cart.json", cartJSON([("A", quantity), ("X", 1)], syncedThrough: 1))
+            } else {
+                try playground.write("cart.json", cartJSON([("A", quantity), ("X", 1)], syncedThrough: 1))
+            }
+        }
+        try await eventually("the last version is notified") { lastNotification(playground) == ["A": 300] }
+        let seqs = playground.records("notifications.jsonl").map { $0["seq"] as! Int }
+        #expect(seqs == Array(1...seqs.count), "notification seqs are contiguous")
+        #expect(agent.stop() == 0)
+    }
+
+    @Test func aDeletedCartWaitsAndItsReturnIsTaken() async throws {
+        let playground = try Playground()
+        let agent = try await started(playground)
+        _ = try basketSync(["-C", playground.path, "push", "A=+1"])
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1)], syncedThrough: 1))
+        try await eventually("the cart is notified") { lastNotification(playground) == ["A": 1] }
+        let before = playground.records("notifications.jsonl").count
+
+        try FileManager.default.removeItem(at: playground.url("cart.json"))
+        _ = try basketSync(["-C", playground.path, "push", "B=+1"])
+        try await eventually("the next delta is in the outbox") { playground.records("outbox.jsonl").count == 2 }
+        #expect(playground.records("notifications.jsonl").count == before, "a missing cart is not an empty cart")
+
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1), ("B", 1)], syncedThrough: 2))
+        try await eventually("the re-created cart is notified") { lastNotification(playground) == ["A": 1, "B": 1] }
+        #expect(agent.stop() == 0)
+    }
+
+    @Test func theCartsDirectoryDeletedAndRecreatedIsWatchedAgain() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try FileManager.default.createDirectory(at: playground.url("host"), withIntermediateDirectories: true)
+        let agent = try await started(playground, config: "{ \"cart\": \"host/cart.json\" }")
+        _ = try basketSync(["-C", playground.path, "push", "A=+1"])
+        try playground.writeAtomically("host/cart.json", cartJSON([("A", 1)], syncedThrough: 1))
+        try await eventually("the cart is notified") { lastNotification(playground) == ["A": 1] }
+
+        for round in 2...4 {
+            try FileManager.default.removeItem(at: playground.url("host"))
+            try FileManager.default.createDirectory(at: playground.url("host"), withIntermediateDirectories: true)
+            try playground.writeAtomically("host/cart.json", cartJSON([("A", round)], syncedThrough: 1))
+            try await eventually("the cart in the new directory is notified (round \(round))") { lastNotification(playground) == ["A": round] }
+        }
+        // Replaced by a rename of a whole new directory, as a deployment does.
+        try FileManager.default.createDirectory(at: playground.url("host.new"), withIntermediateDirectories: true)
+        try playground.write("host.new/cart.json", cartJSON([("A", 9)], syncedThrough: 1))
+        try FileManager.default.removeItem(at: playground.url("host"))
+        try FileManager.default.moveItem(at: playground.url("host.new"), to: playground.url("host"))
+        try await eventually("the cart of the renamed directory is notified") { lastNotification(playground) == ["A": 9] }
+        #expect(agent.stop() == 0)
+    }
+
+    @Test func aMalformedCartIsRejectedWholeAndTheFixedOneTaken() async throws {
+        let playground = try Playground()
+        let agent = try await started(playground)
+        _ = try basketSync(["-C", playground.path, "push", "A=+1"])
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1)], syncedThrough: 1))
+        try await eventually("the cart is notified") { lastNotification(playground) == ["A": 1] }
+        let before = playground.records("notifications.jsonl").count
+
+        try playground.writeAtomically("cart.json", "{\"products\": [\n  {\"id\": \"A\", \"quantity\": -3}\n], \"syncedThrough\": 1}\n")
+        try await eventually("the error is logged") { agent.log.contains("cart.json:2:27: ") }
+        #expect(agent.log.contains("cart.json:2:27: \"quantity\" is -3; an absolute quantity must be 0 or more"))
+        let status = try basketSync(["-C", playground.path, "status", "--json"])
+        #expect(status.stdout.contains("cart.json:2:27"), "status shows the last error")
+        #expect(playground.records("notifications.jsonl").count == before, "nothing is sent for a bad cart")
+
+        try playground.writeAtomically("cart.json", "{\"products\": [{\"id\": \"A\", \"quantity\": 2}, ], \"syncedThrough\": 1}")
+        try await eventually("the second error is logged") { agent.log.contains("cart.json:1:43: unexpected ']'") }
+
+        try playground.writeAtomically("cart.json", cartJSON([("A", 3)], syncedThrough: 1))
+        try await eventually("the fixed cart is notified") { lastNotification(playground) == ["A": 3] }
+        #expect(agent.stop() == 0)
+    }
+
+    @Test func aChangeToNonMealzLinesOnlyIsNotNotified() async throws {
+        let playground = try Playground()
+        let agent = try await started(playground)
+        _ = try basketSync(["-C", playground.path, "push", "A=+1"])
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1), ("X", 1)], syncedThrough: 1))
+        try await eventually("the cart is notified") { lastNotification(playground) == ["A": 1] }
+        let before = playground.records("notifications.jsonl").count
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1), ("X", 5), ("Y", 2)], syncedThrough: 1))
+        // A marker change after it: once the marker is notified, the X/Y change was seen and skipped.
+        try playground.writeAtomically("cart.json", cartJSON([("A", 2), ("X", 5), ("Y", 2)], syncedThrough: 1))
+        try await eventually("the marker is notified") { lastNotification(playground) == ["A": 2] }
+        #expect(playground.records("notifications.jsonl").count == before + 1)
+        #expect(agent.stop() == 0)
+    }
+
+    @Test func aDuplicatedInboxIdIsProcessedOnceAndAMalformedEventIsSetAside() async throws {
+        let playground = try Playground()
+        let agent = try await started(playground)
+        #expect(try basketSync(["-C", playground.path, "push", "--id", "evt-1", "A=+1"]).status == 0)
+        try playground.write("inbox/tmp/bad-1", "{\"id\": \"evt-2\", \"type\": \"basketDelta\", \"products\": [{\"id\": \"A\", \"quantity\": 1.5}]}")
+        try FileManager.default.moveItem(at: playground.url("inbox/tmp/bad-1"), to: playground.url("inbox/new/bad-1"))
+        #expect(try basketSync(["-C", playground.path, "push", "--id", "evt-1", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "push", "--id", "evt-3", "B=+1"]).status == 0)
+        try await eventually("every event is taken") { playground.names("inbox/new").isEmpty && playground.names("inbox/cur").count == 3 }
+        try await eventually("evt-3 is in the outbox") { playground.records("outbox.jsonl").count == 2 }
+        let outbox = playground.records("outbox.jsonl")
+        #expect(outbox.map { $0["source"] as? String } == ["evt-1", "evt-3"])
+        #expect(playground.names("inbox/bad") == ["bad-1", "bad-1.error"])
+        #expect(playground.read("inbox/bad/bad-1.error").contains("bad-1:1:77: \"quantity\" 1.5 must be a whole number"))
+        #expect(agent.stop() == 0)
+    }
+
+    @Test func pushAndSyncBesideARunningWatchLoseAndDoubleNothing() async throws {
+        let playground = try Playground()
+        let agent = try await started(playground)
+        for index in 0..<40 {
+            #expect(try basketSync(["-C", playground.path, "push", "--id", "e\(index)", "S\(index % 5)=+1"]).status == 0)
+            if index % 4 == 0 {
+                try playground.writeAtomically("cart.json", cartJSON([("S0", index)], syncedThrough: 0))
+                let sync = try basketSync(["-C", playground.path, "sync"])
+                #expect(sync.status == 0, "sync: \(sync.stderr)")
+            }
+        }
+        try await eventually("every event is taken") { playground.names("inbox/cur").count == 40 }
+        _ = try basketSync(["-C", playground.path, "sync"])
+        let outbox = playground.records("outbox.jsonl")
+        #expect(outbox.map { $0["seq"] as! Int } == Array(1...40))
+        #expect(Set(outbox.map { $0["source"] as! String }) == Set((0..<40).map { "e\($0)" }))
+        let seqs = playground.records("notifications.jsonl").map { $0["seq"] as! Int }
+        #expect(seqs == Array(1...seqs.count))
+        #expect(agent.stop() == 0)
+    }
+
+    @Test func aSecondAgentIsBusyAndNamesTheFirst() async throws {
+        let playground = try Playground()
+        let agent = try await started(playground)
+        let second = try basketSync(["-C", playground.path, "watch"])
+        #expect(second.status == 75)
+        #expect(second.stderr.contains("pid \(agent.process.processIdentifier)"))
+        #expect(agent.stop(SIGINT) == 0)
+    }
+
+    @Test func withoutASynchronizerDeltasAreIgnoredAndCounted() async throws {
+        let playground = try Playground()
+        let agent = try await started(playground, arguments: ["--no-synchronizer"])
+        _ = try basketSync(["-C", playground.path, "push", "A=+1"])
+        try await eventually("the event is taken") { playground.names("inbox/cur").count == 1 }
+        #expect(playground.records("outbox.jsonl").isEmpty)
+        let status = try basketSync(["-C", playground.path, "status", "--json"])
+        let json = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as! [String: Any]
+        #expect((json["counters"] as! [String: Any])["ignored"] as? Int == 1)
+        #expect(agent.log.contains("no synchronizer registered: ignored deltas"))
+        #expect(agent.stop() == 0)
+    }
+
+    @Test func aPendingWindowExpiresWithoutAnyOtherEvent() async throws {
+        let playground = try Playground()
+        let agent = try await started(playground, config: "{ \"pendingTimeoutSeconds\": 0.3 }")
+        _ = try basketSync(["-C", playground.path, "push", "A=+1"])
+        try await eventually("the window's timer rolls the batch back") { agent.log.contains("batch #1 rolled back") }
+        let status = try basketSync(["-C", playground.path, "status", "--json"])
+        let json = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as! [String: Any]
+        #expect((json["counters"] as! [String: Any])["rolledBack"] as? Int == 1)
+        #expect((json["pending"] as! [Any]).isEmpty)
+        #expect(agent.stop() == 0)
+    }
+}
