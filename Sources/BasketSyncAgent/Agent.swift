@@ -16,11 +16,15 @@ public final class Agent {
     /// After a temporary failure (disk full, database busy), when to try again.
     private var retryAt: Date?
     private var retryDelay: Double = 0.5
+    /// `--log-format`, which wins over the configuration's `logFormat`.
+    private let logFormat: LogFormat?
 
     /// Opens the sync directory for watching; `registered: false` is `--no-synchronizer`.
-    public init(directory: String, registered: Bool, logger: Logger) throws(AgentError) {
+    public init(directory: String, registered: Bool, logFormat: LogFormat?, logger: Logger) throws(AgentError) {
         self.logger = logger
+        self.logFormat = logFormat
         engine = try SyncEngine(directory: directory, registered: registered, logger: logger)
+        logger.format = logFormat ?? engine.configuration.logFormat
     }
 
     /// Takes the directory's agent lock; a second agent fails as busy and names the first one's pid.
@@ -102,6 +106,7 @@ public final class Agent {
                     if signal == UInt8(SIGHUP) {
                         do {
                             try engine.reloadConfiguration()
+                            logger.format = logFormat ?? engine.configuration.logFormat
                             logger.log(.info, "reloaded \(AgentConfiguration.fileName)")
                         } catch {
                             engine.reportError(error)

@@ -32,7 +32,6 @@ public final class SyncEngine {
     /// Reads `basket-sync.json` again (SIGHUP); on error keeps the settings in force.
     public func reloadConfiguration() throws(AgentError) {
         configuration = try AgentConfiguration.load(directory: directory)
-        logger.format = configuration.logFormat
     }
 
     /// The cart's path.

@@ -14,9 +14,9 @@ func resolveDirectory(_ option: String?) -> String {
     var path = option ?? getenv("BASKET_SYNC_DIR").map { String(cString: $0) } ?? "."
     if path.isEmpty { path = "." }
     if !path.hasPrefix("/") {
-        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX))
-        if getcwd(&buffer, buffer.count) != nil {
-            let cwd = String(cString: buffer)
+        if let pointer = getcwd(nil, 0) {
+            let cwd = String(cString: pointer)
+            free(pointer)
             path = path == "." ? cwd : "\(cwd)/\(path)"
         }
     }
@@ -36,9 +36,7 @@ func run() throws(AgentError) -> Int32 {
         let created = try Commands.initialize(directory: directory)
         emit(created.isEmpty ? "\(directory) is already a sync directory; nothing to create" : created.map { "created \($0)" }.joined(separator: "\n"))
     case let .watch(noSynchronizer, logFormat):
-        let configuration = try AgentConfiguration.load(directory: directory)
-        let logger = Logger(format: logFormat ?? configuration.logFormat)
-        let agent = try Agent(directory: directory, registered: !noSynchronizer, logger: logger)
+        let agent = try Agent(directory: directory, registered: !noSynchronizer, logFormat: logFormat, logger: Logger())
         try agent.run()
     case let .sync(noSynchronizer, json):
         let configuration = try AgentConfiguration.load(directory: directory)

@@ -9,7 +9,7 @@ final class Playground {
         let template = FileManager.default.temporaryDirectory.appendingPathComponent("basket-sync-test-XXXXXX").path
         var bytes = Array(template.utf8CString)
         guard mkdtemp(&bytes) != nil else { throw CocoaError(.fileWriteUnknown) }
-        root = URL(fileURLWithPath: String(cString: bytes))
+        root = URL(fileURLWithPath: String(decoding: bytes.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self))
     }
 
     deinit { try? FileManager.default.removeItem(at: root) }
@@ -86,7 +86,7 @@ final class AgentProcess {
 
     init(directory: String, arguments: [String] = []) throws {
         logURL = URL(fileURLWithPath: directory).appendingPathComponent("../agent-\(UUID().uuidString).log").standardized
-        FileManager.default.createFile(atPath: logURL.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
         process.executableURL = binary
         process.arguments = ["-C", directory, "watch"] + arguments
         process.standardOutput = FileHandle.nullDevice

@@ -1,0 +1,99 @@
+@testable import BasketSyncAgent
+import BasketSync
+import Foundation
+import Testing
+
+/// The engine, the store and the projections in-process, on real files and a real SQLite database.
+@Suite struct EngineTests {
+    final class Directory {
+        let path: String
+        init() throws {
+            var template = Array((FileManager.default.temporaryDirectory.path + "/basket-sync-engine-XXXXXX").utf8CString)
+            guard mkdtemp(&template) != nil else { throw CocoaError(.fileWriteUnknown) }
+            path = String(decoding: template.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            _ = try Commands.initialize(directory: path)
+        }
+        deinit { try? FileManager.default.removeItem(atPath: path) }
+
+        func write(_ name: String, _ text: String) throws { try Data(text.utf8).write(to: URL(fileURLWithPath: "\(path)/\(name)")) }
+        func read(_ name: String) -> String { (try? String(contentsOfFile: "\(path)/\(name)", encoding: .utf8)) ?? "" }
+        func lines(_ name: String) -> [String] { read(name).split(separator: "\n").map(String.init) }
+    }
+
+    let quiet = Logger(fd: open("/dev/null", O_WRONLY))
+
+    func engine(_ directory: Directory, registered: Bool = true) throws -> SyncEngine {
+        try SyncEngine(directory: directory.path, registered: registered, logger: quiet)
+    }
+
+    @Test func aTornTailIsCutAndEveryMissingRecordWrittenAgainFromTheDatabase() throws {
+        let directory = try Directory()
+        let first = try engine(directory)
+        for index in 1...3 { _ = try Commands.push(directory: directory.path, kind: .delta, products: [RetailerProduct(id: "A", quantity: index)], id: "e\(index)") }
+        #expect(try first.takeInbox().taken == 3)
+        let complete = directory.lines("outbox.jsonl")
+        #expect(complete.count == 3)
+
+        // A crash mid-append leaves a torn line; a power loss may also lose an un-fsynced tail.
+        try directory.write("outbox.jsonl", complete[0] + "\n" + complete[1].prefix(20))
+        let restarted = try engine(directory)
+        try restarted.publishAll()
+        #expect(directory.lines("outbox.jsonl") == complete)
+        #expect(directory.read("outbox.jsonl").hasSuffix("}\n"))
+    }
+
+    @Test func twoProcessesShareOneDatabaseWithoutLosingOrRepeatingASeq() throws {
+        let directory = try Directory()
+        let agent = try engine(directory)
+        let oneShot = try engine(directory)
+        for index in 0..<10 {
+            _ = try Commands.push(directory: directory.path, kind: .delta, products: [RetailerProduct(id: "A", quantity: 1)], id: "e\(index)")
+            _ = try (index % 2 == 0 ? agent : oneShot).takeInbox()
+        }
+        let seqs = directory.lines("outbox.jsonl").map { line in
+            Int(line.dropFirst("{\"seq\":".count).prefix { $0.isNumber })!
+        }
+        #expect(seqs == Array(1...10))
+        #expect(try agent.currentState().lastOutboxSeq == 10, "the agent sees the other process's commits")
+    }
+
+    @Test func aMissingCartWaitsAnUnchangedOneIsSkippedAndALinkIsFollowedOnlyWhenAsked() throws {
+        let directory = try Directory()
+        let sync = try engine(directory)
+        #expect(try sync.takeCart() == .missing)
+        try directory.write("cart.json", "[{\"id\":\"A\",\"quantity\":1}]")
+        #expect(try sync.takeCart() == .taken)
+        #expect(try sync.takeCart() == .unchanged)
+
+        try directory.write("real.json", "[{\"id\":\"A\",\"quantity\":2}]")
+        try FileManager.default.removeItem(atPath: "\(directory.path)/cart.json")
+        try FileManager.default.createSymbolicLink(atPath: "\(directory.path)/cart.json", withDestinationPath: "real.json")
+        guard case let .rejected(error) = try sync.takeCart() else {
+            Issue.record("a symbolic link was followed without followSymlinks")
+            return
+        }
+        #expect(error.description.contains("followSymlinks"))
+        try directory.write("basket-sync.json", "{\"followSymlinks\": true}")
+        try sync.reloadConfiguration()
+        #expect(try sync.takeCart() == .taken)
+    }
+
+    @Test func theStateDirectoryIsPrivate() throws {
+        let directory = try Directory()
+        let attributes = try FileManager.default.attributesOfItem(atPath: "\(directory.path)/.basket-sync")
+        #expect((attributes[.posixPermissions] as? Int) == 0o700)
+    }
+
+    @Test func aHugeCartIsRejectedByTheSizeLimit() throws {
+        let directory = try Directory()
+        try directory.write("basket-sync.json", "{\"limits\": {\"maxFileBytes\": 64}}")
+        let sync = try engine(directory)
+        try directory.write("cart.json", "[" + Array(repeating: "{\"id\":\"A\",\"quantity\":1}", count: 10).joined(separator: ",") + "]")
+        guard case let .rejected(error) = try sync.takeCart() else {
+            Issue.record("a cart over the limit was taken")
+            return
+        }
+        #expect(error.exitCode == 65)
+        #expect(error.description.hasSuffix("cart.json: 241 bytes is over the limit of 64; raise limits.maxFileBytes in basket-sync.json if this is intended"))
+    }
+}

@@ -1,0 +1,177 @@
+@testable import BasketSyncAgent
+import BasketSync
+import Testing
+
+/// The JSON parser and the cart, event and configuration decoders: every bad input gets a
+/// position and a reason, never a crash.
+@Suite struct ParserTests {
+    func problem(_ text: String, allowComments: Bool = false) -> String? {
+        let bytes = Array(text.utf8)
+        do {
+            _ = try JSONParser.parse(bytes, allowComments: allowComments)
+            return nil
+        } catch {
+            let (line, column) = lineAndColumn(of: error.offset, in: bytes)
+            return "\(line):\(column): \(error.reason)"
+        }
+    }
+
+    @Test(arguments: [
+        ("", "1:1: the file is empty; it must hold one JSON value"),
+        ("{", "1:2: unexpected end of file; expected a key in double quotes"),
+        ("{\"a\":1", "1:7: the file ends inside an object; expected '}'"),
+        ("[1,]", "1:4: unexpected ']'; expected a JSON value"),
+        ("{\"a\":1,\"a\":2}", "1:8: duplicate key \"a\"; keep one"),
+        ("{\"a\" 1}", "1:6: unexpected '1'; expected ':' after the key"),
+        ("[01]", "1:2: a number cannot start with 0"),
+        ("[1.]", "1:4: a number needs digits after '.'"),
+        ("[\"a\tb\"]", "1:4: a control character (0x9) inside a string; write it escaped"),
+        ("[\"\\ud800\"]", "1:3: a lone UTF-16 surrogate \\uD800"),
+        ("[\"\\x\"]", "1:3: unknown escape \\x in a string"),
+        ("[\"abc", "1:2: this string is never closed"),
+        ("{}\n{}", "2:1: unexpected '{' after the JSON value"),
+        ("[tru]", "1:2: unexpected 't'; expected a JSON value"),
+        ("\n\n  [\"é\", x]", "3:9: unexpected 'x'; expected a JSON value"),
+    ])
+    func malformedJSONIsPlacedAndExplained(input: String, expected: String) {
+        #expect(problem(input) == expected)
+    }
+
+    @Test func invalidUTF8IsPlaced() {
+        let bytes: [UInt8] = Array("[\"ab".utf8) + [0xFF] + Array("\"]".utf8)
+        #expect(throws: JSONProblem(offset: 4, reason: "invalid UTF-8; the file must be UTF-8")) { try JSONParser.parse(bytes) }
+    }
+
+    @Test func deepNestingIsRefusedWithoutExhaustingTheStack() {
+        let deep = String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000)
+        #expect(problem(deep) == "1:65: nesting deeper than 64 levels")
+    }
+
+    @Test func aByteOrderMarkIsSkippedAndCommentsAreForTheConfigurationOnly() throws {
+        #expect(throws: Never.self) { try JSONParser.parse([0xEF, 0xBB, 0xBF] + Array("[1]".utf8)) }
+        #expect(problem("// note\n[1]") == "1:1: unexpected '/'; expected a JSON value")
+        #expect(problem("// note\n[1] // end", allowComments: true) == nil)
+    }
+
+    @Test func escapesDecodeExactly() throws {
+        let node = try JSONParser.parse(Array(#"["a\"b\\c\/\n\u00e9\ud83d\ude00"]"#.utf8))
+        guard case let .array(items) = node.value, case let .string(text) = items[0].value else {
+            Issue.record("not a string array")
+            return
+        }
+        #expect(text == "a\"b\\c/\né😀")
+    }
+
+    func decodeCart(_ text: String, keys: CartKeys = CartKeys(), limits: InputLimits = InputLimits()) -> (HostCart?, [String]) {
+        let bytes = Array(text.utf8)
+        guard let root = try? JSONParser.parse(bytes) else { return (nil, ["does not parse"]) }
+        var decoder = Decoder(keys: keys, limits: limits)
+        let cart = decoder.cart(root)
+        return (cart, decoder.problems.map { problem in
+            let (line, column) = lineAndColumn(of: problem.offset, in: bytes)
+            return "\(line):\(column): \(problem.reason)"
+        })
+    }
+
+    @Test func cartsInBothShapesAndWithRenamedKeys() {
+        #expect(decodeCart(#"{"products":[{"id":"a","quantity":2,"price":"1.20"}],"syncedThrough":17}"#).0
+            == HostCart(products: [RetailerProduct(id: "a", quantity: 2)], syncedThrough: 17))
+        #expect(decodeCart(#"[{"id":"a","quantity":0}]"#).0 == HostCart(products: [RetailerProduct(id: "a", quantity: 0)], syncedThrough: nil))
+        var keys = CartKeys()
+        keys.products = "lines"
+        keys.id = "sku"
+        keys.quantity = "qty"
+        #expect(decodeCart(#"{"lines":[{"sku":"a","qty":3}]}"#, keys: keys).0 == HostCart(products: [RetailerProduct(id: "a", quantity: 3)], syncedThrough: nil))
+    }
+
+    @Test func everyProblemOfACartIsReported() {
+        let text = """
+            {"products": [
+              {"id": "", "quantity": 1},
+              {"id": "b", "quantity": 1e3},
+              {"id": "c", "quantity": 99999999999999999999},
+              {"id": "d\\u0007", "quantity": 1},
+              {"quantity": 2},
+              {"id": 7, "quantity": "2"},
+              3
+            ], "syncedThrough": -1}
+            """
+        let (cart, problems) = decodeCart(text)
+        #expect(cart == nil)
+        #expect(problems == [
+            "2:10: \"id\" is empty; give a non-empty id",
+            "3:27: \"quantity\" 1e3 must be a whole number",
+            "4:27: \"quantity\" 99999999999999999999 is out of range; the limit is 1000000",
+            "5:10: \"id\" contains a control character; ids are printable text",
+            "6:3: this line has no \"id\"; add one",
+            "7:10: \"id\" must be a string, not a number",
+            "7:25: \"quantity\" must be a whole number, not a string",
+            "8:3: a line must be an object like {\"id\": \"sku-1\", \"quantity\": 2}, not a number",
+            "9:21: \"syncedThrough\" must be the highest outbox seq processed, a whole number 0 or more",
+        ])
+    }
+
+    @Test func limitsApplyToQuantitiesAndIds() {
+        var limits = InputLimits()
+        limits.maxQuantity = 10
+        limits.maxIdBytes = 4
+        let (_, problems) = decodeCart(#"[{"id":"abcde","quantity":11}]"#, limits: limits)
+        #expect(problems == [
+            "1:8: \"id\" is 5 bytes long, over the limit of 4",
+            "1:27: \"quantity\" 11 is out of range; the limit is 10",
+        ])
+    }
+
+    func decodeEvent(_ text: String) -> (InboxEvent?, [String]) {
+        let bytes = Array(text.utf8)
+        guard let root = try? JSONParser.parse(bytes) else { return (nil, ["does not parse"]) }
+        var decoder = Decoder()
+        let event = decoder.event(root)
+        return (event, decoder.problems.map { "\(lineAndColumn(of: $0.offset, in: bytes).column): \($0.reason)" })
+    }
+
+    @Test func inboxEventsOfEachType() {
+        #expect(decodeEvent(#"{"id":"e1","type":"basketDelta","products":[{"id":"a","quantity":-2}]}"#).0
+            == InboxEvent(id: "e1", event: .basketDelta([RetailerProduct(id: "a", quantity: -2)])))
+        #expect(decodeEvent(#"{"id":"e2","type":"basketState","products":[]}"#).0 == InboxEvent(id: "e2", event: .basketState([])))
+        #expect(decodeEvent(#"{"id":"e3","type":"basketTransfer","transferId":"t","products":[{"id":"a","quantity":1}]}"#).0
+            == InboxEvent(id: "e3", event: .basketTransfer([RetailerProduct(id: "a", quantity: 1)], transferId: "t")))
+        #expect(decodeEvent(#"{"id":"e4","type":"redirectToCart"}"#).0 == InboxEvent(id: "e4", event: .redirectToCart))
+        #expect(decodeEvent(#"{"id":"e5","type":"basketState","products":[{"id":"a","quantity":-1}]}"#).1
+            == ["66: \"quantity\" is -1; an absolute quantity must be 0 or more"])
+        #expect(decodeEvent(#"{"id":"e6","type":"explode"}"#).1
+            == ["19: unknown type \"explode\"; use basketDelta, basketState, basketTransfer or redirectToCart"])
+        #expect(decodeEvent(#"{"type":"redirectToCart"}"#).1 == ["1: the event has no \"id\"; add one"])
+    }
+
+    @Test func theDefaultConfigurationFileParsesToTheDefaults() throws {
+        let parsed = try AgentConfiguration.parse(Array(AgentConfiguration.defaultFileText.utf8), path: "basket-sync.json")
+        #expect(parsed == AgentConfiguration())
+    }
+
+    @Test(arguments: [
+        ("{\"pendingTimeoutSeconds\": 0}", "basket-sync.json:1:27: \"pendingTimeoutSeconds\" must be a number of seconds above 0, such as 10"),
+        ("{\"cart\": \"../elsewhere.json\"}", "basket-sync.json:1:10: \"cart\" must be a file path inside the sync directory, such as \"cart.json\""),
+        ("{\"colour\": true}", "basket-sync.json:1:12: unknown setting \"colour\"; see the comments that basket-sync init writes"),
+        ("{\n  \"logFormat\": \"xml\"\n}", "basket-sync.json:2:16: \"logFormat\" must be \"human\" or \"json\""),
+        ("{\"limits\": {\"maxQuantity\": -5}}", "basket-sync.json:1:28: \"limits.maxQuantity\" must be a whole number above 0"),
+    ])
+    func aBadConfigurationNamesTheSetting(text: String, expected: String) {
+        #expect(throws: AgentError.self) { try AgentConfiguration.parse(Array(text.utf8), path: "basket-sync.json") }
+        do {
+            _ = try AgentConfiguration.parse(Array(text.utf8), path: "basket-sync.json")
+        } catch {
+            #expect(error.description == expected)
+            #expect(error.exitCode == 78)
+        }
+    }
+
+    @Test func recordsAreOneLineWhateverTheIdsHold() {
+        let record = OutboxRecord(
+            seq: 3, id: "s-3", type: .updateBasket, at: Date(timeIntervalSince1970: 1_796_032_200.5), source: "e\"1\n",
+            products: [RetailerProduct(id: "a\u{2028}\u{7}\\", quantity: -1)])
+        let line = String(decoding: RecordFormat.line(record), as: UTF8.self)
+        #expect(line == #"{"seq":3,"id":"s-3","type":"updateBasket","at":"2026-11-30T09:50:00.500Z","source":"e\"1\n","products":[{"id":"a\#u{2028}\u0007\\","quantity":-1}]}"# + "\n")
+        #expect(line.filter { $0 == "\n" }.count == 1)
+    }
+}

@@ -1,0 +1,110 @@
+import Foundation
+import Testing
+
+/// The one-shot commands as a user runs them: stdout, stderr and the exit code.
+@Suite struct CommandTests {
+    @Test func versionAndHelp() throws {
+        let version = try basketSync(["--version"])
+        #expect(version.status == 0)
+        #expect(version.stdout.hasPrefix("basket-sync 0."))
+        for command in ["init", "watch", "sync", "push", "status"] {
+            let help = try basketSync([command, "--help"])
+            #expect(help.status == 0)
+            #expect(help.stdout.contains("usage: basket-sync [-C DIR] \(command)"))
+            #expect(help.stdout.contains("example:"))
+        }
+        #expect(try basketSync(["--help"]).stdout.contains("commands:"))
+    }
+
+    @Test(arguments: [
+        (["frobnicate"], "unknown command frobnicate"),
+        (["push"], "push needs products"),
+        (["push", "sku-1"], "sku-1 is not a product; write SKU=QUANTITY"),
+        (["push", "--state", "a=-1"], "a=-1: an absolute quantity must be 0 or more"),
+        (["push", "--redirect", "--state"], "push takes one of --state, --transfer ID and --redirect"),
+        (["status", "--colour"], "status: unexpected --colour"),
+        (["-C"], "-C needs a directory"),
+        (["watch", "--log-format", "xml"], "--log-format is human or json, not xml"),
+    ])
+    func usageErrorsExit64(arguments: [String], message: String) throws {
+        let run = try basketSync(arguments)
+        #expect(run.status == 64)
+        #expect(run.stderr.contains(message), "stderr: \(run.stderr)")
+    }
+
+    @Test func commandsOutsideASyncDirectorySayWhatToDo() throws {
+        let playground = try Playground()
+        for arguments in [["status"], ["sync"], ["push", "a=+1"]] {
+            let run = try basketSync(["-C", playground.path] + arguments)
+            #expect(run.status == 66, "\(arguments): \(run.stderr)")
+            #expect(run.stderr.contains("run basket-sync init there first"))
+        }
+    }
+
+    @Test func initIsIdempotentAndTheDirectoryComesFromTheEnvironmentOrTheCurrentDirectory() throws {
+        let playground = try Playground()
+        let first = try basketSync(["init"], environment: ["BASKET_SYNC_DIR": playground.path + "/sync"])
+        #expect(first.status == 0)
+        #expect(first.stdout.contains("created \(playground.path)/sync/basket-sync.json"))
+        let second = try basketSync(["init"], in: playground.path + "/sync")
+        #expect(second.status == 0)
+        #expect(second.stdout.contains("already a sync directory"))
+        #expect(playground.read("sync/basket-sync.json").contains("\"pendingTimeoutSeconds\": 10"))
+    }
+
+    @Test func syncIsOnePassAndExits65OnABadCart() throws {
+        let playground = try Playground()
+        _ = try basketSync(["-C", playground.path, "init"])
+        _ = try basketSync(["-C", playground.path, "push", "--id", "e1", "A=+2"])
+        try playground.write("cart.json", "{\"products\": [{\"id\": \"X\", \"quantity\": 1}], \"syncedThrough\": 0}")
+        let first = try basketSync(["-C", playground.path, "sync", "--json"])
+        #expect(first.status == 0)
+        #expect(first.stdout == "{\"cart\":\"taken\",\"inbox\":{\"taken\":1,\"duplicates\":0,\"bad\":0}}\n")
+        #expect(playground.records("outbox.jsonl").count == 1)
+        #expect(playground.records("notifications.jsonl").count == 1)
+        // The host applies #1: the next pass settles it and notifies A.
+        try playground.write("cart.json", "{\"products\": [{\"id\": \"X\", \"quantity\": 1}, {\"id\": \"A\", \"quantity\": 2}], \"syncedThrough\": 1}")
+        let second = try basketSync(["-C", playground.path, "sync"])
+        #expect(second.stdout == "cart taken; inbox: 0 taken, 0 duplicates, 0 bad\n")
+        #expect(playground.records("notifications.jsonl").last.map(products) == ["A": 2])
+        try playground.write("cart.json", "{\"products\": [{\"id\": \"A\", \"quantity\": 2}], \"syncedThrough\": 1, }")
+        let bad = try basketSync(["-C", playground.path, "sync"])
+        #expect(bad.status == 65)
+        #expect(bad.stderr.contains("cart.json:1:64: unexpected '}'; expected a key in double quotes"))
+        #expect(playground.records("notifications.jsonl").count == 2, "nothing is sent for a bad cart")
+    }
+
+    @Test func statusShowsTheLinesThePendingBatchesAndTheCounters() throws {
+        let playground = try Playground()
+        _ = try basketSync(["-C", playground.path, "init"])
+        try playground.write("cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        _ = try basketSync(["-C", playground.path, "sync"])
+        _ = try basketSync(["-C", playground.path, "push", "A=+2"])
+        _ = try basketSync(["-C", playground.path, "sync"])
+        let human = try basketSync(["-C", playground.path, "status"])
+        #expect(human.stdout.contains("A: Mealz 2 (confirmed 0, pending +2), host cart 0"))
+        #expect(human.stdout.contains("#1 {A +2}"))
+        #expect(human.stdout.contains("waits for syncedThrough ≥ 1"))
+        let json = try JSONSerialization.jsonObject(with: Data(try basketSync(["-C", playground.path, "status", "--json"]).stdout.utf8)) as! [String: Any]
+        #expect((json["pending"] as! [[String: Any]]).map { $0["seq"] as! Int } == [1])
+        #expect((json["records"] as! [String: Int])["outbox"] == 1)
+        #expect(json["syncedThrough"] as? Int == 0)
+    }
+
+    @Test func sighupReloadsTheConfigurationAndJsonLogsAreOneObjectPerLine() async throws {
+        let playground = try Playground()
+        _ = try basketSync(["-C", playground.path, "init"])
+        let agent = try AgentProcess(directory: playground.path, arguments: ["--log-format", "json"])
+        try await agent.waitUntilWatching()
+        try playground.write("basket-sync.json", "{\"pendingTimeoutSeconds\": 0.2}")
+        kill(agent.process.processIdentifier, SIGHUP)
+        try await eventually("the configuration is reloaded") { agent.log.contains("reloaded basket-sync.json") }
+        _ = try basketSync(["-C", playground.path, "push", "A=+1"])
+        try await eventually("the new window applies") { agent.log.contains("batch #1 rolled back") }
+        #expect(agent.stop() == 0)
+        for line in agent.log.split(separator: "\n") {
+            let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            #expect(object?["level"] != nil && object?["message"] != nil, "not a JSON log line: \(line)")
+        }
+    }
+}
