@@ -91,6 +91,7 @@ public final class Agent {
             try engine.takeInbox()
             try engine.expireWindows()
         }
+        attempt { () throws(AgentError) in try engine.refreshDeadline() }
 
         var fds = [pollfd(fd: watcher.pipeRead, events: Int16(POLLIN), revents: 0),
                    pollfd(fd: signals, events: Int16(POLLIN), revents: 0)]
@@ -128,7 +129,10 @@ public final class Agent {
                 let everything = changes.contains(.overflow)
                 if everything { logger.log(.warning, "the inotify queue overflowed: reading everything again") }
                 attempt { () throws(AgentError) in
-                    if everything || changes.contains(.commit) { try engine.publishAll() }
+                    if everything || changes.contains(.commit) {
+                        try engine.publishAll()
+                        try engine.refreshDeadline()
+                    }
                     if everything || changes.contains(.cart) { try engine.takeCart() }
                     if everything || changes.contains(.inbox) { try engine.takeInbox() }
                 }
@@ -141,8 +145,8 @@ public final class Agent {
                     try engine.takeInbox()
                 }
             }
-            attempt { () throws(AgentError) in
-                if let deadline = try engine.nextDeadline(), deadline <= Date() { try engine.expireWindows() }
+            if let deadline = engine.nextDeadline, deadline <= Date() {
+                attempt { () throws(AgentError) in try engine.expireWindows() }
             }
         }
     }
@@ -162,7 +166,7 @@ public final class Agent {
     /// Milliseconds until the next pending window or retry; -1 (sleep until an event) when none.
     private func pollTimeout() -> Int32 {
         var due = retryAt
-        if let deadline = try? engine.nextDeadline() { due = min(due ?? deadline, deadline) }
+        if let deadline = engine.nextDeadline { due = min(due ?? deadline, deadline) }
         guard let due else { return -1 }
         let milliseconds = (due.timeIntervalSinceNow * 1000).rounded(.up)
         return Int32(max(0, min(milliseconds, Double(Int32.max))))

@@ -16,6 +16,9 @@ public final class SyncEngine {
     private var files: [Projection: JSONLinesFile] = [:]
     /// The bytes of the last cart version read (taken or rejected), to skip an unchanged one.
     private var lastCartBytes: [UInt8]?
+    /// The next pending-window deadline as of this process's last step; another process's
+    /// commit makes it stale until ``refreshDeadline()``.
+    public private(set) var nextDeadline: Date?
 
     /// Opens the sync directory's database (creating it when `create`) and reads the configuration.
     public init(directory: String, registered: Bool, logger: Logger, create: Bool = false) throws(AgentError) {
@@ -58,6 +61,7 @@ public final class SyncEngine {
             let touched = try store.insertRecords(effects)
             for (level, message) in reports(effects) { try store.report(level: level.rawValue, message: message, at: now) }
             if machine.state != before { try store.saveState(machine.state) }
+            nextDeadline = machine.nextDeadline
             return (effects, touched)
         }
         for (level, message) in reports(effects) { logger.log(level, message) }
@@ -283,9 +287,9 @@ public final class SyncEngine {
         try step { (machine, now) throws(AgentError) in machine.expireWindows(at: now) }
     }
 
-    /// When the next pending window closes, from the state as committed by any process.
-    public func nextDeadline() throws(AgentError) -> Date? {
-        try store.withTransaction { () throws(AgentError) in
+    /// Reads the next pending-window deadline again, as committed by any process.
+    public func refreshDeadline() throws(AgentError) {
+        nextDeadline = try store.withTransaction { () throws(AgentError) in
             SyncStateMachine(state: try store.loadState()).nextDeadline
         }
     }
