@@ -87,8 +87,8 @@ public final class Agent {
         // Everything written before the watches were in place: recover the files, take what waits.
         attempt { () throws(AgentError) in
             try engine.publishAll()
-            try engine.takeCart()
             try engine.takeInbox()
+            try engine.takeCart()
             try engine.expireWindows()
         }
         attempt { () throws(AgentError) in try engine.refreshDeadline() }
@@ -121,7 +121,7 @@ public final class Agent {
             if fds[0].revents != 0 {
                 let changes = Set(drain(watcher.pipeRead).compactMap(Watcher.Change.init(rawValue:)))
                 if changes.contains(.directoryGone) {
-                    throw .missingInput("\(engine.directory): the sync directory was removed or moved away, and its state with it; restore it and start the agent again")
+                    throw .missingInput("\(engine.directory): the sync directory or its .basket-sync/ was removed or moved away, and the state with it; restore it and start the agent again")
                 }
                 if changes.contains(.failed) {
                     throw .busy("\(engine.directory): the inotify watcher stopped; start the agent again")
@@ -133,16 +133,17 @@ public final class Agent {
                         try engine.publishAll()
                         try engine.refreshDeadline()
                     }
-                    if everything || changes.contains(.cart) { try engine.takeCart() }
+                    // The inbox first: a cart may acknowledge the records its events make.
                     if everything || changes.contains(.inbox) { try engine.takeInbox() }
+                    if everything || changes.contains(.cart) { try engine.takeCart() }
                 }
             }
             if let due = retryAt, due <= Date() {
                 retryAt = nil
                 attempt { () throws(AgentError) in
                     try engine.publishAll()
-                    try engine.takeCart()
                     try engine.takeInbox()
+                    try engine.takeCart()
                 }
             }
             if let deadline = engine.nextDeadline, deadline <= Date() {

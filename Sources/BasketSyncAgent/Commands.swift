@@ -101,13 +101,14 @@ public enum Commands {
         public var inbox: SyncEngine.InboxSummary
     }
 
-    /// `sync`: one pass for cron — recover the files, take the cart, the inbox and the expired
-    /// windows, write the outputs, and wake a running agent.
+    /// `sync`: one pass for cron — recover the files, take the inbox, the cart (after the inbox: it
+    /// may acknowledge the records the events make) and the expired windows, write the outputs,
+    /// and wake a running agent.
     public static func syncOnce(directory: String, registered: Bool, logger: Logger) throws(AgentError) -> SyncSummary {
         let engine = try SyncEngine(directory: directory, registered: registered, logger: logger)
         try engine.publishAll()
-        let cart = try engine.takeCart()
         let inbox = try engine.takeInbox()
+        let cart = try engine.takeCart()
         try engine.expireWindows()
         engine.signalCommit()
         return SyncSummary(cart: cart, inbox: inbox)

@@ -21,7 +21,7 @@ final class Watcher: @unchecked Sendable {
         case commit = 3
         /// The kernel queue overflowed: everything must be read again.
         case overflow = 4
-        /// The sync directory itself was removed or moved away.
+        /// The sync directory itself, or its `.basket-sync/`, was removed or moved away.
         case directoryGone = 5
         /// The watcher cannot go on (its message is in the log).
         case failed = 6
@@ -178,6 +178,12 @@ final class Watcher: @unchecked Sendable {
                 // The watch follows a moved directory: drop it, and wait for the path to come back.
                 if mask & Int32(IN_MOVE_SELF) != 0 { inotifytools_remove_watch_by_wd(event.wd) }
                 if path == directory { send(.directoryGone) } else { send(.cart) }
+                return
+            }
+            // An open database pins the directory, so its own IN_DELETE_SELF may never come: the
+            // state directory leaving it is the sign that the sync directory is going.
+            if path == directory, name == Store.stateDirectoryName, mask & Int32(IN_DELETE | IN_MOVED_FROM) != 0 {
+                send(.directoryGone)
                 return
             }
             guard name == next else { return }

@@ -208,4 +208,42 @@ import Testing
         #expect((json["pending"] as! [Any]).isEmpty)
         #expect(agent.stop() == 0)
     }
+
+    @Test func afterAnOverflowOfTheInotifyQueueEverythingIsReadAgain() async throws {
+        let playground = try Playground()
+        let agent = try await started(playground)
+        let limit = Int((try? String(contentsOfFile: "/proc/sys/fs/inotify/max_queued_events", encoding: .utf8))?
+            .trimmingCharacters(in: .whitespacesAndNewlines) ?? "") ?? 16_384
+        // Stopped, the agent reads nothing: more distinct events than the queue holds overflow it,
+        // and the cart and inbox events that come after them are lost from the queue.
+        kill(agent.process.processIdentifier, SIGSTOP)
+        for index in 0...(limit + 100) {
+            _ = FileManager.default.createFile(atPath: playground.url("junk-\(index)").path, contents: nil)
+        }
+        _ = try basketSync(["-C", playground.path, "push", "--id", "after-overflow", "A=+1"])
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1)], syncedThrough: 1))
+        kill(agent.process.processIdentifier, SIGCONT)
+        try await eventually("the agent notices the overflow") { agent.log.contains("the inotify queue overflowed") }
+        try await eventually("the event after the overflow is taken") { playground.records("outbox.jsonl").count == 1 }
+        try await eventually("the cart after the overflow is notified") { lastNotification(playground) == ["A": 1] }
+        #expect(agent.stop() == 0)
+    }
+
+    @Test(arguments: ["move", "rm -rf"])
+    func theSyncDirectoryGoneStopsTheAgentWithAClearError(how: String) async throws {
+        let playground = try Playground()
+        let directory = playground.path + "/sync"
+        #expect(try basketSync(["-C", directory, "init"]).status == 0)
+        let agent = try AgentProcess(directory: directory)
+        try await agent.waitUntilWatching()
+        if how == "move" {
+            try FileManager.default.moveItem(atPath: directory, toPath: playground.path + "/moved-away")
+        } else {
+            let remove = try Process.run(URL(fileURLWithPath: "/bin/rm"), arguments: ["-rf", directory])
+            remove.waitUntilExit()
+        }
+        agent.process.waitUntilExit()
+        #expect(agent.process.terminationStatus == 66)
+        #expect(agent.log.contains("the sync directory or its .basket-sync/ was removed or moved away"))
+    }
 }
