@@ -12,6 +12,13 @@ import Testing
         return agent
     }
 
+    /// Mealz pushes A+1, the host applies it: A is a Mealz-related line, notified.
+    func mealzLineNotified(_ playground: Playground, cart: String = "cart.json") async throws {
+        _ = try basketSync(["-C", playground.path, "push", "A=+1"])
+        try playground.writeAtomically(cart, cartJSON([("A", 1)], syncedThrough: 1))
+        try await eventually("the cart is notified") { lastNotification(playground) == ["A": 1] }
+    }
+
     func lastNotification(_ playground: Playground) -> [String: Int]? {
         playground.records("notifications.jsonl").last.map(products)
     }
@@ -60,9 +67,7 @@ import Testing
     @Test func aDeletedCartWaitsAndItsReturnIsTaken() async throws {
         let playground = try Playground()
         let agent = try await started(playground)
-        _ = try basketSync(["-C", playground.path, "push", "A=+1"])
-        try playground.writeAtomically("cart.json", cartJSON([("A", 1)], syncedThrough: 1))
-        try await eventually("the cart is notified") { lastNotification(playground) == ["A": 1] }
+        try await mealzLineNotified(playground)
         let before = playground.records("notifications.jsonl").count
 
         try FileManager.default.removeItem(at: playground.url("cart.json"))
@@ -80,9 +85,7 @@ import Testing
         #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
         try FileManager.default.createDirectory(at: playground.url("host"), withIntermediateDirectories: true)
         let agent = try await started(playground, config: "{ \"cart\": \"host/cart.json\" }")
-        _ = try basketSync(["-C", playground.path, "push", "A=+1"])
-        try playground.writeAtomically("host/cart.json", cartJSON([("A", 1)], syncedThrough: 1))
-        try await eventually("the cart is notified") { lastNotification(playground) == ["A": 1] }
+        try await mealzLineNotified(playground, cart: "host/cart.json")
 
         for round in 2...4 {
             try FileManager.default.removeItem(at: playground.url("host"))
@@ -102,9 +105,7 @@ import Testing
     @Test func aMalformedCartIsRejectedWholeAndTheFixedOneTaken() async throws {
         let playground = try Playground()
         let agent = try await started(playground)
-        _ = try basketSync(["-C", playground.path, "push", "A=+1"])
-        try playground.writeAtomically("cart.json", cartJSON([("A", 1)], syncedThrough: 1))
-        try await eventually("the cart is notified") { lastNotification(playground) == ["A": 1] }
+        try await mealzLineNotified(playground)
         let before = playground.records("notifications.jsonl").count
 
         try playground.writeAtomically("cart.json", "{\"products\": [\n  {\"id\": \"A\", \"quantity\": -3}\n], \"syncedThrough\": 1}\n")
