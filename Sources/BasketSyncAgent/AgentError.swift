@@ -18,8 +18,8 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
     case missingInput(String)
     /// The database refused an operation.
     case database(path: String, message: String)
-    /// A payment or store operation could not be done.
-    case refused(String)
+    /// What the command needs is not set up (a store, retailer mode): configuration to do first.
+    case notReady(String)
 
     /// One sentence naming the file, what is wrong and what to do.
     public var description: String {
@@ -33,7 +33,7 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
         case let .busy(message): return message
         case let .missingInput(message): return message
         case let .database(path, message): return "\(path): \(message)"
-        case let .refused(message): return message
+        case let .notReady(message): return message
         }
     }
 
@@ -48,7 +48,7 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
         case .busy: return 75
         case .missingInput: return 66
         case .database: return 74
-        case .refused: return 65
+        case .notReady: return 78
         }
     }
 }

@@ -15,6 +15,11 @@ enum Help {
           sync      one pass for cron: take the cart, the inbox and expired windows, then exit
           push      drop a Mealz event into the inbox (the sandbox's "Mealz")
           status    the state at a glance (--json for scripts)
+          apply     the reference host: apply the outbox to cart.json, atomically
+          payment-started   record that a payment started (best-effort)
+          handle-payment    record a payment once per order, then run a completion
+          set-store         select the store and the mode (setSelectedStoreWithExternalId)
+          validate  check a cart, inbox event or configuration file
 
         basket-sync COMMAND --help tells more. Exit codes follow sysexits: 0 ok, 64 usage,
         65 bad data, 66 missing input, 73 cannot create output, 74 I/O error, 75 busy or
@@ -97,6 +102,76 @@ enum Help {
 
                 example:
                   basket-sync status --json | jq .pending
+
+                """
+        case "apply":
+            return """
+                usage: basket-sync [-C DIR] apply [--json]
+
+                The reference host: applies the outbox records after cart.json's syncedThrough, in seq
+                order, to the cart (a line is clamped at 0 and removed when it reaches 0, a new SKU gets
+                a new line; other lines and fields are kept as they are), then writes the cart
+                atomically (temp file, fsync, rename, fsync of the directory) with the new
+                syncedThrough. A bare-array cart becomes an object, to hold syncedThrough. Safe beside
+                a running agent, which takes the new cart on its rename.
+
+                example:
+                  basket-sync apply --json
+
+                """
+        case "payment-started":
+            return """
+                usage: basket-sync [-C DIR] payment-started --total AMOUNT [--order-id ID] [--products FILE|-]
+
+                Records in payments.jsonl that a payment started (paymentStarted). Best-effort: without
+                retailer mode, a store or a Mealz product, or with products that cannot be read, it
+                records a "skipped" line with the reason and still exits 0. AMOUNT is exact, like
+                42.50. The products are the cart (default), a file in the cart format, or - for
+                standard input.
+
+                example:
+                  basket-sync payment-started --total 42.50
+
+                """
+        case "handle-payment":
+            return """
+                usage: basket-sync [-C DIR] handle-payment --total AMOUNT --order-id ID [--products FILE|-] [--then CMD ARG…]
+
+                Records the payment of an order (handlePayment) once: the same order id again is not
+                recorded again. Recorded as "skipped" when no Mealz product was bought. Closes the
+                Mealz basket. Needs retailer mode and a store (set-store ID --mode retailer): without
+                them it fails with exit 78 and runs no completion.
+                --then runs CMD with its arguments (no shell) once the record is durable; when the
+                completion fails, basket-sync exits with its status.
+
+                example:
+                  basket-sync handle-payment --total 42.50 --order-id order-123 --then ./notify-shop order-123
+
+                """
+        case "set-store":
+            return """
+                usage: basket-sync [-C DIR] set-store EXTERNAL_ID [--mode retailer|standalone] [--json]
+
+                Selects the store (setSelectedStoreWithExternalId) and, with --mode, the mode; both are
+                kept in the database and survive restarts. A different store starts a new Mealz
+                basket that carries over what the cart holds: nothing is pushed again, no quantity
+                doubled. Payments are recorded in retailer mode with a store only.
+
+                example:
+                  basket-sync set-store store-42 --mode retailer
+
+                """
+        case "validate":
+            return """
+                usage: basket-sync [-C DIR] validate [--cart|--event|--config] FILE…
+
+                Checks files and prints every problem as path:line:column: reason; exits 65 when any
+                file has one. The kind comes from the name (basket-sync.json: configuration; under
+                inbox/: an event; else a cart) unless given. Carts are checked with the sync
+                directory's key names and limits. FILE - reads standard input.
+
+                example:
+                  basket-sync validate cart.json basket-sync.json
 
                 """
         default:

@@ -11,12 +11,17 @@ struct Invocation {
         case sync(noSynchronizer: Bool, json: Bool)
         case push(kind: Commands.PushKind, products: [RetailerProduct], id: String?)
         case status(json: Bool)
+        case apply(json: Bool)
+        case paymentStarted(total: Money, orderId: String?, products: String?)
+        case handlePayment(total: Money, orderId: String, products: String?, then: [String])
+        case setStore(externalId: String, mode: SyncMode?, json: Bool)
+        case validate(files: [String], kind: Commands.FileKind?)
     }
 
     var directory: String?
     var command: Command
 
-    static let commands = ["init", "watch", "sync", "push", "status"]
+    static let commands = ["init", "watch", "sync", "push", "status", "apply", "payment-started", "handle-payment", "set-store", "validate"]
 
     /// Parses `basket-sync [-C DIR] COMMAND [OPTIONS]`; `--` ends the options.
     init(arguments: ArraySlice<String>) throws(AgentError) {
@@ -43,6 +48,13 @@ struct Invocation {
         guard let name = rest.popFirst() else {
             command = .help(nil)
             return
+        }
+        // `--then CMD ARG…` takes every argument after it, as the completion's argv.
+        var then: [String] = []
+        if name == "handle-payment", let index = rest.firstIndex(of: "--then") {
+            then = Array(rest[(index + 1)...])
+            rest = rest[..<index]
+            if then.isEmpty { throw .usage("handle-payment --then needs a command: --then CMD ARG…") }
         }
         if rest.contains("--help") || rest.contains("-h") {
             guard Invocation.commands.contains(name) else { throw .usage("unknown command \(name); the commands are \(Invocation.commands.joined(separator: ", "))") }
@@ -86,6 +98,45 @@ struct Invocation {
             if kind == .delta && lines.isEmpty { throw .usage("push needs products: basket-sync push sku-1=+2 sku-9=-1") }
             let products = try lines.map { (line) throws(AgentError) in try Invocation.product(line, signed: kind == .delta) }
             command = .push(kind: kind, products: products, id: id)
+        case "apply":
+            let json = options.flag("--json")
+            try options.finish()
+            command = .apply(json: json)
+        case "payment-started", "handle-payment":
+            guard let totalText = try options.value("--total") else {
+                throw .usage("\(name) needs --total, the exact amount paid, such as --total 42.50")
+            }
+            guard let total = Money(totalText) else {
+                throw .usage("--total \(totalText) is not an amount; write digits with a point for the cents, such as 42.50 (no comma, sign or exponent)")
+            }
+            let orderId = try options.value("--order-id")
+            let products = try options.value("--products")
+            try options.finish()
+            if name == "payment-started" {
+                command = .paymentStarted(total: total, orderId: orderId, products: products)
+            } else {
+                guard let orderId, !orderId.isEmpty else { throw .usage("handle-payment needs --order-id, the host's order id") }
+                command = .handlePayment(total: total, orderId: orderId, products: products, then: then)
+            }
+        case "set-store":
+            let modeText = try options.value("--mode")
+            let json = options.flag("--json")
+            let operands = try options.operands()
+            guard operands.count == 1, let externalId = operands.first, !externalId.isEmpty else {
+                throw .usage("set-store takes one store id: basket-sync set-store EXTERNAL_ID [--mode retailer]")
+            }
+            var mode: SyncMode?
+            if let modeText {
+                guard let parsed = SyncMode(rawValue: modeText) else { throw .usage("--mode is retailer or standalone, not \(modeText)") }
+                mode = parsed
+            }
+            command = .setStore(externalId: externalId, mode: mode, json: json)
+        case "validate":
+            let flags = ["--cart": Commands.FileKind.cart, "--event": .event, "--config": .config].filter { options.flag($0.key) }
+            guard flags.count <= 1 else { throw .usage("validate takes one of --cart, --event and --config") }
+            let files = try options.operands()
+            guard !files.isEmpty else { throw .usage("validate needs a file: basket-sync validate cart.json") }
+            command = .validate(files: files, kind: flags.first?.value)
         default:
             throw .usage("unknown command \(name); the commands are \(Invocation.commands.joined(separator: ", ")); see basket-sync --help")
         }

@@ -24,9 +24,18 @@ func resolveDirectory(_ option: String?) -> String {
     return path
 }
 
+/// A logger with the sync directory's configured format.
+func logger(for directory: String) throws(AgentError) -> Logger {
+    Logger(format: try AgentConfiguration.load(directory: directory).logFormat)
+}
+
 func run() throws(AgentError) -> Int32 {
     let invocation = try Invocation(arguments: CommandLine.arguments.dropFirst())
     let directory = resolveDirectory(invocation.directory)
+    // As `git -C`: the other paths on the command line are relative to the sync directory.
+    if invocation.directory != nil, invocation.command != .initialize, chdir(directory) != 0 {
+        throw .missingInput("\(directory): no such directory; create it with basket-sync -C \(directory) init")
+    }
     switch invocation.command {
     case let .help(topic):
         emit(Help.text(for: topic))
@@ -39,8 +48,7 @@ func run() throws(AgentError) -> Int32 {
         let agent = try Agent(directory: directory, registered: !noSynchronizer, logFormat: logFormat, logger: Logger())
         try agent.run()
     case let .sync(noSynchronizer, json):
-        let configuration = try AgentConfiguration.load(directory: directory)
-        let summary = try Commands.syncOnce(directory: directory, registered: !noSynchronizer, logger: Logger(format: configuration.logFormat))
+        let summary = try Commands.syncOnce(directory: directory, registered: !noSynchronizer, logger: try logger(for: directory))
         let cart: String
         switch summary.cart {
         case .missing: cart = "missing"
@@ -59,6 +67,48 @@ func run() throws(AgentError) -> Int32 {
     case let .status(json):
         let report = try StatusReport(directory: directory)
         emit(json ? report.json : report.human)
+    case let .apply(json):
+        let summary = try Commands.apply(directory: directory, logger: try logger(for: directory))
+        if json {
+            emit("{\"applied\":[\(summary.applied.map(String.init).joined(separator: ","))],\"redirects\":[\(summary.redirects.map(String.init).joined(separator: ","))],\"syncedThrough\":\(summary.syncedThrough)}")
+        } else if summary.syncedThrough == summary.syncedThroughBefore {
+            emit("nothing to apply: the cart is synced through \(summary.syncedThrough)")
+        } else {
+            emit("applied \(summary.applied.count) updateBasket record(s); the cart is now synced through \(summary.syncedThrough)")
+            for seq in summary.redirects { emit("redirectToCart requested (seq \(seq)): open the cart for the shopper") }
+        }
+    case let .paymentStarted(total, orderId, products):
+        let record = try Commands.paymentStarted(directory: directory, total: total, orderId: orderId, productsFile: products, logger: try logger(for: directory))
+        emit(Commands.describe(record))
+    case let .handlePayment(total, orderId, products, then):
+        switch try Commands.handlePayment(directory: directory, total: total, orderId: orderId, productsFile: products, logger: try logger(for: directory)) {
+        case let .recorded(record): emit(Commands.describe(record))
+        case let .alreadyRecorded(orderId, seq): emit("order \(orderId) was already recorded as payment #\(seq); not recorded again")
+        }
+        if !then.isEmpty {
+            let status = try Commands.runCompletion(then)
+            if status != 0 {
+                emit("basket-sync: the completion \(then[0]) exited with status \(status); the payment stays recorded", to: 2)
+                return status
+            }
+        }
+    case let .setStore(externalId, mode, json):
+        let state = try Commands.setStore(directory: directory, externalId: externalId, mode: mode, logger: try logger(for: directory))
+        emit(json
+            ? "{\"storeId\":\"\(externalId)\",\"mode\":\"\(state.mode.rawValue)\",\"basket\":\(state.basket)}"
+            : "store \(state.storeId ?? "none"), \(state.mode.rawValue) mode, Mealz basket \(state.basket)")
+    case let .validate(files, kind):
+        var invalid = false
+        for file in files {
+            let problems = try Commands.validate(path: file, kind: kind ?? Commands.guessKind(of: file), directory: directory)
+            if problems.isEmpty {
+                emit("\(file): valid")
+            } else {
+                invalid = true
+                for problem in problems { emit(problem) }
+            }
+        }
+        if invalid { return 65 }
     }
     return 0
 }

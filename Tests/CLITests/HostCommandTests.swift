@@ -1,0 +1,177 @@
+import Foundation
+import Testing
+
+/// apply, the payment commands, set-store and validate, as a host script runs them.
+@Suite struct HostCommandTests {
+    func syncDirectory() throws -> Playground {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        return playground
+    }
+
+    func run(_ playground: Playground, _ arguments: [String]) throws -> Run {
+        try basketSync(["-C", playground.path] + arguments)
+    }
+
+    @Test func applyAppliesTheOutboxKeepsTheRestAndWritesSyncedThrough() throws {
+        let playground = try syncDirectory()
+        try playground.write("cart.json", """
+            {"currency": "EUR", "products": [{"id": "X", "quantity": 4, "label": "bread"}, {"id": "A", "quantity": 1}], "note": {"gift": true}}
+            """)
+        _ = try run(playground, ["push", "A=+2", "B=+1"])
+        _ = try run(playground, ["push", "A=-5", "C=-1"])
+        _ = try run(playground, ["push", "--redirect"])
+        _ = try run(playground, ["sync"])
+        let applied = try run(playground, ["apply", "--json"])
+        #expect(applied.status == 0, "\(applied.stderr)")
+        #expect(applied.stdout == "{\"applied\":[1,2],\"redirects\":[3],\"syncedThrough\":3}\n")
+
+        let cart = try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as! [String: Any]
+        #expect(cart["currency"] as? String == "EUR")
+        #expect((cart["note"] as? [String: Any])?["gift"] as? Bool == true)
+        #expect(cart["syncedThrough"] as? Int == 3)
+        let lines = cart["products"] as! [[String: Any]]
+        #expect(lines.map { $0["id"] as! String } == ["X", "B"], "A went 1 + 2 − 5 → clamped at 0 and removed; C never existed")
+        #expect(lines[0]["label"] as? String == "bread")
+        #expect(lines[1]["quantity"] as? Int == 1)
+
+        #expect(try run(playground, ["apply"]).stdout == "nothing to apply: the cart is synced through 3\n")
+        #expect(try run(playground, ["validate", "cart.json"]).status == 0, "apply writes a valid cart")
+    }
+
+    @Test func applyTurnsABareArrayCartIntoAnObjectAndRefusesABrokenCart() throws {
+        let playground = try syncDirectory()
+        try playground.write("cart.json", "[{\"id\": \"A\", \"quantity\": 1}]")
+        _ = try run(playground, ["push", "A=+1"])
+        _ = try run(playground, ["sync"])
+        #expect(try run(playground, ["apply"]).status == 0)
+        #expect(playground.read("cart.json") == """
+            {
+              "products": [
+                {"id":"A","quantity":2}
+              ],
+              "syncedThrough": 1
+            }
+
+            """)
+        try playground.write("cart.json", "{\"products\": [{\"id\": \"A\", \"quantity\": \"two\"}]}")
+        _ = try run(playground, ["push", "A=+1"])
+        let broken = try run(playground, ["apply"])
+        #expect(broken.status == 65)
+        #expect(broken.stderr.contains("cart.json:1:39: \"quantity\" must be a whole number, not a string"))
+        #expect(playground.read("cart.json").contains("\"two\""), "a broken cart is left as it is")
+    }
+
+    @Test func renamedCartKeysAreUsedByApplyAndValidate() throws {
+        let playground = try syncDirectory()
+        try playground.write("basket-sync.json", "{\"keys\": {\"products\": \"items\", \"id\": \"sku\", \"quantity\": \"qty\"}}")
+        try playground.write("cart.json", "{\"items\": [{\"sku\": \"A\", \"qty\": 1}]}")
+        _ = try run(playground, ["push", "A=+1", "B=+2"])
+        _ = try run(playground, ["sync"])
+        #expect(try run(playground, ["apply"]).status == 0)
+        let cart = try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as! [String: Any]
+        #expect((cart["items"] as! [[String: Any]]).map { "\($0["sku"]!)=\($0["qty"]!)" } == ["A=2", "B=2"])
+        _ = try run(playground, ["sync"])
+        #expect(playground.records("notifications.jsonl").last.map(products) == ["A": 2, "B": 2])
+    }
+
+    @Test func paymentsNeedRetailerModeAndAStoreAndAreRecordedOncePerOrder() throws {
+        let playground = try syncDirectory()
+        try playground.write("cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        _ = try run(playground, ["push", "A=+2"])
+        _ = try run(playground, ["sync"])
+        _ = try run(playground, ["apply"])
+        _ = try run(playground, ["sync"])
+
+        let early = try run(playground, ["payment-started", "--total", "12.30"])
+        #expect(early.status == 0, "paymentStarted is best-effort")
+        #expect(early.stdout.contains("\"status\":\"skipped\",\"reason\":\"notRetailerMode\""))
+        let refused = try run(playground, ["handle-payment", "--total", "12.30", "--order-id", "o-1", "--then", "touch", playground.path + "/completed"])
+        #expect(refused.status == 78)
+        #expect(refused.stderr.contains("set-store STORE_ID --mode retailer"))
+        #expect(!FileManager.default.fileExists(atPath: playground.path + "/completed"), "no completion without a record")
+
+        #expect(try run(playground, ["set-store", "store-42", "--mode", "retailer"]).stdout == "store store-42, retailer mode, Mealz basket 1\n")
+        let started = try run(playground, ["payment-started", "--total", "12.30", "--order-id", "o-1"])
+        #expect(started.stdout.contains("\"status\":\"recorded\",\"storeId\":\"store-42\",\"orderId\":\"o-1\",\"totalPrice\":\"12.30\""))
+        #expect(started.stdout.contains("\"mealzProducts\":[{\"id\":\"A\",\"quantity\":2}]"))
+
+        let paid = try run(playground, ["handle-payment", "--total", "12.30", "--order-id", "o-1", "--then", "touch", playground.path + "/completed"])
+        #expect(paid.status == 0, "\(paid.stderr)")
+        #expect(paid.stdout.contains("\"type\":\"handlePayment\""))
+        #expect(FileManager.default.fileExists(atPath: playground.path + "/completed"))
+        let again = try run(playground, ["handle-payment", "--total", "12.30", "--order-id", "o-1"])
+        #expect(again.stdout == "order o-1 was already recorded as payment #3; not recorded again\n")
+
+        let payments = playground.records("payments.jsonl")
+        #expect(payments.map { $0["type"] as! String } == ["paymentStarted", "paymentStarted", "handlePayment"])
+        #expect(payments.filter { $0["orderId"] as? String == "o-1" && $0["type"] as? String == "handlePayment" }.count == 1)
+        #expect(payments.allSatisfy { $0["totalPrice"] as? String == "12.30" }, "money keeps its digits")
+    }
+
+    @Test func theCompletionRunsWithoutAShellAndItsFailureIsReported() throws {
+        let playground = try syncDirectory()
+        _ = try run(playground, ["set-store", "s", "--mode", "retailer"])
+        try playground.write("bought.json", "[{\"id\": \"X\", \"quantity\": 1}]")
+        let marker = playground.path + "/not-created"
+        let literal = try run(playground, ["handle-payment", "--total", "1", "--order-id", "o-2", "--products", playground.path + "/bought.json", "--then", "sh", "-c", "exit 3", "; touch \(marker)"])
+        #expect(literal.status == 3)
+        #expect(literal.stderr.contains("the completion sh exited with status 3; the payment stays recorded"))
+        #expect(!FileManager.default.fileExists(atPath: marker), "arguments are never given to a shell")
+        #expect(playground.records("payments.jsonl").last?["reason"] as? String == "noMealzProduct")
+    }
+
+    @Test(arguments: ["42,50", "-1", "1e3", "4.2.0", ""])
+    func aTotalThatIsNotAnExactAmountIsAUsageError(total: String) throws {
+        let playground = try syncDirectory()
+        let run = try run(playground, ["payment-started", "--total", total])
+        #expect(run.status == 64)
+        #expect(run.stderr.contains("--total \(total) is not an amount; write digits with a point for the cents, such as 42.50"))
+        #expect(playground.records("payments.jsonl").isEmpty)
+    }
+
+    @Test func productsCanComeFromStandardInput() throws {
+        let playground = try syncDirectory()
+        _ = try run(playground, ["set-store", "s", "--mode", "retailer"])
+        let process = Process()
+        process.executableURL = binary
+        process.arguments = ["-C", playground.path, "payment-started", "--total", "3.00", "--products", "-"]
+        let input = Pipe()
+        let output = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        try process.run()
+        input.fileHandleForWriting.write(Data("[{\"id\": \"Z\", \"quantity\": 3}]".utf8))
+        try input.fileHandleForWriting.close()
+        process.waitUntilExit()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(text.contains("\"products\":[{\"id\":\"Z\",\"quantity\":3}]"))
+    }
+
+    @Test func theStoreSurvivesAndAChangeStartsANewBasket() throws {
+        let playground = try syncDirectory()
+        #expect(try run(playground, ["set-store", "a", "--mode", "retailer", "--json"]).stdout == "{\"storeId\":\"a\",\"mode\":\"retailer\",\"basket\":1}\n")
+        #expect(try run(playground, ["set-store", "b", "--json"]).stdout == "{\"storeId\":\"b\",\"mode\":\"retailer\",\"basket\":2}\n")
+        #expect(try run(playground, ["status"]).stdout.contains("store: b (retailer mode), Mealz basket 2"))
+        #expect(try run(playground, ["set-store", "b", "--mode", "sideways"]).status == 64)
+    }
+
+    @Test func validateReportsEveryProblemOfEveryFile() throws {
+        let playground = try syncDirectory()
+        try playground.write("cart.json", "{\"products\": [\n  {\"id\": \"\", \"quantity\": -1},\n  {\"id\": \"b\"}\n]}")
+        try playground.write("good.json", "[{\"id\": \"b\", \"quantity\": 1}]")
+        try playground.write("inbox/bad/e1", "{\"id\": \"e1\", \"type\": \"basketDelta\"}")
+        let result = try run(playground, ["validate", "cart.json", "good.json", "inbox/bad/e1", "basket-sync.json"])
+        #expect(result.status == 65)
+        #expect(result.stdout == """
+            cart.json:2:10: "id" is empty; give a non-empty id
+            cart.json:2:26: "quantity" is -1; an absolute quantity must be 0 or more
+            cart.json:3:3: this line has no "quantity"; add one
+            good.json: valid
+            inbox/bad/e1:1:1: the event has no "products" list; add one
+            basket-sync.json: valid
+
+            """)
+        #expect(try run(playground, ["validate", "missing.json"]).status == 66)
+    }
+}
