@@ -17,9 +17,11 @@ let package = Package(
         .target(name: "BasketSyncAgent", dependencies: ["BasketSync", "CInotifyTools", "CSQLite"]),
         // Argument parsing and command dispatch only.
         .executableTarget(name: "basket-sync", dependencies: ["BasketSyncAgent", "BasketSync"]),
+        // Samples/swift-host: a host embedding the library directly.
+        .executableTarget(name: "swift-host-sample", dependencies: ["BasketSync"], path: "Samples/swift-host", exclude: ["README.md"]),
         .testTarget(name: "BasketSyncTests", dependencies: ["BasketSync"]),
         .testTarget(name: "BasketSyncAgentTests", dependencies: ["BasketSyncAgent", "BasketSync"]),
-        .testTarget(name: "CLITests", dependencies: ["basket-sync"]),
+        .testTarget(name: "CLITests", dependencies: ["basket-sync", "swift-host-sample"]),
     ],
     swiftLanguageModes: [.v6]
 )

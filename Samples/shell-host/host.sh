@@ -1,0 +1,80 @@
+#!/bin/sh
+# A retail host written in POSIX shell and jq. It keeps its own cart in cart.json, applies the
+# Mealz deltas of outbox.jsonl itself (not through `basket-sync apply`), reports how far it got
+# with "syncedThrough", and calls the payment commands at checkout.
+#
+#   host.sh sync                  apply the outbox records after syncedThrough, atomically
+#   host.sh add SKU N             the shopper adds N units in the host's own UI
+#   host.sh remove SKU N          the shopper removes N units
+#   host.sh checkout ORDER TOTAL  payment started, payment handled, then the cart is emptied
+#   host.sh clear                 empty the cart (the completion of a payment)
+#
+# The sync directory is $BASKET_SYNC_DIR (default: the current directory); the basket-sync
+# binary is $BASKET_SYNC (default: basket-sync on the PATH).
+set -eu
+
+dir=${BASKET_SYNC_DIR:-.}
+bs=${BASKET_SYNC:-basket-sync}
+cart="$dir/cart.json"
+
+[ -f "$cart" ] || printf '{"products":[],"syncedThrough":0}\n' > "$cart"
+
+# Replaces the cart with stdin the careful way: a temp file beside it, then a rename.
+write_cart() {
+    tmp="$dir/.cart.json.$$"
+    cat > "$tmp"
+    mv "$tmp" "$cart"
+}
+
+# The complete lines of a JSON Lines file: a torn last line (no newline yet) is not taken.
+complete_lines() {
+    [ -f "$1" ] || return 0
+    if [ -s "$1" ] && [ "$(tail -c 1 "$1" | od -An -tx1 | tr -d ' \n')" != "0a" ]; then
+        sed '$d' "$1"
+    else
+        cat "$1"
+    fi
+}
+
+# Adds a signed delta to one line, clamped at 0; a line at 0 leaves the cart.
+DELTA='def delta($id; $n):
+  if any(.products[]; .id == $id)
+  then .products |= (map(if .id == $id then .quantity = ([.quantity + $n, 0] | max) else . end)
+                     | map(select(.id != $id or .quantity > 0)))
+  elif $n > 0 then .products += [{id: $id, quantity: $n}]
+  else . end;'
+
+case "${1:-}" in
+sync)
+    records=$(complete_lines "$dir/outbox.jsonl" | jq -c -s '.')
+    jq --argjson records "$records" "$DELTA"'
+        (.syncedThrough // 0) as $done
+        | reduce ($records[] | select(.seq > $done)) as $r (.;
+            (if $r.type == "updateBasket" then reduce $r.products[] as $p (.; delta($p.id; $p.quantity)) else . end)
+            | .syncedThrough = $r.seq)' "$cart" | write_cart
+    for seq in $(printf '%s' "$records" | jq -r --argjson done "$(jq '.syncedThrough' "$cart")" \
+            '.[] | select(.type == "redirectToCart") | .seq'); do
+        echo "redirectToCart (seq $seq): the shopper wants to see the cart"
+    done
+    echo "host: cart synced through $(jq '.syncedThrough' "$cart")"
+    ;;
+add|remove)
+    [ $# -eq 3 ] || { echo "usage: host.sh $1 SKU N" >&2; exit 64; }
+    n=$3
+    [ "$1" = remove ] && n=$((-$3))
+    jq --arg id "$2" --argjson n "$n" "$DELTA"' delta($id; $n)' "$cart" | write_cart
+    ;;
+checkout)
+    [ $# -eq 3 ] || { echo "usage: host.sh checkout ORDER_ID TOTAL" >&2; exit 64; }
+    "$bs" -C "$dir" payment-started --total "$3" --order-id "$2"
+    "$bs" -C "$dir" handle-payment --total "$3" --order-id "$2" --then "$0" clear
+    ;;
+clear)
+    jq '.products = []' "$cart" | write_cart
+    echo "host: order paid, cart emptied"
+    ;;
+*)
+    sed -n '2,13s/^# \{0,1\}//p' "$0" >&2
+    exit 64
+    ;;
+esac
