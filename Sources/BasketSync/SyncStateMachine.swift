@@ -109,9 +109,10 @@ public struct SyncStateMachine: Sendable {
     // MARK: - Payments and store
 
     /// `paymentStarted`: best-effort. Whatever is missing (mode, store, a Mealz product, valid
-    /// products) gives a `skipped` record with a reason, never an error.
+    /// products) gives a `skipped` record with a reason, never an error. A nil `productList`
+    /// says the host could not tell what was bought (its list could not be read).
     public mutating func paymentStarted(
-        totalPrice: Money, productList: [RetailerProduct], orderId: String?, at now: Date
+        totalPrice: Money, productList: [RetailerProduct]?, orderId: String?, at now: Date
     ) -> [SyncEffect] {
         step(at: now) { machine in
             let reason: PaymentRecord.SkipReason?
@@ -120,7 +121,7 @@ public struct SyncStateMachine: Sendable {
                 reason = .notRetailerMode
             } else if machine.state.storeId == nil {
                 reason = .noStore
-            } else if let tally = try? productList.validatedAbsolute() {
+            } else if let tally = try? productList?.validatedAbsolute() {
                 mealzProducts = machine.mealzPart(of: tally)
                 reason = mealzProducts.isEmpty ? .noMealzProduct : nil
             } else {
@@ -128,7 +129,7 @@ public struct SyncStateMachine: Sendable {
             }
             return [.payment(machine.recordPayment(
                 type: .paymentStarted, reason: reason, orderId: orderId, totalPrice: totalPrice,
-                products: productList, mealzProducts: mealzProducts, at: now))]
+                products: productList ?? [], mealzProducts: mealzProducts, at: now))]
         }
     }
 

@@ -183,22 +183,14 @@ extension Commands {
         directory: String, total: Money, orderId: String?, productsFile: String?, logger: Logger
     ) throws(AgentError) -> PaymentRecord {
         let engine = try SyncEngine(directory: directory, registered: true, logger: logger)
-        var products: [RetailerProduct]
-        var readable = true
+        var products: [RetailerProduct]?
         do { products = try Commands.products(productsFile, engine: engine) } catch {
-            logger.log(.warning, "\(error.description); the payment is recorded as skipped (invalidProducts)")
-            products = []
-            readable = false
+            logger.log(.warning, "\(error.description); the payment is recorded as skipped")
         }
         var record: PaymentRecord?
         try engine.step { (machine, now) throws(AgentError) in
-            var effects = machine.paymentStarted(totalPrice: total, productList: products, orderId: orderId, at: now)
-            if !readable, case var .payment(payment) = effects.first, payment.status == .recorded || payment.reason == .noMealzProduct {
-                payment.status = .skipped
-                payment.reason = .invalidProducts
-                effects[0] = .payment(payment)
-            }
-            if case let .payment(payment) = effects.first { record = payment }
+            let effects = machine.paymentStarted(totalPrice: total, productList: products, orderId: orderId, at: now)
+            for case let .payment(payment) in effects { record = payment }
             return effects
         }
         engine.signalCommit()

@@ -51,6 +51,8 @@ import Testing
             == [payment(1, .paymentStarted, 3, reason: .noMealzProduct, total: "3", products: lines(("X", 1)))])
         #expect(s.machine.paymentStarted(totalPrice: money("3"), productList: lines(("", 1)), orderId: nil, at: at(4))
             == [payment(2, .paymentStarted, 4, reason: .invalidProducts, total: "3", products: lines(("", 1)))])
+        #expect(s.machine.paymentStarted(totalPrice: money("3"), productList: nil, orderId: nil, at: at(5))
+            == [payment(3, .paymentStarted, 5, reason: .invalidProducts, total: "3", products: [])])
     }
 
     @Test func handlePaymentRecordsOncePerOrderAndClosesTheBasket() throws {

@@ -175,3 +175,18 @@ import Testing
         #expect(try run(playground, ["validate", "missing.json"]).status == 66)
     }
 }
+
+extension HostCommandTests {
+    @Test func paymentStartedWithUnreadableProductsIsRecordedAsSkipped() throws {
+        let playground = try syncDirectory()
+        _ = try run(playground, ["set-store", "s", "--mode", "retailer"])
+        try playground.write("bought.json", "{\"products\": [")
+        let started = try run(playground, ["payment-started", "--total", "5", "--products", "bought.json"])
+        #expect(started.status == 0, "paymentStarted never fails the host")
+        #expect(started.stderr.contains("bought.json:1:15: the file ends in the middle of a value; the payment is recorded as skipped"))
+        #expect(playground.records("payments.jsonl").last?["reason"] as? String == "invalidProducts")
+        let status = try JSONSerialization.jsonObject(with: Data(try run(playground, ["status", "--json"]).stdout.utf8)) as! [String: Any]
+        #expect((status["counters"] as! [String: Int])["paymentsSkipped"] == 1)
+        #expect((status["counters"] as! [String: Int])["paymentsRecorded"] == 0)
+    }
+}
