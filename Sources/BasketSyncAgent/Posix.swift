@@ -20,7 +20,7 @@ public struct SystemError: Error, CustomStringConvertible, Equatable {
     static func advice(_ code: Int32) -> String {
         switch code {
         case ENOSPC, EDQUOT: return "; free some disk space, nothing was acknowledged that is not on disk"
-        case EACCES, EPERM: return "; check the owner and the permissions of the file and its directory"
+        case EACCES, EPERM: return "; check the owner and the permissions of the file and its directory (basket-sync runs as uid \(getuid()))"
         case EROFS: return "; the file system is read-only, remount it read-write"
         case ENOENT: return "; check that the path exists"
         default: return ""

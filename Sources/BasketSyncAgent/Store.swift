@@ -36,11 +36,16 @@ final class Store {
         self.directory = directory
         stateDirectory = "\(directory)/\(Store.stateDirectoryName)"
         let databasePath = "\(stateDirectory)/\(Store.databaseName)"
-        if !Posix.exists(databasePath) {
+        if access(databasePath, F_OK) != 0 {
+            if errno == EACCES { throw .system(SystemError(operation: "open the database", path: databasePath, code: EACCES)) }
             guard create else {
                 throw .missingInput("\(directory): not a sync directory (no \(Store.stateDirectoryName)/); run basket-sync init there first")
             }
             do { try Posix.makeDirectory(stateDirectory, mode: 0o700) } catch { throw .system(error) }
+        }
+        // SQLite says "unable to open database file" for several causes: name the one at hand.
+        if let cause = Store.unwritable(stateDirectory) {
+            throw .system(SystemError(operation: "open the database", path: databasePath, code: cause))
         }
         connection = try SQLiteConnection(path: databasePath)
         connection.setBusyTimeout(milliseconds: busyTimeoutMilliseconds)
@@ -61,6 +66,14 @@ final class Store {
                 }
             }
         }
+    }
+
+    /// Why the database in `directory` cannot be written, if it cannot: EROFS or EACCES.
+    static func unwritable(_ directory: String) -> Int32? {
+        var info = statvfs()
+        if statvfs(directory, &info) == 0, info.f_flag & UInt(ST_RDONLY) != 0 { return EROFS }
+        if access(directory, W_OK) != 0, errno == EACCES || errno == EROFS { return errno }
+        return nil
     }
 
     /// A random id for a new sync directory, used in outbox record ids.

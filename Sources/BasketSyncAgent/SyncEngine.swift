@@ -238,6 +238,8 @@ public final class SyncEngine {
                 return effects
             }
             if duplicate {
+                // Its records were committed before; the file must hold them before the ack.
+                try publish(.outbox)
                 summary.duplicates += 1
                 logger.log(.info, "\(path): event \(event.id) was already taken; acknowledged without doing it again")
             } else {

@@ -58,9 +58,9 @@ let binary: URL = {
 }()
 
 /// Runs `basket-sync` with arguments, and optional standard input, to completion.
-func basketSync(_ arguments: [String], environment: [String: String] = [:], in directory: String? = nil) throws -> Run {
+func basketSync(_ arguments: [String], environment: [String: String] = [:], in directory: String? = nil, executable: String? = nil) throws -> Run {
     let process = Process()
-    process.executableURL = binary
+    process.executableURL = executable.map { URL(fileURLWithPath: $0) } ?? binary
     process.arguments = arguments
     var env = ProcessInfo.processInfo.environment
     env.removeValue(forKey: "BASKET_SYNC_DIR")
@@ -84,11 +84,12 @@ final class AgentProcess {
     let process = Process()
     let logURL: URL
 
-    init(directory: String, arguments: [String] = []) throws {
+    init(directory: String, arguments: [String] = [], environment: [String: String] = [:]) throws {
         logURL = URL(fileURLWithPath: directory).appendingPathComponent("../agent-\(UUID().uuidString).log").standardized
         _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
         process.executableURL = binary
         process.arguments = ["-C", directory, "watch"] + arguments
+        if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
         process.standardOutput = FileHandle.nullDevice
         process.standardError = try FileHandle(forWritingTo: logURL)
         process.standardInput = FileHandle.nullDevice

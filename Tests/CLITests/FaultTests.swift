@@ -1,0 +1,212 @@
+import Foundation
+import Testing
+
+/// Faults a kill -9 does not show: the order of durable steps (what a power loss would keep),
+/// a failing fsync, a full disk, a read-only file system, missing permissions.
+@Suite(.serialized) struct FaultTests {
+    /// The LD_PRELOAD seam of Tests/Support/faultshim.c, built once with the system's cc.
+    static let shim: String = {
+        let source = SampleTests.root.appendingPathComponent("Tests/Support/faultshim.c").path
+        let output = FileManager.default.temporaryDirectory.appendingPathComponent("basket-sync-faultshim-\(getpid()).so").path
+        let cc = Process()
+        cc.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        cc.arguments = ["cc", "-shared", "-fPIC", "-O1", "-o", output, source, "-ldl"]
+        try? cc.run()
+        cc.waitUntilExit()
+        return output
+    }()
+
+    struct Step: Equatable {
+        var call: String
+        var path: String
+        var detail: String
+    }
+
+    func steps(_ log: String) -> [Step] {
+        log.split(separator: "\n").map { line in
+            let parts = line.split(separator: " ", maxSplits: 2).map(String.init)
+            return Step(call: parts[0], path: parts[1], detail: parts.count > 2 ? parts[2] : "")
+        }
+    }
+
+    @Test func everyAcknowledgementFollowsTheDurableRecordsItDependsOn() throws {
+        let playground = try Playground()
+        _ = try basketSync(["-C", playground.path, "init"])
+        for index in 0..<5 { _ = try basketSync(["-C", playground.path, "push", "--id", "e\(index)", "A=+1"]) }
+        try playground.write("cart.json", cartJSON([("A", 1)], syncedThrough: 0))
+        let log = playground.path + "/shim.log"
+        let run = try basketSync(["-C", playground.path, "sync"], environment: ["LD_PRELOAD": Self.shim, "FAULTSHIM_LOG": log])
+        #expect(run.status == 0, "\(run.stderr)")
+        let order = steps(playground.read("shim.log"))
+        #expect(order.count > 10, "the seam saw the calls: \(order.count)")
+
+        // Each event: database commit (WAL fdatasync) → outbox write → outbox fsync → rename to cur/.
+        let acknowledgements = order.indices.filter { order[$0].call == "rename" && order[$0].detail.contains("/inbox/cur/") }
+        #expect(acknowledgements.count == 5)
+        var previous = -1
+        for ack in acknowledgements {
+            let before = order[(previous + 1)..<ack]
+            let commit = before.lastIndex { $0.call == "fdatasync" && $0.path.hasSuffix("state.db-wal") }
+            let write = before.lastIndex { $0.call == "write" && $0.path.hasSuffix("outbox.jsonl") }
+            let fsync = before.lastIndex { $0.call == "fsync" && $0.path.hasSuffix("outbox.jsonl") }
+            #expect(commit != nil && write != nil && fsync != nil, "an acknowledgement without its durable steps: \(Array(before))")
+            if let commit, let write, let fsync { #expect(commit < write && write < fsync) }
+            previous = ack
+        }
+        // The notification: committed, then written and fsynced.
+        let notify = try #require(order.lastIndex { $0.call == "fsync" && $0.path.hasSuffix("notifications.jsonl") })
+        let notifyWrite = try #require(order.lastIndex { $0.call == "write" && $0.path.hasSuffix("notifications.jsonl") })
+        #expect(order[..<notifyWrite].contains { $0.call == "fdatasync" && $0.path.hasSuffix("state.db-wal") })
+        #expect(notifyWrite < notify)
+    }
+
+    @Test func applyWritesTheCartTheDurableWay() throws {
+        let playground = try Playground()
+        _ = try basketSync(["-C", playground.path, "init"])
+        try playground.write("cart.json", cartJSON([], syncedThrough: 0))
+        _ = try basketSync(["-C", playground.path, "push", "A=+1"])
+        _ = try basketSync(["-C", playground.path, "sync"])
+        let log = playground.path + "/shim.log"
+        #expect(try basketSync(["-C", playground.path, "apply"], environment: ["LD_PRELOAD": Self.shim, "FAULTSHIM_LOG": log]).status == 0)
+        let order = steps(playground.read("shim.log")).filter { $0.path.contains("cart.json") || $0.call == "fsync" }
+        let write = try #require(order.firstIndex { $0.call == "write" && $0.path.contains(".cart.json.") })
+        let fsync = try #require(order.firstIndex { $0.call == "fsync" && $0.path.contains(".cart.json.") })
+        let rename = try #require(order.firstIndex { $0.call == "rename" && $0.detail.hasSuffix("/cart.json") })
+        let directory = try #require(order.lastIndex { $0.call == "fsync" && $0.path == playground.root.resolvingSymlinksInPath().path })
+        #expect(write < fsync && fsync < rename && rename < directory, "\(order)")
+    }
+
+    @Test func aLostUnsyncedTailIsRecoveredFromTheDatabase() throws {
+        let playground = try Playground()
+        _ = try basketSync(["-C", playground.path, "init"])
+        for index in 0..<3 { _ = try basketSync(["-C", playground.path, "push", "--id", "e\(index)", "A=+1"]) }
+        _ = try basketSync(["-C", playground.path, "sync"])
+        let synced = playground.read("outbox.jsonl")
+        // A power loss keeps what was fsynced; say the last record and a half were not.
+        let lines = synced.split(separator: "\n")
+        try playground.write("outbox.jsonl", lines[0] + "\n" + lines[1].prefix(30))
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        #expect(playground.read("outbox.jsonl") == synced)
+    }
+
+    @Test func aFailingFsyncAcknowledgesNothingAndRecoversWhenLifted() async throws {
+        let playground = try Playground()
+        _ = try basketSync(["-C", playground.path, "init"])
+        let flag = playground.path + "/fault-on"
+        try playground.write("fault-on", "")
+        let agent = try AgentProcess(directory: playground.path, environment: [
+            "LD_PRELOAD": Self.shim, "FAULTSHIM_EIO": "outbox.jsonl", "FAULTSHIM_WHILE": flag,
+        ])
+        try await agent.waitUntilWatching()
+        _ = try basketSync(["-C", playground.path, "push", "--id", "e1", "A=+1"])
+        try await eventually("the failure is reported") { agent.log.contains("outbox.jsonl: fsync failed: Input/output error") }
+        #expect(playground.names("inbox/new").count == 1, "nothing acknowledged that is not durable")
+        #expect(playground.read("outbox.jsonl").isEmpty, "the unsynced line was taken back")
+        try FileManager.default.removeItem(atPath: flag)
+        try await eventually("the retry succeeds once the fault is lifted") { playground.names("inbox/cur").count == 1 }
+        #expect(playground.records("outbox.jsonl").map { $0["source"] as? String } == ["e1"])
+        #expect(agent.stop() == 0)
+    }
+
+    /// Mounts a small tmpfs at `path` (this suite runs as root, as CI does).
+    func mountTmpfs(_ path: String, size: String) throws -> Bool {
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        let mount = try Process.run(URL(fileURLWithPath: "/bin/mount"), arguments: ["-t", "tmpfs", "-o", "size=\(size)", "tmpfs", path])
+        mount.waitUntilExit()
+        return mount.terminationStatus == 0
+    }
+
+    func unmount(_ path: String) {
+        if let umount = try? Process.run(URL(fileURLWithPath: "/bin/umount"), arguments: ["-l", path]) { umount.waitUntilExit() }
+    }
+
+    @Test func aFullDiskIsReportedRetriedAndRecoveredFrom() async throws {
+        let playground = try Playground()
+        let directory = playground.path + "/small"
+        guard try mountTmpfs(directory, size: "4m") else {
+            Issue.record("cannot mount a tmpfs here: this test needs root, as CI has")
+            return
+        }
+        defer { unmount(directory) }
+        _ = try basketSync(["-C", directory, "init"])
+        let agent = try AgentProcess(directory: directory)
+        try await agent.waitUntilWatching()
+        // Two events staged in tmp/ while there is room; then the disk fills up.
+        for index in 0..<2 {
+            try playground.write("small/inbox/tmp/e\(index)", "{\"id\":\"e\(index)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\",\"quantity\":1}]}")
+        }
+        let filler = FileManager.default.createFile(atPath: directory + "/filler", contents: nil)
+        #expect(filler)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: directory + "/filler"))
+        let block = Data(count: 64 * 1024)
+        while (try? handle.write(contentsOf: block)) != nil {}
+        try? handle.close()
+        for index in 0..<2 {
+            try FileManager.default.moveItem(atPath: directory + "/inbox/tmp/e\(index)", toPath: directory + "/inbox/new/e\(index)")
+        }
+        try await eventually("the full disk is reported") { agent.log.contains("free some disk space") || agent.log.contains("database or disk is full") }
+        #expect(playground.names("small/inbox/cur").isEmpty, "nothing acknowledged without room to record it")
+        for line in playground.read("small/outbox.jsonl").split(separator: "\n", omittingEmptySubsequences: false).dropLast() {
+            #expect((try? JSONSerialization.jsonObject(with: Data(line.utf8))) != nil, "no torn line: \(line)")
+        }
+        try FileManager.default.removeItem(atPath: directory + "/filler")
+        try await eventually("both events are taken once there is room", timeout: 90) { playground.names("small/inbox/cur").count == 2 }
+        #expect(Set(playground.records("small/outbox.jsonl").compactMap { $0["source"] as? String }) == ["e0", "e1"])
+        #expect(playground.records("small/outbox.jsonl").count == 2)
+        #expect(agent.stop() == 0)
+
+    }
+
+    @Test func aReadOnlyFileSystemGetsAClearErrorAndChangesNothing() throws {
+        let playground = try Playground()
+        let directory = playground.path + "/ro"
+        guard try mountTmpfs(directory, size: "4m") else {
+            Issue.record("cannot mount a tmpfs here: this test needs root, as CI has")
+            return
+        }
+        defer { unmount(directory) }
+        _ = try basketSync(["-C", directory, "init"])
+        _ = try basketSync(["-C", directory, "push", "--id", "e1", "A=+1"])
+        let remount = try Process.run(URL(fileURLWithPath: "/bin/mount"), arguments: ["-o", "remount,ro", directory])
+        remount.waitUntilExit()
+        let sync = try basketSync(["-C", directory, "sync"])
+        #expect(sync.status != 0)
+        #expect(sync.status == 73)
+        #expect(sync.stderr.contains("state.db: open the database failed: Read-only file system; the file system is read-only, remount it read-write"), "\(sync.stderr)")
+        #expect(playground.names("ro/inbox/new").count == 1)
+        let push = try basketSync(["-C", directory, "push", "A=+1"])
+        #expect(push.status == 73 || push.status == 75, "push: \(push.status) \(push.stderr)")
+        #expect(push.stderr.contains("the file system is read-only, remount it read-write"))
+        let back = try Process.run(URL(fileURLWithPath: "/bin/mount"), arguments: ["-o", "remount,rw", directory])
+        back.waitUntilExit()
+        #expect(try basketSync(["-C", directory, "sync"]).status == 0)
+        #expect(playground.records("ro/outbox.jsonl").map { $0["source"] as? String } == ["e1"])
+    }
+
+    /// Runs the binary as the unprivileged user nobody.
+    func asNobody(_ arguments: [String]) throws -> Run {
+        try basketSync(["--reuid=65534", "--regid=65534", "--clear-groups", "--", binary.path] + arguments, executable: "/usr/bin/setpriv")
+    }
+
+    @Test func withoutPermissionTheErrorSaysSoAndAnUnprivilegedAgentWorks() async throws {
+        let playground = try Playground()
+        let directory = playground.path + "/shop"
+        _ = try basketSync(["-C", directory, "init"])
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: playground.path)
+        let denied = try asNobody(["-C", directory, "sync"])
+        #expect(denied.status != 0)
+        #expect(denied.status == 73)
+        #expect(denied.stderr.contains("Permission denied; check the owner and the permissions of the file and its directory (basket-sync runs as uid 65534)"), "\(denied.stderr)")
+
+        // Given its directory, nobody runs the agent happily.
+        let chown = try Process.run(URL(fileURLWithPath: "/bin/chown"), arguments: ["-R", "65534:65534", directory])
+        chown.waitUntilExit()
+        #expect(try asNobody(["-C", directory, "push", "--id", "e1", "A=+1"]).status == 0)
+        #expect(try asNobody(["-C", directory, "sync"]).status == 0)
+        #expect(playground.records("shop/outbox.jsonl").map { $0["source"] as? String } == ["e1"])
+        var info = stat()
+        stat(directory + "/outbox.jsonl", &info)
+        #expect(info.st_uid == 65534)
+        #expect(info.st_mode & 0o777 == 0o644 & ~0o022, "files honor the umask")
+    }
+}

@@ -1,0 +1,95 @@
+// A test seam loaded with LD_PRELOAD under the real basket-sync binary (never shipped).
+//
+// FAULTSHIM_LOG=FILE   appends one line per durability-relevant call, in call order:
+//                      "write PATH SIZE_AFTER", "fsync PATH SIZE", "fdatasync PATH SIZE",
+//                      "rename FROM TO"; PATH is the file behind the descriptor.
+// FAULTSHIM_EIO=TEXT   fsync and fdatasync of a path containing TEXT fail with EIO while the file
+// FAULTSHIM_WHILE=FILE exists (remove it to lift the fault).
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void path_of(int fd, char *out, size_t size) {
+    char link[64];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, out, size - 1);
+    out[n < 0 ? 0 : n] = 0;
+}
+
+static long long size_of(int fd) {
+    struct stat info;
+    return fstat(fd, &info) == 0 ? (long long)info.st_size : -1;
+}
+
+static void note(const char *line) {
+    const char *log = getenv("FAULTSHIM_LOG");
+    if (!log) return;
+    static ssize_t (*real_write)(int, const void *, size_t);
+    if (!real_write) real_write = dlsym(RTLD_NEXT, "write");
+    int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    real_write(fd, line, strlen(line));
+    close(fd);
+}
+
+static int failing(const char *path) {
+    const char *text = getenv("FAULTSHIM_EIO");
+    const char *flag = getenv("FAULTSHIM_WHILE");
+    return text && flag && strstr(path, text) && access(flag, F_OK) == 0;
+}
+
+ssize_t write(int fd, const void *buffer, size_t count) {
+    static ssize_t (*real)(int, const void *, size_t);
+    if (!real) real = dlsym(RTLD_NEXT, "write");
+    ssize_t result = real(fd, buffer, count);
+    if (result > 0 && getenv("FAULTSHIM_LOG") && fd > 2) {
+        char path[4096], line[8300];
+        path_of(fd, path, sizeof path);
+        if (strstr(path, ".jsonl") || strstr(path, "/inbox/") || strstr(path, ".tmp")) {
+            snprintf(line, sizeof line, "write %s %lld\n", path, size_of(fd));
+            note(line);
+        }
+    }
+    return result;
+}
+
+static int sync_call(const char *name, int fd) {
+    static int (*real_fsync)(int), (*real_fdatasync)(int);
+    if (!real_fsync) real_fsync = dlsym(RTLD_NEXT, "fsync");
+    if (!real_fdatasync) real_fdatasync = dlsym(RTLD_NEXT, "fdatasync");
+    char path[4096], line[8300];
+    path_of(fd, path, sizeof path);
+    if (failing(path)) {
+        snprintf(line, sizeof line, "%s-EIO %s %lld\n", name, path, size_of(fd));
+        note(line);
+        errno = EIO;
+        return -1;
+    }
+    int result = strcmp(name, "fsync") == 0 ? real_fsync(fd) : real_fdatasync(fd);
+    if (result == 0) {
+        snprintf(line, sizeof line, "%s %s %lld\n", name, path, size_of(fd));
+        note(line);
+    }
+    return result;
+}
+
+int fsync(int fd) { return sync_call("fsync", fd); }
+int fdatasync(int fd) { return sync_call("fdatasync", fd); }
+
+int rename(const char *from, const char *to) {
+    static int (*real)(const char *, const char *);
+    if (!real) real = dlsym(RTLD_NEXT, "rename");
+    int result = real(from, to);
+    if (result == 0) {
+        char line[8300];
+        snprintf(line, sizeof line, "rename %s %s\n", from, to);
+        note(line);
+    }
+    return result;
+}
