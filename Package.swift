@@ -19,9 +19,11 @@ let package = Package(
         .executableTarget(name: "basket-sync", dependencies: ["BasketSyncAgent", "BasketSync"]),
         // Samples/swift-host: a host embedding the library directly.
         .executableTarget(name: "swift-host-sample", dependencies: ["BasketSync"], path: "Samples/swift-host", exclude: ["README.md"]),
-        .testTarget(name: "BasketSyncTests", dependencies: ["BasketSync"]),
-        .testTarget(name: "BasketSyncAgentTests", dependencies: ["BasketSyncAgent", "BasketSync"]),
-        .testTarget(name: "CLITests", dependencies: ["basket-sync", "swift-host-sample"]),
+        // A seeded generator the seeded tests share.
+        .target(name: "TestSupport", path: "Tests/TestSupport"),
+        .testTarget(name: "BasketSyncTests", dependencies: ["BasketSync", "TestSupport"]),
+        .testTarget(name: "BasketSyncAgentTests", dependencies: ["BasketSyncAgent", "BasketSync", "TestSupport"]),
+        .testTarget(name: "CLITests", dependencies: ["basket-sync", "swift-host-sample", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,19 +1,7 @@
 import BasketSync
 import Foundation
 import Testing
-
-/// A small seeded generator (SplitMix64), so that every run can be replayed from its seed.
-struct SeededGenerator: RandomNumberGenerator {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
+import TestSupport
 
 /// How the simulated host behaves in one run.
 struct HostProfile: CustomStringConvertible {
@@ -38,7 +26,7 @@ struct HostProfile: CustomStringConvertible {
 
 /// One run of the simulation: a Mealz side, a host, a shopper and the state machine, with restarts.
 struct Simulation {
-    var rng: SeededGenerator
+    var rng: SplitMix64
     let profile: HostProfile
     var machine = SyncStateMachine(state: SyncState(syncId: "p"), isSynchronizerRegistered: true)
     var now: Double = 0
@@ -57,7 +45,7 @@ struct Simulation {
     static let shopperSkus = ["x0", "x1", "x2"]
 
     init(seed: UInt64, profile: HostProfile) {
-        rng = SeededGenerator(seed: seed)
+        rng = SplitMix64(seed: seed)
         self.profile = profile
         host = ["x0": 2]
     }

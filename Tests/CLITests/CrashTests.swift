@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// SIGKILL the agent at random instants while events and carts flow: nothing acknowledged is lost
 /// or doubled, seq has no gap, and no JSON Lines file shows a torn line a reader could take.
@@ -34,7 +35,7 @@ import Testing
         let environment = ProcessInfo.processInfo.environment
         let kills = environment["BASKET_SYNC_KILLS"].flatMap(Int.init) ?? 150
         let seed = environment["BASKET_SYNC_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...UInt64(UInt32.max))
-        var rng = SplitMix(seed: seed)
+        var rng = SplitMix64(seed: seed)
         let playground = try Playground()
         #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
 
@@ -66,14 +67,3 @@ import Testing
     }
 }
 
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
