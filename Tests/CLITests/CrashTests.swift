@@ -67,3 +67,106 @@ import TestSupport
     }
 }
 
+
+/// The storm: the agent and the one-shot commands (apply, payments, sync) killed at random
+/// instants while events flow; after it, the host cart holds every delta exactly once.
+@Suite struct StormTests {
+    /// Starts the binary without waiting for it.
+    func spawn(_ arguments: [String]) throws -> Process {
+        let process = Process()
+        process.executableURL = binary
+        process.arguments = arguments
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        return process
+    }
+
+    func checkPayments(_ playground: Playground, context: String) {
+        let payments = playground.records("payments.jsonl")
+        #expect(payments.map { $0["seq"] as! Int } == Array(1..<(payments.count + 1)), "\(context): payment seqs")
+        let orders = payments.filter { $0["type"] as? String == "handlePayment" }.compactMap { $0["orderId"] as? String }
+        #expect(Set(orders).count == orders.count, "\(context): an order was recorded twice: \(orders)")
+    }
+
+    @Test func killedAnywhereTheAgentAndTheCommandsLoseAndDoubleNothing() async throws {
+        let environment = ProcessInfo.processInfo.environment
+        let rounds = environment["BASKET_SYNC_STORM_ROUNDS"].flatMap(Int.init) ?? 100
+        let seed = environment["BASKET_SYNC_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...UInt64(UInt32.max))
+        var rng = SplitMix64(seed: seed)
+        let playground = try Playground()
+        let dir = playground.path
+        #expect(try basketSync(["-C", dir, "init"]).status == 0)
+        #expect(try basketSync(["-C", dir, "set-store", "s", "--mode", "retailer"]).status == 0)
+        try playground.write("cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        let crash = CrashTests()
+
+        var agent: AgentProcess? = try AgentProcess(directory: dir)
+        var delivered = 0
+        var kills = 0
+        var orders = 0
+        for round in 0..<rounds {
+            for _ in 0..<Int.random(in: 0...2, using: &rng) {
+                let sku = "S\(Int.random(in: 0..<5, using: &rng))"
+                let quantity = Int.random(in: -2...3, using: &rng)
+                let name = "e\(delivered).crash"
+                try playground.write("inbox/tmp/\(name)", "{\"id\":\"e\(delivered)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"\(sku)\",\"quantity\":\(quantity == 0 ? 1 : quantity)}]}\n")
+                try FileManager.default.moveItem(at: playground.url("inbox/tmp/\(name)"), to: playground.url("inbox/new/\(name)"))
+                delivered += 1
+            }
+            let command: [String]
+            switch Int.random(in: 0..<4, using: &rng) {
+            case 0, 1: command = ["apply"]
+            case 2:
+                orders += Int.random(in: 0...1, using: &rng)
+                command = ["handle-payment", "--total", "9.90", "--order-id", "o\(orders)"]
+            default: command = ["sync"]
+            }
+            let oneShot = try spawn(["-C", dir] + command)
+            usleep(UInt32.random(in: 0...20_000, using: &rng))
+            if oneShot.isRunning {
+                kill(oneShot.processIdentifier, SIGKILL)
+                kills += 1
+            }
+            oneShot.waitUntilExit()
+            if Int.random(in: 0..<3, using: &rng) == 0, let running = agent {
+                _ = running.stop(SIGKILL)
+                kills += 1
+                agent = try AgentProcess(directory: dir)
+            }
+            let context = "seed \(seed) (replay: BASKET_SYNC_SEED=\(seed)), round \(round + 1)"
+            crash.checkInvariants(playground, context: context)
+            checkPayments(playground, context: context)
+        }
+        _ = agent?.stop(SIGKILL)
+
+        // The storm ends: one pass takes what is left, the host applies everything.
+        #expect(try basketSync(["-C", dir, "sync"]).status == 0)
+        #expect(try basketSync(["-C", dir, "apply"]).status == 0)
+        #expect(try basketSync(["-C", dir, "sync"]).status == 0)
+        crash.checkInvariants(playground, context: "seed \(seed), after the storm")
+        checkPayments(playground, context: "seed \(seed), after the storm")
+        let outbox = playground.records("outbox.jsonl")
+        #expect(outbox.compactMap { $0["source"] as? String }.sorted() == (0..<delivered).map { "e\($0)" }.sorted(), "seed \(seed): every event exactly once")
+
+        // The host cart is every delta applied exactly once, in seq order, clamped at 0.
+        var expected: [String: Int] = ["X": 1]
+        for record in outbox {
+            for (id, quantity) in products(record) { expected[id] = max(0, expected[id, default: 0] + quantity) }
+        }
+        let cart = try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as! [String: Any]
+        let lines = Dictionary(uniqueKeysWithValues: (cart["products"] as! [[String: Any]]).map { ($0["id"] as! String, $0["quantity"] as! Int) })
+        #expect(lines == expected.filter { $0.value > 0 }, "seed \(seed): the host cart is not every delta exactly once")
+        #expect(cart["syncedThrough"] as? Int == outbox.count)
+
+        // The database and the files agree.
+        let status = try JSONSerialization.jsonObject(with: Data(try basketSync(["-C", dir, "status", "--json"]).stdout.utf8)) as! [String: Any]
+        let records = status["records"] as! [String: Int]
+        #expect(records["outbox"] == outbox.count)
+        #expect(records["notifications"] == playground.records("notifications.jsonl").count)
+        #expect(records["payments"] == playground.records("payments.jsonl").count)
+        #expect((status["pending"] as! [Any]).isEmpty, "the host acknowledged everything")
+        print("storm: seed \(seed), \(rounds) rounds, \(kills) kills survived, \(delivered) events and \(orders) orders checked")
+    }
+}
