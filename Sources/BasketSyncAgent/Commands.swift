@@ -76,7 +76,7 @@ public enum Commands {
 
         let temporary = "\(tmp)/\(name)"
         do {
-            let fd = try Posix.open(temporary, O_WRONLY | O_CREAT | O_EXCL, mode: 0o644)
+            let fd = try Posix.open(temporary, O_WRONLY | O_CREAT | O_EXCL, mode: Posix.sharedFileMode)
             defer { Posix.close(fd) }
             try Posix.writeAll(fd, writer.bytes, path: temporary)
             try Posix.fsync(fd, path: temporary)

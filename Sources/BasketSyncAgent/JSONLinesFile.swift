@@ -22,7 +22,7 @@ final class JSONLinesFile {
     /// `fetch` is called with the file's last seq and returns the records to append.
     func catchUp(fetch: (UInt64) throws(AgentError) -> [(seq: UInt64, line: [UInt8])]) throws(AgentError) -> Outcome {
         let fd: Int32
-        do { fd = try Posix.open(path, O_RDWR | O_CREAT | O_APPEND, mode: 0o644) } catch { throw .system(error) }
+        do { fd = try Posix.open(path, O_RDWR | O_CREAT | O_APPEND, mode: Posix.sharedFileMode) } catch { throw .system(error) }
         defer { Posix.close(fd) }
         guard Posix.retrying({ flock(fd, LOCK_EX) }) == 0 else {
             throw .system(SystemError(operation: "flock", path: path, code: errno))

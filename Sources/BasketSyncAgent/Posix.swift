@@ -42,7 +42,10 @@ enum Posix {
         }
     }
 
-    static func open(_ path: String, _ flags: Int32, mode: mode_t = 0o644) throws(SystemError) -> Int32 {
+    /// Files the host or the Mealz side read: owner and group, minus the umask.
+    static let sharedFileMode: mode_t = 0o640
+
+    static func open(_ path: String, _ flags: Int32, mode: mode_t = sharedFileMode) throws(SystemError) -> Int32 {
         try check(retrying { Glibc.open(path, flags | O_CLOEXEC, mode) }, "open", path)
     }
 
@@ -108,10 +111,14 @@ enum Posix {
 
     /// Writes a whole file the durable way: a temp file beside it, fsync, rename, fsync of the
     /// directory. A reader sees the old content or the new, never a part.
-    static func writeFileAtomically(_ path: String, _ bytes: [UInt8], mode: mode_t = 0o644) throws(SystemError) {
+    /// A file that exists keeps its mode; a new one gets `mode` minus the umask.
+    static func writeFileAtomically(_ path: String, _ bytes: [UInt8], mode: mode_t = sharedFileMode) throws(SystemError) {
+        var existing = Glibc.stat()
+        let kept: mode_t? = lstat(path, &existing) == 0 ? existing.st_mode & 0o7777 : nil
         let directory = dirname(of: path)
         let temporary = "\(directory)/.\(basename(of: path)).\(getpid()).tmp"
-        let fd = try open(temporary, O_WRONLY | O_CREAT | O_TRUNC, mode: mode)
+        let fd = try open(temporary, O_WRONLY | O_CREAT | O_TRUNC, mode: kept ?? mode)
+        if let kept { _ = fchmod(fd, kept) }
         do {
             try writeAll(fd, bytes, path: temporary)
             try fsync(fd, path: temporary)

@@ -41,7 +41,13 @@ final class Store {
             guard create else {
                 throw .missingInput("\(directory): not a sync directory (no \(Store.stateDirectoryName)/); run basket-sync init there first")
             }
-            do { try Posix.makeDirectory(stateDirectory, mode: 0o700) } catch { throw .system(error) }
+            do {
+                try Posix.makeDirectory(stateDirectory, mode: 0o700)
+                // SQLite would create it 0644; its -wal and -shm files take the database's mode.
+                Posix.close(try Posix.open(databasePath, O_WRONLY | O_CREAT, mode: 0o600))
+            } catch {
+                throw .system(error)
+            }
         }
         // SQLite says "unable to open database file" for several causes: name the one at hand.
         if let cause = Store.unwritable(stateDirectory) {

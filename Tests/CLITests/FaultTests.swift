@@ -207,6 +207,10 @@ import Testing
         var info = stat()
         stat(directory + "/outbox.jsonl", &info)
         #expect(info.st_uid == 65534)
-        #expect(info.st_mode & 0o777 == 0o644 & ~0o022, "files honor the umask")
+        #expect(info.st_mode & 0o777 == 0o640, "shared files are 0640 minus the umask (022 here)")
+        stat(directory + "/.basket-sync/state.db", &info)
+        #expect(info.st_mode & 0o777 == 0o600, "the database is private")
+        stat(directory + "/.basket-sync", &info)
+        #expect(info.st_mode & 0o777 == 0o700)
     }
 }
