@@ -17,13 +17,15 @@ let package = Package(
         .target(name: "BasketSyncAgent", dependencies: ["BasketSync", "CInotifyTools", "CSQLite"]),
         // Argument parsing and command dispatch only.
         .executableTarget(name: "basket-sync", dependencies: ["BasketSyncAgent", "BasketSync"]),
+        // The benchmark: `swift run -c release basket-sync-bench`.
+        .executableTarget(name: "basket-sync-bench", dependencies: ["basket-sync"]),
         // Samples/swift-host: a host embedding the library directly.
         .executableTarget(name: "swift-host-sample", dependencies: ["BasketSync"], path: "Samples/swift-host", exclude: ["README.md"]),
         // A seeded generator the seeded tests share.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "BasketSyncTests", dependencies: ["BasketSync", "TestSupport"]),
         .testTarget(name: "BasketSyncAgentTests", dependencies: ["BasketSyncAgent", "BasketSync", "TestSupport"]),
-        .testTarget(name: "CLITests", dependencies: ["basket-sync", "swift-host-sample", "TestSupport"]),
+        .testTarget(name: "CLITests", dependencies: ["basket-sync", "swift-host-sample", "basket-sync-bench", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

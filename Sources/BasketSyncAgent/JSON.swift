@@ -122,7 +122,9 @@ struct JSONParser {
     private mutating func object(depth: Int) throws(JSONProblem) -> JSONNode.Value {
         index += 1
         var members: [(key: String, node: JSONNode)] = []
-        var keys = Set<String>()
+        // Objects are small (a cart line has two or three keys): a linear search finds a duplicate
+        // faster than hashing; a set takes over for large ones.
+        var keys: Set<String>?
         try skipSpace()
         if index < bytes.count && bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
         while true {
@@ -132,7 +134,14 @@ struct JSONParser {
                 throw JSONProblem(offset: index, reason: "unexpected \(describe(index)); expected a key in double quotes")
             }
             let key = try string()
-            guard keys.insert(key).inserted else {
+            let duplicate: Bool
+            if keys != nil {
+                duplicate = !keys!.insert(key).inserted
+            } else {
+                duplicate = members.contains { $0.key == key }
+                if members.count == 16 { keys = Set(members.map(\.key) + [key]) }
+            }
+            guard !duplicate else {
                 throw JSONProblem(offset: keyOffset, reason: "duplicate key \"\(key)\"; keep one")
             }
             try skipSpace()
