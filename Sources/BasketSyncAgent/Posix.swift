@@ -92,20 +92,32 @@ enum Posix {
         }
         defer { close(fd) }
         var info = stat()
-        if fstat(fd, &info) == 0, Int(info.st_size) > limit {
-            throw .tooLarge(path: path, size: Int(info.st_size), limit: limit)
-        }
+        let expected = fstat(fd, &info) == 0 ? Int(info.st_size) : 0
+        if expected > limit { throw .tooLarge(path: path, size: expected, limit: limit) }
+        // Read straight into the array, sized from fstat (one more byte tells if it grew since).
         var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 65_536)
+        var capacity = max(expected + 1, 4096)
         while true {
-            let count = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw .system(SystemError(operation: "read", path: path, code: errno))
+            var failure: Int32 = 0
+            let start = bytes.count
+            bytes = Array(unsafeUninitializedCapacity: capacity) { buffer, count in
+                if start > 0 { bytes.withUnsafeBytes { buffer.baseAddress!.update(from: $0.bindMemory(to: UInt8.self).baseAddress!, count: start) } }
+                count = start
+                while count < capacity {
+                    let got = Glibc.read(fd, buffer.baseAddress! + count, capacity - count)
+                    if got < 0 {
+                        if errno == EINTR { continue }
+                        failure = errno
+                        return
+                    }
+                    if got == 0 { return }
+                    count += got
+                }
             }
-            if count == 0 { return bytes }
-            bytes.append(contentsOf: chunk[0..<count])
+            if failure != 0 { throw .system(SystemError(operation: "read", path: path, code: failure)) }
             if bytes.count > limit { throw .tooLarge(path: path, size: bytes.count, limit: limit) }
+            if bytes.count < capacity { return bytes }
+            capacity *= 2
         }
     }
 

@@ -11,7 +11,7 @@ import Testing
                         "### Cart size → notification (p50)", "### Burst of 20 rewrites", "### Idle, 0.5 s with nothing happening"] {
             #expect(run.stdout.contains(heading), "missing: \(heading)")
         }
-        #expect(run.stdout.contains("| basket-sync watch | "))
+        #expect(run.stdout.contains("| basket-sync watch, new sync directory | "))
         #expect(run.stdout.contains("| floor: C inotify + read + append + fsync | "), "cc builds the floor")
         #expect(run.stdout.contains("the last version (A=500020) was the one notified last: yes"))
         #expect(run.stdout.contains("| 100 | "))
