@@ -162,14 +162,12 @@ struct Invocation {
 struct OptionReader {
     let command: String
     var arguments: [String]
-    private var operandsFrom: Int
 
     init(command: String, arguments: ArraySlice<String>) {
         self.command = command
         let all = Array(arguments)
         let end = all.firstIndex(of: "--") ?? all.count
         self.arguments = Array(all[..<end])
-        operandsFrom = 0
         trailing = end < all.count ? Array(all[(end + 1)...]) : []
     }
 

@@ -108,27 +108,29 @@ import Testing
         #expect(agent.stop() == 0)
     }
 
-    /// Mounts a small tmpfs at `path` (this suite runs as root, as CI does).
-    func mountTmpfs(_ path: String, size: String) throws -> Bool {
+    /// A 4 MiB tmpfs at `path` (this suite runs as root, as CI does), initialized as a sync
+    /// directory; nil, with the reason recorded, where mounting is not allowed.
+    func smallSyncDirectory(_ path: String) throws -> String? {
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-        let mount = try Process.run(URL(fileURLWithPath: "/bin/mount"), arguments: ["-t", "tmpfs", "-o", "size=\(size)", "tmpfs", path])
-        mount.waitUntilExit()
-        return mount.terminationStatus == 0
+        guard mountCommand(["-t", "tmpfs", "-o", "size=4m", "tmpfs", path]) else {
+            Issue.record("cannot mount a tmpfs here: this test needs root, as CI has")
+            return nil
+        }
+        _ = try basketSync(["-C", path, "init"])
+        return path
     }
 
-    func unmount(_ path: String) {
-        if let umount = try? Process.run(URL(fileURLWithPath: "/bin/umount"), arguments: ["-l", path]) { umount.waitUntilExit() }
+    @discardableResult
+    func mountCommand(_ arguments: [String], program: String = "/bin/mount") -> Bool {
+        guard let process = try? Process.run(URL(fileURLWithPath: program), arguments: arguments) else { return false }
+        process.waitUntilExit()
+        return process.terminationStatus == 0
     }
 
     @Test func aFullDiskIsReportedRetriedAndRecoveredFrom() async throws {
         let playground = try Playground()
-        let directory = playground.path + "/small"
-        guard try mountTmpfs(directory, size: "4m") else {
-            Issue.record("cannot mount a tmpfs here: this test needs root, as CI has")
-            return
-        }
-        defer { unmount(directory) }
-        _ = try basketSync(["-C", directory, "init"])
+        guard let directory = try smallSyncDirectory(playground.path + "/small") else { return }
+        defer { mountCommand(["-l", directory], program: "/bin/umount") }
         let agent = try AgentProcess(directory: directory)
         try await agent.waitUntilWatching()
         // Two events staged in tmp/ while there is room; then the disk fills up.
@@ -159,16 +161,10 @@ import Testing
 
     @Test func aReadOnlyFileSystemGetsAClearErrorAndChangesNothing() throws {
         let playground = try Playground()
-        let directory = playground.path + "/ro"
-        guard try mountTmpfs(directory, size: "4m") else {
-            Issue.record("cannot mount a tmpfs here: this test needs root, as CI has")
-            return
-        }
-        defer { unmount(directory) }
-        _ = try basketSync(["-C", directory, "init"])
+        guard let directory = try smallSyncDirectory(playground.path + "/ro") else { return }
+        defer { mountCommand(["-l", directory], program: "/bin/umount") }
         _ = try basketSync(["-C", directory, "push", "--id", "e1", "A=+1"])
-        let remount = try Process.run(URL(fileURLWithPath: "/bin/mount"), arguments: ["-o", "remount,ro", directory])
-        remount.waitUntilExit()
+        #expect(mountCommand(["-o", "remount,ro", directory]))
         let sync = try basketSync(["-C", directory, "sync"])
         #expect(sync.status != 0)
         #expect(sync.status == 73)
@@ -177,8 +173,7 @@ import Testing
         let push = try basketSync(["-C", directory, "push", "A=+1"])
         #expect(push.status == 73 || push.status == 75, "push: \(push.status) \(push.stderr)")
         #expect(push.stderr.contains("the file system is read-only, remount it read-write"))
-        let back = try Process.run(URL(fileURLWithPath: "/bin/mount"), arguments: ["-o", "remount,rw", directory])
-        back.waitUntilExit()
+        #expect(mountCommand(["-o", "remount,rw", directory]))
         #expect(try basketSync(["-C", directory, "sync"]).status == 0)
         #expect(playground.records("ro/outbox.jsonl").map { $0["source"] as? String } == ["e1"])
     }
