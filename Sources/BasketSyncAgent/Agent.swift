@@ -138,15 +138,17 @@ public final class Agent {
                     if everything || changes.contains(.cart) { try engine.takeCart() }
                 }
             }
-            if let due = retryAt, due <= Date() {
-                retryAt = nil
-                attempt { () throws(AgentError) in
-                    try engine.publishAll()
-                    try engine.takeInbox()
-                    try engine.takeCart()
+            if let due = retryAt {
+                if due <= Date() {
+                    retryAt = nil
+                    attempt { () throws(AgentError) in
+                        try engine.publishAll()
+                        try engine.takeInbox()
+                        try engine.takeCart()
+                        try engine.expireWindows()
+                    }
                 }
-            }
-            if let deadline = engine.nextDeadline, deadline <= Date() {
+            } else if let deadline = engine.nextDeadline, deadline <= Date() {
                 attempt { () throws(AgentError) in try engine.expireWindows() }
             }
         }
@@ -165,10 +167,10 @@ public final class Agent {
     }
 
     /// Milliseconds until the next pending window or retry; -1 (sleep until an event) when none.
+    /// While a retry is due it waits for that alone: the retry expires the windows too, and a
+    /// window already past must not turn a failing step into a busy loop.
     private func pollTimeout() -> Int32 {
-        var due = retryAt
-        if let deadline = engine.nextDeadline { due = min(due ?? deadline, deadline) }
-        guard let due else { return -1 }
+        guard let due = retryAt ?? engine.nextDeadline else { return -1 }
         let milliseconds = (due.timeIntervalSinceNow * 1000).rounded(.up)
         return Int32(max(0, min(milliseconds, Double(Int32.max))))
     }
