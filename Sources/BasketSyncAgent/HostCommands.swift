@@ -44,8 +44,8 @@ extension Commands {
         summary.syncedThroughBefore = cart.syncedThrough ?? 0
         summary.syncedThrough = summary.syncedThroughBefore
 
-        let outboxPath = "\(directory)/\(Projection.outbox.fileName)"
-        let records = try outboxRecords(outboxPath, after: summary.syncedThroughBefore)
+        let records = try outboxRecords(engine.store.lines(.outbox, after: summary.syncedThroughBefore),
+                                        path: "\(directory)/\(Projection.outbox.fileName)", after: summary.syncedThroughBefore)
         guard !records.isEmpty else { return summary }
 
         // A bare array becomes an object, which has room for syncedThrough.
@@ -114,22 +114,19 @@ extension Commands {
         return overflow ? (b > 0 ? .max : .min) : sum
     }
 
-    /// The outbox records after `seq`, read from the file as a host reads it: complete lines only.
-    static func outboxRecords(_ path: String, after seq: UInt64) throws(AgentError) -> [OutboxRecord] {
-        guard let bytes = try Posix.readFile(path, limit: Int.max) else { return [] }
+    /// The outbox records after `seq`, from their lines (the database's, which the file holds
+    /// too once published): read by seq through the index, not by scanning the whole file.
+    static func outboxRecords(_ lines: [(seq: UInt64, line: [UInt8])], path: String, after seq: UInt64) throws(AgentError) -> [OutboxRecord] {
         var records: [OutboxRecord] = []
-        var lineStart = 0
-        var lineNumber = 0
-        for index in bytes.indices where bytes[index] == 0x0A {
-            lineNumber += 1
-            let line = Array(bytes[lineStart..<index])
-            lineStart = index + 1
-            guard let root = try? JSONParser.parse(line), let recordSeq = root["seq"]?.integer, recordSeq > 0 else {
-                throw .badData(path: path, line: lineNumber, column: 1, reason: "this line is not an outbox record; the outbox is written by basket-sync only")
+        for (recordSeq, bytes) in lines {
+            let line = Array(bytes.last == 0x0A ? bytes.dropLast() : bytes[...])
+            guard let root = try? JSONParser.parse(line), case let .string(type)? = root["type"]?.value,
+                  let recordType = OutboxRecord.RecordType(rawValue: type) else {
+                throw .database(path: path, message: "outbox record \(recordSeq) cannot be read; restore .basket-sync/ from a backup")
             }
-            guard UInt64(recordSeq) > seq else { continue }
-            guard case let .string(type)? = root["type"]?.value, let recordType = OutboxRecord.RecordType(rawValue: type) else {
-                throw .badData(path: path, line: lineNumber, column: 1, reason: "unknown record type")
+            let expected = (records.last?.seq ?? seq) + 1
+            guard recordSeq == expected else {
+                throw .database(path: path, message: "outbox seq \(recordSeq) where \(expected) was expected; restore .basket-sync/ from a backup")
             }
             var products: [RetailerProduct] = []
             if case let .array(items)? = root["products"]?.value {
@@ -140,11 +137,7 @@ extension Commands {
             }
             var id = ""
             if case let .string(text)? = root["id"]?.value { id = text }
-            let expected = (records.last?.seq ?? seq) + 1
-            guard UInt64(recordSeq) == expected else {
-                throw .badData(path: path, line: lineNumber, column: 1, reason: "seq \(recordSeq) where \(expected) was expected; the outbox must not be edited")
-            }
-            records.append(OutboxRecord(seq: UInt64(recordSeq), id: id, type: recordType, at: Date(), source: nil, products: products))
+            records.append(OutboxRecord(seq: recordSeq, id: id, type: recordType, at: Date(), source: nil, products: products))
         }
         return records
     }

@@ -1,28 +1,8 @@
 import BasketSync
 import BasketSyncAgent
-import Glibc
 
-/// Writes to stdout (a result) or stderr (a message).
-func emit(_ text: String, to fd: Int32 = 1) {
-    var bytes = Array(text.utf8)
-    if !text.hasSuffix("\n") { bytes.append(0x0A) }
-    bytes.withUnsafeBytes { _ = write(fd, $0.baseAddress, $0.count) }
-}
-
-/// The sync directory: `-C`, else `$BASKET_SYNC_DIR`, else the current directory; made absolute.
-func resolveDirectory(_ option: String?) -> String {
-    var path = option ?? getenv("BASKET_SYNC_DIR").map { String(cString: $0) } ?? "."
-    if path.isEmpty { path = "." }
-    if !path.hasPrefix("/") {
-        if let pointer = getcwd(nil, 0) {
-            let cwd = String(cString: pointer)
-            free(pointer)
-            path = path == "." ? cwd : "\(cwd)/\(path)"
-        }
-    }
-    while path.count > 1 && path.hasSuffix("/") { path.removeLast() }
-    return path
-}
+/// Writes a result (stdout) or a message (stderr).
+func emit(_ text: String, to stream: Terminal.Stream = .output) { Terminal.emit(text, to: stream) }
 
 /// A logger with the sync directory's configured format.
 func logger(for directory: String) throws(AgentError) -> Logger {
@@ -31,11 +11,9 @@ func logger(for directory: String) throws(AgentError) -> Logger {
 
 func run() throws(AgentError) -> Int32 {
     let invocation = try Invocation(arguments: CommandLine.arguments.dropFirst())
-    let directory = resolveDirectory(invocation.directory)
+    let directory = Terminal.syncDirectory(option: invocation.directory)
     // As `git -C`: the other paths on the command line are relative to the sync directory.
-    if invocation.directory != nil, invocation.command != .initialize, chdir(directory) != 0 {
-        throw .missingInput("\(directory): no such directory; create it with basket-sync -C \(directory) init")
-    }
+    if invocation.directory != nil, invocation.command != .initialize { try Terminal.enter(directory) }
     switch invocation.command {
     case let .help(topic):
         emit(Help.text(for: topic))
@@ -88,7 +66,7 @@ func run() throws(AgentError) -> Int32 {
         if !then.isEmpty {
             let status = try Commands.runCompletion(then)
             if status != 0 {
-                emit("basket-sync: the completion \(then[0]) exited with status \(status); the payment stays recorded", to: 2)
+                emit("basket-sync: the completion \(then[0]) exited with status \(status); the payment stays recorded", to: .error)
                 return status
             }
         }
@@ -114,8 +92,8 @@ func run() throws(AgentError) -> Int32 {
 }
 
 do {
-    exit(try run())
+    Terminal.exit(try run())
 } catch {
-    emit("basket-sync: \(error.description)", to: 2)
-    exit(error.exitCode)
+    emit("basket-sync: \(error.description)", to: .error)
+    Terminal.exit(error.exitCode)
 }

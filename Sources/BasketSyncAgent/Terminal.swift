@@ -1,0 +1,43 @@
+import Glibc
+
+/// What the executable needs from the process: output, the sync directory, the exit. Kept here so
+/// that only this module touches Glibc.
+public enum Terminal {
+    /// Where a line goes.
+    public enum Stream: Int32 {
+        /// A result, for scripts.
+        case output = 1
+        /// A message, for people.
+        case error = 2
+    }
+
+    /// Writes `text` and a newline (unless it ends with one).
+    public static func emit(_ text: String, to stream: Stream = .output) {
+        var bytes = Array(text.utf8)
+        if !text.hasSuffix("\n") { bytes.append(0x0A) }
+        bytes.withUnsafeBytes { _ = write(stream.rawValue, $0.baseAddress, $0.count) }
+    }
+
+    /// The sync directory: `-C`, else `$BASKET_SYNC_DIR`, else the current directory; absolute.
+    public static func syncDirectory(option: String?) -> String {
+        var path = option ?? getenv("BASKET_SYNC_DIR").map { String(cString: $0) } ?? "."
+        if path.isEmpty { path = "." }
+        if !path.hasPrefix("/"), let pointer = getcwd(nil, 0) {
+            let cwd = String(cString: pointer)
+            free(pointer)
+            path = path == "." ? cwd : "\(cwd)/\(path)"
+        }
+        while path.count > 1 && path.hasSuffix("/") { path.removeLast() }
+        return path
+    }
+
+    /// Makes `directory` the current one, as `git -C` does for the other paths of a command line.
+    public static func enter(_ directory: String) throws(AgentError) {
+        guard chdir(directory) == 0 else {
+            throw .missingInput("\(directory): no such directory; create it with basket-sync -C \(directory) init")
+        }
+    }
+
+    /// Ends the process with a sysexits code.
+    public static func exit(_ code: Int32) -> Never { Glibc.exit(code) }
+}
