@@ -208,10 +208,12 @@ struct JSONParser {
         var result = ""
         var escaped: [UInt8] = []
         var hasEscapes = false
+        var isASCII = true
         while true {
             guard index < bytes.count else { throw JSONProblem(offset: quote, reason: "this string is never closed") }
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") { break }
+            if byte >= 0x80 { isASCII = false }
             if byte < 0x20 {
                 throw JSONProblem(offset: index, reason: "a control character (0x\(String(byte, radix: 16, uppercase: true))) inside a string; write it escaped")
             }
@@ -233,6 +235,9 @@ struct JSONParser {
                 throw JSONProblem(offset: quote, reason: "this string is not valid UTF-8")
             }
             result = text
+        } else if isASCII {
+            // Most ids and keys: ASCII is valid UTF-8 as it is, no validation pass needed.
+            result = bytes.withUnsafeBufferPointer { String(decoding: UnsafeBufferPointer(rebasing: $0[runStart..<end]), as: UTF8.self) }
         } else {
             guard let text = String(validating: bytes[runStart..<end], as: UTF8.self) else {
                 throw JSONProblem(offset: firstInvalidUTF8(from: runStart, to: end), reason: "invalid UTF-8; the file must be UTF-8")
