@@ -215,8 +215,14 @@ public final class SyncEngine {
                 guard let read = try Posix.readFile(path, limit: configuration.limits.maxFileBytes) else { continue }
                 bytes = read
             } catch {
-                if case .tooLarge = error { try quarantine(name, error); summary.bad += 1; continue }
-                throw error
+                // Too large, or not a file at all: set aside, never in the way of the events behind.
+                var unreadable = false
+                if case .tooLarge = error { unreadable = true }
+                if case let .system(failure) = error, failure.code == EISDIR { unreadable = true }
+                guard unreadable else { throw error }
+                try quarantine(name, error)
+                summary.bad += 1
+                continue
             }
             let event: InboxEvent
             do { event = try decodeEvent(bytes, path: path) } catch {
@@ -225,17 +231,13 @@ public final class SyncEngine {
                 continue
             }
             var duplicate = false
-            try step { (machine, now) throws(AgentError) in
-                if try store.inboxOutcome(id: event.id) != nil {
-                    duplicate = true
-                    return []
-                }
-                let effects: [SyncEffect]
-                do throws(SyncInputError) { effects = try machine.receive(event.event, source: event.id, at: now) } catch {
-                    throw AgentError.badData(path: path, line: 1, column: 1, reason: error.description)
-                }
-                try store.recordInbox(id: event.id, file: name, outcome: outcome(of: effects), at: now)
-                return effects
+            do {
+                try takeEvent(event, name: name, path: path, duplicate: &duplicate)
+            } catch {
+                guard case .badData = error else { throw error }
+                try quarantine(name, error)
+                summary.bad += 1
+                continue
             }
             if duplicate {
                 // Its records were committed before; the file must hold them before the ack.
@@ -248,6 +250,22 @@ public final class SyncEngine {
             acknowledge(name)
         }
         return summary
+    }
+
+    /// One event in one transaction: dedupe by id, the library's effects, the inbox row.
+    private func takeEvent(_ event: InboxEvent, name: String, path: String, duplicate: inout Bool) throws(AgentError) {
+        try step { (machine, now) throws(AgentError) in
+            if try store.inboxOutcome(id: event.id) != nil {
+                duplicate = true
+                return []
+            }
+            let effects: [SyncEffect]
+            do throws(SyncInputError) { effects = try machine.receive(event.event, source: event.id, at: now) } catch {
+                throw AgentError.badData(path: path, line: 1, column: 1, reason: error.description)
+            }
+            try store.recordInbox(id: event.id, file: name, outcome: outcome(of: effects), at: now)
+            return effects
+        }
     }
 
     private func outcome(of effects: [SyncEffect]) -> String {

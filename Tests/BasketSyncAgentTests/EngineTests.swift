@@ -121,3 +121,17 @@ import Testing
         #expect(try JSONDecoder().decode(SyncState.self, from: Data(StateEncoding.encode(SyncState(syncId: "fresh")))) == SyncState(syncId: "fresh"))
     }
 }
+
+extension EngineTests {
+    @Test func somethingThatIsNotAnEventFileIsSetAsideAndTheEventsBehindGoOn() throws {
+        let directory = try Directory()
+        let sync = try engine(directory)
+        try FileManager.default.createDirectory(atPath: "\(directory.path)/inbox/new/0000-a-directory", withIntermediateDirectories: true)
+        _ = try Commands.push(directory: directory.path, kind: .delta, products: [RetailerProduct(id: "A", quantity: 1)], id: "e1")
+        let summary = try sync.takeInbox()
+        #expect(summary.bad == 1)
+        #expect(summary.taken == 1)
+        #expect(FileManager.default.fileExists(atPath: "\(directory.path)/inbox/bad/0000-a-directory.error"))
+        #expect(directory.lines("outbox.jsonl").count == 1)
+    }
+}
