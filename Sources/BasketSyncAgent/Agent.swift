@@ -80,8 +80,7 @@ public final class Agent {
         try Posix.makeDirectoryTree(engine.inbox("new"))
         try Posix.makeDirectoryTree(engine.inbox("cur"))
         try Posix.makeDirectoryTree(engine.inbox("tmp"))
-        let watcher = try Watcher(directory: engine.directory, cart: engine.configuration.cart, logger: logger)
-        try watcher.start()
+        let watcher = try Watcher(directory: engine.directory, cart: engine.configuration.cart)
         logger.log(.info, "watching \(engine.directory) (cart \(engine.configuration.cart), pid \(getpid())\(engine.registered ? "" : ", no synchronizer registered: Mealz deltas are ignored"))")
 
         // Everything written before the watches were in place: recover the files, take what waits.
@@ -93,7 +92,7 @@ public final class Agent {
         }
         attempt { () throws(AgentError) in try engine.refreshDeadline() }
 
-        var fds = [pollfd(fd: watcher.pipeRead, events: Int16(POLLIN), revents: 0),
+        var fds = [pollfd(fd: watcher.fd, events: Int16(POLLIN), revents: 0),
                    pollfd(fd: signals, events: Int16(POLLIN), revents: 0)]
         while true {
             let timeout = pollTimeout()
@@ -119,12 +118,9 @@ public final class Agent {
                 }
             }
             if fds[0].revents != 0 {
-                let changes = Set(drain(watcher.pipeRead).compactMap(Watcher.Change.init(rawValue:)))
+                let changes = try watcher.changes()
                 if changes.contains(.directoryGone) {
                     throw .missingInput("\(engine.directory): the sync directory or its .basket-sync/ was removed or moved away, and the state with it; restore it and start the agent again")
-                }
-                if changes.contains(.failed) {
-                    throw .busy("\(engine.directory): the inotify watcher stopped; start the agent again")
                 }
                 let everything = changes.contains(.overflow)
                 if everything { logger.log(.warning, "the inotify queue overflowed: reading everything again") }

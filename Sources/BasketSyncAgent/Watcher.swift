@@ -1,30 +1,32 @@
 import CInotifyTools
 import Glibc
 
-/// Watches the sync directory with libinotifytools on a thread of its own, and tells the event
-/// loop what changed by writing one byte per event into a pipe.
+/// Watches the sync directory with libinotifytools, and tells the event loop what changed.
 ///
-/// libinotifytools keeps process-wide state, so one thread owns it: this one, from
-/// `inotifytools_initialize` on. It watches directories, never files, so that a cart replaced by a
-/// rename, deleted or re-created is seen; it reacts to close-after-write and rename-into-place only,
-/// so that a partial write is never read. It finds what an event is about from its watch
-/// descriptor (`inotifytools_filename_from_wd`), never from a file name, so that the stale entries
-/// the library keeps after `IN_IGNORED` (a directory deleted and re-created) are never used.
-final class Watcher: @unchecked Sendable {
+/// libinotifytools keeps process-wide state, so one thread owns it: the event loop's, from
+/// `inotifytools_initialize` on. The library places the watches and names what a watch
+/// descriptor watches (`inotifytools_filename_from_wd`); the loop polls the inotify descriptor
+/// itself and reads the events with `read`, so that no thread and no pipe stand between an event
+/// and its handling (the library's own `next_event` blocks, and cannot share a `poll`).
+///
+/// It watches directories, never files, so that a cart replaced by a rename, deleted or
+/// re-created is seen; it reacts to close-after-write and rename-into-place only, so that a
+/// partial write is never read. It finds what an event is about from its watch descriptor, never
+/// from a file name, so that the stale entries the library keeps after `IN_IGNORED` (a directory
+/// deleted and re-created) are never used.
+final class Watcher {
     /// What changed.
-    enum Change: UInt8 {
+    enum Change: Hashable {
         /// The cart may have a new version (or was deleted, or its directory came back).
-        case cart = 1
+        case cart
         /// An event arrived in `inbox/new/`.
-        case inbox = 2
+        case inbox
         /// Another process committed to the database.
-        case commit = 3
+        case commit
         /// The kernel queue overflowed: everything must be read again.
-        case overflow = 4
+        case overflow
         /// The sync directory itself, or its `.basket-sync/`, was removed or moved away.
-        case directoryGone = 5
-        /// The watcher cannot go on (its message is in the log).
-        case failed = 6
+        case directoryGone
     }
 
     private enum Role {
@@ -37,82 +39,55 @@ final class Watcher: @unchecked Sendable {
 
     let directory: String
     private let cartComponents: [String]
-    private let logger: Logger
-    private let pipeWrite: Int32
-    /// The end of the pipe that the event loop polls.
-    let pipeRead: Int32
+    /// The inotify descriptor the library opened, for the event loop to poll.
+    let fd: Int32
 
     private static let directoryMask = Int32(IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_MOVED_FROM
         | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
 
-    init(directory: String, cart: String, logger: Logger) throws(AgentError) {
+    /// Initializes libinotifytools and places every watch: nothing written after this returns
+    /// can be missed.
+    init(directory: String, cart: String) throws(AgentError) {
         self.directory = directory
         cartComponents = cart.split(separator: "/").map(String.init)
-        self.logger = logger
-        var fds: [Int32] = [0, 0]
-        guard pipe(&fds) == 0 else {
-            throw .system(SystemError(operation: "pipe", path: directory, code: errno))
+        guard inotifytools_initialize() != 0 else {
+            throw .system(SystemError(operation: "inotify_init", path: directory, code: inotifytools_error()))
         }
-        for fd in fds {
-            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        guard let descriptor = Watcher.inotifyDescriptor() else {
+            throw .system(SystemError(operation: "find the inotify descriptor", path: "/proc/self/fd", code: ENOENT))
         }
-        pipeRead = fds[0]
-        pipeWrite = fds[1]
+        fd = descriptor
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        watchCartPath()
+        let inboxNew = "\(directory)/inbox/new"
+        guard inotifytools_watch_file(inboxNew, Int32(IN_MOVED_TO | IN_CLOSE_WRITE | IN_ONLYDIR)) != 0 else {
+            throw .system(SystemError(operation: "watch", path: inboxNew, code: inotifytools_error()))
+        }
+        _ = inotifytools_watch_file("\(directory)/\(Store.stateDirectoryName)", Int32(IN_CLOSE_WRITE | IN_ONLYDIR))
     }
 
-    /// Starts the watching thread; returns once every watch is in place, so that nothing written
-    /// after `start` returns can be missed.
-    func start() throws(AgentError) {
-        let ready = UnsafeMutablePointer<sem_t>.allocate(capacity: 1)
-        sem_init(ready, 0, 0)
-        defer { sem_destroy(ready); ready.deallocate() }
-        var failure: AgentError?
-        let context = Unmanaged.passRetained(Box(watcher: self, ready: ready, failure: { failure = $0 }))
-        var thread = pthread_t()
-        let created = pthread_create(&thread, nil, { raw in
-            let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
-            box.watcher.run(box)
-            return nil
-        }, context.toOpaque())
-        guard created == 0 else {
-            context.release()
-            throw .system(SystemError(operation: "pthread_create", path: directory, code: created))
+    /// The library keeps its inotify descriptor to itself: it is the process's one inotify
+    /// instance, found among the open descriptors.
+    private static func inotifyDescriptor() -> Int32? {
+        for name in Posix.listDirectory("/proc/self/fd") {
+            guard let number = Int32(name) else { continue }
+            var target = [CChar](repeating: 0, count: 64)
+            let count = readlink("/proc/self/fd/\(name)", &target, target.count - 1)
+            guard count > 0 else { continue }
+            let link = String(decoding: target[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            if link == "anon_inode:inotify" { return number }
         }
-        pthread_detach(thread)
-        while sem_wait(ready) != 0 && errno == EINTR {}
-        if let failure { throw failure }
-    }
-
-    private final class Box {
-        let watcher: Watcher
-        let ready: UnsafeMutablePointer<sem_t>
-        let failure: (AgentError) -> Void
-        init(watcher: Watcher, ready: UnsafeMutablePointer<sem_t>, failure: @escaping (AgentError) -> Void) {
-            self.watcher = watcher
-            self.ready = ready
-            self.failure = failure
-        }
-    }
-
-    private func send(_ change: Change) {
-        var byte = change.rawValue
-        // A full pipe already holds a wake-up; the loop reads everything again anyway.
-        _ = write(pipeWrite, &byte, 1)
-    }
-
-    private func watch(_ path: String, mask: Int32) -> Bool {
-        inotifytools_watch_file(path, mask) != 0
+        return nil
     }
 
     /// Watches every directory from the sync directory down to the cart's, as far as they exist.
     private func watchCartPath() {
         var path = directory
         for component in cartComponents.dropLast() {
-            guard watch(path, mask: Watcher.directoryMask) else { return }
+            guard inotifytools_watch_file(path, Watcher.directoryMask) != 0 else { return }
             path += "/\(component)"
         }
-        _ = watch(path, mask: Watcher.directoryMask)
+        _ = inotifytools_watch_file(path, Watcher.directoryMask)
     }
 
     /// What a watched directory is for, from its path.
@@ -130,44 +105,34 @@ final class Watcher: @unchecked Sendable {
         return nil
     }
 
-    private func run(_ box: Box) {
-        guard inotifytools_initialize() != 0 else {
-            box.failure(.system(SystemError(operation: "inotify_init", path: directory, code: inotifytools_error())))
-            sem_post(box.ready)
-            return
-        }
-        watchCartPath()
-        let inboxNew = "\(directory)/inbox/new"
-        if !watch(inboxNew, mask: Int32(IN_MOVED_TO | IN_CLOSE_WRITE | IN_ONLYDIR)) {
-            box.failure(.system(SystemError(operation: "watch", path: inboxNew, code: inotifytools_error())))
-            sem_post(box.ready)
-            return
-        }
-        _ = watch("\(directory)/\(Store.stateDirectoryName)", mask: Int32(IN_CLOSE_WRITE | IN_ONLYDIR))
-        sem_post(box.ready)
-
+    /// Reads every event waiting on the descriptor (it does not block) and says what changed.
+    func changes() throws(AgentError) -> Set<Change> {
+        var changes = Set<Change>()
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         while true {
-            // -1 blocks until an event; 0 would also block (the library maps it to -1).
-            guard let event = inotifytools_next_event(-1) else {
-                let code = inotifytools_error()
-                if code == EINTR || code == 0 { continue }
-                logger.log(.error, "\(directory): reading inotify events failed: \(String(cString: strerror(code)))")
-                send(.failed)
-                return
+            let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                if errno == EAGAIN { return changes }
+                throw .system(SystemError(operation: "read inotify events", path: directory, code: errno))
             }
-            handle(event.pointee, name: event.pointee.len > 0 ? inotifyName(event) : "")
+            if count == 0 { return changes }
+            var offset = 0
+            let header = MemoryLayout<inotify_event>.size
+            while offset + header <= count {
+                let event = buffer.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: offset, as: inotify_event.self) }
+                let length = Int(event.len)
+                let name = length == 0 ? "" : String(decoding: buffer[(offset + header)..<(offset + header + length)].prefix { $0 != 0 }, as: UTF8.self)
+                handle(event, name: name, into: &changes)
+                offset += header + length
+            }
         }
     }
 
-    private func inotifyName(_ event: UnsafeMutablePointer<inotify_event>) -> String {
-        let raw = UnsafeRawPointer(event).advanced(by: MemoryLayout<inotify_event>.size)
-        return String(cString: raw.assumingMemoryBound(to: CChar.self))
-    }
-
-    private func handle(_ event: inotify_event, name: String) {
+    private func handle(_ event: inotify_event, name: String, into changes: inout Set<Change>) {
         let mask = Int32(bitPattern: event.mask)
         if mask & Int32(IN_Q_OVERFLOW) != 0 || event.wd < 0 {
-            send(.overflow)
+            changes.insert(.overflow)
             return
         }
         guard mask & Int32(IN_IGNORED) == 0, let watched = inotifytools_filename_from_wd(event.wd),
@@ -177,29 +142,29 @@ final class Watcher: @unchecked Sendable {
             if mask & Int32(IN_DELETE_SELF | IN_MOVE_SELF) != 0 {
                 // The watch follows a moved directory: drop it, and wait for the path to come back.
                 if mask & Int32(IN_MOVE_SELF) != 0 { inotifytools_remove_watch_by_wd(event.wd) }
-                if path == directory { send(.directoryGone) } else { send(.cart) }
+                changes.insert(path == directory ? .directoryGone : .cart)
                 return
             }
             // An open database pins the directory, so its own IN_DELETE_SELF may never come: the
             // state directory leaving it is the sign that the sync directory is going.
             if path == directory, name == Store.stateDirectoryName, mask & Int32(IN_DELETE | IN_MOVED_FROM) != 0 {
-                send(.directoryGone)
+                changes.insert(.directoryGone)
                 return
             }
             guard name == next else { return }
             if isLast {
-                if mask & Int32(IN_CLOSE_WRITE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM) != 0 { send(.cart) }
+                if mask & Int32(IN_CLOSE_WRITE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM) != 0 { changes.insert(.cart) }
             } else if mask & Int32(IN_CREATE | IN_MOVED_TO) != 0 {
                 // A directory on the way to the cart came (back): watch it, and read the cart.
                 watchCartPath()
-                send(.cart)
+                changes.insert(.cart)
             } else if mask & Int32(IN_DELETE | IN_MOVED_FROM) != 0 {
-                send(.cart)
+                changes.insert(.cart)
             }
         case .inbox:
-            send(.inbox)
+            changes.insert(.inbox)
         case .state:
-            if name == Store.commitSignalName { send(.commit) }
+            if name == Store.commitSignalName { changes.insert(.commit) }
         }
     }
 }
