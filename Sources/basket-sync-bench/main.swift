@@ -161,14 +161,23 @@ func cartText(lines: Int, version: Int) -> String {
 /// Renames `samples` carts into place one after the other and times each one until the
 /// notification file is closed after writing. Version numbers start at `from`.
 func timeCarts(_ directory: String, lines: Int, samples: Int, from: Int) -> [Double] {
-    let watch = CloseWatch(directory: directory, name: "notifications.jsonl")
+    timeRenames(directory, output: "notifications.jsonl", samples: samples) { sample in
+        writeFile("\(directory)/.cart.tmp", cartText(lines: lines, version: from + sample))
+        return ("\(directory)/.cart.tmp", "\(directory)/cart.json")
+    }
+}
+
+/// Times `samples` renames (the files `prepare` writes) each until `output` in `directory` is
+/// closed after writing.
+func timeRenames(_ directory: String, output: String, samples: Int, prepare: (Int) -> (from: String, to: String)) -> [Double] {
+    let watch = CloseWatch(directory: directory, name: output)
     var latencies: [Double] = []
     for sample in 0..<samples {
-        writeFile("\(directory)/.cart.tmp", cartText(lines: lines, version: from + sample))
+        let (from, to) = prepare(sample)
         watch.drain()
         let start = monotonic()
-        rename("\(directory)/.cart.tmp", "\(directory)/cart.json")
-        guard watch.wait() else { fail("no notification for a \(lines)-line cart in \(directory)") }
+        rename(from, to)
+        guard watch.wait() else { fail("no line in \(directory)/\(output) after renaming \(from)") }
         latencies.append(monotonic() - start)
         usleep(2_000)
     }
@@ -292,19 +301,10 @@ if onPath("inotifywait") && onPath("jq") {
 }
 
 // Inbox event → outbox line durable.
-var inboxLatencies: [Double] = []
-do {
-    let watch = CloseWatch(directory: agentDirectory, name: "outbox.jsonl")
-    for index in 0..<(quick ? 5 : 200) {
-        let name = "bench-\(index)"
-        writeFile("\(agentDirectory)/inbox/tmp/\(name)", "{\"id\":\"\(name)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"B\",\"quantity\":1}]}")
-        watch.drain()
-        let start = monotonic()
-        rename("\(agentDirectory)/inbox/tmp/\(name)", "\(agentDirectory)/inbox/new/\(name)")
-        guard watch.wait() else { fail("no outbox line for \(name)") }
-        inboxLatencies.append(monotonic() - start)
-        usleep(2_000)
-    }
+let inboxLatencies = timeRenames(agentDirectory, output: "outbox.jsonl", samples: quick ? 5 : 200) { index in
+    let name = "bench-\(index)"
+    writeFile("\(agentDirectory)/inbox/tmp/\(name)", "{\"id\":\"\(name)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"B\",\"quantity\":1}]}")
+    return ("\(agentDirectory)/inbox/tmp/\(name)", "\(agentDirectory)/inbox/new/\(name)")
 }
 
 // Cart size scaling.

@@ -86,9 +86,8 @@ import TestSupport
 
     /// `BASKET_SYNC_FUZZ_INPUTS` sets how many (default 100,000); `BASKET_SYNC_SEED` replays one run.
     @Test func mutatedInputsNeverCrashAndAlwaysSayWhere() {
-        let environment = ProcessInfo.processInfo.environment
-        let count = environment["BASKET_SYNC_FUZZ_INPUTS"].flatMap(Int.init) ?? 100_000
-        let seed = environment["BASKET_SYNC_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...UInt64(UInt32.max))
+        let count = Knobs.value("BASKET_SYNC_FUZZ_INPUTS", default: 100_000)
+        let seed = Knobs.seed
         var rng = SplitMix64(seed: seed)
         var accepted = 0
         for index in 0..<count {

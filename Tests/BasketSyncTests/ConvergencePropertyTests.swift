@@ -197,9 +197,8 @@ struct Simulation {
 
     /// `BASKET_SYNC_SEED=n` replays one seed; `BASKET_SYNC_RUNS=n` sets how many seeds per profile.
     static var seeds: [UInt64] {
-        let environment = ProcessInfo.processInfo.environment
-        if let seed = environment["BASKET_SYNC_SEED"].flatMap(UInt64.init) { return [seed] }
-        let runs = environment["BASKET_SYNC_RUNS"].flatMap(UInt64.init) ?? 1_000
+        if let seed = Knobs.replaySeed { return [seed] }
+        let runs = Knobs.value("BASKET_SYNC_RUNS", default: UInt64(1_000))
         return Array(1...runs)
     }
 

@@ -6,9 +6,9 @@ import TestSupport
 /// or doubled, seq has no gap, and no JSON Lines file shows a torn line a reader could take.
 @Suite struct CrashTests {
     /// Delivers a Mealz event the Maildir way, as the Mealz side does.
-    func deliver(_ playground: Playground, id: String, sku: String) throws {
+    func deliver(_ playground: Playground, id: String, sku: String, quantity: Int = 1) throws {
         let name = "\(id).crash"
-        try playground.write("inbox/tmp/\(name)", "{\"id\":\"\(id)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"\(sku)\",\"quantity\":1}]}\n")
+        try playground.write("inbox/tmp/\(name)", "{\"id\":\"\(id)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"\(sku)\",\"quantity\":\(quantity)}]}\n")
         try FileManager.default.moveItem(at: playground.url("inbox/tmp/\(name)"), to: playground.url("inbox/new/\(name)"))
     }
 
@@ -34,9 +34,8 @@ import TestSupport
     }
 
     @Test func killedAtRandomInstantsTheAgentLosesAndDoublesNothing() async throws {
-        let environment = ProcessInfo.processInfo.environment
-        let kills = environment["BASKET_SYNC_KILLS"].flatMap(Int.init) ?? 150
-        let seed = environment["BASKET_SYNC_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...UInt64(UInt32.max))
+        let kills = Knobs.value("BASKET_SYNC_KILLS", default: 150)
+        let seed = Knobs.seed
         var rng = SplitMix64(seed: seed)
         let playground = try Playground()
         #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
@@ -93,9 +92,8 @@ import TestSupport
     }
 
     @Test func killedAnywhereTheAgentAndTheCommandsLoseAndDoubleNothing() async throws {
-        let environment = ProcessInfo.processInfo.environment
-        let rounds = environment["BASKET_SYNC_STORM_ROUNDS"].flatMap(Int.init) ?? 100
-        let seed = environment["BASKET_SYNC_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...UInt64(UInt32.max))
+        let rounds = Knobs.value("BASKET_SYNC_STORM_ROUNDS", default: 100)
+        let seed = Knobs.seed
         var rng = SplitMix64(seed: seed)
         let playground = try Playground()
         let dir = playground.path
@@ -112,9 +110,7 @@ import TestSupport
             for _ in 0..<Int.random(in: 0...2, using: &rng) {
                 let sku = "S\(Int.random(in: 0..<5, using: &rng))"
                 let quantity = Int.random(in: -2...3, using: &rng)
-                let name = "e\(delivered).crash"
-                try playground.write("inbox/tmp/\(name)", "{\"id\":\"e\(delivered)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"\(sku)\",\"quantity\":\(quantity == 0 ? 1 : quantity)}]}\n")
-                try FileManager.default.moveItem(at: playground.url("inbox/tmp/\(name)"), to: playground.url("inbox/new/\(name)"))
+                try crash.deliver(playground, id: "e\(delivered)", sku: sku, quantity: quantity == 0 ? 1 : quantity)
                 delivered += 1
             }
             let command: [String]

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// A sustained stream of cart rewrites and inbox events: memory stays flat, nothing is lost, the
 /// last cart wins. `BASKET_SYNC_SOAK_SECONDS` sets how long (default 5; minutes for a real soak).
@@ -11,7 +12,7 @@ import Testing
     }
 
     @Test func underSustainedLoadMemoryStaysFlatAndNothingIsLost() async throws {
-        let seconds = ProcessInfo.processInfo.environment["BASKET_SYNC_SOAK_SECONDS"].flatMap(Double.init) ?? 5
+        let seconds = Knobs.value("BASKET_SYNC_SOAK_SECONDS", default: 5.0)
         let playground = try Playground()
         #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
         let agent = try AgentProcess(directory: playground.path)
