@@ -10,12 +10,7 @@ final class InMemoryCart: RetailerBasketSynchronizer {
     private let lines = Mutex<[String: Int]>([:])
 
     func updateBasket(products: [RetailerProduct]) {
-        lines.withLock { cart in
-            for product in products {
-                let quantity = max(0, cart[product.id, default: 0] + product.quantity)
-                cart[product.id] = quantity == 0 ? nil : quantity
-            }
-        }
+        lines.withLock { cart in RetailerProduct.apply(products, to: &cart) }
         print("host: applied \(products.map { "\($0.id) \($0.quantity > 0 ? "+" : "")\($0.quantity)" }.joined(separator: ", "))")
     }
 

@@ -58,49 +58,6 @@ public struct BasketNotification: Codable, Hashable, Sendable {
     }
 }
 
-/// An `updateBasket` batch sent to the host and not yet settled.
-public struct PendingBatch: Codable, Hashable, Sendable {
-    /// The batch's outbox seq.
-    public var seq: UInt64
-    /// The signed deltas.
-    public var products: [RetailerProduct]
-    /// When the batch was sent.
-    public var at: Date
-    /// When the batch is rolled back if the host has not echoed it; nil for a host that
-    /// acknowledges with `syncedThrough` (it waits for the acknowledgement, however long).
-    public var deadline: Date?
-
-    /// Creates a pending batch.
-    public init(seq: UInt64, products: [RetailerProduct], at: Date, deadline: Date?) {
-        self.seq = seq
-        self.products = products
-        self.at = at
-        self.deadline = deadline
-    }
-}
-
-/// Deltas that Mealz pushed while no `RetailerBasketSynchronizer` was registered.
-public struct IgnoredBatch: Codable, Hashable, Sendable {
-    /// The id of the Mealz event, if any.
-    public var source: String?
-    /// The deltas that were not delivered.
-    public var products: [RetailerProduct]
-
-    /// Creates an ignored batch.
-    public init(source: String?, products: [RetailerProduct]) {
-        self.source = source
-        self.products = products
-    }
-}
-
-/// Whether the host runs Mealz in retailer mode, where payments are recorded.
-public enum SyncMode: String, Codable, Hashable, Sendable {
-    /// Retailer mode: payments are recorded once a store is set.
-    case retailer
-    /// Any other mode: payments are not recorded.
-    case standalone
-}
-
 /// A payment event for Mealz: `paymentStarted` or `handlePayment`.
 public struct PaymentRecord: Codable, Hashable, Sendable {
     /// Which SDK call made the record.
@@ -172,63 +129,4 @@ public struct PaymentRecord: Codable, Hashable, Sendable {
         self.mealzProducts = mealzProducts
         self.basket = basket
     }
-}
-
-/// Why `handlePayment` failed; no record was made and the completion was not run.
-public enum PaymentError: Error, Hashable, Sendable, CustomStringConvertible {
-    /// The mode is not retailer mode.
-    case notRetailerMode
-    /// No store is set.
-    case noStore
-    /// The order id is empty.
-    case emptyOrderId
-    /// The product list is not valid.
-    case invalidProducts(SyncInputError)
-
-    /// A sentence saying what is wrong and what to do.
-    public var description: String {
-        switch self {
-        case .notRetailerMode:
-            return "payments are recorded only in retailer mode; set it with set-store STORE_ID --mode retailer"
-        case .noStore:
-            return "no store is set; set one with set-store STORE_ID (setSelectedStoreWithExternalId)"
-        case .emptyOrderId:
-            return "the order id is empty; give the host's order id"
-        case let .invalidProducts(error):
-            return "the product list is not valid: \(error)"
-        }
-    }
-}
-
-/// What to do after an input: the state machine's output, run by the shell in order.
-public enum SyncEffect: Hashable, Sendable {
-    /// Append this record to the outbox for the host (an `updateBasket` batch or a redirect).
-    case outbox(OutboxRecord)
-    /// Send this `notifyRetailerBasketChanged` to Mealz.
-    case notify(BasketNotification)
-    /// Record this payment event.
-    case payment(PaymentRecord)
-    /// The host applied or acknowledged the batch of this seq; it is now part of Mealz's basket.
-    case settled(seq: UInt64)
-    /// The host did not echo this batch within the pending window: Mealz's view no longer counts it.
-    case rolledBack(PendingBatch)
-    /// The host applied a batch after its window had expired (the SDK's documented race).
-    case lateEcho(seq: UInt64)
-    /// Mealz pushed deltas while no synchronizer was registered: not delivered, counted.
-    case ignored(IgnoredBatch)
-    /// A `basketTransfer` with this transfer id already landed: not landed again.
-    case duplicateTransfer(transferId: String)
-    /// `handlePayment` for an order already recorded: not recorded again.
-    case paymentAlreadyRecorded(orderId: String, seq: UInt64)
-    /// The host acknowledged a seq beyond the last one written (its cart may come from another
-    /// sync directory, or the database was reset).
-    case acknowledgementBeyondOutbox(syncedThrough: UInt64, lastSeq: UInt64)
-    /// A `handlePayment` closed the Mealz basket; the next cart starts this new basket.
-    case basketClosed(newBasket: UInt64)
-    /// The store or the mode changed; a new store starts the basket of this number.
-    case storeChanged(storeId: String?, mode: SyncMode, basket: UInt64)
-    /// Wake at this instant and call `expireWindows(at:)`: the earliest pending deadline.
-    case armTimer(at: Date)
-    /// No pending window is open any more: no wake-up is needed.
-    case disarmTimer
 }

@@ -15,20 +15,23 @@ public struct RetailerProduct: Codable, Hashable, Sendable {
     }
 }
 
-/// A problem with the products handed to the library; nothing was changed.
-public enum SyncInputError: Error, Hashable, Sendable, CustomStringConvertible {
-    /// A line has an empty id.
-    case emptyProductId
-    /// A line that must be absolute has a negative quantity.
-    case negativeQuantity(id: String, quantity: Int)
+extension RetailerProduct {
+    /// The rule every host applies to one `updateBasket` line: `quantity` plus the signed `delta`,
+    /// never below 0 (a host asked to remove more than it has removes what it has), and pinned at
+    /// `Int.max` instead of overflowing, so hostile quantities never crash.
+    ///
+    /// The library applies it wherever it predicts what a host holds; `basket-sync apply`, the
+    /// samples and the tests apply it as the host does.
+    public static func applying(delta: Int, to quantity: Int) -> Int {
+        max(0, quantity.saturatingAdd(delta))
+    }
 
-    /// A sentence saying what is wrong and what to do.
-    public var description: String {
-        switch self {
-        case .emptyProductId:
-            return "a product has an empty id; give every line a non-empty \"id\""
-        case let .negativeQuantity(id, quantity):
-            return "product \"\(id)\" has quantity \(quantity); absolute quantities must be 0 or more"
+    /// Applies a batch of signed deltas to a cart of SKU → quantity, the way a host does:
+    /// each line by ``applying(delta:to:)``, a line that reaches 0 removed.
+    public static func apply(_ deltas: [RetailerProduct], to cart: inout [String: Int]) {
+        for line in deltas {
+            let quantity = applying(delta: line.quantity, to: cart[line.id] ?? 0)
+            cart[line.id] = quantity == 0 ? nil : quantity
         }
     }
 }
@@ -39,55 +42,5 @@ extension Int {
         let (sum, overflow) = addingReportingOverflow(other)
         guard overflow else { return sum }
         return other > 0 ? .max : .min
-    }
-}
-
-/// An ordered map of SKU → quantity that keeps the order in which SKUs first appeared.
-///
-/// Batches and notifications are written in this order, so output is deterministic and follows
-/// the order of the input.
-struct ProductTally: Equatable {
-    private(set) var order: [String] = []
-    private(set) var quantities: [String: Int] = [:]
-
-    init() {}
-
-    /// Sums the lines per SKU (the same id twice adds up).
-    init(_ products: [RetailerProduct]) {
-        for product in products { add(product.id, product.quantity) }
-    }
-
-    mutating func add(_ id: String, _ quantity: Int) {
-        if let current = quantities[id] {
-            quantities[id] = current.saturatingAdd(quantity)
-        } else {
-            order.append(id)
-            quantities[id] = quantity
-        }
-    }
-
-    /// The lines in first-appearance order, without the lines whose quantity is 0.
-    var nonZeroProducts: [RetailerProduct] {
-        order.compactMap { id in
-            let quantity = quantities[id]!
-            return quantity == 0 ? nil : RetailerProduct(id: id, quantity: quantity)
-        }
-    }
-}
-
-extension Array where Element == RetailerProduct {
-    /// Checks that the lines form a valid absolute list: non-empty ids, quantities ≥ 0.
-    func validatedAbsolute() throws(SyncInputError) -> ProductTally {
-        for product in self {
-            if product.id.isEmpty { throw .emptyProductId }
-            if product.quantity < 0 { throw .negativeQuantity(id: product.id, quantity: product.quantity) }
-        }
-        return ProductTally(self)
-    }
-
-    /// Checks that the lines form a valid delta batch: non-empty ids, any sign.
-    func validatedDeltas() throws(SyncInputError) -> ProductTally {
-        for product in self where product.id.isEmpty { throw .emptyProductId }
-        return ProductTally(self)
     }
 }

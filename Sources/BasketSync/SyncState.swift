@@ -71,28 +71,45 @@ public struct SyncCounters: Codable, Hashable, Sendable {
     public init() {}
 }
 
-/// The library's settings, read from `basket-sync.json` by the agent.
-public struct SyncConfiguration: Hashable, Sendable {
-    /// How long a batch waits for the echo of a host that does not write `syncedThrough`.
-    public var pendingTimeout: Duration
-    /// How many rolled-back batches are remembered to report a late echo.
-    public var rolledBackMemory: Int
+/// An `updateBasket` batch sent to the host and not yet settled.
+public struct PendingBatch: Codable, Hashable, Sendable {
+    /// The batch's outbox seq.
+    public var seq: UInt64
+    /// The signed deltas.
+    public var products: [RetailerProduct]
+    /// When the batch was sent.
+    public var at: Date
+    /// When the batch is rolled back if the host has not echoed it; nil for a host that
+    /// acknowledges with `syncedThrough` (it waits for the acknowledgement, however long).
+    public var deadline: Date?
 
-    /// The SDK's defaults: a 10 s pending window.
-    public init(pendingTimeout: Duration = .seconds(10), rolledBackMemory: Int = 32) {
-        self.pendingTimeout = pendingTimeout
-        self.rolledBackMemory = rolledBackMemory
+    /// Creates a pending batch.
+    public init(seq: UInt64, products: [RetailerProduct], at: Date, deadline: Date?) {
+        self.seq = seq
+        self.products = products
+        self.at = at
+        self.deadline = deadline
     }
 }
 
-/// A Mealz-side input: what the Mealz UI or WebView asks for.
-public enum MealzEvent: Hashable, Sendable {
-    /// Signed deltas pushed by the Mealz UI (SSR `pushProductsToCart`).
-    case basketDelta([RetailerProduct])
-    /// The WebView's whole Mealz basket, absolute; diffed against Mealz's view.
-    case basketState([RetailerProduct])
-    /// An affiliated basket landing in this cart: its lines are added as deltas, once per id.
-    case basketTransfer([RetailerProduct], transferId: String)
-    /// The shopper asked to open the host's cart.
-    case redirectToCart
+/// Deltas that Mealz pushed while no `RetailerBasketSynchronizer` was registered.
+public struct IgnoredBatch: Codable, Hashable, Sendable {
+    /// The id of the Mealz event, if any.
+    public var source: String?
+    /// The deltas that were not delivered.
+    public var products: [RetailerProduct]
+
+    /// Creates an ignored batch.
+    public init(source: String?, products: [RetailerProduct]) {
+        self.source = source
+        self.products = products
+    }
+}
+
+/// Whether the host runs Mealz in retailer mode, where payments are recorded.
+public enum SyncMode: String, Codable, Hashable, Sendable {
+    /// Retailer mode: payments are recorded once a store is set.
+    case retailer
+    /// Any other mode: payments are not recorded.
+    case standalone
 }

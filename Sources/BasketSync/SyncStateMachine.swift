@@ -27,12 +27,17 @@ public struct SyncStateMachine: Sendable {
     /// batch clamped at 0 the way the host applies it. Only SKUs above 0.
     public var mealzView: [String: Int] {
         var view = state.confirmed
+        for batch in state.pending { RetailerProduct.apply(batch.products, to: &view) }
+        return view
+    }
+
+    /// The signed sum of the pending deltas per SKU (only SKUs with a pending line; a sum may be 0).
+    public var pendingDeltas: [String: Int] {
+        var sums: [String: Int] = [:]
         for batch in state.pending {
-            for line in batch.products {
-                view[line.id] = max(0, (view[line.id] ?? 0).saturatingAdd(line.quantity))
-            }
+            for line in batch.products { sums[line.id] = (sums[line.id] ?? 0).saturatingAdd(line.quantity) }
         }
-        return view.filter { $0.value > 0 }
+        return sums
     }
 
     /// The Mealz-related SKUs: those Mealz holds a quantity of, or has a pending delta for.
@@ -255,10 +260,7 @@ public struct SyncStateMachine: Sendable {
             settleCount = echoedPrefix(previousCart: previousCart, newCart: newCart)
         }
         for batch in state.pending.prefix(settleCount) {
-            for line in batch.products {
-                let quantity = max(0, (state.confirmed[line.id] ?? 0).saturatingAdd(line.quantity))
-                state.confirmed[line.id] = quantity == 0 ? nil : quantity
-            }
+            RetailerProduct.apply(batch.products, to: &state.confirmed)
             effects.append(.settled(seq: batch.seq))
             state.counters.settled += 1
         }
@@ -299,7 +301,7 @@ public struct SyncStateMachine: Sendable {
         for (index, batch) in state.pending.enumerated() {
             for line in batch.products {
                 let base = expected[line.id] ?? previousCart[line.id] ?? 0
-                expected[line.id] = max(0, base.saturatingAdd(line.quantity))
+                expected[line.id] = RetailerProduct.applying(delta: line.quantity, to: base)
             }
             if batch.products.allSatisfy({ (newCart[$0.id] ?? 0) == expected[$0.id] }) {
                 count = index + 1
@@ -313,7 +315,7 @@ public struct SyncStateMachine: Sendable {
         var effects: [SyncEffect] = []
         state.rolledBack.removeAll { batch in
             let echoed = batch.products.allSatisfy { line in
-                (newCart[line.id] ?? 0) == max(0, (previousCart[line.id] ?? 0).saturatingAdd(line.quantity))
+                (newCart[line.id] ?? 0) == RetailerProduct.applying(delta: line.quantity, to: previousCart[line.id] ?? 0)
             }
             guard echoed else { return false }
             effects.append(.lateEcho(seq: batch.seq))
@@ -351,13 +353,5 @@ public struct SyncStateMachine: Sendable {
         state.rolledBack = []
         state.basket += 1
         return .basketClosed(newBasket: state.basket)
-    }
-}
-
-extension Duration {
-    /// The duration in seconds, for `Date` arithmetic.
-    var seconds: Double {
-        let (whole, attoseconds) = components
-        return Double(whole) + Double(attoseconds) / 1e18
     }
 }

@@ -88,8 +88,9 @@ extension Commands {
             if case let .string(id) = lines[index][keys.id]?.value { return id == delta.id }
             return false
         }
-        let total = matching.reduce(0) { clampedSum($0, lines[$1][keys.quantity]?.integer ?? 0) }
-        let quantity = max(0, clampedSum(total, delta.quantity))
+        // The cart was validated: every quantity is 0 or more, so the rule sums them too.
+        let total = matching.reduce(0) { RetailerProduct.applying(delta: lines[$1][keys.quantity]?.integer ?? 0, to: $0) }
+        let quantity = RetailerProduct.applying(delta: delta.quantity, to: total)
         guard let first = matching.first else {
             if quantity > 0 {
                 lines.append(.made(.object([(keys.id, .made(.string(delta.id))), (keys.quantity, .made(.number(String(quantity))))])))
@@ -106,12 +107,6 @@ extension Commands {
         }
         lines[first] = .made(.object(members))
         for index in matching.dropFirst().reversed() { lines.remove(at: index) }
-    }
-
-    /// `a + b`, pinned at the bounds instead of trapping.
-    private static func clampedSum(_ a: Int, _ b: Int) -> Int {
-        let (sum, overflow) = a.addingReportingOverflow(b)
-        return overflow ? (b > 0 ? .max : .min) : sum
     }
 
     /// The outbox records after `seq`, from their lines (the database's, which the file holds

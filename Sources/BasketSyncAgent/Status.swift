@@ -40,7 +40,7 @@ public struct StatusReport {
     }
 
     private func pendingDelta(_ id: String) -> Int {
-        state.pending.reduce(0) { sum, batch in sum + batch.products.filter { $0.id == id }.reduce(0) { $0 + $1.quantity } }
+        SyncStateMachine(state: state).pendingDeltas[id] ?? 0
     }
 
     private func seconds(_ interval: Double) -> String {

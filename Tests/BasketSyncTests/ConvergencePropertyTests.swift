@@ -132,7 +132,7 @@ struct Simulation {
     mutating func hostCatchesUp() throws {
         for record in outbox where record.seq > processed {
             if record.type == .updateBasket, !chance(profile.rejection) {
-                for line in record.products { host[line.id] = max(0, (host[line.id] ?? 0) + line.quantity) }
+                RetailerProduct.apply(record.products, to: &host)
             }
             processed = record.seq
         }

@@ -1,0 +1,43 @@
+/// A problem with the products handed to the library; nothing was changed.
+public enum SyncInputError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// A line has an empty id.
+    case emptyProductId
+    /// A line that must be absolute has a negative quantity.
+    case negativeQuantity(id: String, quantity: Int)
+
+    /// A sentence saying what is wrong and what to do.
+    public var description: String {
+        switch self {
+        case .emptyProductId:
+            return "a product has an empty id; give every line a non-empty \"id\""
+        case let .negativeQuantity(id, quantity):
+            return "product \"\(id)\" has quantity \(quantity); absolute quantities must be 0 or more"
+        }
+    }
+}
+
+/// Why `handlePayment` failed; no record was made and the completion was not run.
+public enum PaymentError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// The mode is not retailer mode.
+    case notRetailerMode
+    /// No store is set.
+    case noStore
+    /// The order id is empty.
+    case emptyOrderId
+    /// The product list is not valid.
+    case invalidProducts(SyncInputError)
+
+    /// A sentence saying what is wrong and what to do.
+    public var description: String {
+        switch self {
+        case .notRetailerMode:
+            return "payments are recorded only in retailer mode; set it with set-store STORE_ID --mode retailer"
+        case .noStore:
+            return "no store is set; set one with set-store STORE_ID (setSelectedStoreWithExternalId)"
+        case .emptyOrderId:
+            return "the order id is empty; give the host's order id"
+        case let .invalidProducts(error):
+            return "the product list is not valid: \(error)"
+        }
+    }
+}

@@ -1,0 +1,49 @@
+/// An ordered map of SKU → quantity that keeps the order in which SKUs first appeared.
+///
+/// Batches and notifications are written in this order, so output is deterministic and follows
+/// the order of the input.
+struct ProductTally: Equatable {
+    private(set) var order: [String] = []
+    private(set) var quantities: [String: Int] = [:]
+
+    init() {}
+
+    /// Sums the lines per SKU (the same id twice adds up).
+    init(_ products: [RetailerProduct]) {
+        for product in products { add(product.id, product.quantity) }
+    }
+
+    mutating func add(_ id: String, _ quantity: Int) {
+        if let current = quantities[id] {
+            quantities[id] = current.saturatingAdd(quantity)
+        } else {
+            order.append(id)
+            quantities[id] = quantity
+        }
+    }
+
+    /// The lines in first-appearance order, without the lines whose quantity is 0.
+    var nonZeroProducts: [RetailerProduct] {
+        order.compactMap { id in
+            let quantity = quantities[id]!
+            return quantity == 0 ? nil : RetailerProduct(id: id, quantity: quantity)
+        }
+    }
+}
+
+extension Array where Element == RetailerProduct {
+    /// Checks that the lines form a valid absolute list: non-empty ids, quantities ≥ 0.
+    func validatedAbsolute() throws(SyncInputError) -> ProductTally {
+        for product in self {
+            if product.id.isEmpty { throw .emptyProductId }
+            if product.quantity < 0 { throw .negativeQuantity(id: product.id, quantity: product.quantity) }
+        }
+        return ProductTally(self)
+    }
+
+    /// Checks that the lines form a valid delta batch: non-empty ids, any sign.
+    func validatedDeltas() throws(SyncInputError) -> ProductTally {
+        for product in self where product.id.isEmpty { throw .emptyProductId }
+        return ProductTally(self)
+    }
+}
