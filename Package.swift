@@ -10,13 +10,15 @@ let package = Package(
     targets: [
         // The functional core: the SDK's names and the sync state machine. No I/O, no clock.
         .target(name: "BasketSync"),
+        // Pure too: the JSON parser and writer, and each file format's decoder and encoder side by side.
+        .target(name: "BasketSyncWire", dependencies: ["BasketSync"]),
         // C libraries from Debian -dev packages, each behind one module map.
         .systemLibrary(name: "CInotifyTools", path: "Sources/CInotifyTools"),
         .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
         // The imperative shell: files, inotify, SQLite, signals.
-        .target(name: "BasketSyncAgent", dependencies: ["BasketSync", "CInotifyTools", "CSQLite"]),
+        .target(name: "BasketSyncAgent", dependencies: ["BasketSync", "BasketSyncWire", "CInotifyTools", "CSQLite"]),
         // Argument parsing and command dispatch only.
-        .executableTarget(name: "basket-sync", dependencies: ["BasketSyncAgent", "BasketSync"]),
+        .executableTarget(name: "basket-sync", dependencies: ["BasketSyncAgent", "BasketSyncWire", "BasketSync"]),
         // The benchmark: `swift run -c release basket-sync-bench`.
         .executableTarget(name: "basket-sync-bench", dependencies: ["basket-sync"]),
         // Samples/swift-host: a host embedding the library directly.
@@ -24,7 +26,8 @@ let package = Package(
         // A seeded generator the seeded tests share.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "BasketSyncTests", dependencies: ["BasketSync", "TestSupport"]),
-        .testTarget(name: "BasketSyncAgentTests", dependencies: ["BasketSyncAgent", "BasketSync", "TestSupport"]),
+        .testTarget(name: "BasketSyncWireTests", dependencies: ["BasketSyncWire", "BasketSync", "TestSupport"]),
+        .testTarget(name: "BasketSyncAgentTests", dependencies: ["BasketSyncAgent", "BasketSyncWire", "BasketSync", "TestSupport"]),
         .testTarget(name: "CLITests", dependencies: ["basket-sync", "swift-host-sample", "basket-sync-bench", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]

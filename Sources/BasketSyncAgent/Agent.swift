@@ -1,4 +1,5 @@
 import BasketSync
+import BasketSyncWire
 import Glibc
 
 /// The write end of the signal pipe, set once before the handlers are installed.

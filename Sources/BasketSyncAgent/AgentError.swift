@@ -1,3 +1,4 @@
+import BasketSyncWire
 import Glibc
 
 /// An error of the agent or a command, with the sysexits code it exits with.
@@ -50,6 +51,16 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
         case .database: return 74
         case .notReady: return 78
         }
+    }
+}
+
+extension DecodingFailure {
+    /// The first problem as a bad-data error naming the file, the line and the column.
+    func badData(path: String, bytes: [UInt8]) -> AgentError { first.badData(path: path, bytes: bytes) }
+
+    /// Every problem as `path:line:column: reason`, in file order.
+    func descriptions(path: String, bytes: [UInt8]) -> [String] {
+        problems.map { $0.badData(path: path, bytes: bytes).description }
     }
 }
 

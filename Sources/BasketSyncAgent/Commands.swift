@@ -1,4 +1,5 @@
 import BasketSync
+import BasketSyncWire
 import Glibc
 
 /// The one-shot commands, callable from the executable and from tests.
@@ -56,29 +57,20 @@ public enum Commands {
         let eventId = id ?? "push-\(micros)-\(unique.prefix(8))"
         let name = String(repeating: "0", count: max(0, 16 - micros.count)) + micros + ".P\(getpid())R\(unique).basket-sync"
 
-        var writer = JSONWriter()
-        writer.raw("{\"id\":")
-        writer.string(eventId)
-        writer.raw(",\"type\":")
+        let event: MealzEvent
         switch kind {
-        case .delta: writer.raw("\"basketDelta\"")
-        case .state: writer.raw("\"basketState\"")
-        case let .transfer(transferId):
-            writer.raw("\"basketTransfer\",\"transferId\":")
-            writer.string(transferId)
-        case .redirect: writer.raw("\"redirectToCart\"")
+        case .delta: event = .basketDelta(products)
+        case .state: event = .basketState(products)
+        case let .transfer(transferId): event = .basketTransfer(products, transferId: transferId)
+        case .redirect: event = .redirectToCart
         }
-        if kind != .redirect {
-            writer.raw(",\"products\":")
-            RecordFormat.products(products, into: &writer)
-        }
-        writer.raw("}\n")
+        let bytes = EventFormat.encode(InboxEvent(id: eventId, event: event))
 
         let temporary = "\(tmp)/\(name)"
         do {
             let fd = try Posix.open(temporary, O_WRONLY | O_CREAT | O_EXCL, mode: Posix.sharedFileMode)
             defer { Posix.close(fd) }
-            try Posix.writeAll(fd, writer.bytes, path: temporary)
+            try Posix.writeAll(fd, bytes, path: temporary)
             try Posix.fsync(fd, path: temporary)
         } catch {
             _ = unlink(temporary)

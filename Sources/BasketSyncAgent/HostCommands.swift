@@ -1,4 +1,5 @@
 import BasketSync
+import BasketSyncWire
 import Glibc
 
 extension Commands {
@@ -34,79 +35,32 @@ extension Commands {
 
         let cartPath = engine.cartPath
         let bytes = try Posix.readFile(cartPath, limit: configuration.limits.maxFileBytes) ?? Array("[]".utf8)
-        var root: JSONNode
-        do { root = try JSONParser.parse(bytes) } catch { throw error.badData(path: cartPath, bytes: bytes) }
-        var decoder = Decoder(keys: configuration.keys, limits: configuration.limits)
-        guard let cart = decoder.cart(root) else {
-            throw decoder.problems.min { $0.offset < $1.offset }!.badData(path: cartPath, bytes: bytes)
+        var document: CartDocument
+        do { document = try CartDocument(bytes, keys: configuration.keys, limits: configuration.limits) } catch {
+            throw error.badData(path: cartPath, bytes: bytes)
         }
         var summary = ApplySummary()
-        summary.syncedThroughBefore = cart.syncedThrough ?? 0
+        summary.syncedThroughBefore = document.cart.syncedThrough ?? 0
         summary.syncedThrough = summary.syncedThroughBefore
 
         let records = try outboxRecords(engine.store.lines(.outbox, after: summary.syncedThroughBefore),
                                         path: "\(directory)/\(Projection.outbox.fileName)", after: summary.syncedThroughBefore)
         guard !records.isEmpty else { return summary }
-
-        // A bare array becomes an object, which has room for syncedThrough.
-        if case .array = root.value {
-            root = .made(.object([(configuration.keys.products, root)]))
-        }
-        guard case var .object(members) = root.value,
-              let productsIndex = members.firstIndex(where: { $0.key == configuration.keys.products }),
-              case var .array(lines) = members[productsIndex].node.value else {
-            throw .badData(path: cartPath, line: 1, column: 1, reason: "the cart has no \"\(configuration.keys.products)\" list")
-        }
         for record in records {
             switch record.type {
             case .updateBasket:
-                for delta in record.products { apply(delta, to: &lines, keys: configuration.keys) }
+                for delta in record.products { document.apply(delta) }
                 summary.applied.append(record.seq)
             case .redirectToCart:
                 summary.redirects.append(record.seq)
             }
             summary.syncedThrough = record.seq
         }
-        members[productsIndex].node = .made(.array(lines))
-        let synced = JSONNode.made(.number(String(summary.syncedThrough)))
-        if let index = members.firstIndex(where: { $0.key == "syncedThrough" }) {
-            members[index].node = synced
-        } else {
-            members.append(("syncedThrough", synced))
-        }
-        root = .made(.object(members))
-        do { try Posix.writeFileAtomically(cartPath, root.writeCart(productsKey: configuration.keys.products)) } catch {
+        document.setSyncedThrough(summary.syncedThrough)
+        do { try Posix.writeFileAtomically(cartPath, document.encoded()) } catch {
             throw .system(error)
         }
         return summary
-    }
-
-    /// One delta applied to the cart's lines: the same id twice counts as one line, the result is
-    /// clamped at 0, a line that reaches 0 is removed, a new id gets a new line.
-    private static func apply(_ delta: RetailerProduct, to lines: inout [JSONNode], keys: CartKeys) {
-        let matching = lines.indices.filter { index in
-            if case let .string(id) = lines[index][keys.id]?.value { return id == delta.id }
-            return false
-        }
-        // The cart was validated: every quantity is 0 or more, so the rule sums them too.
-        let total = matching.reduce(0) { RetailerProduct.applying(delta: lines[$1][keys.quantity]?.integer ?? 0, to: $0) }
-        let quantity = RetailerProduct.applying(delta: delta.quantity, to: total)
-        guard let first = matching.first else {
-            if quantity > 0 {
-                lines.append(.made(.object([(keys.id, .made(.string(delta.id))), (keys.quantity, .made(.number(String(quantity))))])))
-            }
-            return
-        }
-        if quantity == 0 {
-            for index in matching.reversed() { lines.remove(at: index) }
-            return
-        }
-        guard case var .object(members) = lines[first].value else { return }
-        if let index = members.firstIndex(where: { $0.key == keys.quantity }) {
-            members[index].node = .made(.number(String(quantity)))
-        }
-        lines[first] = .made(.object(members))
-        for index in matching.dropFirst().reversed() { lines.remove(at: index) }
     }
 
     /// The outbox records after `seq`, from their lines (the database's, which the file holds
@@ -114,25 +68,15 @@ extension Commands {
     static func outboxRecords(_ lines: [(seq: UInt64, line: [UInt8])], path: String, after seq: UInt64) throws(AgentError) -> [OutboxRecord] {
         var records: [OutboxRecord] = []
         for (recordSeq, bytes) in lines {
-            let line = Array(bytes.last == 0x0A ? bytes.dropLast() : bytes[...])
-            guard let root = try? JSONParser.parse(line), case let .string(type)? = root["type"]?.value,
-                  let recordType = OutboxRecord.RecordType(rawValue: type) else {
-                throw .database(path: path, message: "outbox record \(recordSeq) cannot be read; restore .basket-sync/ from a backup")
+            let record: OutboxRecord
+            do { record = try RecordFormat.outboxRecord(bytes) } catch {
+                throw .database(path: path, message: "outbox record \(recordSeq) cannot be read (\(error.reason)); restore .basket-sync/ from a backup")
             }
             let expected = (records.last?.seq ?? seq) + 1
-            guard recordSeq == expected else {
+            guard recordSeq == expected, record.seq == recordSeq else {
                 throw .database(path: path, message: "outbox seq \(recordSeq) where \(expected) was expected; restore .basket-sync/ from a backup")
             }
-            var products: [RetailerProduct] = []
-            if case let .array(items)? = root["products"]?.value {
-                for item in items {
-                    guard case let .string(id)? = item["id"]?.value, let quantity = item["quantity"]?.integer else { continue }
-                    products.append(RetailerProduct(id: id, quantity: quantity))
-                }
-            }
-            var id = ""
-            if case let .string(text)? = root["id"]?.value { id = text }
-            records.append(OutboxRecord(seq: recordSeq, id: id, type: recordType, at: Date(), source: nil, products: products))
+            records.append(record)
         }
         return records
     }
@@ -269,11 +213,16 @@ extension Commands {
             do { _ = try AgentConfiguration.parse(bytes, path: shown) } catch { return [error.description] }
             return []
         }
-        let root: JSONNode
-        do { root = try JSONParser.parse(bytes) } catch { return [error.badData(path: shown, bytes: bytes).description] }
-        var decoder = Decoder(keys: configuration.keys, limits: configuration.limits)
-        if kind == .cart { _ = decoder.cart(root) } else { _ = decoder.event(root) }
-        return decoder.problems.sorted { $0.offset < $1.offset }.map { $0.badData(path: shown, bytes: bytes).description }
+        do throws(DecodingFailure) {
+            if kind == .cart {
+                _ = try CartFormat.decode(bytes, keys: configuration.keys, limits: configuration.limits)
+            } else {
+                _ = try EventFormat.decode(bytes, limits: configuration.limits)
+            }
+            return []
+        } catch {
+            return error.descriptions(path: shown, bytes: bytes)
+        }
     }
 }
 

@@ -1,3 +1,4 @@
+import BasketSyncWire
 import Glibc
 
 /// Appends a projection's records to its JSON Lines file, after the database commit.
@@ -85,9 +86,9 @@ final class JSONLinesFile {
             if let lastNewline {
                 let completeSize = start + Int64(lastNewline) + 1
                 if let previous = buffer[..<lastNewline].lastIndex(of: 0x0A) {
-                    return (completeSize, seq(of: buffer[(previous + 1)..<lastNewline]))
+                    return (completeSize, RecordFormat.seq(ofLine: buffer[(previous + 1)..<lastNewline]))
                 }
-                if start == 0 { return (completeSize, seq(of: buffer[..<lastNewline])) }
+                if start == 0 { return (completeSize, RecordFormat.seq(ofLine: buffer[..<lastNewline])) }
             } else if start == 0 {
                 return (0, 0)
             }
@@ -108,17 +109,5 @@ final class JSONLinesFile {
             done += got
         }
         return Array(bytes[0..<done])
-    }
-
-    /// The seq of a line written by ``RecordFormat``: it starts with `{"seq":N,`.
-    private func seq(of line: ArraySlice<UInt8>) -> UInt64 {
-        let prefix = Array("{\"seq\":".utf8)
-        guard line.starts(with: prefix) else { return 0 }
-        var value: UInt64 = 0
-        for byte in line.dropFirst(prefix.count) {
-            guard (0x30...0x39).contains(byte) else { break }
-            value = value &* 10 &+ UInt64(byte - 0x30)
-        }
-        return value
     }
 }

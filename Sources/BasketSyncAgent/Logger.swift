@@ -1,4 +1,5 @@
 import BasketSync
+import BasketSyncWire
 import Glibc
 
 /// Writes the log on stderr: a readable sentence per line, or one JSON object per line.
@@ -29,7 +30,7 @@ public final class Logger: @unchecked Sendable {
         case .json:
             var writer = JSONWriter()
             writer.raw("{\"at\":")
-            writer.string(RecordFormat.timestamp(Date()))
+            writer.string(Timestamp.text(Date()))
             writer.raw(",\"level\":")
             writer.string(level.rawValue)
             writer.raw(",\"message\":")

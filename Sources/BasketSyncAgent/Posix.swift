@@ -1,3 +1,4 @@
+import BasketSyncWire
 import Glibc
 
 /// A failed system call: what was attempted, on which path, and errno.

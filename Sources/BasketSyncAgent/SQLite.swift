@@ -1,3 +1,4 @@
+import BasketSyncWire
 import Glibc
 import CSQLite
 

@@ -1,4 +1,5 @@
 import BasketSync
+import BasketSyncWire
 
 /// `status`: the state of a sync directory at a glance, for people and (`--json`) for scripts.
 public struct StatusReport {
@@ -125,7 +126,7 @@ public struct StatusReport {
             writer.raw(",\"ageSeconds\":")
             writer.raw(String(now.timeIntervalSince(batch.at)))
             writer.raw(",\"deadline\":")
-            writer.optionalString(batch.deadline.map(RecordFormat.timestamp))
+            writer.optionalString(batch.deadline.map(Timestamp.text))
             writer.raw(",\"products\":")
             RecordFormat.products(batch.products, into: &writer)
             writer.raw("}")

@@ -1,4 +1,5 @@
 import BasketSync
+import BasketSyncWire
 import Glibc
 
 /// The records that JSON Lines files project from the database.
@@ -146,17 +147,17 @@ final class Store {
             throw .database(path: stateDirectory, message: "the database has no state; run basket-sync init again")
         }
         do {
-            let state = try JSONDecoder().decode(SyncState.self, from: Data(blob))
+            let state = try StateFormat.decode(blob)
             cachedState = state
             cachedDataVersion = version
             return state
         } catch {
-            throw .database(path: stateDirectory, message: "the saved state cannot be read (\(error)); restore .basket-sync/ from a backup")
+            throw .database(path: stateDirectory, message: "the saved state cannot be read (offset \(error.offset): \(error.reason)); restore .basket-sync/ from a backup")
         }
     }
 
     func saveState(_ state: SyncState) throws(AgentError) {
-        try setMeta("state", StateEncoding.encode(state))
+        try setMeta("state", StateFormat.encode(state))
         cachedState = state
         cachedDataVersion = try dataVersion()
     }
@@ -213,7 +214,7 @@ final class Store {
         statement.bind(1, id)
         statement.bind(2, file)
         statement.bind(3, outcome)
-        statement.bind(4, RecordFormat.timestamp(at))
+        statement.bind(4, Timestamp.text(at))
         _ = try statement.step()
     }
 
@@ -224,7 +225,7 @@ final class Store {
     /// Keeps a report (a rollback, a late echo, an ignored batch, an error) for `status`.
     func report(level: String, message: String, at: Date) throws(AgentError) {
         let statement = try connection.prepare("INSERT INTO reports(at, level, message) VALUES(?, ?, ?)")
-        statement.bind(1, RecordFormat.timestamp(at))
+        statement.bind(1, Timestamp.text(at))
         statement.bind(2, level)
         statement.bind(3, message)
         _ = try statement.step()

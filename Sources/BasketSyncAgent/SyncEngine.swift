@@ -1,4 +1,5 @@
 import BasketSync
+import BasketSyncWire
 import Glibc
 
 /// Runs the library against one sync directory: reads the cart and the inbox, runs each input in
@@ -172,24 +173,16 @@ public final class SyncEngine {
 
     /// Parses and validates a cart with the configured key names and limits.
     func decodeCart(_ bytes: [UInt8], path: String) throws(AgentError) -> HostCart {
-        let root: JSONNode
-        do { root = try JSONParser.parse(bytes) } catch { throw error.badData(path: path, bytes: bytes) }
-        var decoder = Decoder(keys: configuration.keys, limits: configuration.limits)
-        guard let cart = decoder.cart(root) else {
-            throw decoder.problems.min { $0.offset < $1.offset }!.badData(path: path, bytes: bytes)
+        do { return try CartFormat.decode(bytes, keys: configuration.keys, limits: configuration.limits) } catch {
+            throw error.badData(path: path, bytes: bytes)
         }
-        return cart
     }
 
     /// Parses and validates an inbox event.
     func decodeEvent(_ bytes: [UInt8], path: String) throws(AgentError) -> InboxEvent {
-        let root: JSONNode
-        do { root = try JSONParser.parse(bytes) } catch { throw error.badData(path: path, bytes: bytes) }
-        var decoder = Decoder(keys: CartKeys(), limits: configuration.limits)
-        guard let event = decoder.event(root) else {
-            throw decoder.problems.min { $0.offset < $1.offset }!.badData(path: path, bytes: bytes)
+        do { return try EventFormat.decode(bytes, limits: configuration.limits) } catch {
+            throw error.badData(path: path, bytes: bytes)
         }
-        return event
     }
 
     /// What taking the inbox did.

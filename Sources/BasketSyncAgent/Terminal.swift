@@ -1,3 +1,4 @@
+import BasketSyncWire
 import Glibc
 
 /// What the executable needs from the process: output, the sync directory, the exit. Kept here so

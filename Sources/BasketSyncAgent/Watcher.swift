@@ -1,3 +1,4 @@
+import BasketSyncWire
 import CInotifyTools
 import Glibc
 

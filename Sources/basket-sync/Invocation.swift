@@ -1,5 +1,6 @@
 import BasketSync
 import BasketSyncAgent
+import BasketSyncWire
 
 /// A parsed command line: the sync directory option and the command.
 struct Invocation {

@@ -1,5 +1,6 @@
 import BasketSync
 import BasketSyncAgent
+import BasketSyncWire
 
 /// Writes a result (stdout) or a message (stderr).
 func emit(_ text: String, to stream: Terminal.Stream = .output) { Terminal.emit(text, to: stream) }

@@ -98,30 +98,6 @@ import Testing
     }
 }
 
-/// The agent's own state writer against the library's `Codable`.
-@Suite struct StateEncodingTests {
-    @Test func everyFieldReadsBackEqualThroughJSONDecoder() throws {
-        var machine = SyncStateMachine(state: SyncState(syncId: "s\"1\n"), isSynchronizerRegistered: true)
-        let base = Date(timeIntervalSinceReferenceDate: 817_000_000.123_456)
-        _ = machine.setSelectedStore(externalId: "store-ü", mode: .retailer, at: base)
-        _ = try machine.retailerBasketChanged([RetailerProduct(id: "X", quantity: 1)], syncedThrough: nil, at: base)
-        _ = try machine.handlePayment(totalPrice: Money("1.50")!, productList: [RetailerProduct(id: "X", quantity: 1)], orderId: "o-1", at: base)
-        _ = try machine.receive(.basketDelta([RetailerProduct(id: "A", quantity: 2), RetailerProduct(id: "B", quantity: -1)]), source: "e1", at: base)
-        _ = try machine.receive(.basketTransfer([RetailerProduct(id: "C", quantity: 1)], transferId: "t-1"), source: "e2", at: base.addingTimeInterval(0.001))
-        _ = machine.expireWindows(at: base.addingTimeInterval(10.0005))
-        _ = try machine.receive(.basketDelta([RetailerProduct(id: "A", quantity: 1)]), source: "e3", at: base.addingTimeInterval(11))
-        _ = try machine.retailerBasketChanged([RetailerProduct(id: "A", quantity: 3)], syncedThrough: nil, at: base.addingTimeInterval(12))
-        _ = try machine.receive(.basketDelta([RetailerProduct(id: "D", quantity: 4)]), source: "e4", at: base.addingTimeInterval(13))
-        _ = try machine.retailerBasketChanged([RetailerProduct(id: "A", quantity: 3)], syncedThrough: 1, at: base.addingTimeInterval(16))
-        let state = machine.state
-        #expect(!state.pending.isEmpty && !state.rolledBack.isEmpty && !state.recordedOrders.isEmpty && !state.landedTransfers.isEmpty)
-        #expect(state.hostSyncedThrough != nil && state.lastNotified != nil && state.storeId != nil)
-        let decoded = try JSONDecoder().decode(SyncState.self, from: Data(StateEncoding.encode(state)))
-        #expect(decoded == state)
-        #expect(try JSONDecoder().decode(SyncState.self, from: Data(StateEncoding.encode(SyncState(syncId: "fresh")))) == SyncState(syncId: "fresh"))
-    }
-}
-
 extension EngineTests {
     @Test func somethingThatIsNotAnEventFileIsSetAsideAndTheEventsBehindGoOn() throws {
         let directory = try Directory()

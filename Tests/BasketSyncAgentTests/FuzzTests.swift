@@ -1,4 +1,5 @@
 @testable import BasketSyncAgent
+@testable import BasketSyncWire
 import BasketSync
 import Foundation
 import Testing
@@ -60,23 +61,20 @@ import TestSupport
 
     /// Parses and decodes as a cart, an event and a configuration; checks what must always hold.
     static func check(_ bytes: [UInt8]) -> String? {
+        var problems: [JSONProblem] = []
         do {
-            let root = try JSONParser.parse(bytes)
-            var decoder = Decoder()
-            if let cart = decoder.cart(root) {
-                // Accepted: what it would notify is one line that reads back the same.
-                let line = RecordFormat.line(BasketNotification(seq: 1, at: Date(), products: cart.products, syncedThrough: cart.syncedThrough))
-                guard line.filter({ $0 == 0x0A }).count == 1, line.last == 0x0A else { return "a record of several lines" }
-                let back = try JSONParser.parse(Array(line.dropLast()))
-                guard case let .array(items)? = back["products"]?.value, items.count == cart.products.count else { return "a record that does not read back" }
-            }
-            _ = decoder.event(root)
-            for problem in decoder.problems where problem.offset < 0 || problem.offset > bytes.count || problem.reason.isEmpty {
-                return "a problem without a place or a reason: \(problem)"
-            }
+            let cart = try CartFormat.decode(bytes, keys: CartKeys(), limits: InputLimits())
+            // Accepted: what it would notify is one line that reads back the same.
+            let notification = BasketNotification(seq: 1, at: Date(timeIntervalSince1970: 1_796_032_200), products: cart.products, syncedThrough: cart.syncedThrough)
+            let line = RecordFormat.line(notification)
+            guard line.filter({ $0 == 0x0A }).count == 1, line.last == 0x0A else { return "a record of several lines" }
+            guard (try? RecordFormat.notification(line)) == notification else { return "a record that does not read back" }
         } catch {
-            if error.offset < 0 || error.offset > bytes.count || error.reason.isEmpty { return "a parse error without a place: \(error)" }
-            _ = lineAndColumn(of: error.offset, in: bytes)
+            problems += error.problems
+        }
+        do { _ = try EventFormat.decode(bytes, limits: InputLimits()) } catch { problems += error.problems }
+        for problem in problems where problem.offset < 0 || problem.offset > bytes.count || problem.reason.isEmpty {
+            return "a problem without a place or a reason: \(problem)"
         }
         do { _ = try AgentConfiguration.parse(bytes, path: "basket-sync.json") } catch {
             if error.exitCode != 78 || !error.description.hasPrefix("basket-sync.json:") { return "a configuration error without its place: \(error)" }

@@ -1,60 +1,14 @@
-/// A JSON value with the byte offset where it starts, so that errors can name a line and column.
-struct JSONNode {
-    indirect enum Value {
-        case object([(key: String, node: JSONNode)])
-        case array([JSONNode])
-        case string(String)
-        /// The literal text of a number; see ``JSONNode/integer``.
-        case number(String)
-        case bool(Bool)
-        case null
-    }
-
-    var value: Value
-    var offset: Int
-
-    /// The member `key` of an object, if present.
-    subscript(key: String) -> JSONNode? {
-        guard case let .object(members) = value else { return nil }
-        return members.first { $0.key == key }?.node
-    }
-
-    /// The number as an exact integer: nil for a non-number, a fraction, an exponent or overflow.
-    var integer: Int? {
-        guard case let .number(text) = value, !text.contains(where: { $0 == "." || $0 == "e" || $0 == "E" }) else { return nil }
-        return Int(text)
-    }
-
-    /// Says what kind of value this is, for error messages.
-    var kind: String {
-        switch value {
-        case .object: return "an object"
-        case .array: return "an array"
-        case .string: return "a string"
-        case .number: return "a number"
-        case .bool: return "a boolean"
-        case .null: return "null"
-        }
-    }
-}
-
-/// A problem in a file at a byte offset; turned into `path:line:column: reason` with the file's bytes.
-struct JSONProblem: Error, Equatable {
-    var offset: Int
-    var reason: String
-}
-
 /// A strict JSON parser (RFC 8259) that keeps positions and refuses what hostile input brings:
 /// invalid UTF-8, control characters in strings, lone surrogates, duplicate keys, nesting deeper
 /// than a limit. A leading UTF-8 byte order mark is skipped; `//` comments are allowed on request
 /// (for the configuration file).
-struct JSONParser {
+package struct JSONParser {
     private let bytes: [UInt8]
     private var index: Int
     private let maximumDepth: Int
     private let allowComments: Bool
 
-    static func parse(_ bytes: [UInt8], maximumDepth: Int = 64, allowComments: Bool = false) throws(JSONProblem) -> JSONNode {
+    package static func parse(_ bytes: [UInt8], maximumDepth: Int = 64, allowComments: Bool = false) throws(JSONProblem) -> JSONNode {
         var parser = JSONParser(bytes: bytes, maximumDepth: maximumDepth, allowComments: allowComments)
         return try parser.document()
     }
@@ -312,60 +266,5 @@ struct JSONParser {
         }
         index += 4
         return value
-    }
-}
-
-/// Where a byte offset falls in a file: 1-based line and column (columns count characters).
-func lineAndColumn(of offset: Int, in bytes: [UInt8]) -> (line: Int, column: Int) {
-    let end = min(offset, bytes.count)
-    var line = 1
-    var lineStart = 0
-    for position in 0..<end where bytes[position] == 0x0A {
-        line += 1
-        lineStart = position + 1
-    }
-    // Count characters, not bytes: UTF-8 continuation bytes do not start a column.
-    let column = bytes[lineStart..<end].reduce(1) { $1 & 0xC0 == 0x80 ? $0 : $0 + 1 }
-    return (line, column)
-}
-
-/// Writes compact JSON for the JSON Lines records: one line, every control character escaped,
-/// keys in the order written.
-struct JSONWriter {
-    private(set) var bytes: [UInt8] = []
-
-    init() { bytes.reserveCapacity(256) }
-
-    mutating func raw(_ text: StaticString) {
-        bytes.append(contentsOf: UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
-    }
-
-    mutating func raw(_ text: String) { bytes.append(contentsOf: text.utf8) }
-
-    mutating func string(_ text: String) {
-        bytes.append(0x22)
-        for byte in text.utf8 {
-            switch byte {
-            case 0x22: raw("\\\"")
-            case 0x5C: raw("\\\\")
-            case 0x0A: raw("\\n")
-            case 0x0D: raw("\\r")
-            case 0x09: raw("\\t")
-            case 0..<0x20, 0x7F:
-                raw("\\u00")
-                bytes.append(hexDigit(byte >> 4))
-                bytes.append(hexDigit(byte & 0xF))
-            default: bytes.append(byte)
-            }
-        }
-        bytes.append(0x22)
-    }
-
-    private func hexDigit(_ value: UInt8) -> UInt8 { value < 10 ? 0x30 + value : 0x61 + value - 10 }
-
-    mutating func integer<T: BinaryInteger>(_ value: T) { raw(String(value)) }
-
-    mutating func optionalString(_ text: String?) {
-        if let text { string(text) } else { raw("null") }
     }
 }

@@ -1,4 +1,4 @@
-@testable import BasketSyncAgent
+@testable import BasketSyncWire
 import BasketSync
 import Testing
 
@@ -64,13 +64,12 @@ import Testing
 
     func decodeCart(_ text: String, keys: CartKeys = CartKeys(), limits: InputLimits = InputLimits()) -> (HostCart?, [String]) {
         let bytes = Array(text.utf8)
-        guard let root = try? JSONParser.parse(bytes) else { return (nil, ["does not parse"]) }
-        var decoder = Decoder(keys: keys, limits: limits)
-        let cart = decoder.cart(root)
-        return (cart, decoder.problems.map { problem in
-            let (line, column) = lineAndColumn(of: problem.offset, in: bytes)
-            return "\(line):\(column): \(problem.reason)"
-        })
+        do { return (try CartFormat.decode(bytes, keys: keys, limits: limits), []) } catch {
+            return (nil, error.problems.map { problem in
+                let (line, column) = lineAndColumn(of: problem.offset, in: bytes)
+                return "\(line):\(column): \(problem.reason)"
+            })
+        }
     }
 
     @Test func cartsInBothShapesAndWithRenamedKeys() {
@@ -124,10 +123,9 @@ import Testing
 
     func decodeEvent(_ text: String) -> (InboxEvent?, [String]) {
         let bytes = Array(text.utf8)
-        guard let root = try? JSONParser.parse(bytes) else { return (nil, ["does not parse"]) }
-        var decoder = Decoder()
-        let event = decoder.event(root)
-        return (event, decoder.problems.map { "\(lineAndColumn(of: $0.offset, in: bytes).column): \($0.reason)" })
+        do { return (try EventFormat.decode(bytes, limits: InputLimits()), []) } catch {
+            return (nil, error.problems.map { "\(lineAndColumn(of: $0.offset, in: bytes).column): \($0.reason)" })
+        }
     }
 
     @Test func inboxEventsOfEachType() {
@@ -145,24 +143,25 @@ import Testing
     }
 
     @Test func theDefaultConfigurationFileParsesToTheDefaults() throws {
-        let parsed = try AgentConfiguration.parse(Array(AgentConfiguration.defaultFileText.utf8), path: "basket-sync.json")
+        let parsed = try AgentConfiguration.parse(Array(AgentConfiguration.defaultFileText.utf8))
         #expect(parsed == AgentConfiguration())
     }
 
     @Test(arguments: [
-        ("{\"pendingTimeoutSeconds\": 0}", "basket-sync.json:1:27: \"pendingTimeoutSeconds\" must be a number of seconds above 0, such as 10"),
-        ("{\"cart\": \"../elsewhere.json\"}", "basket-sync.json:1:10: \"cart\" must be a file path inside the sync directory, such as \"cart.json\""),
-        ("{\"colour\": true}", "basket-sync.json:1:12: unknown setting \"colour\"; see the comments that basket-sync init writes"),
-        ("{\n  \"logFormat\": \"xml\"\n}", "basket-sync.json:2:16: \"logFormat\" must be \"human\" or \"json\""),
-        ("{\"limits\": {\"maxQuantity\": -5}}", "basket-sync.json:1:28: \"limits.maxQuantity\" must be a whole number above 0"),
+        ("{\"pendingTimeoutSeconds\": 0}", "1:27: \"pendingTimeoutSeconds\" must be a number of seconds above 0, such as 10"),
+        ("{\"cart\": \"../elsewhere.json\"}", "1:10: \"cart\" must be a file path inside the sync directory, such as \"cart.json\""),
+        ("{\"colour\": true}", "1:12: unknown setting \"colour\"; see the comments that basket-sync init writes"),
+        ("{\n  \"logFormat\": \"xml\"\n}", "2:16: \"logFormat\" must be \"human\" or \"json\""),
+        ("{\"limits\": {\"maxQuantity\": -5}}", "1:28: \"limits.maxQuantity\" must be a whole number above 0"),
     ])
     func aBadConfigurationNamesTheSetting(text: String, expected: String) {
-        #expect(throws: AgentError.self) { try AgentConfiguration.parse(Array(text.utf8), path: "basket-sync.json") }
+        let bytes = Array(text.utf8)
+        #expect(throws: JSONProblem.self) { try AgentConfiguration.parse(bytes) }
         do {
-            _ = try AgentConfiguration.parse(Array(text.utf8), path: "basket-sync.json")
+            _ = try AgentConfiguration.parse(bytes)
         } catch {
-            #expect(error.description == expected)
-            #expect(error.exitCode == 78)
+            let (line, column) = lineAndColumn(of: error.offset, in: bytes)
+            #expect("\(line):\(column): \(error.reason)" == expected)
         }
     }
 

@@ -1,0 +1,143 @@
+import BasketSync
+
+/// How the agent writes its log lines on stderr.
+public enum LogFormat: String, Sendable {
+    /// One readable sentence per line.
+    case human
+    /// One JSON object per line.
+    case json
+}
+
+/// The settings of a sync directory, from `basket-sync.json` (JSON with `//` comments).
+public struct AgentConfiguration: Equatable, Sendable {
+    /// How long a batch waits for the echo of a host that never writes `syncedThrough`.
+    public var pendingTimeoutSeconds: Double = 10
+    /// The host's cart, relative to the sync directory (its directory may be replaced whole).
+    public var cart = "cart.json"
+    /// The key names of the host's cart format.
+    public var keys = CartKeys()
+    /// Limits on input.
+    public var limits = InputLimits()
+    /// The log format.
+    public var logFormat = LogFormat.human
+    /// Whether a `cart.json` that is a symbolic link is followed.
+    public var followSymlinks = false
+
+    /// The defaults.
+    public init() {}
+
+    /// The library's settings derived from these.
+    package var syncConfiguration: SyncConfiguration {
+        SyncConfiguration(pendingTimeout: .milliseconds(Int64((pendingTimeoutSeconds * 1000).rounded())))
+    }
+
+    /// The name of the configuration file in a sync directory.
+    public static let fileName = "basket-sync.json"
+
+    /// The largest configuration file read.
+    package static let maximumFileBytes = 1024 * 1024
+
+    /// Parses a `basket-sync.json` (JSON with `//` comments); a problem names its place.
+    package static func parse(_ bytes: [UInt8]) throws(JSONProblem) -> AgentConfiguration {
+        func fail(_ offset: Int, _ reason: String) -> JSONProblem { JSONProblem(offset: offset, reason: reason) }
+        let root = try JSONParser.parse(bytes, allowComments: true)
+        guard case let .object(members) = root.value else { throw fail(root.offset, "the configuration must be an object") }
+        var configuration = AgentConfiguration()
+
+        func string(_ node: JSONNode, _ name: String) throws(JSONProblem) -> String {
+            guard case let .string(text) = node.value, !text.isEmpty else { throw fail(node.offset, "\"\(name)\" must be a non-empty string") }
+            return text
+        }
+        func positive(_ node: JSONNode, _ name: String) throws(JSONProblem) -> Int {
+            guard let value = node.integer, value > 0 else { throw fail(node.offset, "\"\(name)\" must be a whole number above 0") }
+            return value
+        }
+
+        for (key, node) in members {
+            switch key {
+            case "pendingTimeoutSeconds":
+                guard case let .number(text) = node.value, let seconds = Double(text), seconds > 0, seconds <= 86_400 * 365 else {
+                    throw fail(node.offset, "\"pendingTimeoutSeconds\" must be a number of seconds above 0, such as 10")
+                }
+                configuration.pendingTimeoutSeconds = seconds
+            case "cart":
+                let cart = try string(node, key)
+                guard !cart.hasPrefix("/"), !cart.split(separator: "/").contains(".."), !cart.hasSuffix("/") else {
+                    throw fail(node.offset, "\"cart\" must be a file path inside the sync directory, such as \"cart.json\"")
+                }
+                configuration.cart = cart
+            case "keys":
+                guard case let .object(names) = node.value else { throw fail(node.offset, "\"keys\" must be an object") }
+                for (name, value) in names {
+                    switch name {
+                    case "products": configuration.keys.products = try string(value, "keys.products")
+                    case "id": configuration.keys.id = try string(value, "keys.id")
+                    case "quantity": configuration.keys.quantity = try string(value, "keys.quantity")
+                    default: throw fail(value.offset, "unknown key \"keys.\(name)\"; the keys are products, id and quantity")
+                    }
+                }
+            case "limits":
+                guard case let .object(names) = node.value else { throw fail(node.offset, "\"limits\" must be an object") }
+                for (name, value) in names {
+                    switch name {
+                    case "maxFileBytes": configuration.limits.maxFileBytes = try positive(value, "limits.maxFileBytes")
+                    case "maxQuantity": configuration.limits.maxQuantity = try positive(value, "limits.maxQuantity")
+                    case "maxIdBytes": configuration.limits.maxIdBytes = try positive(value, "limits.maxIdBytes")
+                    default: throw fail(value.offset, "unknown key \"limits.\(name)\"; the limits are maxFileBytes, maxQuantity and maxIdBytes")
+                    }
+                }
+            case "logFormat":
+                guard let format = LogFormat(rawValue: try string(node, key)) else {
+                    throw fail(node.offset, "\"logFormat\" must be \"human\" or \"json\"")
+                }
+                configuration.logFormat = format
+            case "followSymlinks":
+                guard case let .bool(value) = node.value else { throw fail(node.offset, "\"followSymlinks\" must be true or false") }
+                configuration.followSymlinks = value
+            default:
+                throw fail(node.offset, "unknown setting \"\(key)\"; see the comments that basket-sync init writes")
+            }
+        }
+        return configuration
+    }
+
+    /// The file `basket-sync init` writes: every setting at its default, with what it does.
+    public static let defaultFileText = AgentConfiguration().fileText
+
+    /// This configuration as a `basket-sync.json`: every setting, with a comment saying what it does.
+    public var fileText: String {
+        func quoted(_ text: String) -> String {
+            var writer = JSONWriter()
+            writer.string(text)
+            return String(decoding: writer.bytes, as: UTF8.self)
+        }
+        let seconds = pendingTimeoutSeconds.rounded() == pendingTimeoutSeconds && pendingTimeoutSeconds < 1e15
+            ? String(Int64(pendingTimeoutSeconds)) : String(pendingTimeoutSeconds)
+        return """
+            // basket-sync configuration. JSON with // comments; `basket-sync init` writes every setting at its default.
+            // The agent reloads this file on SIGHUP.
+            {
+              // How long an updateBasket batch waits for the host's echo, in seconds, when the host
+              // never writes "syncedThrough" in its cart. A host that writes it is waited for however long.
+              "pendingTimeoutSeconds": \(seconds),
+
+              // The host's cart, relative to this directory.
+              "cart": \(quoted(cart)),
+
+              // The key names of the host's cart format, for hosts with their own.
+              "keys": { "products": \(quoted(keys.products)), "id": \(quoted(keys.id)), "quantity": \(quoted(keys.quantity)) },
+
+              // Limits on input: the largest file read (bytes), the largest quantity or delta on a
+              // line, the longest id (UTF-8 bytes). Anything over is rejected with a clear error.
+              "limits": { "maxFileBytes": \(limits.maxFileBytes), "maxQuantity": \(limits.maxQuantity), "maxIdBytes": \(limits.maxIdBytes) },
+
+              // The log on stderr: "human" or "json" (one object per line).
+              "logFormat": \(quoted(logFormat.rawValue)),
+
+              // Whether a cart file that is a symbolic link is followed.
+              "followSymlinks": \(followSymlinks)
+            }
+
+            """
+    }
+}

@@ -1,0 +1,98 @@
+import BasketSync
+
+/// An inbox event as the Mealz side wrote it.
+package struct InboxEvent: Equatable, Sendable {
+    /// The event's id: unique per event, a redelivered id is processed once.
+    package var id: String
+    /// What the event asks for.
+    package var event: MealzEvent
+
+    package init(id: String, event: MealzEvent) {
+        self.id = id
+        self.event = event
+    }
+}
+
+/// An inbox event file: `{"id": "evt-42", "type": "basketDelta", "products": [...]}`, with
+/// `"transferId"` for a `basketTransfer`. Always the default key names: the Mealz side's format
+/// is fixed, only the host's cart format is renamed.
+package enum EventFormat {
+    private static let types = "use basketDelta, basketState, basketTransfer or redirectToCart"
+
+    /// Parses and validates an event; every problem is reported, with its position.
+    package static func decode(_ bytes: [UInt8], limits: InputLimits) throws(DecodingFailure) -> InboxEvent {
+        let root = try FieldReader.parse(bytes)
+        var fields = FieldReader(limits: limits)
+        let event = read(root, &fields)
+        return try fields.result(event)
+    }
+
+    /// The file `push` delivers for `event`, ending in a newline.
+    package static func encode(_ event: InboxEvent) -> [UInt8] {
+        var writer = JSONWriter()
+        writer.raw("{\"id\":")
+        writer.string(event.id)
+        writer.raw(",\"type\":")
+        let products: [RetailerProduct]?
+        switch event.event {
+        case let .basketDelta(lines):
+            writer.raw("\"basketDelta\"")
+            products = lines
+        case let .basketState(lines):
+            writer.raw("\"basketState\"")
+            products = lines
+        case let .basketTransfer(lines, transferId):
+            writer.raw("\"basketTransfer\",\"transferId\":")
+            writer.string(transferId)
+            products = lines
+        case .redirectToCart:
+            writer.raw("\"redirectToCart\"")
+            products = nil
+        }
+        if let products {
+            writer.raw(",\"products\":")
+            RecordFormat.products(products, into: &writer)
+        }
+        writer.raw("}\n")
+        return writer.bytes
+    }
+
+    private static func read(_ root: JSONNode, _ fields: inout FieldReader) -> InboxEvent? {
+        guard case .object = root.value else {
+            fields.problem(root, "an event must be an object with \"id\" and \"type\", not \(root.kind)")
+            return nil
+        }
+        let id = fields.identifier(root["id"], in: root, key: "id", what: "the event")
+        guard let typeNode = root["type"] else {
+            fields.problem(root, "the event has no \"type\"; \(types)")
+            return nil
+        }
+        guard case let .string(type) = typeNode.value else {
+            fields.problem(typeNode, "\"type\" must be a string, not \(typeNode.kind)")
+            return nil
+        }
+        let event: MealzEvent?
+        switch type {
+        case "basketDelta": event = products(root, signed: true, &fields).map(MealzEvent.basketDelta)
+        case "basketState": event = products(root, signed: false, &fields).map(MealzEvent.basketState)
+        case "basketTransfer":
+            let transferId = fields.identifier(root["transferId"], in: root, key: "transferId", what: "a basketTransfer")
+            let products = products(root, signed: false, &fields)
+            if let transferId, let products { event = .basketTransfer(products, transferId: transferId) } else { event = nil }
+        case "redirectToCart": event = .redirectToCart
+        default:
+            fields.problem(typeNode, "unknown type \"\(type)\"; \(types)")
+            event = nil
+        }
+        guard let id, let event else { return nil }
+        return InboxEvent(id: id, event: event)
+    }
+
+    private static func products(_ root: JSONNode, signed: Bool, _ fields: inout FieldReader) -> [RetailerProduct]? {
+        guard let products = root["products"] else {
+            fields.problem(root, "the event has no \"products\" list; add one")
+            return nil
+        }
+        return fields.lines(products, signed: signed)
+    }
+}

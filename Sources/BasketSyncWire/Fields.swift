@@ -1,0 +1,137 @@
+import BasketSync
+
+/// The key names of the host's cart format (`products`, `id`, `quantity` by default).
+public struct CartKeys: Equatable, Sendable {
+    /// The key of the list of lines in a top-level object.
+    public var products = "products"
+    /// The key of a line's product id.
+    public var id = "id"
+    /// The key of a line's quantity.
+    public var quantity = "quantity"
+    /// The key of the highest outbox seq the host has processed.
+    public var syncedThrough = "syncedThrough"
+
+    /// The default names.
+    public init() {}
+}
+
+/// Limits that keep hostile input from costing more than it should.
+public struct InputLimits: Equatable, Sendable {
+    /// The largest cart, inbox event or products file read, in bytes.
+    public var maxFileBytes = 16 * 1024 * 1024
+    /// The largest quantity (or delta, in absolute value) accepted on a line.
+    public var maxQuantity = 1_000_000
+    /// The longest product or event id accepted, in UTF-8 bytes.
+    public var maxIdBytes = 256
+
+    /// The defaults.
+    public init() {}
+}
+
+/// Every problem a document has, in file order; never empty.
+package struct DecodingFailure: Error, Equatable {
+    /// The problems, sorted by offset.
+    package var problems: [JSONProblem]
+
+    /// The first problem in the file.
+    package var first: JSONProblem { problems[0] }
+
+    package init(_ problems: [JSONProblem]) {
+        self.problems = problems.sorted { $0.offset < $1.offset }
+    }
+}
+
+/// Reads the fields the formats share (ids, quantities, lists of lines) from parsed JSON,
+/// collecting every problem with its position instead of stopping at the first.
+struct FieldReader {
+    var keys: CartKeys
+    var limits: InputLimits
+    private(set) var problems: [JSONProblem] = []
+
+    init(keys: CartKeys = CartKeys(), limits: InputLimits) {
+        self.keys = keys
+        self.limits = limits
+    }
+
+    /// Parses `bytes`; a syntax error is the document's one problem.
+    static func parse(_ bytes: [UInt8]) throws(DecodingFailure) -> JSONNode {
+        do { return try JSONParser.parse(bytes) } catch { throw DecodingFailure([error]) }
+    }
+
+    /// The value when no problem was found, else every problem.
+    func result<T>(_ value: T?) throws(DecodingFailure) -> T {
+        guard problems.isEmpty, let value else { throw DecodingFailure(problems) }
+        return value
+    }
+
+    mutating func problem(_ node: JSONNode, _ reason: String) {
+        problems.append(JSONProblem(offset: node.offset, reason: reason))
+    }
+
+    mutating func identifier(_ node: JSONNode?, in parent: JSONNode, key: String, what: String) -> String? {
+        guard let node else {
+            problem(parent, "\(what) has no \"\(key)\"; add one")
+            return nil
+        }
+        guard case let .string(text) = node.value else {
+            problem(node, "\"\(key)\" must be a string, not \(node.kind)")
+            return nil
+        }
+        if text.isEmpty { problem(node, "\"\(key)\" is empty; give a non-empty id"); return nil }
+        if text.utf8.count > limits.maxIdBytes {
+            problem(node, "\"\(key)\" is \(text.utf8.count) bytes long, over the limit of \(limits.maxIdBytes)")
+            return nil
+        }
+        if text.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) {
+            problem(node, "\"\(key)\" contains a control character; ids are printable text")
+            return nil
+        }
+        return text
+    }
+
+    mutating func quantity(_ node: JSONNode?, in parent: JSONNode, signed: Bool) -> Int? {
+        let key = keys.quantity
+        guard let node else {
+            problem(parent, "this line has no \"\(key)\"; add one")
+            return nil
+        }
+        guard case let .number(text) = node.value else {
+            problem(node, "\"\(key)\" must be a whole number, not \(node.kind)")
+            return nil
+        }
+        guard let value = node.integer else {
+            let isWhole = !text.contains(where: { $0 == "." || $0 == "e" || $0 == "E" })
+            problem(node, isWhole ? "\"\(key)\" \(text) is out of range; the limit is \(limits.maxQuantity)" : "\"\(key)\" \(text) must be a whole number")
+            return nil
+        }
+        if !signed && value < 0 {
+            problem(node, "\"\(key)\" is \(value); an absolute quantity must be 0 or more")
+            return nil
+        }
+        if value.magnitude > UInt(limits.maxQuantity) {
+            problem(node, "\"\(key)\" \(value) is out of range; the limit is \(limits.maxQuantity)")
+            return nil
+        }
+        return value
+    }
+
+    /// The lines of a products array; `signed` for deltas.
+    mutating func lines(_ node: JSONNode, signed: Bool) -> [RetailerProduct] {
+        guard case let .array(elements) = node.value else {
+            problem(node, "\"\(keys.products)\" must be an array of lines, not \(node.kind)")
+            return []
+        }
+        var products: [RetailerProduct] = []
+        products.reserveCapacity(elements.count)
+        for element in elements {
+            guard case .object = element.value else {
+                problem(element, "a line must be an object like {\"\(keys.id)\": \"sku-1\", \"\(keys.quantity)\": 2}, not \(element.kind)")
+                continue
+            }
+            let id = identifier(element[keys.id], in: element, key: keys.id, what: "this line")
+            let quantity = quantity(element[keys.quantity], in: element, signed: signed)
+            if let id, let quantity { products.append(RetailerProduct(id: id, quantity: quantity)) }
+        }
+        return products
+    }
+}

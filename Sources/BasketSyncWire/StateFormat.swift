@@ -1,0 +1,222 @@
+import BasketSync
+
+/// The library state as the database keeps it: the layout of `SyncState`'s synthesized `Codable`
+/// conformance (dates as seconds since 2001, optionals omitted when nil), so that a database
+/// written by `JSONEncoder` reads back too.
+///
+/// The agent saves the state after every input; Foundation's `JSONEncoder` took a third of each
+/// step's instructions, this writer a small part of that. The reader sits beside it: a new field
+/// of `SyncState` is added to both here, and the round-trip test fails until it is.
+package enum StateFormat {
+    /// The state's JSON.
+    package static func encode(_ state: SyncState) -> [UInt8] {
+        var writer = JSONWriter()
+        writer.raw("{\"syncId\":")
+        writer.string(state.syncId)
+        writer.raw(",\"lastOutboxSeq\":")
+        writer.integer(state.lastOutboxSeq)
+        writer.raw(",\"lastNotificationSeq\":")
+        writer.integer(state.lastNotificationSeq)
+        writer.raw(",\"lastPaymentSeq\":")
+        writer.integer(state.lastPaymentSeq)
+        writer.raw(",\"basket\":")
+        writer.integer(state.basket)
+        writer.raw(",\"confirmed\":")
+        quantities(state.confirmed, &writer)
+        writer.raw(",\"pending\":")
+        batches(state.pending, &writer)
+        writer.raw(",\"rolledBack\":")
+        batches(state.rolledBack, &writer)
+        if let hostCart = state.hostCart {
+            writer.raw(",\"hostCart\":")
+            quantities(hostCart, &writer)
+        }
+        if let synced = state.hostSyncedThrough {
+            writer.raw(",\"hostSyncedThrough\":")
+            writer.integer(synced)
+        }
+        if let notified = state.lastNotified {
+            writer.raw(",\"lastNotified\":")
+            quantities(notified, &writer)
+        }
+        if let synced = state.lastNotifiedSyncedThrough {
+            writer.raw(",\"lastNotifiedSyncedThrough\":")
+            writer.integer(synced)
+        }
+        if let storeId = state.storeId {
+            writer.raw(",\"storeId\":")
+            writer.string(storeId)
+        }
+        writer.raw(",\"mode\":")
+        writer.string(state.mode.rawValue)
+        writer.raw(",\"recordedOrders\":{")
+        for (index, (order, seq)) in state.recordedOrders.enumerated() {
+            if index > 0 { writer.raw(",") }
+            writer.string(order)
+            writer.raw(":")
+            writer.integer(seq)
+        }
+        writer.raw("},\"landedTransfers\":[")
+        for (index, transfer) in state.landedTransfers.enumerated() {
+            if index > 0 { writer.raw(",") }
+            writer.string(transfer)
+        }
+        let c = state.counters
+        writer.raw("],\"counters\":{")
+        let counters: [(String, UInt64)] = [
+            ("updateBaskets", c.updateBaskets), ("redirects", c.redirects), ("notifications", c.notifications),
+            ("settled", c.settled), ("rolledBack", c.rolledBack), ("lateEchoes", c.lateEchoes), ("ignored", c.ignored),
+            ("paymentsRecorded", c.paymentsRecorded), ("paymentsSkipped", c.paymentsSkipped),
+            ("duplicatePayments", c.duplicatePayments), ("duplicateTransfers", c.duplicateTransfers),
+        ]
+        for (index, (name, value)) in counters.enumerated() {
+            if index > 0 { writer.raw(",") }
+            writer.string(name)
+            writer.raw(":")
+            writer.integer(value)
+        }
+        writer.raw("}}")
+        return writer.bytes
+    }
+
+    private static func quantities(_ map: [String: Int], _ writer: inout JSONWriter) {
+        writer.raw("{")
+        for (index, (id, quantity)) in map.enumerated() {
+            if index > 0 { writer.raw(",") }
+            writer.string(id)
+            writer.raw(":")
+            writer.integer(quantity)
+        }
+        writer.raw("}")
+    }
+
+    private static func batches(_ batches: [PendingBatch], _ writer: inout JSONWriter) {
+        writer.raw("[")
+        for (index, batch) in batches.enumerated() {
+            if index > 0 { writer.raw(",") }
+            writer.raw("{\"seq\":")
+            writer.integer(batch.seq)
+            writer.raw(",\"products\":")
+            RecordFormat.products(batch.products, into: &writer)
+            writer.raw(",\"at\":")
+            writer.raw(String(batch.at.timeIntervalSinceReferenceDate))
+            if let deadline = batch.deadline {
+                writer.raw(",\"deadline\":")
+                writer.raw(String(deadline.timeIntervalSinceReferenceDate))
+            }
+            writer.raw("}")
+        }
+        writer.raw("]")
+    }
+
+    /// Reads a state written by ``encode(_:)`` (or by `JSONEncoder`).
+    package static func decode(_ bytes: [UInt8]) throws(JSONProblem) -> SyncState {
+        let root = try JSONParser.parse(bytes)
+        let object = StateReader(node: root)
+        var state = SyncState(syncId: try object.string("syncId"))
+        state.lastOutboxSeq = try object.unsigned("lastOutboxSeq")
+        state.lastNotificationSeq = try object.unsigned("lastNotificationSeq")
+        state.lastPaymentSeq = try object.unsigned("lastPaymentSeq")
+        state.basket = try object.unsigned("basket")
+        state.confirmed = try object.quantities("confirmed")
+        state.pending = try object.batches("pending")
+        state.rolledBack = try object.batches("rolledBack")
+        state.hostCart = try object.optional("hostCart") { (reader) throws(JSONProblem) in try reader.quantities("hostCart") }
+        state.hostSyncedThrough = try object.optional("hostSyncedThrough") { (reader) throws(JSONProblem) in try reader.unsigned("hostSyncedThrough") }
+        state.lastNotified = try object.optional("lastNotified") { (reader) throws(JSONProblem) in try reader.quantities("lastNotified") }
+        state.lastNotifiedSyncedThrough = try object.optional("lastNotifiedSyncedThrough") { (reader) throws(JSONProblem) in try reader.unsigned("lastNotifiedSyncedThrough") }
+        state.storeId = try object.optional("storeId") { (reader) throws(JSONProblem) in try reader.string("storeId") }
+        guard let mode = SyncMode(rawValue: try object.string("mode")) else { throw object.problem("mode") }
+        state.mode = mode
+        for (order, node) in try object.members("recordedOrders") {
+            guard let seq = node.integer, seq >= 0 else { throw JSONProblem(offset: node.offset, reason: "a payment seq must be a whole number") }
+            state.recordedOrders[order] = UInt64(seq)
+        }
+        for node in try object.elements("landedTransfers") {
+            guard case let .string(transfer) = node.value else { throw JSONProblem(offset: node.offset, reason: "a transfer id must be a string") }
+            state.landedTransfers.insert(transfer)
+        }
+        let counters = StateReader(node: try object.node("counters"))
+        state.counters.updateBaskets = try counters.unsigned("updateBaskets")
+        state.counters.redirects = try counters.unsigned("redirects")
+        state.counters.notifications = try counters.unsigned("notifications")
+        state.counters.settled = try counters.unsigned("settled")
+        state.counters.rolledBack = try counters.unsigned("rolledBack")
+        state.counters.lateEchoes = try counters.unsigned("lateEchoes")
+        state.counters.ignored = try counters.unsigned("ignored")
+        state.counters.paymentsRecorded = try counters.unsigned("paymentsRecorded")
+        state.counters.paymentsSkipped = try counters.unsigned("paymentsSkipped")
+        state.counters.duplicatePayments = try counters.unsigned("duplicatePayments")
+        state.counters.duplicateTransfers = try counters.unsigned("duplicateTransfers")
+        return state
+    }
+}
+
+/// Reads the members of one object of the state; a missing or mistyped member is a problem at its place.
+private struct StateReader {
+    let node: JSONNode
+
+    func problem(_ key: String) -> JSONProblem {
+        JSONProblem(offset: node[key]?.offset ?? node.offset, reason: "\"\(key)\" is missing or not of its type")
+    }
+
+    func node(_ key: String) throws(JSONProblem) -> JSONNode {
+        guard let member = node[key] else { throw problem(key) }
+        return member
+    }
+
+    func optional<T>(_ key: String, _ read: (StateReader) throws(JSONProblem) -> T) throws(JSONProblem) -> T? {
+        guard let member = node[key], !member.isNull else { return nil }
+        return try read(self)
+    }
+
+    func string(_ key: String) throws(JSONProblem) -> String {
+        guard case let .string(text) = try node(key).value else { throw problem(key) }
+        return text
+    }
+
+    func unsigned(_ key: String) throws(JSONProblem) -> UInt64 {
+        guard case let .number(text) = try node(key).value, let value = UInt64(text) else { throw problem(key) }
+        return value
+    }
+
+    func seconds(_ key: String) throws(JSONProblem) -> Date {
+        guard case let .number(text) = try node(key).value, let value = Double(text) else { throw problem(key) }
+        return Date(timeIntervalSinceReferenceDate: value)
+    }
+
+    func members(_ key: String) throws(JSONProblem) -> [(key: String, node: JSONNode)] {
+        guard case let .object(members) = try node(key).value else { throw problem(key) }
+        return members
+    }
+
+    func elements(_ key: String) throws(JSONProblem) -> [JSONNode] {
+        guard case let .array(elements) = try node(key).value else { throw problem(key) }
+        return elements
+    }
+
+    func quantities(_ key: String) throws(JSONProblem) -> [String: Int] {
+        var map: [String: Int] = [:]
+        for (id, member) in try members(key) {
+            guard let quantity = member.integer else { throw JSONProblem(offset: member.offset, reason: "a quantity must be a whole number") }
+            map[id] = quantity
+        }
+        return map
+    }
+
+    func batches(_ key: String) throws(JSONProblem) -> [PendingBatch] {
+        var batches: [PendingBatch] = []
+        for element in try elements(key) {
+            let batch = StateReader(node: element)
+            var products: [RetailerProduct] = []
+            for line in try batch.elements("products") {
+                let fields = StateReader(node: line)
+                guard let quantity = try fields.node("quantity").integer else { throw fields.problem("quantity") }
+                products.append(RetailerProduct(id: try fields.string("id"), quantity: quantity))
+            }
+            let deadline = try batch.optional("deadline") { (reader) throws(JSONProblem) in try reader.seconds("deadline") }
+            batches.append(PendingBatch(seq: try batch.unsigned("seq"), products: products, at: try batch.seconds("at"), deadline: deadline))
+        }
+        return batches
+    }
+}

@@ -1,0 +1,199 @@
+@testable import BasketSyncWire
+import BasketSync
+import Foundation
+import Testing
+import TestSupport
+
+/// Every format's encoder against its decoder, on seeded random values: what is written reads back
+/// equal. `BASKET_SYNC_SEED` replays a run; a failure prints its seed.
+@Suite struct RoundTripTests {
+    static let rounds = Knobs.value("BASKET_SYNC_ROUND_TRIPS", default: 500)
+
+    /// Ids that stress the writer: quotes, backslashes, controls a file may not hold as such,
+    /// non-ASCII, U+2028, combining marks (NFC and NFD are two ids).
+    static let idPieces = ["sku", "-", "\"", "\\", "/", "é", "e\u{301}", "😀", "\u{2028}", "ü", " ", "{", "0"]
+
+    static func id(_ rng: inout SplitMix64) -> String {
+        (0..<Int.random(in: 1...4, using: &rng)).map { _ in idPieces.randomElement(using: &rng)! }.joined()
+    }
+
+    static func lines(_ rng: inout SplitMix64, signed: Bool) -> [RetailerProduct] {
+        (0..<Int.random(in: 0...5, using: &rng)).map { _ in
+            RetailerProduct(id: id(&rng), quantity: Int.random(in: (signed ? -1_000 : 0)...1_000, using: &rng))
+        }
+    }
+
+    static func instant(_ rng: inout SplitMix64) -> Date {
+        Date(timeIntervalSince1970: Double(Int64.random(in: 0...4_102_444_800_000, using: &rng)) / 1000)
+    }
+
+    @Test func carts() throws {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        for _ in 0..<Self.rounds {
+            var keys = CartKeys()
+            if Bool.random(using: &rng) { (keys.products, keys.id, keys.quantity, keys.syncedThrough) = ("items", "sku", "qty", "progress") }
+            let cart = HostCart(products: Self.lines(&rng, signed: false), syncedThrough: Bool.random(using: &rng) ? UInt64.random(in: 0...1_000, using: &rng) : nil)
+            let bytes = CartFormat.encode(cart, keys: keys)
+            #expect(try CartFormat.decode(bytes, keys: keys, limits: InputLimits()) == cart, "seed \(seed): \(String(decoding: bytes, as: UTF8.self))")
+        }
+    }
+
+    /// `apply`'s edits of a cart document land exactly where the host rule says.
+    @Test func cartDocumentEditsFollowTheHostRule() throws {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        for _ in 0..<Self.rounds {
+            let ids = (0..<3).map { _ in Self.id(&rng) }
+            let original = (0..<Int.random(in: 0...5, using: &rng)).map { _ in RetailerProduct(id: ids.randomElement(using: &rng)!, quantity: Int.random(in: 0...5, using: &rng)) }
+            let bare = Bool.random(using: &rng)
+            let bytes = bare ? Array("[\(original.map { "{\"id\":\(quoted($0.id)),\"quantity\":\($0.quantity),\"label\":\"kept\"}" }.joined(separator: ","))]".utf8)
+                : CartFormat.encode(HostCart(products: original, syncedThrough: nil), keys: CartKeys())
+            var document = try CartDocument(bytes, keys: CartKeys(), limits: InputLimits())
+            var expected: [String: Int] = [:]
+            for line in original { expected[line.id, default: 0] += line.quantity }
+            expected = expected.filter { $0.value > 0 }
+            let deltas = (0..<Int.random(in: 1...6, using: &rng)).map { _ in RetailerProduct(id: ids.randomElement(using: &rng)!, quantity: Int.random(in: -4...4, using: &rng)) }
+            for delta in deltas { document.apply(delta) }
+            RetailerProduct.apply(deltas, to: &expected)
+            document.setSyncedThrough(9)
+            let written = document.encoded()
+            let back = try CartFormat.decode(written, keys: CartKeys(), limits: InputLimits())
+            var actual: [String: Int] = [:]
+            for line in back.products { actual[line.id, default: 0] += line.quantity }
+            #expect(actual.filter { $0.value > 0 } == expected, "seed \(seed): \(String(decoding: written, as: UTF8.self))")
+            for id in Set(deltas.map(\.id)) {
+                #expect(back.products.filter { $0.id == id }.count <= 1, "seed \(seed): a line \(id) touched by apply is one line")
+            }
+            #expect(back.syncedThrough == 9)
+            if bare, original.contains(where: { line in !deltas.contains { $0.id == line.id } }) {
+                #expect(String(decoding: written, as: UTF8.self).contains("\"label\":\"kept\""), "seed \(seed): other fields are kept")
+            }
+        }
+    }
+
+    private func quoted(_ text: String) -> String {
+        var writer = JSONWriter()
+        writer.string(text)
+        return String(decoding: writer.bytes, as: UTF8.self)
+    }
+
+    @Test func events() throws {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        for _ in 0..<Self.rounds {
+            let event: MealzEvent
+            switch Int.random(in: 0..<4, using: &rng) {
+            case 0: event = .basketDelta(Self.lines(&rng, signed: true))
+            case 1: event = .basketState(Self.lines(&rng, signed: false))
+            case 2: event = .basketTransfer(Self.lines(&rng, signed: false), transferId: Self.id(&rng))
+            default: event = .redirectToCart
+            }
+            let inbox = InboxEvent(id: Self.id(&rng), event: event)
+            let bytes = EventFormat.encode(inbox)
+            #expect(try EventFormat.decode(bytes, limits: InputLimits()) == inbox, "seed \(seed): \(String(decoding: bytes, as: UTF8.self))")
+        }
+    }
+
+    @Test func records() throws {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        for _ in 0..<Self.rounds {
+            let seq = UInt64.random(in: 1...UInt64(Int64.max), using: &rng)
+            let isUpdate = Bool.random(using: &rng)
+            let outbox = OutboxRecord(
+                seq: seq, id: Self.id(&rng), type: isUpdate ? .updateBasket : .redirectToCart, at: Self.instant(&rng),
+                source: Bool.random(using: &rng) ? Self.id(&rng) : nil, products: isUpdate ? Self.lines(&rng, signed: true) : [],
+                transferId: Bool.random(using: &rng) ? Self.id(&rng) : nil)
+            let outboxLine = RecordFormat.line(outbox)
+            #expect(try RecordFormat.outboxRecord(outboxLine) == outbox, "seed \(seed)")
+            #expect(RecordFormat.seq(ofLine: outboxLine) == seq)
+
+            let notification = BasketNotification(
+                seq: seq, at: Self.instant(&rng), products: Self.lines(&rng, signed: false),
+                syncedThrough: Bool.random(using: &rng) ? UInt64.random(in: 0...seq, using: &rng) : nil)
+            let notificationLine = RecordFormat.line(notification)
+            #expect(try RecordFormat.notification(notificationLine) == notification, "seed \(seed)")
+            #expect(RecordFormat.seq(ofLine: notificationLine) == seq)
+
+            let skipped = Bool.random(using: &rng)
+            let payment = PaymentRecord(
+                seq: seq, type: Bool.random(using: &rng) ? .paymentStarted : .handlePayment, at: Self.instant(&rng),
+                status: skipped ? .skipped : .recorded, reason: skipped ? .noMealzProduct : nil,
+                storeId: Bool.random(using: &rng) ? Self.id(&rng) : nil, orderId: Bool.random(using: &rng) ? Self.id(&rng) : nil,
+                totalPrice: Money("\(Int.random(in: 0...99_999, using: &rng)).\(Int.random(in: 10...99, using: &rng))")!,
+                products: Self.lines(&rng, signed: false), mealzProducts: Self.lines(&rng, signed: false), basket: UInt64.random(in: 1...99, using: &rng))
+            let paymentLine = RecordFormat.line(payment)
+            let back = try RecordFormat.payment(paymentLine)
+            #expect(back == payment && back.totalPrice.text == payment.totalPrice.text, "seed \(seed)")
+            for line in [outboxLine, notificationLine, paymentLine] {
+                #expect(line.last == 0x0A && line.filter { $0 == 0x0A }.count == 1, "seed \(seed): one record, one line")
+            }
+        }
+    }
+
+    @Test func timestampsAgreeWithFoundation() throws {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        for _ in 0..<Self.rounds {
+            let date = Self.instant(&rng)
+            let text = Timestamp.text(date)
+            #expect(text == formatter.string(from: date), "seed \(seed): \(date.timeIntervalSince1970)")
+            #expect(Timestamp.date(text) == date, "seed \(seed): \(text)")
+        }
+        #expect(Timestamp.text(Date(timeIntervalSince1970: 1_796_032_200.5)) == "2026-11-30T09:50:00.500Z")
+        for bad in ["2026-02-30T00:00:00.000Z", "2026-11-30 09:50:00.500Z", "2026-11-30T24:00:00.000Z", "2026-11-30T09:50:00.5Z"] {
+            #expect(Timestamp.date(bad) == nil, "\(bad)")
+        }
+    }
+
+    @Test func configurations() throws {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        #expect(try AgentConfiguration.parse(Array(AgentConfiguration.defaultFileText.utf8)) == AgentConfiguration())
+        for _ in 0..<Self.rounds {
+            var configuration = AgentConfiguration()
+            configuration.pendingTimeoutSeconds = Bool.random(using: &rng) ? Double(Int.random(in: 1...600, using: &rng)) : Double.random(in: 0.001...600, using: &rng)
+            configuration.cart = ["cart.json", "host/cart.json", "a b/\"q\".json", "é/c.json"].randomElement(using: &rng)!
+            configuration.keys.products = Self.id(&rng)
+            configuration.keys.id = Self.id(&rng)
+            configuration.keys.quantity = Self.id(&rng)
+            configuration.limits.maxFileBytes = Int.random(in: 1...Int(Int32.max), using: &rng)
+            configuration.limits.maxQuantity = Int.random(in: 1...1_000_000_000, using: &rng)
+            configuration.limits.maxIdBytes = Int.random(in: 1...4096, using: &rng)
+            configuration.logFormat = Bool.random(using: &rng) ? .human : .json
+            configuration.followSymlinks = Bool.random(using: &rng)
+            let text = configuration.fileText
+            #expect(try AgentConfiguration.parse(Array(text.utf8)) == configuration, "seed \(seed): \(text)")
+        }
+    }
+
+    @Test func statesRandomlyDriven() throws {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        for _ in 0..<Self.rounds / 5 {
+            var machine = SyncStateMachine(state: SyncState(syncId: Self.id(&rng)), isSynchronizerRegistered: true)
+            var now = Date(timeIntervalSinceReferenceDate: Double.random(in: 0...1e9, using: &rng))
+            for _ in 0..<Int.random(in: 0...30, using: &rng) {
+                now = now.addingTimeInterval(Double.random(in: 0...6, using: &rng))
+                switch Int.random(in: 0..<6, using: &rng) {
+                case 0: _ = try? machine.receive(.basketDelta(Self.lines(&rng, signed: true)), source: Self.id(&rng), at: now)
+                case 1: _ = try? machine.receive(.basketTransfer(Self.lines(&rng, signed: false), transferId: Self.id(&rng)), source: nil, at: now)
+                case 2: _ = try? machine.retailerBasketChanged(Self.lines(&rng, signed: false), syncedThrough: Bool.random(using: &rng) ? machine.state.lastOutboxSeq : nil, at: now)
+                case 3: _ = machine.setSelectedStore(externalId: Self.id(&rng), mode: .retailer, at: now)
+                case 4: _ = try? machine.handlePayment(totalPrice: Money("1.50")!, productList: Self.lines(&rng, signed: false), orderId: Self.id(&rng), at: now)
+                default: _ = machine.expireWindows(at: now)
+                }
+            }
+            let state = machine.state
+            #expect(try StateFormat.decode(StateFormat.encode(state)) == state, "seed \(seed)")
+            // A database written by an older build through JSONEncoder reads back too, and the
+            // library's Codable reads what this writer writes.
+            #expect(try StateFormat.decode(Array(JSONEncoder().encode(state))) == state, "seed \(seed)")
+            #expect(try JSONDecoder().decode(SyncState.self, from: Data(StateFormat.encode(state))) == state, "seed \(seed)")
+        }
+    }
+}
