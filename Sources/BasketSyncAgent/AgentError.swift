@@ -1,5 +1,4 @@
 import BasketSyncWire
-import Glibc
 
 /// An error of the agent or a command, with the sysexits code it exits with.
 public enum AgentError: Error, CustomStringConvertible, Equatable {
@@ -42,7 +41,7 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
     /// 74 I/O error, 75 busy or temporary, 78 configuration.
     public var exitCode: Int32 {
         switch self {
-        case let .system(error): return error.isTemporary ? 75 : (error.code == ENOENT ? 66 : 73)
+        case let .system(error): return error.isTemporary ? 75 : (error.isMissing ? 66 : 73)
         case .tooLarge, .badData: return 65
         case .configuration: return 78
         case .usage: return 64

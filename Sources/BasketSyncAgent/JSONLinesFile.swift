@@ -1,5 +1,5 @@
 import BasketSyncWire
-import Glibc
+
 
 /// Appends a projection's records to its JSON Lines file, after the database commit.
 ///
@@ -23,25 +23,29 @@ final class JSONLinesFile {
     /// `fetch` is called with the file's last seq and returns the records to append.
     func catchUp(fetch: (UInt64) throws(AgentError) -> [(seq: UInt64, line: [UInt8])]) throws(AgentError) -> Outcome {
         let fd: Int32
-        do { fd = try Posix.open(path, O_RDWR | O_CREAT | O_APPEND, mode: Posix.sharedFileMode) } catch { throw .system(error) }
-        defer { Posix.close(fd) }
-        guard Posix.retrying({ flock(fd, LOCK_EX) }) == 0 else {
-            throw .system(SystemError(operation: "flock", path: path, code: errno))
+        let info: FileInfo
+        do {
+            fd = try Posix.open(path, [.readWrite, .create, .append])
+        } catch {
+            throw .system(error)
         }
-        var info = stat()
-        guard fstat(fd, &info) == 0 else { throw .system(SystemError(operation: "fstat", path: path, code: errno)) }
+        defer { Posix.close(fd) }
+        do {
+            _ = try Posix.lockExclusive(fd, path: path)
+            info = try Posix.fileInfo(fd, path: path)
+        } catch {
+            throw .system(error)
+        }
 
         var outcome = Outcome()
-        var size = Int64(info.st_size)
+        var size = info.size
         let lastSeq: UInt64
-        if let known, known.inode == UInt64(info.st_ino), known.size == size {
+        if let known, known.inode == info.inode, known.size == size {
             lastSeq = known.lastSeq
         } else {
             let tail = try readTail(fd, size: size)
             if tail.completeSize < size {
-                guard ftruncate(fd, off_t(tail.completeSize)) == 0 else {
-                    throw .system(SystemError(operation: "ftruncate", path: path, code: errno))
-                }
+                do { try Posix.truncate(fd, to: tail.completeSize, path: path) } catch { throw .system(error) }
                 outcome.truncatedBytes = Int(size - tail.completeSize)
                 size = tail.completeSize
             }
@@ -53,7 +57,7 @@ final class JSONLinesFile {
             if outcome.truncatedBytes > 0 {
                 do { try Posix.fsync(fd, path: path) } catch { throw .system(error) }
             }
-            known = (UInt64(info.st_ino), size, lastSeq)
+            known = (info.inode, size, lastSeq)
             return outcome
         }
         var bytes: [UInt8] = []
@@ -64,11 +68,11 @@ final class JSONLinesFile {
             try Posix.fsync(fd, path: path)
         } catch {
             // A short write may have left part of a line: cut it now rather than at the next start.
-            _ = ftruncate(fd, off_t(size))
+            try? Posix.truncate(fd, to: size, path: path)
             known = nil
             throw .system(error)
         }
-        known = (UInt64(info.st_ino), size + Int64(bytes.count), newLast)
+        known = (info.inode, size + Int64(bytes.count), newLast)
         outcome.appended = records.count
         return outcome
     }
@@ -81,7 +85,7 @@ final class JSONLinesFile {
         var buffer: [UInt8] = []
         while true {
             let start = max(0, size - chunkSize)
-            buffer = try read(fd, from: start, count: Int(size - start))
+            do { buffer = try Posix.read(fd, at: start, count: Int(size - start), path: path) } catch { throw .system(error) }
             let lastNewline = buffer.lastIndex(of: 0x0A)
             if let lastNewline {
                 let completeSize = start + Int64(lastNewline) + 1
@@ -94,20 +98,5 @@ final class JSONLinesFile {
             }
             chunkSize *= 4
         }
-    }
-
-    private func read(_ fd: Int32, from offset: Int64, count: Int) throws(AgentError) -> [UInt8] {
-        var bytes = [UInt8](repeating: 0, count: count)
-        var done = 0
-        while done < count {
-            let got = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, count - done, off_t(offset) + off_t(done)) }
-            if got < 0 {
-                if errno == EINTR { continue }
-                throw .system(SystemError(operation: "read", path: path, code: errno))
-            }
-            if got == 0 { break }
-            done += got
-        }
-        return Array(bytes[0..<done])
     }
 }

@@ -1,9 +1,9 @@
 import BasketSync
 import BasketSyncWire
-import Glibc
+import Synchronization
 
 /// Writes the log on stderr: a readable sentence per line, or one JSON object per line.
-public final class Logger: @unchecked Sendable {
+public final class Logger: Sendable {
     /// How serious a line is.
     public enum Level: String, Sendable {
         case info
@@ -11,19 +11,24 @@ public final class Logger: @unchecked Sendable {
         case error
     }
 
-    /// The format of the lines; changed on SIGHUP reload.
-    public var format: LogFormat
+    private let currentFormat: Mutex<LogFormat>
     private let fd: Int32
 
     /// A logger writing to `fd` (stderr by default).
     public init(format: LogFormat = .human, fd: Int32 = 2) {
-        self.format = format
+        currentFormat = Mutex(format)
         self.fd = fd
     }
 
-    /// Writes one line.
+    /// The format of the lines; changed on SIGHUP reload.
+    public var format: LogFormat {
+        get { currentFormat.withLock { $0 } }
+        set { currentFormat.withLock { $0 = newValue } }
+    }
+
+    /// Writes one line, whole (a log that cannot be written is not worth failing for).
     public func log(_ level: Level, _ message: String) {
-        var line: [UInt8]
+        let line: [UInt8]
         switch format {
         case .human:
             line = Array("basket-sync: \(level == .info ? "" : "\(level.rawValue): ")\(message)\n".utf8)
@@ -38,6 +43,6 @@ public final class Logger: @unchecked Sendable {
             writer.raw("}\n")
             line = writer.bytes
         }
-        line.withUnsafeBytes { _ = write(fd, $0.baseAddress, $0.count) }
+        try? Posix.writeAll(fd, line, path: "the log")
     }
 }

@@ -1,6 +1,5 @@
 import BasketSync
 import BasketSyncWire
-import Glibc
 
 /// The records that JSON Lines files project from the database.
 enum Projection: String, CaseIterable, Sendable {
@@ -36,21 +35,21 @@ final class Store {
         self.directory = directory
         stateDirectory = "\(directory)/\(Store.stateDirectoryName)"
         let databasePath = "\(stateDirectory)/\(Store.databaseName)"
-        if access(databasePath, F_OK) != 0 {
-            if errno == EACCES { throw .system(SystemError(operation: "open the database", path: databasePath, code: EACCES)) }
+        if !Posix.exists(databasePath) {
+            if Posix.isPermissionDenied(databasePath) { throw .system(SystemError(operation: "open the database", path: databasePath, code: SystemError.permissionDenied)) }
             guard create else {
                 throw .missingInput("\(directory): not a sync directory (no \(Store.stateDirectoryName)/); run basket-sync init there first")
             }
             do {
                 try Posix.makeDirectory(stateDirectory, mode: 0o700)
                 // SQLite would create it 0644; its -wal and -shm files take the database's mode.
-                Posix.close(try Posix.open(databasePath, O_WRONLY | O_CREAT, mode: 0o600))
+                Posix.close(try Posix.open(databasePath, [.writeOnly, .create], mode: 0o600))
             } catch {
                 throw .system(error)
             }
         }
         // SQLite says "unable to open database file" for several causes: name the one at hand.
-        if let cause = Store.unwritable(stateDirectory) {
+        if let cause = Posix.unwritable(stateDirectory) {
             throw .system(SystemError(operation: "open the database", path: databasePath, code: cause))
         }
         connection = try SQLiteConnection(path: databasePath)
@@ -72,14 +71,6 @@ final class Store {
                 }
             }
         }
-    }
-
-    /// Why the database in `directory` cannot be written, if it cannot: EROFS or EACCES.
-    static func unwritable(_ directory: String) -> Int32? {
-        var info = statvfs()
-        if statvfs(directory, &info) == 0, info.f_flag & UInt(ST_RDONLY) != 0 { return EROFS }
-        if access(directory, W_OK) != 0, errno == EACCES || errno == EROFS { return errno }
-        return nil
     }
 
     /// A random id for a new sync directory, used in outbox record ids.
@@ -164,21 +155,8 @@ final class Store {
 
     // MARK: Records
 
-    /// Stores the records among `effects`; returns the projections that got new lines.
-    func insertRecords(_ effects: [SyncEffect]) throws(AgentError) -> Set<Projection> {
-        var touched = Set<Projection>()
-        for effect in effects {
-            switch effect {
-            case let .outbox(record): try insert(.outbox, record.seq, RecordFormat.line(record)); touched.insert(.outbox)
-            case let .notify(notification): try insert(.notifications, notification.seq, RecordFormat.line(notification)); touched.insert(.notifications)
-            case let .payment(payment): try insert(.payments, payment.seq, RecordFormat.line(payment)); touched.insert(.payments)
-            default: break
-            }
-        }
-        return touched
-    }
-
-    private func insert(_ projection: Projection, _ seq: UInt64, _ line: [UInt8]) throws(AgentError) {
+    /// Stores one record's line.
+    func insert(_ projection: Projection, seq: UInt64, line: [UInt8]) throws(AgentError) {
         let statement = try cached("INSERT INTO \(projection.rawValue)(seq, line) VALUES(?, ?)")
         defer { statement.reset() }
         statement.bind(1, Int64(seq))
@@ -247,7 +225,6 @@ final class Store {
     /// Tells a running agent that this process committed: closing a written file in
     /// `.basket-sync/` is an inotify event it watches for.
     func signalCommit() {
-        let fd = Glibc.open("\(stateDirectory)/\(Store.commitSignalName)", O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
-        if fd >= 0 { Glibc.close(fd) }
+        Posix.touch("\(stateDirectory)/\(Store.commitSignalName)", mode: 0o600)
     }
 }

@@ -1,8 +1,5 @@
-import BasketSyncWire
-import Glibc
-
 /// What the executable needs from the process: output, the sync directory, the exit. Kept here so
-/// that only this module touches Glibc.
+/// that the executable touches no libc.
 public enum Terminal {
     /// Where a line goes.
     public enum Stream: Int32 {
@@ -12,20 +9,18 @@ public enum Terminal {
         case error = 2
     }
 
-    /// Writes `text` and a newline (unless it ends with one).
+    /// Writes `text` and a newline (unless it ends with one), whole.
     public static func emit(_ text: String, to stream: Stream = .output) {
         var bytes = Array(text.utf8)
         if !text.hasSuffix("\n") { bytes.append(0x0A) }
-        bytes.withUnsafeBytes { _ = write(stream.rawValue, $0.baseAddress, $0.count) }
+        try? Posix.writeAll(stream.rawValue, bytes, path: stream == .output ? "standard output" : "standard error")
     }
 
     /// The sync directory: `-C`, else `$BASKET_SYNC_DIR`, else the current directory; absolute.
     public static func syncDirectory(option: String?) -> String {
-        var path = option ?? getenv("BASKET_SYNC_DIR").map { String(cString: $0) } ?? "."
+        var path = option ?? Posix.environment("BASKET_SYNC_DIR") ?? "."
         if path.isEmpty { path = "." }
-        if !path.hasPrefix("/"), let pointer = getcwd(nil, 0) {
-            let cwd = String(cString: pointer)
-            free(pointer)
+        if !path.hasPrefix("/"), let cwd = Posix.currentDirectory() {
             path = path == "." ? cwd : "\(cwd)/\(path)"
         }
         while path.count > 1 && path.hasSuffix("/") { path.removeLast() }
@@ -34,11 +29,11 @@ public enum Terminal {
 
     /// Makes `directory` the current one, as `git -C` does for the other paths of a command line.
     public static func enter(_ directory: String) throws(AgentError) {
-        guard chdir(directory) == 0 else {
+        guard Posix.changeDirectory(directory) else {
             throw .missingInput("\(directory): no such directory; create it with basket-sync -C \(directory) init")
         }
     }
 
     /// Ends the process with a sysexits code.
-    public static func exit(_ code: Int32) -> Never { Glibc.exit(code) }
+    public static func exit(_ code: Int32) -> Never { Posix.exit(code) }
 }

@@ -24,22 +24,11 @@ func run() throws(AgentError) -> Int32 {
         let created = try Commands.initialize(directory: directory)
         emit(created.isEmpty ? "\(directory) is already a sync directory; nothing to create" : created.map { "created \($0)" }.joined(separator: "\n"))
     case let .watch(noSynchronizer, logFormat):
-        let agent = try Agent(directory: directory, registered: !noSynchronizer, logFormat: logFormat, logger: Logger())
+        let agent = try Agent(directory: directory, isSynchronizerRegistered: !noSynchronizer, logFormat: logFormat, logger: Logger())
         try agent.run()
     case let .sync(noSynchronizer, json):
-        let summary = try Commands.syncOnce(directory: directory, registered: !noSynchronizer, logger: try logger(for: directory))
-        let cart: String
-        switch summary.cart {
-        case .missing: cart = "missing"
-        case .unchanged: cart = "unchanged"
-        case .rejected: cart = "rejected"
-        case .taken: cart = "taken"
-        }
-        if json {
-            emit("{\"cart\":\"\(cart)\",\"inbox\":{\"taken\":\(summary.inbox.taken),\"duplicates\":\(summary.inbox.duplicates),\"bad\":\(summary.inbox.bad)}}")
-        } else {
-            emit("cart \(cart); inbox: \(summary.inbox.taken) taken, \(summary.inbox.duplicates) duplicates, \(summary.inbox.bad) bad")
-        }
+        let summary = try Commands.syncOnce(directory: directory, isSynchronizerRegistered: !noSynchronizer, logger: try logger(for: directory))
+        emit(json ? summary.json : summary.human)
         if case .rejected = summary.cart { return 65 }
     case let .push(kind, products, id):
         emit(try Commands.push(directory: directory, kind: kind, products: products, id: id))
@@ -48,14 +37,7 @@ func run() throws(AgentError) -> Int32 {
         emit(json ? report.json : report.human)
     case let .apply(json):
         let summary = try Commands.apply(directory: directory, logger: try logger(for: directory))
-        if json {
-            emit("{\"applied\":[\(summary.applied.map(String.init).joined(separator: ","))],\"redirects\":[\(summary.redirects.map(String.init).joined(separator: ","))],\"syncedThrough\":\(summary.syncedThrough)}")
-        } else if summary.syncedThrough == summary.syncedThroughBefore {
-            emit("nothing to apply: the cart is synced through \(summary.syncedThrough)")
-        } else {
-            emit("applied \(summary.applied.count) updateBasket record(s); the cart is now synced through \(summary.syncedThrough)")
-            for seq in summary.redirects { emit("redirectToCart requested (seq \(seq)): open the cart for the shopper") }
-        }
+        emit(json ? summary.json : summary.human)
     case let .paymentStarted(total, orderId, products):
         let record = try Commands.paymentStarted(directory: directory, total: total, orderId: orderId, productsFile: products, logger: try logger(for: directory))
         emit(Commands.describe(record))
@@ -72,10 +54,8 @@ func run() throws(AgentError) -> Int32 {
             }
         }
     case let .setStore(externalId, mode, json):
-        let state = try Commands.setStore(directory: directory, externalId: externalId, mode: mode, logger: try logger(for: directory))
-        emit(json
-            ? "{\"storeId\":\"\(externalId)\",\"mode\":\"\(state.mode.rawValue)\",\"basket\":\(state.basket)}"
-            : "store \(state.storeId ?? "none"), \(state.mode.rawValue) mode, Mealz basket \(state.basket)")
+        let summary = try Commands.setStore(directory: directory, externalId: externalId, mode: mode, logger: try logger(for: directory))
+        emit(json ? summary.json : summary.human)
     case let .validate(files, kind):
         var invalid = false
         for file in files {

@@ -23,7 +23,7 @@ import Testing
     let quiet = Logger(fd: open("/dev/null", O_WRONLY))
 
     func engine(_ directory: Directory, registered: Bool = true) throws -> SyncEngine {
-        try SyncEngine(directory: directory.path, registered: registered, logger: quiet)
+        try SyncEngine(directory: directory.path, isSynchronizerRegistered: registered, logger: quiet)
     }
 
     @Test func aTornTailIsCutAndEveryMissingRecordWrittenAgainFromTheDatabase() throws {

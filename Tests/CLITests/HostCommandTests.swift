@@ -156,6 +156,30 @@ import Testing
         #expect(try run(playground, ["set-store", "b", "--mode", "sideways"]).status == 64)
     }
 
+    /// Every `--json` output goes through the JSON writer: ids with quotes, backslashes and
+    /// non-ASCII come out as valid JSON that reads back to the same values.
+    @Test func jsonOutputsAreValidJSONWhateverTheIdsHold() throws {
+        let playground = try Playground()
+        _ = try run(playground, ["init"])
+        for store in ["st\"x", "a\\b", "é\u{301}/\u{2028}", "{\"storeId\":1}"] {
+            let result = try run(playground, ["set-store", store, "--json"])
+            #expect(result.status == 0, "\(result.stderr)")
+            let object = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
+            #expect(object?["storeId"] as? String == store, "\(result.stdout)")
+            #expect(object?["mode"] as? String == "standalone")
+        }
+        _ = try run(playground, ["push", "--id", "e\"1", "A=+2"])
+        let sync = try run(playground, ["sync", "--json"])
+        let synced = try JSONSerialization.jsonObject(with: Data(sync.stdout.utf8)) as? [String: Any]
+        #expect((synced?["inbox"] as? [String: Any])?["taken"] as? Int == 1, "\(sync.stdout)")
+        try playground.write("cart.json", "[]")
+        let apply = try run(playground, ["apply", "--json"])
+        let applied = try JSONSerialization.jsonObject(with: Data(apply.stdout.utf8)) as? [String: Any]
+        #expect(applied?["applied"] as? [Int] == [1] && applied?["syncedThrough"] as? Int == 1, "\(apply.stdout)")
+        let status = try run(playground, ["status", "--json"])
+        #expect((try? JSONSerialization.jsonObject(with: Data(status.stdout.utf8))) != nil, "\(status.stdout)")
+    }
+
     @Test func validateReportsEveryProblemOfEveryFile() throws {
         let playground = try syncDirectory()
         try playground.write("cart.json", "{\"products\": [\n  {\"id\": \"\", \"quantity\": -1},\n  {\"id\": \"b\"}\n]}")

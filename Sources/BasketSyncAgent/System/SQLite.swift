@@ -1,4 +1,3 @@
-import BasketSyncWire
 import Glibc
 import CSQLite
 

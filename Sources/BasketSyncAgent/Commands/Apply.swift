@@ -1,0 +1,110 @@
+import BasketSync
+import BasketSyncWire
+
+extension Commands {
+    /// What `apply` did.
+    public struct ApplySummary: Equatable {
+        /// The seqs of the `updateBasket` records applied.
+        public var applied: [UInt64] = []
+        /// The seqs of the `redirectToCart` records seen.
+        public var redirects: [UInt64] = []
+        /// The cart's `syncedThrough` before.
+        public var syncedThroughBefore: UInt64 = 0
+        /// The cart's `syncedThrough` after.
+        public var syncedThrough: UInt64 = 0
+
+        /// What happened, for people: one line, and one per redirect requested.
+        public var human: String {
+            guard syncedThrough != syncedThroughBefore else { return "nothing to apply: the cart is synced through \(syncedThrough)" }
+            return (["applied \(applied.count) updateBasket record(s); the cart is now synced through \(syncedThrough)"]
+                + redirects.map { "redirectToCart requested (seq \($0)): open the cart for the shopper" }).joined(separator: "\n")
+        }
+
+        /// One JSON object for scripts.
+        public var json: String {
+            var writer = JSONWriter()
+            writer.raw("{\"applied\":[")
+            for (index, seq) in applied.enumerated() {
+                if index > 0 { writer.raw(",") }
+                writer.integer(seq)
+            }
+            writer.raw("],\"redirects\":[")
+            for (index, seq) in redirects.enumerated() {
+                if index > 0 { writer.raw(",") }
+                writer.integer(seq)
+            }
+            writer.raw("],\"syncedThrough\":")
+            writer.integer(syncedThrough)
+            writer.raw("}")
+            return String(decoding: writer.bytes, as: UTF8.self)
+        }
+    }
+
+    /// `apply`: the reference host. Applies the outbox records after the cart's `syncedThrough`
+    /// in seq order (clamping each line at 0), keeps every other line and field as it is, and
+    /// writes the cart atomically with the new `syncedThrough`. Serialized with other `apply`
+    /// runs by a lock; safe beside a running agent (which takes the new cart on its rename).
+    public static func apply(directory: String, logger: Logger) throws(AgentError) -> ApplySummary {
+        let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: true, logger: logger)
+        let configuration = engine.configuration
+        let lockPath = "\(engine.store.stateDirectory)/apply.lock"
+        let lock: Int32
+        do {
+            lock = try Posix.open(lockPath, [.readWrite, .create], mode: 0o600)
+            _ = try Posix.lockExclusive(lock, path: lockPath)
+        } catch {
+            throw .system(error)
+        }
+        defer { Posix.close(lock) }
+
+        // The outbox file is what a host reads: make sure it holds every committed record.
+        try engine.publish(.outbox)
+
+        let cartPath = engine.cartPath
+        let bytes = try Posix.readFile(cartPath, limit: configuration.limits.maxFileBytes) ?? Array("[]".utf8)
+        var document: CartDocument
+        do { document = try CartDocument(bytes, keys: configuration.keys, limits: configuration.limits) } catch {
+            throw error.badData(path: cartPath, bytes: bytes)
+        }
+        var summary = ApplySummary()
+        summary.syncedThroughBefore = document.cart.syncedThrough ?? 0
+        summary.syncedThrough = summary.syncedThroughBefore
+
+        let records = try outboxRecords(engine.store.lines(.outbox, after: summary.syncedThroughBefore),
+                                        path: "\(directory)/\(Projection.outbox.fileName)", after: summary.syncedThroughBefore)
+        guard !records.isEmpty else { return summary }
+        for record in records {
+            switch record.type {
+            case .updateBasket:
+                for delta in record.products { document.apply(delta) }
+                summary.applied.append(record.seq)
+            case .redirectToCart:
+                summary.redirects.append(record.seq)
+            }
+            summary.syncedThrough = record.seq
+        }
+        document.setSyncedThrough(summary.syncedThrough)
+        do { try Posix.writeFileAtomically(cartPath, document.encoded()) } catch {
+            throw .system(error)
+        }
+        return summary
+    }
+
+    /// The outbox records after `seq`, from their lines (the database's, which the file holds
+    /// too once published): read by seq through the index, not by scanning the whole file.
+    static func outboxRecords(_ lines: [(seq: UInt64, line: [UInt8])], path: String, after seq: UInt64) throws(AgentError) -> [OutboxRecord] {
+        var records: [OutboxRecord] = []
+        for (recordSeq, bytes) in lines {
+            let record: OutboxRecord
+            do { record = try RecordFormat.outboxRecord(bytes) } catch {
+                throw .database(path: path, message: "outbox record \(recordSeq) cannot be read (\(error.reason)); restore .basket-sync/ from a backup")
+            }
+            let expected = (records.last?.seq ?? seq) + 1
+            guard recordSeq == expected, record.seq == recordSeq else {
+                throw .database(path: path, message: "outbox seq \(recordSeq) where \(expected) was expected; restore .basket-sync/ from a backup")
+            }
+            records.append(record)
+        }
+        return records
+    }
+}

@@ -1,0 +1,40 @@
+import BasketSync
+import BasketSyncWire
+
+extension Commands {
+    /// What `push` drops into the inbox.
+    public enum PushKind: Equatable, Sendable {
+        /// `push sku=+2 sku=-1`: signed deltas.
+        case delta
+        /// `push --state sku=3`: the WebView's whole basket.
+        case state
+        /// `push --transfer ID sku=2`: an affiliated basket landing.
+        case transfer(String)
+        /// `push --redirect`: the shopper asked for the host's cart.
+        case redirect
+    }
+
+    /// `push`: delivers one Mealz event the Maildir way (in `inbox/tmp/`, fsync, rename into
+    /// `inbox/new/`). Returns the event id.
+    public static func push(directory: String, kind: PushKind, products: [RetailerProduct], id: String?) throws(AgentError) -> String {
+        let inbox = Inbox(directory: "\(directory)/inbox")
+        guard Posix.isDirectory(inbox.folder("tmp")), Posix.isDirectory(inbox.folder("new")) else {
+            throw .missingInput("\(directory): not a sync directory (no inbox/tmp and inbox/new); run basket-sync init there first")
+        }
+        let micros = String(Int64((Date().timeIntervalSince1970 * 1_000_000).rounded(.down)))
+        let unique = Store.newSyncId()
+        let eventId = id ?? "push-\(micros)-\(unique.prefix(8))"
+        let name = String(repeating: "0", count: max(0, 16 - micros.count)) + micros + ".P\(Posix.processId)R\(unique).basket-sync"
+        let event: MealzEvent
+        switch kind {
+        case .delta: event = .basketDelta(products)
+        case .state: event = .basketState(products)
+        case let .transfer(transferId): event = .basketTransfer(products, transferId: transferId)
+        case .redirect: event = .redirectToCart
+        }
+        do { try inbox.deliver(EventFormat.encode(InboxEvent(id: eventId, event: event)), name: name) } catch {
+            throw .system(error)
+        }
+        return eventId
+    }
+}

@@ -1,0 +1,41 @@
+import BasketSync
+import BasketSyncWire
+
+extension Commands {
+    /// What `set-store` leaves in force.
+    public struct StoreSummary: Equatable {
+        /// The store now selected.
+        public var storeId: String?
+        /// The mode now in force.
+        public var mode: SyncMode
+        /// The Mealz basket now open.
+        public var basket: UInt64
+
+        /// One line for people.
+        public var human: String { "store \(storeId ?? "none"), \(mode.rawValue) mode, Mealz basket \(basket)" }
+
+        /// One JSON object for scripts.
+        public var json: String {
+            var writer = JSONWriter()
+            writer.raw("{\"storeId\":")
+            writer.optionalString(storeId)
+            writer.raw(",\"mode\":")
+            writer.string(mode.rawValue)
+            writer.raw(",\"basket\":")
+            writer.integer(basket)
+            writer.raw("}")
+            return String(decoding: writer.bytes, as: UTF8.self)
+        }
+    }
+
+    /// `set-store`: `setSelectedStoreWithExternalId`, and the mode when given; kept in the state.
+    public static func setStore(directory: String, externalId: String, mode: SyncMode?, logger: Logger) throws(AgentError) -> StoreSummary {
+        let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: true, logger: logger)
+        try engine.step { (machine, now) throws(AgentError) in
+            machine.setSelectedStore(externalId: externalId, mode: mode, at: now)
+        }
+        engine.signalCommit()
+        let state = try engine.currentState()
+        return StoreSummary(storeId: state.storeId, mode: state.mode, basket: state.basket)
+    }
+}

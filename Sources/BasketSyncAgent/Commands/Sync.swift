@@ -1,0 +1,48 @@
+import BasketSyncWire
+
+extension Commands {
+    /// What one `sync` pass did.
+    public struct SyncSummary: Equatable {
+        /// What reading the cart gave.
+        public var cart: SyncEngine.CartOutcome
+        /// What taking the inbox did.
+        public var inbox: SyncEngine.InboxSummary
+
+        private var cartWord: String {
+            switch cart {
+            case .missing: return "missing"
+            case .unchanged: return "unchanged"
+            case .rejected: return "rejected"
+            case .taken: return "taken"
+            }
+        }
+
+        /// One line for people.
+        public var human: String {
+            "cart \(cartWord); inbox: \(inbox.taken) taken, \(inbox.duplicates) duplicates, \(inbox.bad) bad"
+        }
+
+        /// One JSON object for scripts.
+        public var json: String {
+            var writer = JSONWriter()
+            writer.raw("{\"cart\":")
+            writer.string(cartWord)
+            writer.raw(",\"inbox\":{\"taken\":")
+            writer.integer(inbox.taken)
+            writer.raw(",\"duplicates\":")
+            writer.integer(inbox.duplicates)
+            writer.raw(",\"bad\":")
+            writer.integer(inbox.bad)
+            writer.raw("}}")
+            return String(decoding: writer.bytes, as: UTF8.self)
+        }
+    }
+
+    /// `sync`: one pass for cron (the agent's ``SyncEngine/pass(_:)``), then wakes a running agent.
+    public static func syncOnce(directory: String, isSynchronizerRegistered: Bool, logger: Logger) throws(AgentError) -> SyncSummary {
+        let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: isSynchronizerRegistered, logger: logger)
+        let summary = try engine.pass(.everything)
+        engine.signalCommit()
+        return SyncSummary(cart: summary.cart ?? .missing, inbox: summary.inbox)
+    }
+}

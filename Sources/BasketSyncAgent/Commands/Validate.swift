@@ -1,0 +1,54 @@
+import BasketSyncWire
+
+extension Commands {
+    /// What `validate` checks a file as.
+    public enum FileKind: String, Sendable {
+        /// A host cart (with the sync directory's key names, when there is one).
+        case cart
+        /// A Mealz inbox event.
+        case event
+        /// A `basket-sync.json`.
+        case config
+    }
+
+    /// The kind a file most likely is, from its name and place.
+    public static func guessKind(of path: String) -> FileKind {
+        if Posix.basename(of: path) == AgentConfiguration.fileName { return .config }
+        if path.contains("/inbox/") || path.hasPrefix("inbox/") { return .event }
+        return .cart
+    }
+
+    /// `validate`: every problem of a file as `path:line:column: reason`; empty when valid.
+    public static func validate(path: String, kind: FileKind, directory: String) throws(AgentError) -> [String] {
+        let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
+        let bytes: [UInt8]
+        if path == "-" {
+            bytes = try Posix.readToEnd(0, path: "standard input", limit: configuration.limits.maxFileBytes)
+        } else {
+            do throws(AgentError) {
+                guard let read = try Posix.readFile(path, limit: configuration.limits.maxFileBytes) else {
+                    throw AgentError.missingInput("\(path): no such file; check the path")
+                }
+                bytes = read
+            } catch {
+                if case .tooLarge = error { return [error.description] }
+                throw error
+            }
+        }
+        let shown = path == "-" ? "standard input" : path
+        if kind == .config {
+            do { _ = try AgentConfiguration.parse(bytes, path: shown) } catch { return [error.description] }
+            return []
+        }
+        do throws(DecodingFailure) {
+            if kind == .cart {
+                _ = try CartFormat.decode(bytes, keys: configuration.keys, limits: configuration.limits)
+            } else {
+                _ = try EventFormat.decode(bytes, limits: configuration.limits)
+            }
+            return []
+        } catch {
+            return error.descriptions(path: shown, bytes: bytes)
+        }
+    }
+}

@@ -1,0 +1,163 @@
+import BasketSync
+import BasketSyncWire
+
+/// The Maildir the Mealz side delivers into: `tmp/`, `new/`, `cur/` and `bad/` under `inbox/`.
+/// Only file operations here; what an event does is the engine's (``SyncEngine/takeInbox()``).
+struct Inbox {
+    /// The `inbox/` directory.
+    let directory: String
+
+    /// The folder `name` (tmp, new, cur, bad).
+    func folder(_ name: String) -> String { "\(directory)/\(name)" }
+
+    /// The entries waiting in `new/`, in name order (dot files are deliveries in progress).
+    func waiting() -> [String] { Posix.listDirectory(folder("new")).filter { !$0.hasPrefix(".") } }
+
+    /// An entry's path in `new/`.
+    func path(of name: String) -> String { "\(folder("new"))/\(name)" }
+
+    /// Reads an entry of `new/`; nil when another process took it meanwhile.
+    func read(_ name: String, limit: Int) throws(AgentError) -> [UInt8]? {
+        try Posix.readFile(path(of: name), limit: limit)
+    }
+
+    /// Moves a taken entry from `new/` to `cur/`; another process may have moved it already.
+    /// Returns why it could not be moved, if it could not.
+    func acknowledge(_ name: String) -> SystemError? {
+        do { try Posix.rename(path(of: name), "\(folder("cur"))/\(name)") } catch {
+            return error.isMissing ? nil : error
+        }
+        return nil
+    }
+
+    /// Moves an entry to `bad/` with a `.error` file beside it saying why. False when another
+    /// process took it meanwhile.
+    func quarantine(_ name: String, because error: AgentError) throws(SystemError) -> Bool {
+        let bad = folder("bad")
+        do {
+            try Posix.makeDirectory(bad, mode: 0o755)
+            let message = "\(error.description)\nFix the event and deliver it again through inbox/tmp/ and inbox/new/.\n"
+            try Posix.writeFileAtomically("\(bad)/\(name).error", Array(message.utf8))
+            try Posix.rename(path(of: name), "\(bad)/\(name)")
+        } catch {
+            if error.isMissing { return false }
+            throw error
+        }
+        return true
+    }
+
+    /// Delivers an event the Maildir way: written in `tmp/` under a unique name, fsynced, renamed
+    /// into `new/`, the directory fsynced.
+    func deliver(_ bytes: [UInt8], name: String) throws(SystemError) {
+        let temporary = "\(folder("tmp"))/\(name)"
+        do {
+            let fd = try Posix.open(temporary, [.writeOnly, .create, .exclusive])
+            defer { Posix.close(fd) }
+            try Posix.writeAll(fd, bytes, path: temporary)
+            try Posix.fsync(fd, path: temporary)
+        } catch {
+            Posix.unlink(temporary)
+            throw error
+        }
+        try Posix.rename(temporary, path(of: name))
+        try Posix.fsyncDirectory(folder("new"))
+    }
+}
+
+extension SyncEngine {
+    /// What taking the inbox did.
+    public struct InboxSummary: Equatable {
+        /// Events taken for the first time.
+        public var taken = 0
+        /// Events whose id was already taken: acknowledged, nothing done again.
+        public var duplicates = 0
+        /// Malformed events moved to `inbox/bad/`.
+        public var bad = 0
+    }
+
+    /// Takes every event waiting in `inbox/new/`, in name order. Each one is committed (dedupe by
+    /// id, outbox, state) and published before it is moved to `inbox/cur/`: a file leaves `new/`
+    /// only once its records are durable.
+    @discardableResult
+    public func takeInbox() throws(AgentError) -> InboxSummary {
+        var summary = InboxSummary()
+        for name in inbox.waiting() {
+            let path = inbox.path(of: name)
+            let bytes: [UInt8]
+            do {
+                guard let read = try inbox.read(name, limit: configuration.limits.maxFileBytes) else { continue }
+                bytes = read
+            } catch {
+                // Too large, or not a file at all: set aside, never in the way of the events behind.
+                var unreadable = false
+                if case .tooLarge = error { unreadable = true }
+                if case let .system(failure) = error, failure.isDirectory { unreadable = true }
+                guard unreadable else { throw error }
+                if try quarantine(name, error) { summary.bad += 1 }
+                continue
+            }
+            let event: InboxEvent
+            do { event = try decodeEvent(bytes, path: path) } catch {
+                if try quarantine(name, error) { summary.bad += 1 }
+                continue
+            }
+            let duplicate: Bool
+            do {
+                duplicate = try takeEvent(event, name: name, path: path)
+            } catch {
+                guard case .badData = error else { throw error }
+                if try quarantine(name, error) { summary.bad += 1 }
+                continue
+            }
+            if duplicate {
+                // Its records were committed before; the file must hold them before the ack.
+                try publish(.outbox)
+                summary.duplicates += 1
+                logger.log(.info, "\(path): event \(event.id) was already taken; acknowledged without doing it again")
+            } else {
+                summary.taken += 1
+            }
+            if let failure = inbox.acknowledge(name) {
+                logger.log(.warning, "\(path): taken, but cannot be moved to cur/ (\(failure)); it will be acknowledged again, not done again")
+            }
+        }
+        return summary
+    }
+
+    /// Parses and validates an inbox event.
+    func decodeEvent(_ bytes: [UInt8], path: String) throws(AgentError) -> InboxEvent {
+        do { return try EventFormat.decode(bytes, limits: configuration.limits) } catch {
+            throw error.badData(path: path, bytes: bytes)
+        }
+    }
+
+    /// One event in one transaction: dedupe by id, the library's effects, the inbox row. True
+    /// when the id was taken before (nothing done again).
+    private func takeEvent(_ event: InboxEvent, name: String, path: String) throws(AgentError) -> Bool {
+        var duplicate = false
+        try step({ (machine, now) throws(AgentError) in
+            if try store.inboxOutcome(id: event.id) != nil {
+                duplicate = true
+                return []
+            }
+            do throws(SyncInputError) { return try machine.receive(event.event, source: event.id, at: now) } catch {
+                throw AgentError.badData(path: path, line: 1, column: 1, reason: error.description)
+            }
+        }, record: { (summary) throws(AgentError) in
+            guard !duplicate else { return }
+            let outcome = summary.outbox.first.map { "outbox #\($0.seq)" }
+                ?? (summary.ignored ? "ignored: no synchronizer" : summary.duplicateTransfer ? "duplicate transfer" : "nothing to send")
+            try store.recordInbox(id: event.id, file: name, outcome: outcome, at: Date())
+        })
+        return duplicate
+    }
+
+    /// Sets a malformed or unreadable event aside in `inbox/bad/` and reports why. False when
+    /// another process took it meanwhile.
+    private func quarantine(_ name: String, _ error: AgentError) throws(AgentError) -> Bool {
+        let moved: Bool
+        do { moved = try inbox.quarantine(name, because: error) } catch { throw .system(error) }
+        if moved { reportError(error) }
+        return moved
+    }
+}

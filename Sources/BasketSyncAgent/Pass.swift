@@ -1,0 +1,46 @@
+import BasketSync
+
+extension SyncEngine {
+    /// The parts of a pass, taken in one fixed order.
+    public struct PassScope: OptionSet, Sendable {
+        public let rawValue: Int
+
+        /// Creates a scope from its bits.
+        public init(rawValue: Int) { self.rawValue = rawValue }
+
+        /// Catch the JSON Lines files up and read the next deadline again: another process committed.
+        public static let publish = PassScope(rawValue: 1)
+        /// Take the events waiting in `inbox/new/`.
+        public static let inbox = PassScope(rawValue: 2)
+        /// Take the cart when it changed.
+        public static let cart = PassScope(rawValue: 4)
+        /// Roll back the batches whose window is over.
+        public static let expire = PassScope(rawValue: 8)
+        /// Everything: at start, after a failure, for `sync`, after an inotify overflow.
+        public static let everything: PassScope = [.publish, .inbox, .cart, .expire]
+    }
+
+    /// What a pass did.
+    public struct PassSummary: Equatable {
+        /// What reading the cart gave; nil when the pass did not read it.
+        public var cart: CartOutcome?
+        /// What taking the inbox did.
+        public var inbox = InboxSummary()
+    }
+
+    /// One pass over the sync directory, shared by the agent's wake-ups and `sync`: recover the
+    /// files, then the inbox before the cart (a cart may acknowledge the records its events
+    /// make), then the expired windows.
+    @discardableResult
+    public func pass(_ scope: PassScope = .everything) throws(AgentError) -> PassSummary {
+        var summary = PassSummary()
+        if scope.contains(.publish) {
+            try publishAll()
+            try refreshDeadline()
+        }
+        if scope.contains(.inbox) { summary.inbox = try takeInbox() }
+        if scope.contains(.cart) { summary.cart = try takeCart() }
+        if scope.contains(.expire) { try expireWindows() }
+        return summary
+    }
+}

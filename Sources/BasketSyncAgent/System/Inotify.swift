@@ -1,0 +1,94 @@
+import CInotifyTools
+import Glibc
+
+/// The inotify events the watcher asks for.
+struct InotifyMask: OptionSet, Hashable {
+    let rawValue: UInt32
+
+    static let closeWrite = InotifyMask(rawValue: UInt32(IN_CLOSE_WRITE))
+    static let movedTo = InotifyMask(rawValue: UInt32(IN_MOVED_TO))
+    static let movedFrom = InotifyMask(rawValue: UInt32(IN_MOVED_FROM))
+    static let create = InotifyMask(rawValue: UInt32(IN_CREATE))
+    static let delete = InotifyMask(rawValue: UInt32(IN_DELETE))
+    static let deleteSelf = InotifyMask(rawValue: UInt32(IN_DELETE_SELF))
+    static let moveSelf = InotifyMask(rawValue: UInt32(IN_MOVE_SELF))
+    static let onlyDirectory = InotifyMask(rawValue: UInt32(IN_ONLYDIR))
+    static let ignored = InotifyMask(rawValue: UInt32(IN_IGNORED))
+    static let overflow = InotifyMask(rawValue: UInt32(IN_Q_OVERFLOW))
+}
+
+/// One event read from the inotify descriptor.
+struct InotifyEvent {
+    /// The watch it came from; negative for a queue overflow.
+    var watch: Int32
+    var mask: InotifyMask
+    /// The name inside the watched directory, empty for the directory itself.
+    var name: String
+}
+
+/// libinotifytools, the one inotify instance of the process. The library places the watches and
+/// names what a watch descriptor watches; the descriptor is polled and read here, so that no
+/// thread and no pipe stand between an event and its handling (the library's own `next_event`
+/// blocks, and cannot share a `poll`).
+///
+/// The library keeps process-wide state: one owner, on one thread, and not `Sendable`.
+final class Inotify {
+    /// The inotify descriptor, non-blocking, for the event loop to poll.
+    let fd: Int32
+    private var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+
+    init(path: String) throws(SystemError) {
+        guard inotifytools_initialize() != 0 else {
+            throw SystemError(operation: "inotify_init", path: path, code: inotifytools_error())
+        }
+        guard let descriptor = Inotify.descriptor() else {
+            throw SystemError(operation: "find the inotify descriptor", path: "/proc/self/fd", code: ENOENT)
+        }
+        fd = descriptor
+        Posix.setNonBlocking(fd)
+    }
+
+    /// The library keeps its inotify descriptor to itself: it is the process's one inotify
+    /// instance, found among the open descriptors.
+    private static func descriptor() -> Int32? {
+        for name in Posix.listDirectory("/proc/self/fd") {
+            guard let number = Int32(name) else { continue }
+            if Posix.linkTarget("/proc/self/fd/\(name)") == "anon_inode:inotify" { return number }
+        }
+        return nil
+    }
+
+    /// Watches a directory; throws when it cannot (it does not exist, or the limit is reached).
+    func watch(_ path: String, _ mask: InotifyMask) throws(SystemError) {
+        guard inotifytools_watch_file(path, Int32(bitPattern: mask.rawValue)) != 0 else {
+            throw SystemError(operation: "watch", path: path, code: inotifytools_error())
+        }
+    }
+
+    func removeWatch(_ watch: Int32) { inotifytools_remove_watch_by_wd(watch) }
+
+    /// The path a watch descriptor watches, as the library recorded it.
+    func path(of watch: Int32) -> String? {
+        inotifytools_filename_from_wd(watch).map { String(cString: $0) }
+    }
+
+    /// Every event waiting on the descriptor; empty when none (it never blocks).
+    func events() throws(SystemError) -> [InotifyEvent] {
+        var events: [InotifyEvent] = []
+        let header = MemoryLayout<inotify_event>.size
+        while true {
+            let read = try buffer.withUnsafeMutableBytes { raw in
+                Result { () throws(SystemError) in try Posix.read(fd, into: raw, path: "inotify") }
+            }.get()
+            guard let count = read, count > 0 else { return events }
+            var offset = 0
+            while offset + header <= count {
+                let event = buffer.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: offset, as: inotify_event.self) }
+                let length = Int(event.len)
+                let name = length == 0 ? "" : String(decoding: buffer[(offset + header)..<(offset + header + length)].prefix { $0 != 0 }, as: UTF8.self)
+                events.append(InotifyEvent(watch: event.wd, mask: InotifyMask(rawValue: event.mask), name: name))
+                offset += header + length
+            }
+        }
+    }
+}

@@ -1,0 +1,60 @@
+import Glibc
+
+/// The write end of the signal pipe, set once before the handlers are installed.
+nonisolated(unsafe) private var signalPipeWrite: Int32 = -1
+
+/// The signals the agent handles.
+enum Signal: UInt8, CaseIterable {
+    case hangup = 1
+    case interrupt = 2
+    case terminate = 15
+
+    var number: Int32 { Int32(rawValue) }
+}
+
+/// The self-pipe: each handled signal writes its number into a pipe the event loop polls, so that
+/// a signal is handled in the loop, never inside the handler.
+final class SignalPipe {
+    /// The read end, for the event loop to poll.
+    let fd: Int32
+
+    /// Installs the handlers of every ``Signal`` and unblocks them.
+    init(path: String) throws(SystemError) {
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { throw .last("pipe", path) }
+        for fd in fds {
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            Posix.setNonBlocking(fd)
+        }
+        signalPipeWrite = fds[1]
+        fd = fds[0]
+        for signal in Signal.allCases {
+            var action = sigaction()
+            action.__sigaction_handler.sa_handler = { number in
+                let saved = errno
+                var byte = UInt8(truncatingIfNeeded: number)
+                _ = write(signalPipeWrite, &byte, 1)
+                errno = saved
+            }
+            action.sa_flags = SA_RESTART
+            sigemptyset(&action.sa_mask)
+            sigaction(signal.number, &action, nil)
+        }
+        // A parent may have spawned us with these signals blocked: take them back.
+        var handled = sigset_t()
+        sigemptyset(&handled)
+        for signal in Signal.allCases { sigaddset(&handled, signal.number) }
+        pthread_sigmask(SIG_UNBLOCK, &handled, nil)
+    }
+
+    /// The signals received since the last call, in order.
+    func drain() -> [Signal] {
+        var result: [Signal] = []
+        var buffer = [UInt8](repeating: 0, count: 256)
+        while true {
+            let read = buffer.withUnsafeMutableBytes { try? Posix.read(fd, into: $0, path: "signal pipe") }
+            guard let count = read ?? nil, count > 0 else { return result }
+            result += buffer[0..<count].compactMap(Signal.init(rawValue:))
+        }
+    }
+}

@@ -1,0 +1,287 @@
+import Glibc
+
+/// How a file is opened: the `open(2)` flags the agent uses, without libc in the callers.
+struct OpenOptions: OptionSet {
+    let rawValue: Int32
+
+    static let readOnly = OpenOptions([])
+    static let writeOnly = OpenOptions(rawValue: O_WRONLY)
+    static let readWrite = OpenOptions(rawValue: O_RDWR)
+    static let create = OpenOptions(rawValue: O_CREAT)
+    static let exclusive = OpenOptions(rawValue: O_EXCL)
+    static let append = OpenOptions(rawValue: O_APPEND)
+    static let directory = OpenOptions(rawValue: O_DIRECTORY)
+    static let truncate = OpenOptions(rawValue: O_TRUNC)
+}
+
+/// What `stat` says of a file, as far as the agent cares.
+struct FileInfo: Equatable {
+    /// What kind of file it is.
+    enum Kind: Equatable {
+        case regular, directory, symbolicLink, other
+    }
+
+    var kind: Kind
+    var size: Int64
+    var inode: UInt64
+    /// The permission bits.
+    var mode: UInt32
+
+    fileprivate init(_ info: stat) {
+        switch info.st_mode & S_IFMT {
+        case S_IFREG: kind = .regular
+        case S_IFDIR: kind = .directory
+        case S_IFLNK: kind = .symbolicLink
+        default: kind = .other
+        }
+        size = Int64(info.st_size)
+        inode = UInt64(info.st_ino)
+        mode = UInt32(info.st_mode & 0o7777)
+    }
+}
+
+/// Every libc call of the agent, one small wrapper each: errno is read at once, EINTR retried,
+/// partial reads and writes completed, failures typed as ``SystemError``. Nothing outside
+/// `System/` imports Glibc.
+enum Posix {
+    /// Runs a call again while it fails with EINTR.
+    static func retrying<T: SignedInteger>(_ body: () -> T) -> T {
+        while true {
+            let result = body()
+            if result >= 0 || errno != EINTR { return result }
+        }
+    }
+
+    /// Files the host or the Mealz side read: owner and group, minus the umask.
+    static let sharedFileMode: UInt32 = 0o640
+
+    // MARK: Descriptors
+
+    static func open(_ path: String, _ options: OpenOptions, mode: UInt32 = sharedFileMode) throws(SystemError) -> Int32 {
+        let fd = retrying { Glibc.open(path, options.rawValue | O_CLOEXEC, mode_t(mode)) }
+        if fd < 0 { throw .last("open", path) }
+        return fd
+    }
+
+    static func close(_ fd: Int32) { _ = Glibc.close(fd) }
+
+    /// Sets `O_NONBLOCK` on a descriptor.
+    static func setNonBlocking(_ fd: Int32) { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+
+    /// One `read` into `buffer`, retried on EINTR: the count read, 0 at the end, nil when a
+    /// non-blocking descriptor has nothing now.
+    static func read(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, path: String) throws(SystemError) -> Int? {
+        let count = retrying { Glibc.read(fd, buffer.baseAddress, buffer.count) }
+        if count < 0 {
+            if errno == EAGAIN { return nil }
+            throw .last("read", path)
+        }
+        return count
+    }
+
+    /// Reads from the current offset to the end, refusing more than `limit` bytes; `expected`
+    /// sizes the first buffer (one byte more tells whether the file grew since).
+    static func readToEnd(_ fd: Int32, path: String, limit: Int, expected: Int = 0) throws(AgentError) -> [UInt8] {
+        var bytes: [UInt8] = []
+        var capacity = max(expected + 1, 4096)
+        while true {
+            var failure: SystemError?
+            let start = bytes.count
+            bytes = Array(unsafeUninitializedCapacity: capacity) { buffer, count in
+                if start > 0 { bytes.withUnsafeBytes { buffer.baseAddress!.update(from: $0.bindMemory(to: UInt8.self).baseAddress!, count: start) } }
+                count = start
+                while count < capacity {
+                    do throws(SystemError) {
+                        let got = try read(fd, into: UnsafeMutableRawBufferPointer(rebasing: UnsafeMutableRawBufferPointer(buffer)[count...]), path: path) ?? 0
+                        if got == 0 { return }
+                        count += got
+                    } catch {
+                        failure = error
+                        return
+                    }
+                }
+            }
+            if let failure { throw .system(failure) }
+            if bytes.count > limit { throw .tooLarge(path: path, size: bytes.count, limit: limit) }
+            if bytes.count < capacity { return bytes }
+            capacity *= 2
+        }
+    }
+
+    /// Reads up to `count` bytes at `offset` (fewer at the end of the file).
+    static func read(_ fd: Int32, at offset: Int64, count: Int, path: String) throws(SystemError) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: count)
+        var done = 0
+        while done < count {
+            let got = retrying { bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, count - done, off_t(offset) + off_t(done)) } }
+            if got < 0 { throw .last("read", path) }
+            if got == 0 { break }
+            done += got
+        }
+        return Array(bytes[0..<done])
+    }
+
+    /// Writes all of `bytes` at the current offset, however many calls it takes.
+    static func writeAll(_ fd: Int32, _ bytes: [UInt8], path: String) throws(SystemError) {
+        var failure: SystemError?
+        bytes.withUnsafeBytes { buffer in
+            var offset = 0
+            while offset < buffer.count {
+                let written = retrying { Glibc.write(fd, buffer.baseAddress! + offset, buffer.count - offset) }
+                if written < 0 {
+                    failure = .last("write", path)
+                    return
+                }
+                offset += written
+            }
+        }
+        if let failure { throw failure }
+    }
+
+    /// Writes all of `bytes` at `offset`.
+    static func writeAll(_ fd: Int32, _ bytes: [UInt8], at offset: Int64, path: String) throws(SystemError) {
+        var failure: SystemError?
+        bytes.withUnsafeBytes { buffer in
+            var done = 0
+            while done < buffer.count {
+                let written = retrying { pwrite(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done)) }
+                if written < 0 {
+                    failure = .last("write", path)
+                    return
+                }
+                done += written
+            }
+        }
+        if let failure { throw failure }
+    }
+
+    static func fsync(_ fd: Int32, path: String) throws(SystemError) {
+        if retrying({ Glibc.fsync(fd) }) != 0 { throw .last("fsync", path) }
+    }
+
+    static func setMode(_ fd: Int32, _ mode: UInt32) { _ = fchmod(fd, mode_t(mode)) }
+
+    static func truncate(_ fd: Int32, to size: Int64, path: String) throws(SystemError) {
+        if retrying({ ftruncate(fd, off_t(size)) }) != 0 { throw .last("ftruncate", path) }
+    }
+
+    static func fileInfo(_ fd: Int32, path: String) throws(SystemError) -> FileInfo {
+        var info = stat()
+        if fstat(fd, &info) != 0 { throw .last("fstat", path) }
+        return FileInfo(info)
+    }
+
+    /// Takes an exclusive `flock`, waiting for it; with `wait: false`, false when another holds it.
+    static func lockExclusive(_ fd: Int32, wait: Bool = true, path: String) throws(SystemError) -> Bool {
+        if retrying({ flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB)) }) == 0 { return true }
+        if errno == EWOULDBLOCK { return false }
+        throw .last("flock", path)
+    }
+
+    // MARK: Paths
+
+    /// What the path itself is, without following a final symbolic link; nil when it does not exist.
+    static func linkInfo(_ path: String) -> FileInfo? {
+        var info = stat()
+        return lstat(path, &info) == 0 ? FileInfo(info) : nil
+    }
+
+    static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
+
+    static func isDirectory(_ path: String) -> Bool {
+        var info = stat()
+        return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
+    }
+
+    static func rename(_ from: String, _ to: String) throws(SystemError) {
+        if Glibc.rename(from, to) != 0 { throw .last("rename to \(to)", from) }
+    }
+
+    static func unlink(_ path: String) { _ = Glibc.unlink(path) }
+
+    static func makeDirectory(_ path: String, mode: UInt32) throws(SystemError) {
+        if mkdir(path, mode_t(mode)) != 0, errno != EEXIST { throw .last("mkdir", path) }
+    }
+
+    /// Creates the file if it is missing and closes it: the close is an inotify event.
+    static func touch(_ path: String, mode: UInt32) {
+        let fd = Glibc.open(path, O_WRONLY | O_CREAT | O_CLOEXEC, mode_t(mode))
+        if fd >= 0 { Glibc.close(fd) }
+    }
+
+    /// Why a new file cannot be made in `directory`, if it cannot: EROFS or EACCES.
+    static func unwritable(_ directory: String) -> Int32? {
+        var info = statvfs()
+        if statvfs(directory, &info) == 0, info.f_flag & UInt(ST_RDONLY) != 0 { return EROFS }
+        if access(directory, W_OK) != 0, errno == EACCES || errno == EROFS { return errno }
+        return nil
+    }
+
+    /// Why `path` cannot be opened for reading or writing, if the answer is a permission: EACCES.
+    static func isPermissionDenied(_ path: String) -> Bool { access(path, F_OK) != 0 && errno == EACCES }
+
+    /// The names in a directory, sorted; empty when it cannot be read.
+    static func listDirectory(_ path: String) -> [String] {
+        guard let directory = opendir(path) else { return [] }
+        defer { closedir(directory) }
+        var names: [String] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafePointer(to: entry.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names.sorted()
+    }
+
+    /// The target of a symbolic link, if `path` is one.
+    static func linkTarget(_ path: String) -> String? {
+        var target = [CChar](repeating: 0, count: 4096)
+        let count = readlink(path, &target, target.count - 1)
+        guard count > 0 else { return nil }
+        return String(decoding: target[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    // MARK: The process
+
+    static var processId: Int32 { getpid() }
+
+    static var userId: UInt32 { getuid() }
+
+    static func environment(_ name: String) -> String? { getenv(name).map { String(cString: $0) } }
+
+    static func currentDirectory() -> String? {
+        guard let pointer = getcwd(nil, 0) else { return nil }
+        defer { free(pointer) }
+        return String(cString: pointer)
+    }
+
+    static func changeDirectory(_ path: String) -> Bool { chdir(path) == 0 }
+
+    static func exit(_ code: Int32) -> Never { Glibc.exit(code) }
+
+    /// Runs `argv` without a shell (nothing in data is ever executed) and waits for it: its exit
+    /// status, or 128 + the signal that killed it.
+    static func spawnAndWait(_ argv: [String]) throws(SystemError) -> Int32 {
+        var pid = pid_t()
+        var cStrings: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
+        defer { for pointer in cStrings { free(pointer) } }
+        let spawned = posix_spawnp(&pid, argv[0], nil, nil, &cStrings, environ)
+        guard spawned == 0 else { throw SystemError(operation: "run", path: argv[0], code: spawned) }
+        var status: Int32 = 0
+        if retrying({ waitpid(pid, &status, 0) }) < 0 { throw .last("waitpid", argv[0]) }
+        let signal = status & 0x7F
+        return signal == 0 ? (status >> 8) & 0xFF : 128 + signal
+    }
+
+    /// Waits until one of `fds` is readable, a signal interrupts, or `timeout` milliseconds pass
+    /// (-1: no timeout). Returns which descriptors are readable.
+    static func waitReadable(_ fds: [Int32], timeout: Int32) throws(SystemError) -> [Bool] {
+        var polled = fds.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+        if poll(&polled, nfds_t(polled.count), timeout) < 0 {
+            if errno == EINTR { return fds.map { _ in false } }
+            throw .last("poll", "")
+        }
+        return polled.map { $0.revents != 0 }
+    }
+}
