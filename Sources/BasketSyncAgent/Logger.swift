@@ -34,13 +34,12 @@ public final class Logger: Sendable {
             line = Array("basket-sync: \(level == .info ? "" : "\(level.rawValue): ")\(message)\n".utf8)
         case .json:
             var writer = JSONWriter()
-            writer.raw("{\"at\":")
-            writer.string(Timestamp.text(Date()))
-            writer.raw(",\"level\":")
-            writer.string(level.rawValue)
-            writer.raw(",\"message\":")
-            writer.string(message)
-            writer.raw("}\n")
+            writer.object { object in
+                object.member("at", Timestamp.text(Date()))
+                object.member("level", level.rawValue)
+                object.member("message", message)
+            }
+            writer.raw("\n")
             line = writer.bytes
         }
         try? Posix.writeAll(fd, line, path: "the log")

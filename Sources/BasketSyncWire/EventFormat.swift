@@ -30,30 +30,24 @@ package enum EventFormat {
     /// The file `push` delivers for `event`, ending in a newline.
     package static func encode(_ event: InboxEvent) -> [UInt8] {
         var writer = JSONWriter()
-        writer.raw("{\"id\":")
-        writer.string(event.id)
-        writer.raw(",\"type\":")
-        let products: [RetailerProduct]?
-        switch event.event {
-        case let .basketDelta(lines):
-            writer.raw("\"basketDelta\"")
-            products = lines
-        case let .basketState(lines):
-            writer.raw("\"basketState\"")
-            products = lines
-        case let .basketTransfer(lines, transferId):
-            writer.raw("\"basketTransfer\",\"transferId\":")
-            writer.string(transferId)
-            products = lines
-        case .redirectToCart:
-            writer.raw("\"redirectToCart\"")
-            products = nil
+        writer.object { object in
+            object.member("id", event.id)
+            switch event.event {
+            case let .basketDelta(lines):
+                object.member("type", "basketDelta")
+                object.member("products", products: lines)
+            case let .basketState(lines):
+                object.member("type", "basketState")
+                object.member("products", products: lines)
+            case let .basketTransfer(lines, transferId):
+                object.member("type", "basketTransfer")
+                object.member("transferId", transferId)
+                object.member("products", products: lines)
+            case .redirectToCart:
+                object.member("type", "redirectToCart")
+            }
         }
-        if let products {
-            writer.raw(",\"products\":")
-            RecordFormat.products(products, into: &writer)
-        }
-        writer.raw("}\n")
+        writer.raw("\n")
         return writer.bytes
     }
 

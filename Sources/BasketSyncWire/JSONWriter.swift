@@ -1,3 +1,5 @@
+import BasketSync
+
 /// Writes compact JSON for the JSON Lines records: one line, every control character escaped,
 /// keys in the order written.
 package struct JSONWriter {
@@ -36,6 +38,89 @@ package struct JSONWriter {
 
     package mutating func optionalString(_ text: String?) {
         if let text { string(text) } else { raw("null") }
+    }
+
+    /// Writes one object: `body` writes its members, in order.
+    package mutating func object(_ body: (inout JSONObjectWriter) -> Void) {
+        raw("{")
+        var object = JSONObjectWriter(writer: self)
+        bytes = []  // the object writer now owns the only reference: appends never copy
+        body(&object)
+        object.writer.raw("}")
+        self = object.writer
+    }
+
+    /// Writes one array: `body` writes each element of `elements`.
+    package mutating func array<C: Collection>(_ elements: C, _ body: (inout JSONWriter, C.Element) -> Void) {
+        raw("[")
+        for (index, element) in elements.enumerated() {
+            if index > 0 { raw(",") }
+            body(&self, element)
+        }
+        raw("]")
+    }
+
+    /// A list of lines with the default key names: `[{"id":"sku-1","quantity":2}]`.
+    package mutating func products(_ products: [RetailerProduct]) {
+        array(products) { writer, product in
+            writer.object { line in
+                line.member("id", product.id)
+                line.member("quantity", product.quantity)
+            }
+        }
+    }
+
+    /// The text written so far, for outputs that are strings.
+    package var text: String { String(decoding: bytes, as: UTF8.self) }
+}
+
+/// Writes the members of one object, commas included; see ``JSONWriter/object(_:)``.
+package struct JSONObjectWriter {
+    fileprivate var writer: JSONWriter
+    private var isFirst = true
+
+    fileprivate init(writer: JSONWriter) { self.writer = writer }
+
+    private mutating func open(_ key: StaticString) {
+        writer.raw(isFirst ? "\"" : ",\"")
+        isFirst = false
+        writer.raw(key)
+        writer.raw("\":")
+    }
+
+    /// `"key": value`, with a value written by `body`.
+    package mutating func member(_ key: StaticString, _ body: (inout JSONWriter) -> Void) {
+        open(key)
+        body(&writer)
+    }
+
+    /// `"key": "text"`.
+    package mutating func member(_ key: StaticString, _ text: String) { member(key) { $0.string(text) } }
+
+    /// `"key": "text"`, or `"key": null`.
+    package mutating func member(_ key: StaticString, _ text: String?) { member(key) { $0.optionalString(text) } }
+
+    /// `"key": 17`.
+    package mutating func member<T: BinaryInteger>(_ key: StaticString, _ value: T) { member(key) { $0.integer(value) } }
+
+    /// `"key": 17`, or `"key": null`.
+    package mutating func member<T: BinaryInteger>(_ key: StaticString, _ value: T?) {
+        member(key) { writer in if let value { writer.integer(value) } else { writer.raw("null") } }
+    }
+
+    /// `"key": true`.
+    package mutating func member(_ key: StaticString, _ flag: Bool) { member(key) { $0.raw(flag ? "true" : "false") } }
+
+    /// `"key": [lines]`, with the default key names.
+    package mutating func member(_ key: StaticString, products: [RetailerProduct]) { member(key) { $0.products(products) } }
+
+    /// `"name": value` for a key that is data (a SKU, an order id).
+    package mutating func member(named name: String, _ body: (inout JSONWriter) -> Void) {
+        writer.raw(isFirst ? "" : ",")
+        isFirst = false
+        writer.string(name)
+        writer.raw(":")
+        body(&writer)
     }
 }
 

@@ -3,90 +3,52 @@ import BasketSync
 /// The JSON Lines form of each record — outbox, notification, payment: one object per line,
 /// `seq` first, compact, deterministic — and its reader, for `apply` and the projections' catch-up.
 package enum RecordFormat {
-    /// A list of lines with the default key names.
-    package static func products(_ products: [RetailerProduct], into writer: inout JSONWriter) {
-        writer.raw("[")
-        for (index, product) in products.enumerated() {
-            if index > 0 { writer.raw(",") }
-            writer.raw("{\"id\":")
-            writer.string(product.id)
-            writer.raw(",\"quantity\":")
-            writer.integer(product.quantity)
-            writer.raw("}")
-        }
-        writer.raw("]")
-    }
-
     /// The outbox line of `record`, ending in a newline.
     package static func line(_ record: OutboxRecord) -> [UInt8] {
-        var writer = JSONWriter()
-        writer.raw("{\"seq\":")
-        writer.integer(record.seq)
-        writer.raw(",\"id\":")
-        writer.string(record.id)
-        writer.raw(",\"type\":")
-        writer.string(record.type.rawValue)
-        writer.raw(",\"at\":")
-        writer.string(Timestamp.text(record.at))
-        if let source = record.source {
-            writer.raw(",\"source\":")
-            writer.string(source)
+        line { object in
+            object.member("seq", record.seq)
+            object.member("id", record.id)
+            object.member("type", record.type.rawValue)
+            object.member("at", Timestamp.text(record.at))
+            if let source = record.source { object.member("source", source) }
+            if let transferId = record.transferId { object.member("transferId", transferId) }
+            if record.type == .updateBasket { object.member("products", products: record.products) }
         }
-        if let transferId = record.transferId {
-            writer.raw(",\"transferId\":")
-            writer.string(transferId)
-        }
-        if record.type == .updateBasket {
-            writer.raw(",\"products\":")
-            products(record.products, into: &writer)
-        }
-        writer.raw("}\n")
-        return writer.bytes
     }
 
     /// The notifications line of `notification`, ending in a newline.
     package static func line(_ notification: BasketNotification) -> [UInt8] {
-        var writer = JSONWriter()
-        writer.raw("{\"seq\":")
-        writer.integer(notification.seq)
-        writer.raw(",\"type\":\"notifyRetailerBasketChanged\",\"at\":")
-        writer.string(Timestamp.text(notification.at))
-        writer.raw(",\"products\":")
-        products(notification.products, into: &writer)
-        writer.raw(",\"syncedThrough\":")
-        if let synced = notification.syncedThrough { writer.integer(synced) } else { writer.raw("null") }
-        writer.raw("}\n")
-        return writer.bytes
+        line { object in
+            object.member("seq", notification.seq)
+            object.member("type", "notifyRetailerBasketChanged")
+            object.member("at", Timestamp.text(notification.at))
+            object.member("products", products: notification.products)
+            object.member("syncedThrough", notification.syncedThrough)
+        }
     }
 
     /// The payments line of `payment`, ending in a newline.
     package static func line(_ payment: PaymentRecord) -> [UInt8] {
-        var writer = JSONWriter()
-        writer.raw("{\"seq\":")
-        writer.integer(payment.seq)
-        writer.raw(",\"type\":")
-        writer.string(payment.type.rawValue)
-        writer.raw(",\"at\":")
-        writer.string(Timestamp.text(payment.at))
-        writer.raw(",\"status\":")
-        writer.string(payment.status.rawValue)
-        if let reason = payment.reason {
-            writer.raw(",\"reason\":")
-            writer.string(reason.rawValue)
+        line { object in
+            object.member("seq", payment.seq)
+            object.member("type", payment.type.rawValue)
+            object.member("at", Timestamp.text(payment.at))
+            object.member("status", payment.status.rawValue)
+            if let reason = payment.reason { object.member("reason", reason.rawValue) }
+            object.member("storeId", payment.storeId)
+            object.member("orderId", payment.orderId)
+            object.member("totalPrice", payment.totalPrice.text)
+            object.member("products", products: payment.products)
+            object.member("mealzProducts", products: payment.mealzProducts)
+            object.member("basket", payment.basket)
         }
-        writer.raw(",\"storeId\":")
-        writer.optionalString(payment.storeId)
-        writer.raw(",\"orderId\":")
-        writer.optionalString(payment.orderId)
-        writer.raw(",\"totalPrice\":")
-        writer.string(payment.totalPrice.text)
-        writer.raw(",\"products\":")
-        products(payment.products, into: &writer)
-        writer.raw(",\"mealzProducts\":")
-        products(payment.mealzProducts, into: &writer)
-        writer.raw(",\"basket\":")
-        writer.integer(payment.basket)
-        writer.raw("}\n")
+    }
+
+    /// One record: an object on one line, `seq` first.
+    private static func line(_ members: (inout JSONObjectWriter) -> Void) -> [UInt8] {
+        var writer = JSONWriter()
+        writer.object(members)
+        writer.raw("\n")
         return writer.bytes
     }
 

@@ -11,102 +11,59 @@ package enum StateFormat {
     /// The state's JSON.
     package static func encode(_ state: SyncState) -> [UInt8] {
         var writer = JSONWriter()
-        writer.raw("{\"syncId\":")
-        writer.string(state.syncId)
-        writer.raw(",\"lastOutboxSeq\":")
-        writer.integer(state.lastOutboxSeq)
-        writer.raw(",\"lastNotificationSeq\":")
-        writer.integer(state.lastNotificationSeq)
-        writer.raw(",\"lastPaymentSeq\":")
-        writer.integer(state.lastPaymentSeq)
-        writer.raw(",\"basket\":")
-        writer.integer(state.basket)
-        writer.raw(",\"confirmed\":")
-        quantities(state.confirmed, &writer)
-        writer.raw(",\"pending\":")
-        batches(state.pending, &writer)
-        writer.raw(",\"rolledBack\":")
-        batches(state.rolledBack, &writer)
-        if let hostCart = state.hostCart {
-            writer.raw(",\"hostCart\":")
-            quantities(hostCart, &writer)
+        writer.object { object in
+            object.member("syncId", state.syncId)
+            object.member("lastOutboxSeq", state.lastOutboxSeq)
+            object.member("lastNotificationSeq", state.lastNotificationSeq)
+            object.member("lastPaymentSeq", state.lastPaymentSeq)
+            object.member("basket", state.basket)
+            object.member("confirmed") { quantities(state.confirmed, &$0) }
+            object.member("pending") { batches(state.pending, &$0) }
+            object.member("rolledBack") { batches(state.rolledBack, &$0) }
+            if let hostCart = state.hostCart { object.member("hostCart") { quantities(hostCart, &$0) } }
+            if let synced = state.hostSyncedThrough { object.member("hostSyncedThrough", synced) }
+            if let notified = state.lastNotified { object.member("lastNotified") { quantities(notified, &$0) } }
+            if let synced = state.lastNotifiedSyncedThrough { object.member("lastNotifiedSyncedThrough", synced) }
+            if let storeId = state.storeId { object.member("storeId", storeId) }
+            object.member("mode", state.mode.rawValue)
+            object.member("recordedOrders") { writer in
+                writer.object { orders in
+                    for (order, seq) in state.recordedOrders { orders.member(named: order) { $0.integer(seq) } }
+                }
+            }
+            object.member("landedTransfers") { writer in writer.array(state.landedTransfers) { $0.string($1) } }
+            object.member("counters") { writer in
+                writer.object { counters in
+                    for (name, field) in counterFields { counters.member(named: name) { $0.integer(state.counters[keyPath: field]) } }
+                }
+            }
         }
-        if let synced = state.hostSyncedThrough {
-            writer.raw(",\"hostSyncedThrough\":")
-            writer.integer(synced)
-        }
-        if let notified = state.lastNotified {
-            writer.raw(",\"lastNotified\":")
-            quantities(notified, &writer)
-        }
-        if let synced = state.lastNotifiedSyncedThrough {
-            writer.raw(",\"lastNotifiedSyncedThrough\":")
-            writer.integer(synced)
-        }
-        if let storeId = state.storeId {
-            writer.raw(",\"storeId\":")
-            writer.string(storeId)
-        }
-        writer.raw(",\"mode\":")
-        writer.string(state.mode.rawValue)
-        writer.raw(",\"recordedOrders\":{")
-        for (index, (order, seq)) in state.recordedOrders.enumerated() {
-            if index > 0 { writer.raw(",") }
-            writer.string(order)
-            writer.raw(":")
-            writer.integer(seq)
-        }
-        writer.raw("},\"landedTransfers\":[")
-        for (index, transfer) in state.landedTransfers.enumerated() {
-            if index > 0 { writer.raw(",") }
-            writer.string(transfer)
-        }
-        let c = state.counters
-        writer.raw("],\"counters\":{")
-        let counters: [(String, UInt64)] = [
-            ("updateBaskets", c.updateBaskets), ("redirects", c.redirects), ("notifications", c.notifications),
-            ("settled", c.settled), ("rolledBack", c.rolledBack), ("lateEchoes", c.lateEchoes), ("ignored", c.ignored),
-            ("paymentsRecorded", c.paymentsRecorded), ("paymentsSkipped", c.paymentsSkipped),
-            ("duplicatePayments", c.duplicatePayments), ("duplicateTransfers", c.duplicateTransfers),
-        ]
-        for (index, (name, value)) in counters.enumerated() {
-            if index > 0 { writer.raw(",") }
-            writer.string(name)
-            writer.raw(":")
-            writer.integer(value)
-        }
-        writer.raw("}}")
         return writer.bytes
     }
 
+    /// Every counter and its name: one list for the writer and the reader.
+    private static var counterFields: [(String, WritableKeyPath<SyncCounters, UInt64>)] {
+        [("updateBaskets", \.updateBaskets), ("redirects", \.redirects), ("notifications", \.notifications),
+         ("settled", \.settled), ("rolledBack", \.rolledBack), ("lateEchoes", \.lateEchoes), ("ignored", \.ignored),
+         ("paymentsRecorded", \.paymentsRecorded), ("paymentsSkipped", \.paymentsSkipped),
+         ("duplicatePayments", \.duplicatePayments), ("duplicateTransfers", \.duplicateTransfers)]
+    }
+
     private static func quantities(_ map: [String: Int], _ writer: inout JSONWriter) {
-        writer.raw("{")
-        for (index, (id, quantity)) in map.enumerated() {
-            if index > 0 { writer.raw(",") }
-            writer.string(id)
-            writer.raw(":")
-            writer.integer(quantity)
+        writer.object { object in
+            for (id, quantity) in map { object.member(named: id) { $0.integer(quantity) } }
         }
-        writer.raw("}")
     }
 
     private static func batches(_ batches: [PendingBatch], _ writer: inout JSONWriter) {
-        writer.raw("[")
-        for (index, batch) in batches.enumerated() {
-            if index > 0 { writer.raw(",") }
-            writer.raw("{\"seq\":")
-            writer.integer(batch.seq)
-            writer.raw(",\"products\":")
-            RecordFormat.products(batch.products, into: &writer)
-            writer.raw(",\"at\":")
-            writer.raw(String(batch.at.timeIntervalSinceReferenceDate))
-            if let deadline = batch.deadline {
-                writer.raw(",\"deadline\":")
-                writer.raw(String(deadline.timeIntervalSinceReferenceDate))
+        writer.array(batches) { writer, batch in
+            writer.object { object in
+                object.member("seq", batch.seq)
+                object.member("products", products: batch.products)
+                object.member("at") { $0.raw(String(batch.at.timeIntervalSinceReferenceDate)) }
+                if let deadline = batch.deadline { object.member("deadline") { $0.raw(String(deadline.timeIntervalSinceReferenceDate)) } }
             }
-            writer.raw("}")
         }
-        writer.raw("]")
     }
 
     /// Reads a state written by ``encode(_:)`` (or by `JSONEncoder`).
@@ -137,17 +94,7 @@ package enum StateFormat {
             state.landedTransfers.insert(transfer)
         }
         let counters = StateReader(node: try object.node("counters"))
-        state.counters.updateBaskets = try counters.unsigned("updateBaskets")
-        state.counters.redirects = try counters.unsigned("redirects")
-        state.counters.notifications = try counters.unsigned("notifications")
-        state.counters.settled = try counters.unsigned("settled")
-        state.counters.rolledBack = try counters.unsigned("rolledBack")
-        state.counters.lateEchoes = try counters.unsigned("lateEchoes")
-        state.counters.ignored = try counters.unsigned("ignored")
-        state.counters.paymentsRecorded = try counters.unsigned("paymentsRecorded")
-        state.counters.paymentsSkipped = try counters.unsigned("paymentsSkipped")
-        state.counters.duplicatePayments = try counters.unsigned("duplicatePayments")
-        state.counters.duplicateTransfers = try counters.unsigned("duplicateTransfers")
+        for (name, field) in counterFields { state.counters[keyPath: field] = try counters.unsigned(name) }
         return state
     }
 }

@@ -23,20 +23,12 @@ extension Commands {
         /// One JSON object for scripts.
         public var json: String {
             var writer = JSONWriter()
-            writer.raw("{\"applied\":[")
-            for (index, seq) in applied.enumerated() {
-                if index > 0 { writer.raw(",") }
-                writer.integer(seq)
+            writer.object { object in
+                object.member("applied") { $0.array(applied) { $0.integer($1) } }
+                object.member("redirects") { $0.array(redirects) { $0.integer($1) } }
+                object.member("syncedThrough", syncedThrough)
             }
-            writer.raw("],\"redirects\":[")
-            for (index, seq) in redirects.enumerated() {
-                if index > 0 { writer.raw(",") }
-                writer.integer(seq)
-            }
-            writer.raw("],\"syncedThrough\":")
-            writer.integer(syncedThrough)
-            writer.raw("}")
-            return String(decoding: writer.bytes, as: UTF8.self)
+            return writer.text
         }
     }
 

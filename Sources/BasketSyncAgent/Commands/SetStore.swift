@@ -17,14 +17,12 @@ extension Commands {
         /// One JSON object for scripts.
         public var json: String {
             var writer = JSONWriter()
-            writer.raw("{\"storeId\":")
-            writer.optionalString(storeId)
-            writer.raw(",\"mode\":")
-            writer.string(mode.rawValue)
-            writer.raw(",\"basket\":")
-            writer.integer(basket)
-            writer.raw("}")
-            return String(decoding: writer.bytes, as: UTF8.self)
+            writer.object { object in
+                object.member("storeId", storeId)
+                object.member("mode", mode.rawValue)
+                object.member("basket", basket)
+            }
+            return writer.text
         }
     }
 

@@ -90,64 +90,78 @@ public struct StatusReport {
 
     /// The report for scripts: one JSON object.
     public var json: String {
+        let lastError = errors.first { $0.level == "error" }
         var writer = JSONWriter()
-        writer.raw("{\"directory\":")
-        writer.string(directory)
-        writer.raw(",\"syncId\":")
-        writer.string(state.syncId)
-        writer.raw(",\"storeId\":")
-        writer.optionalString(state.storeId)
-        writer.raw(",\"mode\":")
-        writer.string(state.mode.rawValue)
-        writer.raw(",\"basket\":")
-        writer.integer(state.basket)
-        writer.raw(",\"syncedThrough\":")
-        if let synced = state.hostSyncedThrough { writer.integer(synced) } else { writer.raw("null") }
-        writer.raw(",\"mealz\":[")
-        for (index, id) in mealzIds.enumerated() {
-            if index > 0 { writer.raw(",") }
-            writer.raw("{\"id\":")
-            writer.string(id)
-            writer.raw(",\"view\":")
-            writer.integer(view[id] ?? 0)
-            writer.raw(",\"confirmed\":")
-            writer.integer(state.confirmed[id] ?? 0)
-            writer.raw(",\"pending\":")
-            writer.integer(pendingDelta(id))
-            writer.raw(",\"host\":")
-            writer.integer(state.hostCart?[id] ?? 0)
-            writer.raw("}")
+        writer.object { object in
+            object.member("directory", directory)
+            object.member("syncId", state.syncId)
+            object.member("storeId", state.storeId)
+            object.member("mode", state.mode.rawValue)
+            object.member("basket", state.basket)
+            object.member("syncedThrough", state.hostSyncedThrough)
+            object.member("mealz") { writer in
+                writer.array(mealzIds) { writer, id in
+                    writer.object { line in
+                        line.member("id", id)
+                        line.member("view", view[id] ?? 0)
+                        line.member("confirmed", state.confirmed[id] ?? 0)
+                        line.member("pending", pendingDelta(id))
+                        line.member("host", state.hostCart?[id] ?? 0)
+                    }
+                }
+            }
+            object.member("pending") { writer in
+                writer.array(state.pending) { writer, batch in
+                    writer.object { line in
+                        line.member("seq", batch.seq)
+                        line.member("ageSeconds") { $0.raw(String(now.timeIntervalSince(batch.at))) }
+                        line.member("deadline", batch.deadline.map(Timestamp.text))
+                        line.member("products", products: batch.products)
+                    }
+                }
+            }
+            object.member("lastNotification") { writer in
+                if let last = lastLines[.notifications] { writer.raw(String(decoding: last.dropLast(), as: UTF8.self)) } else { writer.raw("null") }
+            }
+            object.member("records") { writer in
+                writer.object { records in
+                    records.member("outbox", counts[.outbox] ?? 0)
+                    records.member("notifications", counts[.notifications] ?? 0)
+                    records.member("payments", counts[.payments] ?? 0)
+                }
+            }
+            object.member("inbox") { writer in
+                writer.object { inbox in
+                    inbox.member("taken", inboxTaken)
+                    inbox.member("waiting", inboxWaiting)
+                    inbox.member("bad", inboxBad)
+                }
+            }
+            object.member("counters") { writer in
+                let c = state.counters
+                writer.object { counters in
+                    counters.member("updateBaskets", c.updateBaskets)
+                    counters.member("redirects", c.redirects)
+                    counters.member("notifications", c.notifications)
+                    counters.member("settled", c.settled)
+                    counters.member("rolledBack", c.rolledBack)
+                    counters.member("lateEchoes", c.lateEchoes)
+                    counters.member("ignored", c.ignored)
+                    counters.member("paymentsRecorded", c.paymentsRecorded)
+                    counters.member("paymentsSkipped", c.paymentsSkipped)
+                    counters.member("duplicatePayments", c.duplicatePayments)
+                    counters.member("duplicateTransfers", c.duplicateTransfers)
+                }
+            }
+            object.member("lastError") { writer in
+                guard let lastError else { return writer.raw("null") }
+                writer.object { error in
+                    error.member("at", lastError.at)
+                    error.member("message", lastError.message)
+                }
+            }
         }
-        writer.raw("],\"pending\":[")
-        for (index, batch) in state.pending.enumerated() {
-            if index > 0 { writer.raw(",") }
-            writer.raw("{\"seq\":")
-            writer.integer(batch.seq)
-            writer.raw(",\"ageSeconds\":")
-            writer.raw(String(now.timeIntervalSince(batch.at)))
-            writer.raw(",\"deadline\":")
-            writer.optionalString(batch.deadline.map(Timestamp.text))
-            writer.raw(",\"products\":")
-            RecordFormat.products(batch.products, into: &writer)
-            writer.raw("}")
-        }
-        writer.raw("],\"lastNotification\":")
-        if let last = lastLines[.notifications] { writer.raw(String(decoding: last.dropLast(), as: UTF8.self)) } else { writer.raw("null") }
-        writer.raw(",\"records\":{\"outbox\":\(counts[.outbox] ?? 0),\"notifications\":\(counts[.notifications] ?? 0),\"payments\":\(counts[.payments] ?? 0)}")
-        writer.raw(",\"inbox\":{\"taken\":\(inboxTaken),\"waiting\":\(inboxWaiting),\"bad\":\(inboxBad)}")
-        let c = state.counters
-        writer.raw(",\"counters\":{\"updateBaskets\":\(c.updateBaskets),\"redirects\":\(c.redirects),\"notifications\":\(c.notifications),\"settled\":\(c.settled),\"rolledBack\":\(c.rolledBack),\"lateEchoes\":\(c.lateEchoes),\"ignored\":\(c.ignored),\"paymentsRecorded\":\(c.paymentsRecorded),\"paymentsSkipped\":\(c.paymentsSkipped),\"duplicatePayments\":\(c.duplicatePayments),\"duplicateTransfers\":\(c.duplicateTransfers)}")
-        writer.raw(",\"lastError\":")
-        if let error = errors.first(where: { $0.level == "error" }) {
-            writer.raw("{\"at\":")
-            writer.string(error.at)
-            writer.raw(",\"message\":")
-            writer.string(error.message)
-            writer.raw("}")
-        } else {
-            writer.raw("null")
-        }
-        writer.raw("}\n")
-        return String(decoding: writer.bytes, as: UTF8.self)
+        writer.raw("\n")
+        return writer.text
     }
 }

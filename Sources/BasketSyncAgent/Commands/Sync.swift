@@ -25,16 +25,17 @@ extension Commands {
         /// One JSON object for scripts.
         public var json: String {
             var writer = JSONWriter()
-            writer.raw("{\"cart\":")
-            writer.string(cartWord)
-            writer.raw(",\"inbox\":{\"taken\":")
-            writer.integer(inbox.taken)
-            writer.raw(",\"duplicates\":")
-            writer.integer(inbox.duplicates)
-            writer.raw(",\"bad\":")
-            writer.integer(inbox.bad)
-            writer.raw("}}")
-            return String(decoding: writer.bytes, as: UTF8.self)
+            writer.object { object in
+                object.member("cart", cartWord)
+                object.member("inbox") { writer in
+                    writer.object { counts in
+                        counts.member("taken", inbox.taken)
+                        counts.member("duplicates", inbox.duplicates)
+                        counts.member("bad", inbox.bad)
+                    }
+                }
+            }
+            return writer.text
         }
     }
 
