@@ -10,8 +10,12 @@ public enum SyncEffect: Hashable, Sendable {
     case settled(seq: UInt64)
     /// The host did not echo this batch within the pending window: Mealz's view no longer counts it.
     case rolledBack(PendingBatch)
-    /// The host applied a batch after its window had expired (the SDK's documented race).
+    /// The host applied a batch after its window had expired (the SDK's documented race); its
+    /// units are Mealz's after all.
     case lateEcho(seq: UInt64)
+    /// The host's acknowledgement covers a batch its window had rolled back (its first
+    /// `syncedThrough` came late); the batch is settled after all.
+    case lateAcknowledgement(seq: UInt64)
     /// Mealz pushed deltas while no synchronizer was registered: not delivered, counted.
     case ignored(IgnoredBatch)
     /// A `basketTransfer` with this transfer id already landed: not landed again.
@@ -21,6 +25,9 @@ public enum SyncEffect: Hashable, Sendable {
     /// The host acknowledged a seq beyond the last one written (its cart may come from another
     /// sync directory, or the database was reset).
     case acknowledgementBeyondOutbox(syncedThrough: UInt64, lastSeq: UInt64)
+    /// The host's `syncedThrough` went back below the highest it acknowledged (an old cart
+    /// restored?): nothing is un-settled, and `apply` does not apply those records again.
+    case acknowledgementWentBack(syncedThrough: UInt64, highest: UInt64)
     /// A `handlePayment` closed the Mealz basket; the next cart starts this new basket.
     case basketClosed(newBasket: UInt64)
     /// The store or the mode changed; a new store starts the basket of this number.

@@ -19,10 +19,18 @@ public struct SyncState: Codable, Hashable, Sendable {
     public var rolledBack: [PendingBatch] = []
     /// The host's last absolute cart (only lines above 0), or nil before the first cart.
     public var hostCart: [String: Int]?
-    /// The highest `syncedThrough` the host has written; nil for a host that never wrote one.
+    /// The highest outbox seq the host has acknowledged (its `syncedThrough`, checked against
+    /// the outbox); nil for a host that never wrote one.
     public var hostSyncedThrough: UInt64?
+    /// The last `syncedThrough` the host wrote, as written (a repeated claim is not reported again).
+    public var hostClaim: UInt64?
+    /// While the host claims beyond the outbox: the seq its acknowledgements are capped at.
+    public var acknowledgementCap: UInt64?
     /// The Mealz-related lines of the last notification, or nil before the first one.
     public var lastNotified: [String: Int]?
+    /// The WebView's basis before the pending deltas: the lines of the last notification, emptied
+    /// when a payment closes the basket; nil before the first notification (the share stands in).
+    public var viewBase: [String: Int]?
     /// The `syncedThrough` of the last notification.
     public var lastNotifiedSyncedThrough: UInt64?
     /// The store set with `setSelectedStoreWithExternalId`.
@@ -66,9 +74,41 @@ public struct SyncCounters: Codable, Hashable, Sendable {
     public var duplicatePayments: UInt64 = 0
     /// `basketTransfer` events whose transfer had already landed.
     public var duplicateTransfers: UInt64 = 0
+    /// Rolled-back batches settled by a late acknowledgement.
+    public var lateAcknowledgements: UInt64 = 0
+    /// Acknowledgements beyond the last outbox seq (capped).
+    public var acknowledgementsBeyondOutbox: UInt64 = 0
+    /// Acknowledgements below the highest one (nothing un-settled).
+    public var acknowledgementsWentBack: UInt64 = 0
 
     /// All counters at zero.
     public init() {}
+
+    private enum CodingKeys: String, CodingKey {
+        case updateBaskets, redirects, notifications, settled, rolledBack, lateEchoes, ignored
+        case paymentsRecorded, paymentsSkipped, duplicatePayments, duplicateTransfers
+        case lateAcknowledgements, acknowledgementsBeyondOutbox, acknowledgementsWentBack
+    }
+
+    /// Decodes the counters; one a state written by an older version lacks starts at 0.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        func count(_ key: CodingKeys) throws -> UInt64 { try container.decodeIfPresent(UInt64.self, forKey: key) ?? 0 }
+        updateBaskets = try count(.updateBaskets)
+        redirects = try count(.redirects)
+        notifications = try count(.notifications)
+        settled = try count(.settled)
+        rolledBack = try count(.rolledBack)
+        lateEchoes = try count(.lateEchoes)
+        ignored = try count(.ignored)
+        paymentsRecorded = try count(.paymentsRecorded)
+        paymentsSkipped = try count(.paymentsSkipped)
+        duplicatePayments = try count(.duplicatePayments)
+        duplicateTransfers = try count(.duplicateTransfers)
+        lateAcknowledgements = try count(.lateAcknowledgements)
+        acknowledgementsBeyondOutbox = try count(.acknowledgementsBeyondOutbox)
+        acknowledgementsWentBack = try count(.acknowledgementsWentBack)
+    }
 }
 
 /// An `updateBasket` batch sent to the host and not yet settled.

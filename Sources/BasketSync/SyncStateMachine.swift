@@ -23,13 +23,18 @@ public struct SyncStateMachine: Sendable {
 
     // MARK: - Views
 
-    /// Mealz's basket as the WebView shows it: confirmed quantities plus pending deltas, each
-    /// batch clamped at 0 the way the host applies it. Only SKUs above 0.
+    /// The WebView's basis: what the Mealz UI believes the cart holds — the Mealz-related lines of
+    /// the last notification (Mealz's share before the first one), plus the pending deltas, each
+    /// batch clamped at 0 the way the host applies it. Only SKUs above 0. A `basketState` is
+    /// diffed against it, so that the WebView repeating what it was told pushes nothing.
     public var mealzView: [String: Int] {
-        var view = state.confirmed
+        var view = state.viewBase ?? state.confirmed
         for batch in state.pending { RetailerProduct.apply(batch.products, to: &view) }
         return view
     }
+
+    /// Mealz's share: the units that came from Mealz and that the host applied. Payments count it.
+    public var mealzShare: [String: Int] { state.confirmed }
 
     /// The signed sum of the pending deltas per SKU (only SKUs with a pending line; a sum may be 0).
     public var pendingDeltas: [String: Int] {
@@ -102,13 +107,17 @@ public struct SyncStateMachine: Sendable {
     /// has processed (`syncedThrough`), when it reports one.
     ///
     /// Settles what the host acknowledged (or, without `syncedThrough`, what its cart echoes), lets
-    /// Mealz's quantities follow the cart downward, and notifies Mealz when the Mealz-related list
-    /// or the acknowledgement changed.
+    /// Mealz's share follow the cart downward, and notifies Mealz when the Mealz-related list or
+    /// the acknowledgement changed.
+    ///
+    /// Only a cart written after a batch can echo it. `outboxSeqWhenWritten` is the last outbox
+    /// seq when the cart was written, when the caller knows it (the agent does: a cart file that
+    /// has not changed since a batch was made cannot show it applied); nil means now.
     public mutating func retailerBasketChanged(
-        _ products: [RetailerProduct], syncedThrough: UInt64?, at now: Date
+        _ products: [RetailerProduct], syncedThrough: UInt64?, outboxSeqWhenWritten: UInt64? = nil, at now: Date
     ) throws(SyncInputError) -> [SyncEffect] {
         let cart = try products.validatedAbsolute()
-        return step(at: now) { $0.takeCart(cart, syncedThrough: syncedThrough, at: now) }
+        return step(at: now) { $0.takeCart(cart, syncedThrough: syncedThrough, echoableThrough: outboxSeqWhenWritten, at: now) }
     }
 
     // MARK: - Payments and store
@@ -139,28 +148,33 @@ public struct SyncStateMachine: Sendable {
     }
 
     /// `handlePayment`: records the payment once per order id (as `skipped` when no Mealz product
-    /// was bought) and closes the Mealz basket. Throws, recording nothing, without retailer mode
-    /// or a store. The caller runs its completion only when this returns.
+    /// was bought); a recorded one closes the Mealz basket. An order recorded before is answered
+    /// first, whatever the mode or store now. Otherwise throws, recording nothing, without retailer
+    /// mode or a store. The caller runs its completion only when this returns.
     public mutating func handlePayment(
         totalPrice: Money, productList: [RetailerProduct], orderId: String, at now: Date
     ) throws(PaymentError) -> [SyncEffect] {
         guard !orderId.isEmpty else { throw .emptyOrderId }
+        // A retry is answered before any other check: the order was recorded, whatever changed since.
+        if let seq = state.recordedOrders[orderId] {
+            return step(at: now) { machine in
+                machine.state.counters.duplicatePayments += 1
+                return [.paymentAlreadyRecorded(orderId: orderId, seq: seq)]
+            }
+        }
         guard state.mode == .retailer else { throw .notRetailerMode }
         guard state.storeId != nil else { throw .noStore }
         let tally: ProductTally
         do { tally = try productList.validatedAbsolute() } catch { throw .invalidProducts(error) }
         return step(at: now) { machine in
-            if let seq = machine.state.recordedOrders[orderId] {
-                machine.state.counters.duplicatePayments += 1
-                return [.paymentAlreadyRecorded(orderId: orderId, seq: seq)]
-            }
             let mealzProducts = machine.mealzPart(of: tally)
             let record = machine.recordPayment(
                 type: .handlePayment, reason: mealzProducts.isEmpty ? .noMealzProduct : nil,
                 orderId: orderId, totalPrice: totalPrice, products: productList,
                 mealzProducts: mealzProducts, at: now)
             machine.state.recordedOrders[orderId] = record.seq
-            return [.payment(record), machine.closeBasket()]
+            // Only a recorded payment closes the basket: a skipped one bought nothing of Mealz's.
+            return record.status == .recorded ? [.payment(record), machine.closeBasket()] : [.payment(record)]
         }
     }
 
@@ -240,24 +254,24 @@ public struct SyncStateMachine: Sendable {
         return [.outbox(record(seq: seq, type: .updateBasket, at: now, source: source, products: deltas, transferId: transferId))]
     }
 
-    private mutating func takeCart(_ cart: ProductTally, syncedThrough: UInt64?, at now: Date) -> [SyncEffect] {
+    private mutating func takeCart(_ cart: ProductTally, syncedThrough: UInt64?, echoableThrough: UInt64?, at now: Date) -> [SyncEffect] {
         var effects: [SyncEffect] = []
+        // A cart written before a batch existed cannot echo it (a legacy host's cart may already
+        // hold what the batch adds).
+        let echoable = echoableThrough ?? state.lastOutboxSeq
         let previousCart = state.hostCart ?? [:]
         let newCart = cart.quantities.filter { $0.value > 0 }
         state.hostCart = newCart
 
         let settleCount: Int
         if let syncedThrough {
-            if syncedThrough > state.lastOutboxSeq {
-                effects.append(.acknowledgementBeyondOutbox(syncedThrough: syncedThrough, lastSeq: state.lastOutboxSeq))
-            }
-            let acknowledged = min(syncedThrough, state.lastOutboxSeq)
-            state.hostSyncedThrough = max(state.hostSyncedThrough ?? 0, acknowledged)
+            let acknowledged = acknowledge(syncedThrough, into: &effects)
             settleCount = state.pending.prefix { $0.seq <= acknowledged }.count
             // From now on this host acknowledges: its batches wait for the acknowledgement.
             for index in state.pending.indices { state.pending[index].deadline = nil }
+            effects += lateAcknowledgements(through: acknowledged)
         } else {
-            settleCount = echoedPrefix(previousCart: previousCart, newCart: newCart)
+            settleCount = echoedPrefix(previousCart: previousCart, newCart: newCart, through: echoable)
         }
         for batch in state.pending.prefix(settleCount) {
             RetailerProduct.apply(batch.products, to: &state.confirmed)
@@ -266,7 +280,7 @@ public struct SyncStateMachine: Sendable {
         }
         state.pending.removeFirst(settleCount)
 
-        effects += lateEchoes(previousCart: previousCart, newCart: newCart)
+        effects += lateEchoes(previousCart: previousCart, newCart: newCart, through: echoable)
 
         // Mealz follows the cart downward only: units the shopper adds are not Mealz's.
         for (id, quantity) in state.confirmed {
@@ -283,6 +297,7 @@ public struct SyncStateMachine: Sendable {
         if state.lastNotified != listMap || state.lastNotifiedSyncedThrough != state.hostSyncedThrough {
             state.lastNotificationSeq += 1
             state.lastNotified = listMap
+            state.viewBase = listMap
             state.lastNotifiedSyncedThrough = state.hostSyncedThrough
             state.counters.notifications += 1
             effects.append(.notify(BasketNotification(
@@ -291,14 +306,57 @@ public struct SyncStateMachine: Sendable {
         return effects
     }
 
+    /// Checks a `syncedThrough` and returns the outbox seq it acknowledges. It can only cover
+    /// records that existed when the host wrote it: a claim beyond the outbox is capped at the last
+    /// seq, and while the host keeps claiming beyond, at the seq of its first such claim (the
+    /// batches made since stay pending until a cart acknowledges within the outbox). A claim below
+    /// the highest acknowledged un-settles nothing. Each new claim out of line is reported once.
+    private mutating func acknowledge(_ claim: UInt64, into effects: inout [SyncEffect]) -> UInt64 {
+        let isNewClaim = claim != state.hostClaim
+        state.hostClaim = claim
+        let acknowledged: UInt64
+        if claim > state.lastOutboxSeq {
+            let cap = state.acknowledgementCap ?? state.lastOutboxSeq
+            state.acknowledgementCap = cap
+            acknowledged = cap
+            if isNewClaim {
+                effects.append(.acknowledgementBeyondOutbox(syncedThrough: claim, lastSeq: state.lastOutboxSeq))
+                state.counters.acknowledgementsBeyondOutbox += 1
+            }
+        } else {
+            state.acknowledgementCap = nil
+            acknowledged = claim
+        }
+        if let highest = state.hostSyncedThrough, acknowledged < highest, isNewClaim {
+            effects.append(.acknowledgementWentBack(syncedThrough: claim, highest: highest))
+            state.counters.acknowledgementsWentBack += 1
+        }
+        state.hostSyncedThrough = max(state.hostSyncedThrough ?? 0, acknowledged)
+        return state.hostSyncedThrough!
+    }
+
+    /// Rolled-back batches an acknowledgement covers: the host applied them after all (its first
+    /// `syncedThrough` came after their window). They become Mealz's share, reported as late.
+    private mutating func lateAcknowledgements(through acknowledged: UInt64) -> [SyncEffect] {
+        var effects: [SyncEffect] = []
+        state.rolledBack.removeAll { batch in
+            guard batch.seq <= acknowledged else { return false }
+            RetailerProduct.apply(batch.products, to: &state.confirmed)
+            effects.append(.lateAcknowledgement(seq: batch.seq))
+            return true
+        }
+        state.counters.lateAcknowledgements += UInt64(effects.count)
+        return effects
+    }
+
     /// For a host without `syncedThrough`: how many pending batches the new cart echoes. A batch is
     /// echoed when the cart shows every line it changed at the quantity it leads to from the
     /// previous cart (earlier pending batches included, clamped at 0 as the host applies them).
     /// The host applies in seq order, so the last echoed batch settles every batch before it.
-    private func echoedPrefix(previousCart: [String: Int], newCart: [String: Int]) -> Int {
+    private func echoedPrefix(previousCart: [String: Int], newCart: [String: Int], through echoable: UInt64) -> Int {
         var expected: [String: Int] = [:]
         var count = 0
-        for (index, batch) in state.pending.enumerated() {
+        for (index, batch) in state.pending.enumerated() where batch.seq <= echoable {
             for line in batch.products {
                 let base = expected[line.id] ?? previousCart[line.id] ?? 0
                 expected[line.id] = RetailerProduct.applying(delta: line.quantity, to: base)
@@ -310,14 +368,16 @@ public struct SyncStateMachine: Sendable {
         return count
     }
 
-    /// Rolled-back batches that the new cart shows applied: reported, then forgotten.
-    private mutating func lateEchoes(previousCart: [String: Int], newCart: [String: Int]) -> [SyncEffect] {
+    /// Rolled-back batches that the new cart shows applied: the host was late, the units are
+    /// Mealz's after all (reported).
+    private mutating func lateEchoes(previousCart: [String: Int], newCart: [String: Int], through echoable: UInt64) -> [SyncEffect] {
         var effects: [SyncEffect] = []
         state.rolledBack.removeAll { batch in
-            let echoed = batch.products.allSatisfy { line in
+            let echoed = batch.seq <= echoable && batch.products.allSatisfy { line in
                 (newCart[line.id] ?? 0) == RetailerProduct.applying(delta: line.quantity, to: previousCart[line.id] ?? 0)
             }
             guard echoed else { return false }
+            RetailerProduct.apply(batch.products, to: &state.confirmed)
             effects.append(.lateEcho(seq: batch.seq))
             return true
         }
@@ -325,9 +385,9 @@ public struct SyncStateMachine: Sendable {
         return effects
     }
 
-    /// The Mealz part of a list of bought products: Mealz-related lines, at most Mealz's quantity.
+    /// The Mealz part of a list of bought products: each line at most at Mealz's share.
     private func mealzPart(of bought: ProductTally) -> [RetailerProduct] {
-        let view = mealzView
+        let view = mealzShare
         return bought.order.compactMap { id in
             let quantity = min(bought.quantities[id]!, view[id] ?? 0)
             return quantity > 0 ? RetailerProduct(id: id, quantity: quantity) : nil
@@ -346,11 +406,13 @@ public struct SyncStateMachine: Sendable {
             products: products, mealzProducts: mealzProducts, basket: state.basket)
     }
 
-    /// After a payment: Mealz's basket is empty and the next cart starts a new one.
+    /// After a recorded payment: Mealz's share is empty and the next cart starts a new basket.
+    /// Pending batches carry into it (they are on their way to the cart; Mealz counts them), and
+    /// the WebView's basis is them alone.
     private mutating func closeBasket() -> SyncEffect {
         state.confirmed = [:]
-        state.pending = []
         state.rolledBack = []
+        state.viewBase = [:]
         state.basket += 1
         return .basketClosed(newBasket: state.basket)
     }

@@ -112,12 +112,16 @@ public final class SyncEngine {
             case let .rolledBack(batch):
                 summary.reports.append((.warning, "batch #\(batch.seq) rolled back: the host did not echo it within \(configuration.pendingTimeoutSeconds) s; write syncedThrough in the cart to be waited for"))
             case let .lateEcho(seq):
-                summary.reports.append((.warning, "the host applied batch #\(seq) after its window: Mealz does not count those units"))
+                summary.reports.append((.warning, "the host applied batch #\(seq) after its window: settled late; write syncedThrough in the cart to be waited for"))
+            case let .lateAcknowledgement(seq):
+                summary.reports.append((.warning, "the host acknowledged batch #\(seq) after its window: settled late"))
             case let .ignored(batch):
                 summary.ignored = true
                 summary.reports.append((.warning, "no synchronizer registered: ignored deltas\(batch.source.map { " from \($0)" } ?? "") (\(batch.products.count) lines)"))
             case let .acknowledgementBeyondOutbox(synced, last):
-                summary.reports.append((.error, "the cart says syncedThrough \(synced) but the outbox ends at \(last); is this cart from another sync directory?"))
+                summary.reports.append((.error, "the cart says syncedThrough \(synced) but the outbox ends at \(last); is this cart from another sync directory? Batches made from now on wait until a cart acknowledges them within the outbox"))
+            case let .acknowledgementWentBack(synced, highest):
+                summary.reports.append((.warning, "the cart says syncedThrough \(synced), below the \(highest) it acknowledged before (an old cart restored?); nothing is undone, and apply does not apply those records again"))
             case let .duplicateTransfer(transferId):
                 summary.duplicateTransfer = true
                 summary.reports.append((.info, "transfer \(transferId) already landed: not landed again"))

@@ -22,7 +22,10 @@ package enum StateFormat {
             object.member("rolledBack") { batches(state.rolledBack, &$0) }
             if let hostCart = state.hostCart { object.member("hostCart") { quantities(hostCart, &$0) } }
             if let synced = state.hostSyncedThrough { object.member("hostSyncedThrough", synced) }
+            if let claim = state.hostClaim { object.member("hostClaim", claim) }
+            if let cap = state.acknowledgementCap { object.member("acknowledgementCap", cap) }
             if let notified = state.lastNotified { object.member("lastNotified") { quantities(notified, &$0) } }
+            if let base = state.viewBase { object.member("viewBase") { quantities(base, &$0) } }
             if let synced = state.lastNotifiedSyncedThrough { object.member("lastNotifiedSyncedThrough", synced) }
             if let storeId = state.storeId { object.member("storeId", storeId) }
             object.member("mode", state.mode.rawValue)
@@ -46,7 +49,9 @@ package enum StateFormat {
         [("updateBaskets", \.updateBaskets), ("redirects", \.redirects), ("notifications", \.notifications),
          ("settled", \.settled), ("rolledBack", \.rolledBack), ("lateEchoes", \.lateEchoes), ("ignored", \.ignored),
          ("paymentsRecorded", \.paymentsRecorded), ("paymentsSkipped", \.paymentsSkipped),
-         ("duplicatePayments", \.duplicatePayments), ("duplicateTransfers", \.duplicateTransfers)]
+         ("duplicatePayments", \.duplicatePayments), ("duplicateTransfers", \.duplicateTransfers),
+         ("lateAcknowledgements", \.lateAcknowledgements), ("acknowledgementsBeyondOutbox", \.acknowledgementsBeyondOutbox),
+         ("acknowledgementsWentBack", \.acknowledgementsWentBack)]
     }
 
     private static func quantities(_ map: [String: Int], _ writer: inout JSONWriter) {
@@ -80,7 +85,10 @@ package enum StateFormat {
         state.rolledBack = try object.batches("rolledBack")
         state.hostCart = try object.optional("hostCart") { (reader) throws(JSONProblem) in try reader.quantities("hostCart") }
         state.hostSyncedThrough = try object.optional("hostSyncedThrough") { (reader) throws(JSONProblem) in try reader.unsigned("hostSyncedThrough") }
+        state.hostClaim = try object.optional("hostClaim") { (reader) throws(JSONProblem) in try reader.unsigned("hostClaim") }
+        state.acknowledgementCap = try object.optional("acknowledgementCap") { (reader) throws(JSONProblem) in try reader.unsigned("acknowledgementCap") }
         state.lastNotified = try object.optional("lastNotified") { (reader) throws(JSONProblem) in try reader.quantities("lastNotified") }
+        state.viewBase = try object.optional("viewBase") { (reader) throws(JSONProblem) in try reader.quantities("viewBase") }
         state.lastNotifiedSyncedThrough = try object.optional("lastNotifiedSyncedThrough") { (reader) throws(JSONProblem) in try reader.unsigned("lastNotifiedSyncedThrough") }
         state.storeId = try object.optional("storeId") { (reader) throws(JSONProblem) in try reader.string("storeId") }
         guard let mode = SyncMode(rawValue: try object.string("mode")) else { throw object.problem("mode") }
@@ -94,7 +102,8 @@ package enum StateFormat {
             state.landedTransfers.insert(transfer)
         }
         let counters = StateReader(node: try object.node("counters"))
-        for (name, field) in counterFields { state.counters[keyPath: field] = try counters.unsigned(name) }
+        // A counter an older version did not have starts at 0.
+        for (name, field) in counterFields where counters.node[name] != nil { state.counters[keyPath: field] = try counters.unsigned(name) }
         return state
     }
 }

@@ -34,9 +34,14 @@ import Testing
 
         #expect(try s.cart(62, lines(("A", 5), ("X", 4)), syncedThrough: 3)
             == [notify(4, 62, lines(("A", 5)), syncedThrough: 3)])
-        #expect(s.view == ["A": 2], "extra units the shopper adds are not Mealz's")
+        #expect(s.confirmed == ["A": 2], "extra units the shopper adds are not Mealz's")
+        #expect(s.view == ["A": 5], "the WebView shows what it was told")
 
-        #expect(try s.cart(63, lines(("X", 4)), syncedThrough: 3) == [notify(5, 63, [], syncedThrough: 3)])
+        #expect(try s.state(63, lines(("A", 5))) == [])
+        #expect(s.view == ["A": 5])
+
+        #expect(try s.cart(64, lines(("X", 4)), syncedThrough: 3) == [notify(5, 64, [], syncedThrough: 3)])
+        #expect(s.confirmed == [:])
         #expect(s.view == [:])
         #expect(s.machine.mealzRelatedIds == [])
     }
@@ -58,23 +63,25 @@ import Testing
         #expect(s.view == ["A": 1])
         #expect(s.machine.nextDeadline == nil)
 
-        // The host was late: its echo is reported; Mealz does not count the unit.
+        // The host was late: its echo is reported, and #2 is confirmed after all.
         #expect(try s.cart(15, lines(("A", 2))) == [.lateEcho(seq: 2), notify(2, 15, lines(("A", 2)))])
-        #expect(s.confirmed == ["A": 1])
+        #expect(s.confirmed == ["A": 2])
+        #expect(s.view == ["A": 2])
         #expect(s.machine.state.counters.rolledBack == 1)
         #expect(s.machine.state.counters.lateEchoes == 1)
     }
 
     @Test func anInputAfterAMissedTimerExpiresTheWindowFirst() throws {
         var s = Transcript()
-        _ = try s.delta(0, lines(("A", 1)))
-        // No tick at 10: the cart at 12 must not settle the expired batch.
+        _ = try s.cart(0, [])
+        _ = try s.delta(1, lines(("A", 1)))
+        // No tick at 11: the cart at 12 must not settle the expired batch, only echo it late.
         #expect(try s.cart(12, lines(("A", 1))) == [
-            .rolledBack(PendingBatch(seq: 1, products: lines(("A", 1)), at: at(0), deadline: at(10))),
+            .rolledBack(PendingBatch(seq: 1, products: lines(("A", 1)), at: at(1), deadline: at(11))),
             .lateEcho(seq: 1),
-            notify(1, 12, []),
+            notify(2, 12, lines(("A", 1))),
             .disarmTimer,
         ])
-        #expect(s.view == [:])
+        #expect(s.confirmed == ["A": 1])
     }
 }

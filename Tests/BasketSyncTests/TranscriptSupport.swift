@@ -33,8 +33,8 @@ struct Transcript {
         try machine.receive(.basketState(products), source: source, at: at(t))
     }
 
-    mutating func cart(_ t: Double, _ products: [RetailerProduct], syncedThrough: UInt64? = nil) throws -> [SyncEffect] {
-        try machine.retailerBasketChanged(products, syncedThrough: syncedThrough, at: at(t))
+    mutating func cart(_ t: Double, _ products: [RetailerProduct], syncedThrough: UInt64? = nil, writtenWhenLastSeqWas: UInt64? = nil) throws -> [SyncEffect] {
+        try machine.retailerBasketChanged(products, syncedThrough: syncedThrough, outboxSeqWhenWritten: writtenWhenLastSeqWas, at: at(t))
     }
 
     mutating func tick(_ t: Double) -> [SyncEffect] { machine.expireWindows(at: at(t)) }
