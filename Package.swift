@@ -28,7 +28,7 @@ let package = Package(
         .testTarget(name: "BasketSyncTests", dependencies: ["BasketSync", "TestSupport"]),
         .testTarget(name: "BasketSyncWireTests", dependencies: ["BasketSyncWire", "BasketSync", "TestSupport"]),
         .testTarget(name: "BasketSyncAgentTests", dependencies: ["BasketSyncAgent", "BasketSyncWire", "BasketSync", "TestSupport"]),
-        .testTarget(name: "CLITests", dependencies: ["basket-sync", "swift-host-sample", "basket-sync-bench", "TestSupport"]),
+        .testTarget(name: "CLITests", dependencies: ["basket-sync", "swift-host-sample", "basket-sync-bench", "TestSupport", "CSQLite"]),
     ],
     swiftLanguageModes: [.v6]
 )

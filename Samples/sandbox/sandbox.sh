@@ -50,10 +50,10 @@ say "status"
 
 say "converged?"
 cart=$(jq -c '[.products[] | select(.id != "bread")] | sort_by(.id)' "$dir/cart.json")
-mealz=$("$bs" -C "$dir" status --json | jq -c '[.mealz[] | select(.view > 0) | {id, quantity: .view}] | sort_by(.id)')
+mealz=$("$bs" -C "$dir" status --json | jq -c '[.mealz[] | select(.basis > 0) | {id, quantity: .basis}] | sort_by(.id)')
 pending=$("$bs" -C "$dir" status --json | jq '.pending | length')
 echo "host cart, Mealz lines: $cart"
-echo "Mealz's view:           $mealz"
+echo "WebView's basis:        $mealz"
 if [ "$cart" = "$mealz" ] && [ "$pending" -eq 0 ]; then
     echo "converged: both sides hold the same Mealz lines, nothing pending"
 else

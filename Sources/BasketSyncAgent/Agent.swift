@@ -80,7 +80,7 @@ public final class Agent {
                 }
             }
             if ready[0] {
-                let changes = try watcher.changes()
+                let (changes, delivered) = try watcher.changes()
                 if changes.contains(.directoryGone) {
                     throw .missingInput("\(engine.directory): the sync directory or its .basket-sync/ was removed or moved away, and the state with it; restore it and start the agent again")
                 }
@@ -92,7 +92,7 @@ public final class Agent {
                 if changes.contains(.commit) { scope.insert(.publish) }
                 if changes.contains(.inbox) { scope.insert(.inbox) }
                 if changes.contains(.cart) { scope.insert(.cart) }
-                if !scope.isEmpty { attempt(scope) }
+                if !scope.isEmpty { attempt(scope, inboxSeen: delivered) }
             }
             if let due = retryAt {
                 if due <= Date() {
@@ -106,9 +106,9 @@ public final class Agent {
     }
 
     /// Runs a pass; a failure is reported and retried later with a growing delay, never fatal.
-    private func attempt(_ scope: SyncEngine.PassScope) {
+    private func attempt(_ scope: SyncEngine.PassScope, inboxSeen: [String] = []) {
         do {
-            try engine.pass(scope)
+            try engine.pass(scope, inboxSeen: inboxSeen)
             retryDelay = 0.5
         } catch {
             engine.reportError(error)

@@ -12,8 +12,8 @@ struct CartReader {
         case unchanged
         /// Not readable as a cart: rejected whole; `bytes` is what was read (empty when nothing).
         case unreadable(AgentError, bytes: [UInt8])
-        /// A new version.
-        case new([UInt8])
+        /// A new version, and which one (``FileInfo/identity``).
+        case new([UInt8], identity: [Int64])
     }
 
     /// The bytes of the last cart version read (taken or rejected), to skip an unchanged one.
@@ -24,16 +24,19 @@ struct CartReader {
         if !configuration.followSymlinks, Posix.linkInfo(path)?.kind == .symbolicLink {
             return .unreadable(.badData(path: path, line: 1, column: 1, reason: "the cart is a symbolic link; set \"followSymlinks\": true in basket-sync.json to follow it"), bytes: [])
         }
-        let bytes: [UInt8]
+        let read: (bytes: [UInt8], info: FileInfo)
         do {
-            guard let read = try Posix.readFile(path, limit: configuration.limits.maxFileBytes) else { return .missing }
-            bytes = read
+            guard let file = try Posix.readFileAndInfo(path, limit: configuration.limits.maxFileBytes) else { return .missing }
+            read = file
         } catch {
             if case .tooLarge = error { return .unreadable(error, bytes: []) }
             throw error
         }
-        return bytes == lastBytes ? .unchanged : .new(bytes)
+        return read.bytes == lastBytes ? .unchanged : .new(read.bytes, identity: read.info.identity)
     }
+
+    /// The identity of the cart file now, without reading it; nil when there is none.
+    static func identity(_ path: String) -> [Int64]? { Posix.info(path)?.identity }
 
     /// Remembers the version just taken or rejected; whether it is a new rejection worth reporting.
     mutating func remember(_ bytes: [UInt8], rejected: Bool) -> Bool {
@@ -57,34 +60,56 @@ extension SyncEngine {
     }
 
     /// Reads the cart and, when it changed and is valid, notifies the library.
+    ///
+    /// The file is read inside the step's transaction, under the database's write lock: a pass
+    /// that waited for the lock reads the version in place then, so an older cart is never
+    /// committed after a newer one another process took.
     @discardableResult
     public func takeCart() throws(AgentError) -> CartOutcome {
         let path = cartPath
-        let bytes: [UInt8]
-        switch try cartReader.read(path, configuration: configuration) {
-        case .missing: return .missing
-        case .unchanged: return .unchanged
-        case let .unreadable(error, read): return rejectCart(error, bytes: read)
-        case let .new(read): bytes = read
-        }
-        let cart: HostCart
-        do { cart = try decodeCart(bytes, path: path) } catch {
-            return rejectCart(error, bytes: bytes)
-        }
+        var outcome = CartOutcome.unchanged
+        var rejected: (AgentError, [UInt8])?
+        var taken: [UInt8]?
         try step { (machine, now) throws(AgentError) in
+            let bytes: [UInt8]
+            let identity: [Int64]
+            switch try cartReader.read(path, configuration: configuration) {
+            case .missing:
+                outcome = .missing
+                return []
+            case .unchanged:
+                return []
+            case let .unreadable(error, read):
+                rejected = (error, read)
+                return []
+            case let .new(read, readIdentity):
+                (bytes, identity) = (read, readIdentity)
+            }
+            let cart: HostCart
+            do throws(AgentError) { cart = try decodeCart(bytes, path: path) } catch {
+                rejected = (error, bytes)
+                return []
+            }
+            // A cart that has not changed since a batch was made was written before it.
+            let observed = try store.cartAtBatch()
+            let writtenBefore = observed.flatMap { $0.identity == identity ? $0.seq - 1 : nil }
+            taken = bytes
             do throws(SyncInputError) {
-                return try machine.retailerBasketChanged(cart.products, syncedThrough: cart.syncedThrough, at: now)
+                return try machine.retailerBasketChanged(
+                    cart.products, syncedThrough: cart.syncedThrough, outboxSeqWhenWritten: writtenBefore, at: now)
             } catch {
                 throw AgentError.badData(path: path, line: 1, column: 1, reason: error.description)
             }
         }
-        _ = cartReader.remember(bytes, rejected: false)
-        return .taken
-    }
-
-    private func rejectCart(_ error: AgentError, bytes: [UInt8]) -> CartOutcome {
-        if cartReader.remember(bytes, rejected: true) { reportError(error) }
-        return .rejected(error)
+        if let (error, bytes) = rejected {
+            if cartReader.remember(bytes, rejected: true) { reportError(error) }
+            return .rejected(error)
+        }
+        if let taken {
+            _ = cartReader.remember(taken, rejected: false)
+            return .taken
+        }
+        return outcome
     }
 
     /// Parses and validates a cart with the configured key names and limits.

@@ -10,8 +10,40 @@ struct Inbox {
     /// The folder `name` (tmp, new, cur, bad).
     func folder(_ name: String) -> String { "\(directory)/\(name)" }
 
-    /// The entries waiting in `new/`, in name order (dot files are deliveries in progress).
-    func waiting() -> [String] { Posix.listDirectory(folder("new")).filter { !$0.hasPrefix(".") } }
+    /// The entries waiting in `new/`, in delivery order (dot files are deliveries in progress).
+    /// `seen` is the order inotify reported their arrival in, while the agent runs: those come
+    /// first, in that order. The others (a scan at start, `sync`) go by the order of their renames
+    /// into `new/` as the file system recorded it: change time (ctime, nanoseconds; coarse, so two
+    /// deliveries may share one), then the delivery time the Maildir name carries (`1764516000.M99999P…`
+    /// is before `1764516000.M100000P…`, though it sorts after as text), then the name.
+    func waiting(seen: [String] = []) -> [String] {
+        let new = folder("new")
+        let names = Posix.listDirectory(new).filter { !$0.hasPrefix(".") }
+        let present = Set(names)
+        var order = [String]()
+        var taken = Set<String>()
+        for name in seen where present.contains(name) && taken.insert(name).inserted { order.append(name) }
+        let rest = names.filter { !taken.contains($0) }
+            .map { (name: $0, changed: Posix.linkInfo("\(new)/\($0)")?.changed ?? .max, delivered: Inbox.deliveryTime($0)) }
+            .sorted { ($0.changed, $0.delivered.0, $0.delivered.1, $0.delivered.2, $0.name) < ($1.changed, $1.delivered.0, $1.delivered.1, $1.delivered.2, $1.name) }
+        return order + rest.map(\.name)
+    }
+
+    /// The delivery time in a Maildir name, `SECONDS.M<usec>P<pid>Q<n>.host` (Python's
+    /// `mailbox.Maildir`) or `SECONDS.<anything>`: seconds, microseconds, the delivery counter;
+    /// zeros for what a name does not say.
+    static func deliveryTime(_ name: String) -> (UInt64, UInt64, UInt64) {
+        let parts = name.split(separator: ".", maxSplits: 2, omittingEmptySubsequences: false)
+        guard let seconds = parts.first.flatMap({ UInt64($0) }) else { return (0, 0, 0) }
+        guard parts.count > 1 else { return (seconds, 0, 0) }
+        func number(after marker: Character, in text: Substring) -> UInt64 {
+            guard let start = text.firstIndex(of: marker) else { return 0 }
+            return UInt64(text[text.index(after: start)...].prefix { $0.isASCII && $0.isNumber }) ?? 0
+        }
+        let unique = parts[1]
+        let micros = unique.hasPrefix("M") ? number(after: "M", in: unique) : 0
+        return (seconds, micros, number(after: "Q", in: unique))
+    }
 
     /// An entry's path in `new/`.
     func path(of name: String) -> String { "\(folder("new"))/\(name)" }
@@ -75,13 +107,14 @@ extension SyncEngine {
         public var bad = 0
     }
 
-    /// Takes every event waiting in `inbox/new/`, in name order. Each one is committed (dedupe by
+    /// Takes every event waiting in `inbox/new/`, in delivery order (`seen`: the names inotify
+    /// reported, in its order; see ``Inbox/waiting(seen:)``). Each one is committed (dedupe by
     /// id, outbox, state) and published before it is moved to `inbox/cur/`: a file leaves `new/`
     /// only once its records are durable.
     @discardableResult
-    public func takeInbox() throws(AgentError) -> InboxSummary {
+    public func takeInbox(seen: [String] = []) throws(AgentError) -> InboxSummary {
         var summary = InboxSummary()
-        for name in inbox.waiting() {
+        for name in inbox.waiting(seen: seen) {
             let path = inbox.path(of: name)
             let bytes: [UInt8]
             do {

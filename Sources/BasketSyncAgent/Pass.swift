@@ -30,15 +30,15 @@ extension SyncEngine {
 
     /// One pass over the sync directory, shared by the agent's wake-ups and `sync`: recover the
     /// files, then the inbox before the cart (a cart may acknowledge the records its events
-    /// make), then the expired windows.
+    /// make), then the expired windows. `inboxSeen` is the order inotify reported deliveries in.
     @discardableResult
-    public func pass(_ scope: PassScope = .everything) throws(AgentError) -> PassSummary {
+    public func pass(_ scope: PassScope = .everything, inboxSeen: [String] = []) throws(AgentError) -> PassSummary {
         var summary = PassSummary()
         if scope.contains(.publish) {
             try publishAll()
             try refreshDeadline()
         }
-        if scope.contains(.inbox) { summary.inbox = try takeInbox() }
+        if scope.contains(.inbox) { summary.inbox = try takeInbox(seen: inboxSeen) }
         if scope.contains(.cart) { summary.cart = try takeCart() }
         if scope.contains(.expire) { try expireWindows() }
         return summary

@@ -79,6 +79,7 @@ public final class SyncEngine {
             let before = machine.state
             var deadline = machine.nextDeadline
             let summary = try run(try body(&machine, now), deadline: &deadline)
+            if let batch = summary.outbox.first(where: { $0.type == .updateBasket }) { try observeCart(atBatch: batch.seq) }
             for report in summary.reports { try store.report(level: report.level.rawValue, message: report.message, at: now) }
             try record(summary)
             if machine.state != before { try store.saveState(machine.state) }
@@ -135,6 +136,15 @@ public final class SyncEngine {
             }
         }
         return summary
+    }
+
+    /// Remembers which version of the cart file stood when batch `seq` was made, unless the same
+    /// version was remembered at an earlier batch: a cart read later that is still that version
+    /// was written before the batch, and cannot echo it.
+    private func observeCart(atBatch seq: UInt64) throws(AgentError) {
+        let identity = CartReader.identity(cartPath)
+        if let observed = try store.cartAtBatch(), observed.identity == identity { return }
+        try store.setCartAtBatch(identity: identity, seq: seq)
     }
 
     /// Catches one JSON Lines file up with the database.

@@ -77,15 +77,23 @@ final class Watcher {
         return nil
     }
 
-    /// Reads every event waiting on the descriptor (it does not block) and says what changed.
-    func changes() throws(AgentError) -> Set<Change> {
+    /// Reads every event waiting on the descriptor (it does not block) and says what changed,
+    /// and the names delivered into `inbox/new/`, in the order they arrived.
+    func changes() throws(AgentError) -> (kinds: Set<Change>, delivered: [String]) {
         var changes = Set<Change>()
+        var delivered: [String] = []
         do {
-            for event in try inotify.events() { handle(event, into: &changes) }
+            for event in try inotify.events() {
+                handle(event, into: &changes)
+                if !event.name.isEmpty, !event.mask.isDisjoint(with: [.movedTo, .closeWrite]),
+                   let watched = inotify.path(of: event.watch), case .inbox = role(of: watched) {
+                    delivered.append(event.name)
+                }
+            }
         } catch {
             throw .system(error)
         }
-        return changes
+        return (changes, delivered)
     }
 
     private func handle(_ event: InotifyEvent, into changes: inout Set<Change>) {

@@ -82,7 +82,7 @@ import Testing
         _ = try basketSync(["-C", playground.path, "push", "A=+2"])
         _ = try basketSync(["-C", playground.path, "sync"])
         let human = try basketSync(["-C", playground.path, "status"])
-        #expect(human.stdout.contains("A: Mealz 2 (confirmed 0, pending +2), host cart 0"))
+        #expect(human.stdout.contains("A: Mealz's share 0, WebView's basis 2 (pending +2), host cart 0"))
         #expect(human.stdout.contains("#1 {A +2}"))
         #expect(human.stdout.contains("waits for syncedThrough ≥ 1"))
         let json = try JSONSerialization.jsonObject(with: Data(try basketSync(["-C", playground.path, "status", "--json"]).stdout.utf8)) as! [String: Any]

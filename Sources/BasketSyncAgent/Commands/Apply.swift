@@ -8,7 +8,8 @@ extension Commands {
         public var applied: [UInt64] = []
         /// The seqs of the `redirectToCart` records seen.
         public var redirects: [UInt64] = []
-        /// The cart's `syncedThrough` before.
+        /// The cart's `syncedThrough` before (as the cart said it; `apply` starts after the highest
+        /// seq acknowledged, which may differ).
         public var syncedThroughBefore: UInt64 = 0
         /// The cart's `syncedThrough` after.
         public var syncedThrough: UInt64 = 0
@@ -16,6 +17,9 @@ extension Commands {
         /// What happened, for people: one line, and one per redirect requested.
         public var human: String {
             guard syncedThrough != syncedThroughBefore else { return "nothing to apply: the cart is synced through \(syncedThrough)" }
+            guard !applied.isEmpty || !redirects.isEmpty else {
+                return "nothing to apply; the cart said syncedThrough \(syncedThroughBefore), corrected to \(syncedThrough), the highest seq acknowledged"
+            }
             return (["applied \(applied.count) updateBasket record(s); the cart is now synced through \(syncedThrough)"]
                 + redirects.map { "redirectToCart requested (seq \($0)): open the cart for the shopper" }).joined(separator: "\n")
         }
@@ -60,11 +64,16 @@ extension Commands {
         }
         var summary = ApplySummary()
         summary.syncedThroughBefore = document.cart.syncedThrough ?? 0
-        summary.syncedThrough = summary.syncedThroughBefore
+        // Start after the highest seq acknowledged: the database's (a cart restored from before
+        // it, or one claiming beyond the outbox, must not make records applied twice or skipped),
+        // or the cart's when it is further and within the outbox (the agent has not taken it yet).
+        let state = try engine.currentState()
+        let claim = summary.syncedThroughBefore
+        summary.syncedThrough = max(state.hostSyncedThrough ?? 0, claim <= state.lastOutboxSeq ? claim : 0)
 
-        let records = try outboxRecords(engine.store.lines(.outbox, after: summary.syncedThroughBefore),
-                                        path: "\(directory)/\(Projection.outbox.fileName)", after: summary.syncedThroughBefore)
-        guard !records.isEmpty else { return summary }
+        let records = try outboxRecords(engine.store.lines(.outbox, after: summary.syncedThrough),
+                                        path: "\(directory)/\(Projection.outbox.fileName)", after: summary.syncedThrough)
+        guard !records.isEmpty || summary.syncedThrough != claim else { return summary }
         for record in records {
             switch record.type {
             case .updateBasket:

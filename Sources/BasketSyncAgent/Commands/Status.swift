@@ -63,7 +63,7 @@ public struct StatusReport {
         lines.append(ids.isEmpty ? "Mealz-related lines: none" : "Mealz-related lines:")
         for id in ids {
             let pending = pendingDelta(id)
-            lines.append("  \(id): Mealz \(view[id] ?? 0) (confirmed \(state.confirmed[id] ?? 0)\(pending == 0 ? "" : ", pending \(pending > 0 ? "+" : "")\(pending)")), host cart \(state.hostCart?[id] ?? 0)")
+            lines.append("  \(id): Mealz's share \(state.confirmed[id] ?? 0), WebView's basis \(view[id] ?? 0)\(pending == 0 ? "" : " (pending \(pending > 0 ? "+" : "")\(pending))"), host cart \(state.hostCart?[id] ?? 0)")
         }
         lines.append(state.pending.isEmpty ? "pending batches: none" : "pending batches:")
         for batch in state.pending {
@@ -79,7 +79,8 @@ public struct StatusReport {
         lines.append("outbox: \(counts[.outbox] ?? 0) records, notifications: \(counts[.notifications] ?? 0), payments: \(counts[.payments] ?? 0)")
         lines.append("inbox: \(inboxTaken) taken, \(inboxWaiting) waiting in new/, \(inboxBad) in bad/")
         let c = state.counters
-        lines.append("counters: \(c.updateBaskets) updateBasket, \(c.redirects) redirects, \(c.settled) settled, \(c.rolledBack) rolled back, \(c.lateEchoes) late echoes, \(c.ignored) ignored (no synchronizer), \(c.paymentsRecorded) payments recorded, \(c.paymentsSkipped) skipped, \(c.duplicatePayments) duplicate payments")
+        lines.append("counters: \(c.updateBaskets) updateBasket, \(c.redirects) redirects, \(c.settled) settled, \(c.rolledBack) rolled back, \(c.ignored) ignored (no synchronizer), \(c.paymentsRecorded) payments recorded, \(c.paymentsSkipped) skipped, \(c.duplicatePayments) duplicate payments, \(c.duplicateTransfers) duplicate transfers")
+        lines.append("anomalies: \(c.lateEchoes) late echoes, \(c.lateAcknowledgements) late acknowledgements, \(c.acknowledgementsBeyondOutbox) acknowledgements beyond the outbox, \(c.acknowledgementsWentBack) acknowledgements going back")
         if let error = errors.first(where: { $0.level == "error" }) {
             lines.append("last error: \(error.at) \(error.message)")
         } else {
@@ -103,8 +104,8 @@ public struct StatusReport {
                 writer.array(mealzIds) { writer, id in
                     writer.object { line in
                         line.member("id", id)
-                        line.member("view", view[id] ?? 0)
-                        line.member("confirmed", state.confirmed[id] ?? 0)
+                        line.member("share", state.confirmed[id] ?? 0)
+                        line.member("basis", view[id] ?? 0)
                         line.member("pending", pendingDelta(id))
                         line.member("host", state.hostCart?[id] ?? 0)
                     }
@@ -151,6 +152,9 @@ public struct StatusReport {
                     counters.member("paymentsSkipped", c.paymentsSkipped)
                     counters.member("duplicatePayments", c.duplicatePayments)
                     counters.member("duplicateTransfers", c.duplicateTransfers)
+                    counters.member("lateAcknowledgements", c.lateAcknowledgements)
+                    counters.member("acknowledgementsBeyondOutbox", c.acknowledgementsBeyondOutbox)
+                    counters.member("acknowledgementsWentBack", c.acknowledgementsWentBack)
                 }
             }
             object.member("lastError") { writer in

@@ -2,15 +2,24 @@
 extension Posix {
     /// Reads the whole file, refusing one larger than `limit` bytes. Nil when it does not exist.
     static func readFile(_ path: String, limit: Int) throws(AgentError) -> [UInt8]? {
+        try readFileAndInfo(path, limit: limit)?.bytes
+    }
+
+    /// Reads the whole file and says which version it read (`fstat` of the descriptor read).
+    static func readFileAndInfo(_ path: String, limit: Int) throws(AgentError) -> (bytes: [UInt8], info: FileInfo)? {
         let fd: Int32
-        do { fd = try open(path, .readOnly) } catch {
+        let info: FileInfo
+        do {
+            fd = try open(path, .readOnly)
+        } catch {
             if error.isMissing { return nil }
             throw .system(error)
         }
         defer { close(fd) }
-        let expected = (try? fileInfo(fd, path: path)).map { Int($0.size) } ?? 0
+        do { info = try fileInfo(fd, path: path) } catch { throw .system(error) }
+        let expected = Int(info.size)
         if expected > limit { throw .tooLarge(path: path, size: expected, limit: limit) }
-        return try readToEnd(fd, path: path, limit: limit, expected: expected)
+        return (try readToEnd(fd, path: path, limit: limit, expected: expected), info)
     }
 
     /// Writes a whole file the durable way: a temp file beside it, fsync, rename, fsync of the

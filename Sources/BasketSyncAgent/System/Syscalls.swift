@@ -26,6 +26,14 @@ struct FileInfo: Equatable {
     var inode: UInt64
     /// The permission bits.
     var mode: UInt32
+    var device: UInt64
+    /// Last change of the content, and of the inode (a rename, a chmod), in nanoseconds.
+    var modified: Int64
+    var changed: Int64
+
+    /// What tells one version of a file from another: a rewrite, a rename over it or a touch
+    /// changes it.
+    var identity: [Int64] { [Int64(bitPattern: device), Int64(bitPattern: inode), size, modified, changed] }
 
     fileprivate init(_ info: stat) {
         switch info.st_mode & S_IFMT {
@@ -37,6 +45,9 @@ struct FileInfo: Equatable {
         size = Int64(info.st_size)
         inode = UInt64(info.st_ino)
         mode = UInt32(info.st_mode & 0o7777)
+        device = UInt64(info.st_dev)
+        modified = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+        changed = Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec)
     }
 }
 
@@ -184,6 +195,12 @@ enum Posix {
     static func linkInfo(_ path: String) -> FileInfo? {
         var info = stat()
         return lstat(path, &info) == 0 ? FileInfo(info) : nil
+    }
+
+    /// What the path is, following symbolic links; nil when it does not exist.
+    static func info(_ path: String) -> FileInfo? {
+        var info = stat()
+        return stat(path, &info) == 0 ? FileInfo(info) : nil
     }
 
     static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }

@@ -1,0 +1,173 @@
+import CSQLite
+import Foundation
+import Testing
+
+/// The audit's cases (issue 10) end to end, with the binary, as the audit ran them.
+@Suite struct AuditCaseTests {
+    func syncDirectory(_ configuration: String? = nil) throws -> Playground {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        if let configuration { try playground.write("basket-sync.json", configuration) }
+        return playground
+    }
+
+    func run(_ playground: Playground, _ arguments: [String]) throws -> Run {
+        let result = try basketSync(["-C", playground.path] + arguments)
+        #expect(result.status == 0 || arguments.first == "sync", "\(arguments): \(result.stderr)")
+        return result
+    }
+
+    func cart(_ playground: Playground) throws -> [String: Any] {
+        try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as? [String: Any] ?? [:]
+    }
+
+    /// Holds the database's write lock, as a basket-sync process in the middle of a step does.
+    final class WriteLock {
+        private var handle: OpaquePointer?
+        init(_ path: String) throws {
+            guard sqlite3_open(path, &handle) == SQLITE_OK, sqlite3_exec(handle, "BEGIN IMMEDIATE", nil, nil, nil) == SQLITE_OK else {
+                throw CocoaError(.fileLocking)
+            }
+        }
+        func release() {
+            sqlite3_exec(handle, "ROLLBACK", nil, nil, nil)
+            sqlite3_close(handle)
+            handle = nil
+        }
+        deinit { if handle != nil { release() } }
+    }
+
+    /// Case 1: a pass that waits for the lock takes the cart in place when it gets it, never the
+    /// older version it would have read before.
+    @Test func aPassWaitingForTheLockTakesTheCartInPlaceThen() async throws {
+        let playground = try syncDirectory()
+        try playground.writeAtomically("cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        _ = try run(playground, ["push", "--id", "e1", "A=+1"])
+        _ = try run(playground, ["sync"])
+        _ = try run(playground, ["apply"])
+        _ = try run(playground, ["sync"])
+        #expect(products(playground.records("notifications.jsonl").last!) == ["A": 1])
+
+        let lock = try WriteLock(playground.path + "/.basket-sync/state.db")
+        let waiting = Process()
+        waiting.executableURL = binary
+        waiting.arguments = ["-C", playground.path, "sync"]
+        waiting.standardOutput = FileHandle.nullDevice
+        waiting.standardError = FileHandle.nullDevice
+        try waiting.run()
+        // The pass waits for the lock: SQLite's busy handler sleeps between its tries. A cart read
+        // before the wait would be the version with A:1.
+        try await eventually("the pass waits for the lock") {
+            (try? String(contentsOfFile: "/proc/\(waiting.processIdentifier)/wchan", encoding: .utf8))?.contains("nanosleep") ?? false
+        }
+        try playground.writeAtomically("cart.json", cartJSON([("X", 1), ("A", 2)], syncedThrough: 1))
+        lock.release()
+        waiting.waitUntilExit()
+        #expect(waiting.terminationStatus == 0)
+        #expect(products(playground.records("notifications.jsonl").last!) == ["A": 2], "the cart in place when the pass committed")
+    }
+
+    /// Case 3: inbox events are taken in delivery order, not in the order their names sort.
+    @Test func inboxEventsAreTakenInDeliveryOrderNotNameOrder() async throws {
+        for watching in [false, true] {
+            let playground = try syncDirectory()
+            try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 0))
+            _ = try run(playground, ["sync"])
+            let agent = watching ? try AgentProcess(directory: playground.path) : nil
+            try await agent?.waitUntilWatching()
+            // Python's mailbox.Maildir names: microseconds unpadded, so the second sorts first.
+            let deliveries = [
+                ("1764516000.M99999P4242Q1.mealz", #"{"id":"d1","type":"basketDelta","products":[{"id":"A","quantity":1}]}"#),
+                ("1764516000.M100000P4242Q2.mealz", #"{"id":"s1","type":"basketState","products":[{"id":"A","quantity":1}]}"#),
+            ]
+            for (name, event) in deliveries {
+                try playground.write("inbox/tmp/\(name)", event)
+                try FileManager.default.moveItem(atPath: playground.path + "/inbox/tmp/\(name)", toPath: playground.path + "/inbox/new/\(name)")
+            }
+            if let agent {
+                try await eventually("both events are taken") { playground.names("inbox/cur").count == 2 }
+                #expect(agent.stop() == 0)
+            } else {
+                _ = try run(playground, ["sync"])
+            }
+            let outbox = playground.records("outbox.jsonl")
+            #expect(outbox.count == 1, "watching: \(watching): \(outbox)")
+            #expect(outbox.first.map(products) == ["A": 1])
+            _ = try run(playground, ["apply"])
+            #expect(products(try cart(playground)) == ["A": 1], "watching: \(watching)")
+        }
+    }
+
+    /// Case 2: the first acknowledgement arrives after the window: the batch is settled after
+    /// all, and the WebView's unchanged state pushes nothing.
+    @Test func aLateFirstAcknowledgementDoesNotDouble() async throws {
+        let playground = try syncDirectory(#"{"pendingTimeoutSeconds": 0.2}"#)
+        _ = try run(playground, ["push", "--id", "e1", "A=+2"])
+        _ = try run(playground, ["sync"])
+        try await eventually("the window rolls #1 back") {
+            _ = try run(playground, ["sync"])
+            return try run(playground, ["status", "--json"]).stdout.contains("\"rolledBack\":1")
+        }
+        _ = try run(playground, ["apply"])
+        _ = try run(playground, ["sync"])
+        _ = try run(playground, ["push", "--state", "--id", "s1", "A=2"])
+        _ = try run(playground, ["sync"])
+        _ = try run(playground, ["apply"])
+        #expect(products(try cart(playground)) == ["A": 2])
+        #expect(playground.records("outbox.jsonl").count == 1)
+        #expect(try run(playground, ["status", "--json"]).stdout.contains("\"lateAcknowledgements\":1"))
+    }
+
+    /// Case 4: a `syncedThrough` beyond the outbox does not acknowledge the batches made after it.
+    @Test func aClaimBeyondTheOutboxDoesNotLoseLaterBatches() throws {
+        let playground = try syncDirectory()
+        _ = try run(playground, ["push", "--id", "b1", "A=+1"])
+        _ = try run(playground, ["sync"])
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1)], syncedThrough: 100))
+        _ = try run(playground, ["sync"])
+        _ = try run(playground, ["push", "--id", "b2", "B=+3"])
+        _ = try run(playground, ["sync"])
+        let applied = try run(playground, ["apply", "--json"])
+        #expect(applied.stdout.contains("\"applied\":[2]"), "\(applied.stdout)")
+        #expect(products(try cart(playground)) == ["A": 1, "B": 3])
+        #expect(try cart(playground)["syncedThrough"] as? Int == 2)
+        _ = try run(playground, ["sync"])
+        let status = try run(playground, ["status", "--json"]).stdout
+        #expect(status.contains("\"pending\":[]"), "\(status)")
+        #expect(status.contains("\"acknowledgementsBeyondOutbox\":1"))
+    }
+
+    /// Case 7: `syncedThrough` going back is reported, and `apply` does not apply again.
+    @Test func aCartGoingBackIsReportedAndNotAppliedAgain() throws {
+        let playground = try syncDirectory()
+        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 0))
+        _ = try run(playground, ["push", "A=+1"])
+        _ = try run(playground, ["push", "A=+1"])
+        _ = try run(playground, ["sync"])
+        _ = try run(playground, ["apply"])
+        _ = try run(playground, ["sync"])
+        // The host restores an older cart: it says it processed #1 only, and holds A:1.
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1)], syncedThrough: 1))
+        let sync = try run(playground, ["sync"])
+        #expect(sync.stderr.contains("below the 2 it acknowledged before"), "\(sync.stderr)")
+        _ = try run(playground, ["apply"])
+        #expect(products(try cart(playground)) == ["A": 1], "#2 is not applied again")
+        #expect(try cart(playground)["syncedThrough"] as? Int == 2)
+        #expect(try run(playground, ["status", "--json"]).stdout.contains("\"acknowledgementsWentBack\":1"))
+    }
+
+    /// Case 8: a legacy host's cart written before a batch is not its echo, though the same pass
+    /// takes both.
+    @Test func aCartWrittenBeforeTheBatchIsNotItsEcho() throws {
+        let playground = try syncDirectory()
+        try playground.writeAtomically("cart.json", #"{"products":[{"id":"A","quantity":1}]}"#)
+        _ = try run(playground, ["push", "--id", "e1", "A=+1"])
+        _ = try run(playground, ["sync"])
+        let status = try run(playground, ["status", "--json"]).stdout
+        #expect(status.contains("\"settled\":0"), "\(status)")
+        // The host applies it: now the cart echoes it.
+        try playground.writeAtomically("cart.json", #"{"products":[{"id":"A","quantity":2}]}"#)
+        _ = try run(playground, ["sync"])
+        #expect(try run(playground, ["status", "--json"]).stdout.contains("\"settled\":1"))
+    }
+}
