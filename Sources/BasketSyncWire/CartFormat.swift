@@ -95,11 +95,19 @@ package enum CartFormat {
 /// A cart file as a document: its cart, and the edits `apply` makes as the reference host —
 /// deltas applied by ``RetailerProduct/applying(delta:to:)``, the new `syncedThrough` — written
 /// back with every other line and field as it was.
+///
+/// The product lines are kept apart with an index by id, so that applying a record costs its own
+/// lines, not the size of the cart.
 package struct CartDocument {
     /// The cart as read, before any edit.
     package let cart: HostCart
-    private var root: JSONNode
     private let keys: CartKeys
+    /// The top-level members; the products key's value is rebuilt from `lines` when written.
+    private var members: [(key: String, node: JSONNode)]
+    /// The product lines; nil where `apply` removed one.
+    private var lines: [JSONNode?]
+    /// Where each id's lines are.
+    private var index: [String: [Int]] = [:]
 
     /// Parses and validates a cart file.
     package init(_ bytes: [UInt8], keys: CartKeys, limits: InputLimits) throws(DecodingFailure) {
@@ -107,68 +115,64 @@ package struct CartDocument {
         var fields = FieldReader(keys: keys, limits: limits)
         let cart = CartFormat.read(root, &fields)
         self.cart = try fields.result(cart)
-        self.root = root
         self.keys = keys
+        switch root.value {
+        case let .object(objectMembers): members = objectMembers
+        default: members = [(keys.products, root)]  // a bare array becomes an object, with room for syncedThrough
+        }
+        if case let .array(elements)? = members.first(where: { $0.key == keys.products })?.node.value {
+            lines = elements
+        } else {
+            lines = []
+        }
+        for (position, line) in lines.enumerated() {
+            if case let .string(id)? = line?[keys.id]?.value { index[id, default: []].append(position) }
+        }
     }
 
     /// Applies one signed delta: the same id on several lines counts as one line (kept on the
     /// first), the result is clamped at 0, a line that reaches 0 is removed, a new id gets a new line.
     package mutating func apply(_ delta: RetailerProduct) {
-        var lines = productLines
-        let matching = lines.indices.filter { index in
-            if case let .string(id) = lines[index][keys.id]?.value { return id == delta.id }
-            return false
-        }
+        let matching = index[delta.id] ?? []
         // The cart was validated: every quantity is 0 or more, so the rule sums them too.
-        let total = matching.reduce(0) { RetailerProduct.applying(delta: lines[$1][keys.quantity]?.integer ?? 0, to: $0) }
+        let total = matching.reduce(0) { RetailerProduct.applying(delta: lines[$1]?[keys.quantity]?.integer ?? 0, to: $0) }
         let quantity = RetailerProduct.applying(delta: delta.quantity, to: total)
-        if let first = matching.first, quantity > 0, case var .object(members) = lines[first].value {
-            if let index = members.firstIndex(where: { $0.key == keys.quantity }) {
-                members[index].node = .made(.number(String(quantity)))
+        if let first = matching.first, quantity > 0, case var .object(lineMembers)? = lines[first]?.value {
+            if let position = lineMembers.firstIndex(where: { $0.key == keys.quantity }) {
+                lineMembers[position].node = .made(.number(String(quantity)))
             }
-            lines[first] = .made(.object(members))
-            for index in matching.dropFirst().reversed() { lines.remove(at: index) }
+            lines[first] = .made(.object(lineMembers))
+            for position in matching.dropFirst() { lines[position] = nil }
+            index[delta.id] = [first]
         } else {
-            for index in matching.reversed() { lines.remove(at: index) }
-            if quantity > 0 { lines.append(CartFormat.line(for: RetailerProduct(id: delta.id, quantity: quantity), keys: keys)) }
+            for position in matching { lines[position] = nil }
+            index[delta.id] = nil
+            if quantity > 0 {
+                index[delta.id] = [lines.count]
+                lines.append(CartFormat.line(for: RetailerProduct(id: delta.id, quantity: quantity), keys: keys))
+            }
         }
-        productLines = lines
     }
 
-    /// Sets the highest outbox seq processed (a bare array becomes an object to hold it).
+    /// Sets the highest outbox seq processed.
     package mutating func setSyncedThrough(_ seq: UInt64) {
-        var members = objectMembers
         let synced = JSONNode.made(.number(String(seq)))
-        if let index = members.firstIndex(where: { $0.key == keys.syncedThrough }) {
-            members[index].node = synced
+        if let position = members.firstIndex(where: { $0.key == keys.syncedThrough }) {
+            members[position].node = synced
         } else {
             members.append((keys.syncedThrough, synced))
         }
-        root = .made(.object(members))
     }
 
     /// The document as it is now, written back for people.
-    package func encoded() -> [UInt8] { CartFormat.encode(root, keys: keys) }
-
-    /// The members of the top-level object; a bare array is the value of the products key.
-    private var objectMembers: [(key: String, node: JSONNode)] {
-        switch root.value {
-        case let .object(members): return members
-        default: return [(keys.products, root)]
+    package func encoded() -> [UInt8] {
+        var written = members
+        let products = JSONNode.made(.array(lines.compactMap { $0 }))
+        if let position = written.firstIndex(where: { $0.key == keys.products }) {
+            written[position].node = products
+        } else {
+            written.append((keys.products, products))
         }
-    }
-
-    private var productLines: [JSONNode] {
-        get {
-            guard let node = objectMembers.first(where: { $0.key == keys.products })?.node,
-                  case let .array(lines) = node.value else { return [] }
-            return lines
-        }
-        set {
-            var members = objectMembers
-            let node = JSONNode.made(.array(newValue))
-            if let index = members.firstIndex(where: { $0.key == keys.products }) { members[index].node = node } else { members.append((keys.products, node)) }
-            root = .made(.object(members))
-        }
+        return CartFormat.encode(.made(.object(written)), keys: keys)
     }
 }

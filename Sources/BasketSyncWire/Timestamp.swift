@@ -5,10 +5,14 @@ import BasketSync
 /// Computed from the Unix time with the civil-calendar algorithm (Howard Hinnant's
 /// `civil_from_days`), so that this target needs neither libc nor a locale.
 package enum Timestamp {
-    /// The text of `date`, to the nearest millisecond.
+    /// The text of `date`, cut to the millisecond (never stamped ahead of its instant by more
+    /// than the microsecond of binary noise).
     package static func text(_ date: Date) -> String {
-        // To the nearest: a whole millisecond times 1000 may land just below it in binary.
-        let milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded())
+        let unix = date.timeIntervalSince1970
+        var milliseconds = Int64((unix * 1000).rounded(.down))
+        // A whole millisecond may land a hair below itself in binary (times 1000, or through
+        // `Date`'s 2001 epoch): within a microsecond of the next millisecond, it is that one.
+        if Double(milliseconds + 1) / 1000 - unix < 1e-6 { milliseconds += 1 }
         let (days, dayMilliseconds) = milliseconds.quotientAndRemainderFloored(dividingBy: 86_400_000)
         let (year, month, day) = civil(fromDays: days)
         let seconds = dayMilliseconds / 1000

@@ -145,6 +145,10 @@ import TestSupport
             #expect(Timestamp.date(text) == date, "seed \(seed): \(text)")
         }
         #expect(Timestamp.text(Date(timeIntervalSince1970: 1_796_032_200.5)) == "2026-11-30T09:50:00.500Z")
+        // Cut, never rounded up: an instant is never stamped in the next millisecond, second or year.
+        #expect(Timestamp.text(Date(timeIntervalSince1970: 1_798_761_599.99951)) == "2026-12-31T23:59:59.999Z")
+        #expect(Timestamp.text(Date(timeIntervalSince1970: 1_796_032_200.1236)) == "2026-11-30T09:50:00.123Z")
+        #expect(Timestamp.text(Date(timeIntervalSince1970: -0.496)) == "1969-12-31T23:59:59.504Z")
         for bad in ["2026-02-30T00:00:00.000Z", "2026-11-30 09:50:00.500Z", "2026-11-30T24:00:00.000Z", "2026-11-30T09:50:00.5Z"] {
             #expect(Timestamp.date(bad) == nil, "\(bad)")
         }
