@@ -170,4 +170,38 @@ import Testing
         _ = try run(playground, ["sync"])
         #expect(try run(playground, ["status", "--json"]).stdout.contains("\"settled\":1"))
     }
+
+    /// Cases 5, 6 and 8: a skipped payment leaves the basket open; a recorded one carries the
+    /// pending batch into the new basket; a retry is answered first, whatever the mode now.
+    @Test func paymentsCloseTheBasketOnlyWhenRecordedAndRetriesAreAnsweredFirst() throws {
+        let playground = try syncDirectory()
+        try playground.writeAtomically("cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        _ = try run(playground, ["push", "A=+2", "B=+1"])
+        _ = try run(playground, ["sync"])
+        _ = try run(playground, ["apply"])
+        _ = try run(playground, ["sync"])
+        _ = try run(playground, ["set-store", "S1", "--mode", "retailer"])
+        try playground.write("x.json", cartJSON([("X", 1)]))
+        let skipped = try run(playground, ["handle-payment", "--total", "9.99", "--order-id", "o-x", "--products", "x.json"])
+        #expect(skipped.stdout.contains("\"status\":\"skipped\""))
+        let afterSkip = try run(playground, ["status", "--json"]).stdout
+        #expect(afterSkip.contains("\"basket\":1"), "a skipped payment leaves the basket open: \(afterSkip)")
+        _ = try run(playground, ["push", "--state", "A=2", "B=1"])
+        _ = try run(playground, ["sync"])
+        #expect(playground.records("outbox.jsonl").count == 1, "the WebView's unchanged basket pushes nothing")
+
+        _ = try run(playground, ["push", "C=+3"])
+        _ = try run(playground, ["sync"])
+        let recorded = try run(playground, ["handle-payment", "--total", "20.00", "--order-id", "o-1"])
+        #expect(recorded.stdout.contains("\"status\":\"recorded\""))
+        let afterPayment = try JSONSerialization.jsonObject(with: Data(try run(playground, ["status", "--json"]).stdout.utf8)) as? [String: Any]
+        #expect((afterPayment?["pending"] as? [Any])?.count == 1, "#2 carries into the new basket")
+        let basis = (afterPayment?["mealz"] as? [[String: Any]] ?? []).reduce(into: [String: Int]()) { $0[$1["id"] as! String] = $1["basis"] as? Int }
+        #expect(basis.filter { $0.value > 0 } == ["C": 3])
+
+        _ = try run(playground, ["set-store", "S1", "--mode", "standalone"])
+        let retry = try basketSync(["-C", playground.path, "handle-payment", "--total", "20.00", "--order-id", "o-1"])
+        #expect(retry.status == 0, "\(retry.stderr)")
+        #expect(retry.stdout.contains("already recorded"))
+    }
 }

@@ -106,6 +106,7 @@ import TestSupport
         var delivered = 0
         var kills = 0
         var orders = 0
+        var stops = 0
         for round in 0..<rounds {
             for _ in 0..<Int.random(in: 0...2, using: &rng) {
                 let sku = "S\(Int.random(in: 0..<5, using: &rng))"
@@ -121,6 +122,14 @@ import TestSupport
                 command = ["handle-payment", "--total", "9.90", "--order-id", "o\(orders)"]
             default: command = ["sync"]
             }
+            // Now and then a second pass races it, stopped (SIGSTOP) at a random instant and
+            // continued once the first is done: overlapping cron syncs, a sync beside the agent.
+            let racer = Int.random(in: 0..<4, using: &rng) == 0 ? try spawn(["-C", dir, "sync"]) : nil
+            if let racer {
+                usleep(UInt32.random(in: 0...5_000, using: &rng))
+                kill(racer.processIdentifier, SIGSTOP)
+                stops += 1
+            }
             let oneShot = try spawn(["-C", dir] + command)
             usleep(UInt32.random(in: 0...20_000, using: &rng))
             if oneShot.isRunning {
@@ -128,6 +137,10 @@ import TestSupport
                 kills += 1
             }
             oneShot.waitUntilExit()
+            if let racer {
+                kill(racer.processIdentifier, SIGCONT)
+                racer.waitUntilExit()
+            }
             if Int.random(in: 0..<3, using: &rng) == 0, let running = agent {
                 _ = running.stop(SIGKILL)
                 kills += 1
@@ -165,6 +178,10 @@ import TestSupport
         #expect(records["notifications"] == playground.records("notifications.jsonl").count)
         #expect(records["payments"] == playground.records("payments.jsonl").count)
         #expect((status["pending"] as! [Any]).isEmpty, "the host acknowledged everything")
-        print("storm: seed \(seed), \(rounds) rounds, \(kills) kills survived, \(delivered) events and \(orders) orders checked")
+        // The last notification is the Mealz part of the cart in place: no older cart came after it.
+        let mealz = Set((status["mealz"] as! [[String: Any]]).map { $0["id"] as! String })
+        let notified = products(playground.records("notifications.jsonl").last!)
+        #expect(notified == lines.filter { mealz.contains($0.key) }, "seed \(seed): the last notification \(notified) is not the cart's Mealz part")
+        print("storm: seed \(seed), \(rounds) rounds, \(kills) kills and \(stops) stopped racing passes survived, \(delivered) events and \(orders) orders checked")
     }
 }
