@@ -96,9 +96,12 @@ enum Help {
             return """
                 usage: basket-sync [-C DIR] status [--json]
 
-                Prints the Mealz-related lines (Mealz's view, confirmed, pending, the host's
-                quantity), the pending batches and their age, the last notification, the record and
-                inbox counts, the counters and the last error.
+                Prints the Mealz-related lines (Mealz's share: the units from Mealz the host applied;
+                the WebView's basis: the last notification plus the pending deltas; the pending
+                deltas; the host's quantity), the pending batches and their age, the last
+                notification, the record and inbox counts, the counters, the anomalies (late echoes
+                and acknowledgements, acknowledgements beyond the outbox or going back) and the last
+                error.
 
                 example:
                   basket-sync status --json | jq .pending
@@ -108,8 +111,9 @@ enum Help {
             return """
                 usage: basket-sync [-C DIR] apply [--json]
 
-                The reference host: applies the outbox records after cart.json's syncedThrough, in seq
-                order, to the cart (a line is clamped at 0 and removed when it reaches 0, a new SKU gets
+                The reference host: applies the outbox records after the highest seq acknowledged
+                (cart.json's syncedThrough, or the database's when the cart went back or claims beyond
+                the outbox), in seq order, to the cart (a line is clamped at 0 and removed when it reaches 0, a new SKU gets
                 a new line; other lines and fields are kept as they are), then writes the cart
                 atomically (temp file, fsync, rename, fsync of the directory) with the new
                 syncedThrough. A bare-array cart becomes an object, to hold syncedThrough. Safe beside
