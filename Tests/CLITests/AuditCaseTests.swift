@@ -39,7 +39,7 @@ import Testing
 
     /// Case 1: a pass that waits for the lock takes the cart in place when it gets it, never the
     /// older version it would have read before.
-    @Test func aPassWaitingForTheLockTakesTheCartInPlaceThen() async throws {
+    @Test func aPassWaitingForTheLockTakesTheCartInPlaceThen() throws {
         let playground = try syncDirectory()
         try playground.writeAtomically("cart.json", cartJSON([("X", 1)], syncedThrough: 0))
         _ = try run(playground, ["push", "--id", "e1", "A=+1"])
@@ -53,13 +53,23 @@ import Testing
         waiting.executableURL = binary
         waiting.arguments = ["-C", playground.path, "sync"]
         waiting.standardOutput = FileHandle.nullDevice
-        waiting.standardError = FileHandle.nullDevice
+        let errors = Pipe()
+        waiting.standardError = errors
         try waiting.run()
         // The pass waits for the lock: SQLite's busy handler sleeps between its tries. A cart read
-        // before the wait would be the version with A:1.
-        try await eventually("the pass waits for the lock") {
-            (try? String(contentsOfFile: "/proc/\(waiting.processIdentifier)/wchan", encoding: .utf8))?.contains("nanosleep") ?? false
+        // before the wait would be the version with A:1. The wait is a blocking poll on this
+        // thread, not an await: under the whole suite's load an awaiting task may not run again
+        // before the pass's 15 s busy timeout.
+        var seen = Set<String>()
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            let channel = (try? String(contentsOfFile: "/proc/\(waiting.processIdentifier)/wchan", encoding: .utf8)) ?? "gone"
+            seen.insert(channel)
+            if channel.contains("nanosleep") || !waiting.isRunning { break }
+            usleep(500)
         }
+        let stderr = waiting.isRunning ? "" : String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(waiting.isRunning && seen.contains { $0.contains("nanosleep") }, "the pass did not wait for the lock: \(seen), \(stderr)")
         try playground.writeAtomically("cart.json", cartJSON([("X", 1), ("A", 2)], syncedThrough: 1))
         lock.release()
         waiting.waitUntilExit()
