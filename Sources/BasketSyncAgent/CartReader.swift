@@ -26,10 +26,13 @@ struct CartReader {
         }
         let read: (bytes: [UInt8], info: FileInfo)
         do {
-            guard let file = try Posix.readFileAndInfo(path, limit: configuration.limits.maxFileBytes) else { return .missing }
+            guard let file = try Posix.readFileAndInfo(path, limit: configuration.limits.maxFileBytes, follow: configuration.followSymlinks) else { return .missing }
             read = file
         } catch {
             if case .tooLarge = error { return .unreadable(error, bytes: []) }
+            if case let .system(failure) = error, let reason = failure.shapeReason {
+                return .unreadable(.badData(path: path, line: 1, column: 1, reason: reason), bytes: [])
+            }
             throw error
         }
         return read.bytes == lastBytes ? .unchanged : .new(read.bytes, identity: read.info.identity)

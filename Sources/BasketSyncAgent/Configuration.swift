@@ -4,7 +4,20 @@ extension AgentConfiguration {
     /// Reads `basket-sync.json` in `directory`; a missing file means every default.
     public static func load(directory: String) throws(AgentError) -> AgentConfiguration {
         let path = "\(directory)/\(fileName)"
-        guard let bytes = try Posix.readFile(path, limit: maximumFileBytes) else { return AgentConfiguration() }
+        let bytes: [UInt8]
+        do {
+            guard let read = try Posix.readFile(path, limit: maximumFileBytes) else { return AgentConfiguration() }
+            bytes = read
+        } catch {
+            switch error {
+            case let .system(failure) where failure.isNotRegular:
+                throw .configuration(path: path, line: 1, column: 1, reason: failure.shapeReason ?? failure.description)
+            case .tooLarge:
+                throw .configuration(path: path, line: 1, column: 1, reason: "the configuration is over \(maximumFileBytes) bytes; it holds a few settings, check that this is the right file")
+            default:
+                throw error
+            }
+        }
         return try parse(bytes, path: path)
     }
 

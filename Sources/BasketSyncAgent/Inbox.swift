@@ -62,18 +62,29 @@ struct Inbox {
         return nil
     }
 
-    /// Moves an entry to `bad/` with a `.error` file beside it saying why. False when another
-    /// process took it meanwhile.
+    /// Moves an entry to `bad/` with a `.error` file beside it saying why. An entry whose name is
+    /// too long for its `.error`, or that `bad/` cannot take under its name, goes there under a
+    /// name of its own: it never blocks the entries behind it. False when another process took it
+    /// meanwhile.
     func quarantine(_ name: String, because error: AgentError) throws(SystemError) -> Bool {
         let bad = folder("bad")
-        do {
-            try Posix.makeDirectory(bad, mode: 0o755)
-            let message = "\(error.description)\nFix the event and deliver it again through inbox/tmp/ and inbox/new/.\n"
-            try Posix.writeFileAtomically("\(bad)/\(name).error", Array(message.utf8))
-            try Posix.rename(path(of: name), "\(bad)/\(name)")
-        } catch {
-            if error.isMissing { return false }
-            throw error
+        let message = Array("\(error.description)\nFix the event and deliver it again through inbox/tmp/ and inbox/new/.\n".utf8)
+        try Posix.makeDirectory(bad, mode: 0o755)
+        var base = name.utf8.count > 200 ? "long-name.\(Posix.randomName())" : name
+        for attempt in 0..<2 {
+            do {
+                try Posix.writeFileAtomically("\(bad)/\(base).error", message, replacing: true)
+                try Posix.rename(path(of: name), "\(bad)/\(base)")
+                return true
+            } catch {
+                if error.isMissing, Posix.linkInfo(path(of: name)) == nil {
+                    Posix.unlink("\(bad)/\(base).error")
+                    return false
+                }
+                if attempt == 1 { throw error }
+                Posix.unlink("\(bad)/\(base).error")
+                base = "renamed.\(Posix.randomName())"
+            }
         }
         return true
     }
@@ -121,10 +132,11 @@ extension SyncEngine {
                 guard let read = try inbox.read(name, limit: configuration.limits.maxFileBytes) else { continue }
                 bytes = read
             } catch {
-                // Too large, or not a file at all: set aside, never in the way of the events behind.
+                // Too large, or not a regular file (a link, a FIFO, a directory): set aside unread,
+                // never in the way of the events behind.
                 var unreadable = false
                 if case .tooLarge = error { unreadable = true }
-                if case let .system(failure) = error, failure.isDirectory { unreadable = true }
+                if case let .system(failure) = error, failure.isNotRegular { unreadable = true }
                 guard unreadable else { throw error }
                 if try quarantine(name, error) { summary.bad += 1 }
                 continue

@@ -57,7 +57,15 @@ extension Commands {
         try engine.publish(.outbox)
 
         let cartPath = engine.cartPath
-        let bytes = try Posix.readFile(cartPath, limit: configuration.limits.maxFileBytes) ?? Array("[]".utf8)
+        let bytes: [UInt8]
+        do {
+            bytes = try Posix.readFile(cartPath, limit: configuration.limits.maxFileBytes, follow: configuration.followSymlinks) ?? Array("[]".utf8)
+        } catch {
+            if case let .system(failure) = error, let reason = failure.shapeReason {
+                throw .badData(path: cartPath, line: 1, column: 1, reason: configuration.followSymlinks ? reason : reason + "; set \"followSymlinks\": true in basket-sync.json to follow a cart that is a link")
+            }
+            throw error
+        }
         var document: CartDocument
         do { document = try CartDocument(bytes, keys: configuration.keys, limits: configuration.limits) } catch {
             throw error.badData(path: cartPath, bytes: bytes)
@@ -85,7 +93,9 @@ extension Commands {
             summary.syncedThrough = record.seq
         }
         document.setSyncedThrough(summary.syncedThrough)
-        do { try Posix.writeFileAtomically(cartPath, document.encoded()) } catch {
+        // A cart that is a link (followSymlinks) is written where it leads, atomically, keeping its mode.
+        let target = configuration.followSymlinks ? (Posix.resolved(cartPath) ?? cartPath) : cartPath
+        do { try Posix.writeFileAtomically(target, document.encoded()) } catch {
             throw .system(error)
         }
         return summary

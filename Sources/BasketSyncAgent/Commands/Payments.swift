@@ -10,7 +10,8 @@ extension Commands {
         if path == "-" {
             bytes = try Posix.readToEnd(0, path: "standard input", limit: engine.configuration.limits.maxFileBytes)
         } else {
-            guard let read = try Posix.readFile(path, limit: engine.configuration.limits.maxFileBytes) else {
+            // A path given on the command line is the user's: a link is followed, a FIFO still refused.
+            guard let read = try Posix.readFile(path, limit: engine.configuration.limits.maxFileBytes, follow: file != nil || engine.configuration.followSymlinks) else {
                 throw .missingInput("\(path): no such file; give the products bought with --products FILE (or - for standard input)")
             }
             bytes = read

@@ -26,12 +26,14 @@ extension Commands {
             bytes = try Posix.readToEnd(0, path: "standard input", limit: configuration.limits.maxFileBytes)
         } else {
             do throws(AgentError) {
-                guard let read = try Posix.readFile(path, limit: configuration.limits.maxFileBytes) else {
+                // A path given on the command line is the user's: a link is followed, a FIFO refused.
+                guard let read = try Posix.readFile(path, limit: configuration.limits.maxFileBytes, follow: true) else {
                     throw AgentError.missingInput("\(path): no such file; check the path")
                 }
                 bytes = read
             } catch {
                 if case .tooLarge = error { return [error.description] }
+                if case let .system(failure) = error, failure.isNotRegular { return [failure.description] }
                 throw error
             }
         }

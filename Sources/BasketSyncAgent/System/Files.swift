@@ -1,16 +1,17 @@
 /// Whole-file operations built on the wrappers of ``Posix``.
 extension Posix {
-    /// Reads the whole file, refusing one larger than `limit` bytes. Nil when it does not exist.
-    static func readFile(_ path: String, limit: Int) throws(AgentError) -> [UInt8]? {
-        try readFileAndInfo(path, limit: limit)?.bytes
+    /// Reads the whole file, refusing one larger than `limit` bytes, under the open policy (a
+    /// symbolic link is followed only with `follow`). Nil when it does not exist.
+    static func readFile(_ path: String, limit: Int, follow: Bool = false) throws(AgentError) -> [UInt8]? {
+        try readFileAndInfo(path, limit: limit, follow: follow)?.bytes
     }
 
     /// Reads the whole file and says which version it read (`fstat` of the descriptor read).
-    static func readFileAndInfo(_ path: String, limit: Int) throws(AgentError) -> (bytes: [UInt8], info: FileInfo)? {
+    static func readFileAndInfo(_ path: String, limit: Int, follow: Bool = false) throws(AgentError) -> (bytes: [UInt8], info: FileInfo)? {
         let fd: Int32
         let info: FileInfo
         do {
-            fd = try open(path, .readOnly)
+            fd = try open(path, .readOnly, follow: follow)
         } catch {
             if error.isMissing { return nil }
             throw .system(error)
@@ -22,14 +23,21 @@ extension Posix {
         return (try readToEnd(fd, path: path, limit: limit, expected: expected), info)
     }
 
-    /// Writes a whole file the durable way: a temp file beside it, fsync, rename, fsync of the
-    /// directory. A reader sees the old content or the new, never a part.
-    /// A file that exists keeps its mode; a new one gets `mode` minus the umask.
-    static func writeFileAtomically(_ path: String, _ bytes: [UInt8], mode: UInt32 = sharedFileMode) throws(SystemError) {
-        let kept = linkInfo(path)?.mode
+    /// Writes a whole file the durable way: a temp file beside it, created exclusively under a
+    /// name nobody can guess, fsync, rename over the file, fsync of the directory. A reader sees
+    /// the old content or the new, never a part. A regular file that exists keeps its mode (read
+    /// from the file itself, never from a link); a new one gets `mode` minus the umask.
+    /// With `replacing`, whatever is at `path` (a link included: the rename replaces the link,
+    /// never what it points to) is replaced by a new file of `mode`.
+    static func writeFileAtomically(_ path: String, _ bytes: [UInt8], mode: UInt32 = sharedFileMode, replacing: Bool = false) throws(SystemError) {
+        var kept: UInt32?
+        if !replacing, let existing = linkInfo(path) {
+            guard existing.kind == .regular else { throw SystemError(path: path, shape: existing.kind.name) }
+            kept = existing.mode
+        }
         let directory = dirname(of: path)
-        let temporary = "\(directory)/.\(basename(of: path)).\(processId).tmp"
-        let fd = try open(temporary, [.writeOnly, .create, .truncate], mode: kept ?? mode)
+        let temporary = "\(directory)/.\(basename(of: path).prefix(200)).\(randomName()).tmp"
+        let fd = try open(temporary, [.writeOnly, .create, .exclusive], mode: kept ?? mode)
         if let kept { setMode(fd, kept) }
         do {
             try writeAll(fd, bytes, path: temporary)

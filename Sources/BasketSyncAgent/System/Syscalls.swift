@@ -18,7 +18,20 @@ struct OpenOptions: OptionSet {
 struct FileInfo: Equatable {
     /// What kind of file it is.
     enum Kind: Equatable {
-        case regular, directory, symbolicLink, other
+        case regular, directory, symbolicLink, fifo, device, socket, other
+
+        /// How an error names it.
+        var name: String {
+            switch self {
+            case .regular: return "a regular file"
+            case .directory: return "a directory"
+            case .symbolicLink: return "a symbolic link"
+            case .fifo: return "a FIFO"
+            case .device: return "a device"
+            case .socket: return "a socket"
+            case .other: return "a special file"
+            }
+        }
     }
 
     var kind: Kind
@@ -40,6 +53,9 @@ struct FileInfo: Equatable {
         case S_IFREG: kind = .regular
         case S_IFDIR: kind = .directory
         case S_IFLNK: kind = .symbolicLink
+        case S_IFIFO: kind = .fifo
+        case S_IFCHR, S_IFBLK: kind = .device
+        case S_IFSOCK: kind = .socket
         default: kind = .other
         }
         size = Int64(info.st_size)
@@ -68,9 +84,29 @@ enum Posix {
 
     // MARK: Descriptors
 
-    static func open(_ path: String, _ options: OpenOptions, mode: UInt32 = sharedFileMode) throws(SystemError) -> Int32 {
-        let fd = retrying { Glibc.open(path, options.rawValue | O_CLOEXEC, mode_t(mode)) }
-        if fd < 0 { throw .last("open", path) }
+    /// Opens a file under the open policy of SPEC §7: without following a symbolic link (unless
+    /// `follow`), without blocking (a FIFO never hangs the process), then checked with `fstat`:
+    /// only a regular file (a directory with `.directory`) is returned, anything else is closed
+    /// and refused with an error that says what it is.
+    static func open(_ path: String, _ options: OpenOptions, mode: UInt32 = sharedFileMode, follow: Bool = false) throws(SystemError) -> Int32 {
+        let flags = options.rawValue | O_CLOEXEC | O_NONBLOCK | (follow ? 0 : O_NOFOLLOW)
+        let fd = retrying { Glibc.open(path, flags, mode_t(mode)) }
+        if fd < 0 {
+            if errno == ELOOP, !follow { throw SystemError(path: path, shape: FileInfo.Kind.symbolicLink.name) }
+            if errno == ENXIO { throw SystemError(path: path, shape: FileInfo.Kind.fifo.name + " or a socket") }
+            if errno == EISDIR { throw SystemError(path: path, shape: FileInfo.Kind.directory.name) }
+            throw .last("open", path)
+        }
+        let expected: FileInfo.Kind = options.contains(.directory) ? .directory : .regular
+        let kind: FileInfo.Kind
+        do { kind = try fileInfo(fd, path: path).kind } catch {
+            close(fd)
+            throw error
+        }
+        guard kind == expected else {
+            close(fd)
+            throw SystemError(path: path, shape: kind.name)
+        }
         return fd
     }
 
@@ -222,8 +258,21 @@ enum Posix {
 
     /// Creates the file if it is missing and closes it: the close is an inotify event.
     static func touch(_ path: String, mode: UInt32) {
-        let fd = Glibc.open(path, O_WRONLY | O_CREAT | O_CLOEXEC, mode_t(mode))
-        if fd >= 0 { Glibc.close(fd) }
+        if let fd = try? open(path, [.writeOnly, .create], mode: mode) { close(fd) }
+    }
+
+    /// Sixteen random hex digits, for names nobody can guess.
+    static func randomName() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let hex = String(generator.next() as UInt64, radix: 16)
+        return String(repeating: "0", count: 16 - hex.count) + hex
+    }
+
+    /// The path a chain of symbolic links leads to, absolute; nil when it leads nowhere.
+    static func resolved(_ path: String) -> String? {
+        guard let pointer = realpath(path, nil) else { return nil }
+        defer { free(pointer) }
+        return String(cString: pointer)
     }
 
     /// Why a new file cannot be made in `directory`, if it cannot: EROFS or EACCES.

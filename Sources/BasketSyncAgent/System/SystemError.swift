@@ -8,10 +8,28 @@ public struct SystemError: Error, CustomStringConvertible, Equatable {
     public var path: String
     /// The errno value.
     public var code: Int32
+    /// What the file is, when the call succeeded on a file of the wrong shape (a symbolic link, a
+    /// FIFO, a directory, a device): basket-sync reads and writes regular files only.
+    public var shape: String?
+
+    /// An error of a call, from its errno.
+    public init(operation: String, path: String, code: Int32) {
+        self.operation = operation
+        self.path = path
+        self.code = code
+        shape = nil
+    }
+
+    /// A file of the wrong shape: `shape` says what it is.
+    init(path: String, shape: String) {
+        self.init(operation: "open", path: path, code: EINVAL)
+        self.shape = shape
+    }
 
     /// A sentence naming the file, the failure and what to do.
     public var description: String {
-        "\(path): \(operation) failed: \(String(cString: strerror(code)))\(SystemError.advice(code))"
+        if let shapeReason { return "\(path): \(shapeReason)" }
+        return "\(path): \(operation) failed: \(String(cString: strerror(code)))\(SystemError.advice(code))"
     }
 
     /// Whether retrying later may succeed (disk full, busy, interrupted I/O).
@@ -35,8 +53,13 @@ extension SystemError {
     /// The file or directory does not exist (ENOENT).
     var isMissing: Bool { code == ENOENT }
 
-    /// The path is a directory where a file was expected (EISDIR).
-    var isDirectory: Bool { code == EISDIR }
+    /// The path is not a regular file (a symbolic link, a FIFO, a directory, a device, a socket).
+    var isNotRegular: Bool { shape != nil }
+
+    /// Why a file of the wrong shape is refused, without its path.
+    var shapeReason: String? {
+        shape.map { "is \($0), not a regular file; basket-sync reads and writes regular files only, and follows no symbolic link in the sync directory" }
+    }
 
     /// What `errno` says now, for a call that just failed.
     static func last(_ operation: String, _ path: String) -> SystemError {
