@@ -31,7 +31,7 @@ public final class Logger: Sendable {
         let line: [UInt8]
         switch format {
         case .human:
-            line = Array("basket-sync: \(level == .info ? "" : "\(level.rawValue): ")\(message)\n".utf8)
+            line = Array("basket-sync: \(level == .info ? "" : "\(level.rawValue): ")\(JSONWriter.printable(message))\n".utf8)
         case .json:
             var writer = JSONWriter()
             writer.object { object in

@@ -1,3 +1,5 @@
+import BasketSyncWire
+
 /// What the executable needs from the process: output, the sync directory, the exit. Kept here so
 /// that the executable touches no libc.
 public enum Terminal {
@@ -11,7 +13,8 @@ public enum Terminal {
 
     /// Writes `text` and a newline (unless it ends with one), whole.
     public static func emit(_ text: String, to stream: Stream = .output) {
-        var bytes = Array(text.utf8)
+        // A message for people is one line: what it quotes cannot end it or forge another.
+        var bytes = Array((stream == .error ? JSONWriter.printable(text) : text).utf8)
         if !text.hasSuffix("\n") { bytes.append(0x0A) }
         try? Posix.writeAll(stream.rawValue, bytes, path: stream == .output ? "standard output" : "standard error")
     }

@@ -73,7 +73,7 @@ public struct AgentConfiguration: Equatable, Sendable {
                     case "products": configuration.keys.products = try string(value, "keys.products")
                     case "id": configuration.keys.id = try string(value, "keys.id")
                     case "quantity": configuration.keys.quantity = try string(value, "keys.quantity")
-                    default: throw fail(value.offset, "unknown key \"keys.\(name)\"; the keys are products, id and quantity")
+                    default: throw fail(value.offset, "unknown key \(JSONWriter.quoted("keys." + name)); the keys are products, id and quantity")
                     }
                 }
             case "limits":
@@ -83,7 +83,7 @@ public struct AgentConfiguration: Equatable, Sendable {
                     case "maxFileBytes": configuration.limits.maxFileBytes = try positive(value, "limits.maxFileBytes")
                     case "maxQuantity": configuration.limits.maxQuantity = try positive(value, "limits.maxQuantity")
                     case "maxIdBytes": configuration.limits.maxIdBytes = try positive(value, "limits.maxIdBytes")
-                    default: throw fail(value.offset, "unknown key \"limits.\(name)\"; the limits are maxFileBytes, maxQuantity and maxIdBytes")
+                    default: throw fail(value.offset, "unknown key \(JSONWriter.quoted("limits." + name)); the limits are maxFileBytes, maxQuantity and maxIdBytes")
                     }
                 }
             case "logFormat":
@@ -95,7 +95,7 @@ public struct AgentConfiguration: Equatable, Sendable {
                 guard case let .bool(value) = node.value else { throw fail(node.offset, "\"followSymlinks\" must be true or false") }
                 configuration.followSymlinks = value
             default:
-                throw fail(node.offset, "unknown setting \"\(key)\"; see the comments that basket-sync init writes")
+                throw fail(node.offset, "unknown setting \(JSONWriter.quoted(key)); see the comments that basket-sync init writes")
             }
         }
         return configuration

@@ -75,7 +75,7 @@ package enum EventFormat {
             if let transferId, let products { event = .basketTransfer(products, transferId: transferId) } else { event = nil }
         case "redirectToCart": event = .redirectToCart
         default:
-            fields.problem(typeNode, "unknown type \"\(type)\"; \(types)")
+            fields.problem(typeNode, "unknown type \(JSONWriter.quoted(type)); \(types)")
             event = nil
         }
         guard let id, let event else { return nil }

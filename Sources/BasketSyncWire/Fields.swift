@@ -82,8 +82,8 @@ struct FieldReader {
             problem(node, "\"\(key)\" is \(text.utf8.count) bytes long, over the limit of \(limits.maxIdBytes)")
             return nil
         }
-        if text.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) {
-            problem(node, "\"\(key)\" contains a control character; ids are printable text")
+        if let reason = Identifier.problem(text, limits: limits, empty: false, length: false) {
+            problem(node, "\"\(key)\" \(reason)")
             return nil
         }
         return text
@@ -101,7 +101,8 @@ struct FieldReader {
         }
         guard let value = node.integer else {
             let isWhole = !text.contains(where: { $0 == "." || $0 == "e" || $0 == "E" })
-            problem(node, isWhole ? "\"\(key)\" \(text) is out of range; the limit is \(limits.maxQuantity)" : "\"\(key)\" \(text) must be a whole number")
+            let shown = text.count > 80 ? text.prefix(80) + "…" : text
+            problem(node, isWhole ? "\"\(key)\" \(shown) is out of range; the limit is \(limits.maxQuantity)" : "\"\(key)\" \(shown) must be a whole number")
             return nil
         }
         if !signed && value < 0 {
@@ -133,5 +134,24 @@ struct FieldReader {
             if let id, let quantity { products.append(RetailerProduct(id: id, quantity: quantity)) }
         }
         return products
+    }
+}
+
+/// The rule every id follows (SKUs, event, transfer, order and store ids), wherever it comes from:
+/// a file the agent reads, or a command line (`push`, `set-store`, `handle-payment` check ids as
+/// the agent does).
+package enum Identifier {
+    /// What is wrong with `text` as an id, if anything: empty, longer than the limit, or holding a
+    /// C0 or C1 control character or DEL (a line separator could split a record or forge a log line).
+    package static func problem(_ text: String, limits: InputLimits, empty: Bool = true, length: Bool = true) -> String? {
+        if empty, text.isEmpty { return "is empty; give a non-empty id" }
+        if length, text.utf8.count > limits.maxIdBytes { return "is \(text.utf8.count) bytes long, over the limit of \(limits.maxIdBytes)" }
+        if text.unicodeScalars.contains(where: isControl) { return "contains a control character; ids are printable text" }
+        return nil
+    }
+
+    /// C0, DEL and C1.
+    static func isControl(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
     }
 }

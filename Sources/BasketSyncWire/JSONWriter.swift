@@ -13,9 +13,28 @@ package struct JSONWriter {
 
     package mutating func raw(_ text: String) { bytes.append(contentsOf: text.utf8) }
 
+    /// A string, escaped so that it is one line for any line splitter: C0 controls, DEL, and the
+    /// line separators other splitters honour (U+0085, U+2028, U+2029) are written as `\uXXXX`.
     package mutating func string(_ text: String) {
         bytes.append(0x22)
+        // A lead byte held back until its sequence shows whether it is U+0085 (C2 85), U+2028
+        // (E2 80 A8) or U+2029 (E2 80 A9); a String is valid UTF-8, so continuation bytes follow.
+        var held: [UInt8] = []
         for byte in text.utf8 {
+            if !held.isEmpty {
+                held.append(byte)
+                if held == [0xC2, 0x85] { raw("\\u0085"); held = []; continue }
+                if held == [0xE2, 0x80] { continue }
+                if held == [0xE2, 0x80, 0xA8] { raw("\\u2028"); held = []; continue }
+                if held == [0xE2, 0x80, 0xA9] { raw("\\u2029"); held = []; continue }
+                bytes.append(contentsOf: held)
+                held = []
+                continue
+            }
+            if byte == 0xC2 || byte == 0xE2 {
+                held = [byte]
+                continue
+            }
             switch byte {
             case 0x22: raw("\\\"")
             case 0x5C: raw("\\\\")
@@ -29,6 +48,7 @@ package struct JSONWriter {
             default: bytes.append(byte)
             }
         }
+        bytes.append(contentsOf: held)
         bytes.append(0x22)
     }
 
@@ -68,6 +88,34 @@ package struct JSONWriter {
                 line.member("quantity", product.quantity)
             }
         }
+    }
+
+    /// `text` as a JSON string, escaped and cut to `limit` characters: how an error message quotes
+    /// input, so that nothing the host or the Mealz side wrote reaches a log line raw or unbounded.
+    package static func quoted(_ text: String, limit: Int = 80) -> String {
+        var writer = JSONWriter()
+        let cut = text.count > limit ? String(text.prefix(limit)) : text
+        writer.string(cut)
+        return writer.text + (cut.count < text.count ? "…" : "")
+    }
+
+    /// `text` for a line meant for people: every control character (C0, DEL, C1) and line
+    /// separator (U+2028, U+2029) written as an escape, so that nothing in it can end the line
+    /// or forge the next one.
+    package static func printable(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: { Identifier.isControl($0) || $0.value == 0x2028 || $0.value == 0x2029 }) else { return text }
+        var result = ""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\n": result += "\\n"
+            case "\r": result += "\\r"
+            case "\t": result += "\\t"
+            case _ where Identifier.isControl(scalar) || scalar.value == 0x2028 || scalar.value == 0x2029:
+                result += "\\u{" + String(scalar.value, radix: 16) + "}"
+            default: result.unicodeScalars.append(scalar)
+            }
+        }
+        return result
     }
 
     /// The text written so far, for outputs that are strings.

@@ -170,7 +170,7 @@ import Testing
             seq: 3, id: "s-3", type: .updateBasket, at: Date(timeIntervalSince1970: 1_796_032_200.5), source: "e\"1\n",
             products: [RetailerProduct(id: "a\u{2028}\u{7}\\", quantity: -1)])
         let line = String(decoding: RecordFormat.line(record), as: UTF8.self)
-        #expect(line == #"{"seq":3,"id":"s-3","type":"updateBasket","at":"2026-11-30T09:50:00.500Z","source":"e\"1\n","products":[{"id":"a\#u{2028}\u0007\\","quantity":-1}]}"# + "\n")
+        #expect(line == #"{"seq":3,"id":"s-3","type":"updateBasket","at":"2026-11-30T09:50:00.500Z","source":"e\"1\n","products":[{"id":"a\u2028\u0007\\","quantity":-1}]}"# + "\n")
         #expect(line.filter { $0 == "\n" }.count == 1)
     }
 }

@@ -25,6 +25,7 @@ extension Commands {
         directory: String, total: Money, orderId: String?, productsFile: String?, logger: Logger
     ) throws(AgentError) -> PaymentRecord {
         let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: true, logger: logger)
+        if let orderId { try checkIdentifier(orderId, "payment-started: the order id", limits: engine.configuration.limits) }
         var products: [RetailerProduct]?
         do { products = try Commands.products(productsFile, engine: engine) } catch {
             logger.log(.warning, "\(error.description); the payment is recorded as skipped")
@@ -51,6 +52,7 @@ extension Commands {
         directory: String, total: Money, orderId: String, productsFile: String?, logger: Logger
     ) throws(AgentError) -> HandlePaymentOutcome {
         let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: true, logger: logger)
+        try checkIdentifier(orderId, "handle-payment: the order id", limits: engine.configuration.limits)
         let products = try Commands.products(productsFile, engine: engine)
         let summary = try engine.step { (machine, now) throws(AgentError) in
             do throws(PaymentError) {

@@ -17,6 +17,15 @@ extension Commands {
     /// `push`: delivers one Mealz event the Maildir way (in `inbox/tmp/`, fsync, rename into
     /// `inbox/new/`). Returns the event id.
     public static func push(directory: String, kind: PushKind, products: [RetailerProduct], id: String?) throws(AgentError) -> String {
+        let limits = try AgentConfiguration.load(directory: directory).limits
+        if let id { try checkIdentifier(id, "push: the event id", limits: limits) }
+        if case let .transfer(transferId) = kind { try checkIdentifier(transferId, "push: the transfer id", limits: limits) }
+        for product in products {
+            try checkIdentifier(product.id, "push: the product id", limits: limits)
+            if product.quantity.magnitude > UInt(limits.maxQuantity) {
+                throw .usage("push: \(JSONWriter.quoted(product.id))=\(product.quantity) is out of range; the limit is \(limits.maxQuantity)")
+            }
+        }
         let inbox = Inbox(directory: "\(directory)/inbox")
         guard Posix.isDirectory(inbox.folder("tmp")), Posix.isDirectory(inbox.folder("new")) else {
             throw .missingInput("\(directory): not a sync directory (no inbox/tmp and inbox/new); run basket-sync init there first")

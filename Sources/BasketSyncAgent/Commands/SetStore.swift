@@ -29,6 +29,7 @@ extension Commands {
     /// `set-store`: `setSelectedStoreWithExternalId`, and the mode when given; kept in the state.
     public static func setStore(directory: String, externalId: String, mode: SyncMode?, logger: Logger) throws(AgentError) -> StoreSummary {
         let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: true, logger: logger)
+        try checkIdentifier(externalId, "set-store: the store id", limits: engine.configuration.limits)
         try engine.step { (machine, now) throws(AgentError) in
             machine.setSelectedStore(externalId: externalId, mode: mode, at: now)
         }

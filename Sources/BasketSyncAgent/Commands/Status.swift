@@ -86,7 +86,8 @@ public struct StatusReport {
         } else {
             lines.append("last error: none")
         }
-        return lines.joined(separator: "\n") + "\n"
+        // Ids and messages come from files others write: each line stays one line.
+        return lines.map(JSONWriter.printable).joined(separator: "\n") + "\n"
     }
 
     /// The report for scripts: one JSON object.
