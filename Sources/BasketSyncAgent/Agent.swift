@@ -66,12 +66,19 @@ public final class Agent {
                 for signal in signals.drain() {
                     switch signal {
                     case .hangup:
+                        let cart = engine.configuration.cart
                         do {
                             try engine.reloadConfiguration()
                             logger.format = logFormat ?? engine.configuration.logFormat
                             logger.log(.info, "reloaded \(AgentConfiguration.fileName)")
+                            if engine.configuration.cart != cart {
+                                watcher.follow(cart: engine.configuration.cart)
+                                logger.log(.info, "the cart is now \(engine.configuration.cart)")
+                                attempt(.cart)
+                            }
                         } catch {
                             engine.reportError(error)
+                            logger.log(.warning, "the settings in force are kept until \(AgentConfiguration.fileName) is fixed and SIGHUP sent again")
                         }
                     case .interrupt, .terminate:
                         logger.log(.info, "stopping on signal \(signal.number)")

@@ -31,7 +31,7 @@ final class Watcher {
     }
 
     let directory: String
-    private let cartComponents: [String]
+    private var cartComponents: [String]
     private let inotify: Inotify
     /// The inotify descriptor, for the event loop to poll.
     var fd: Int32 { inotify.fd }
@@ -50,6 +50,12 @@ final class Watcher {
             throw .system(error)
         }
         try? inotify.watch("\(directory)/\(Store.stateDirectoryName)", [.closeWrite, .onlyDirectory])
+    }
+
+    /// Follows a new cart path (a SIGHUP changed `"cart"`): its directories are watched from now on.
+    func follow(cart: String) {
+        cartComponents = cart.split(separator: "/").map(String.init)
+        watchCartPath()
     }
 
     /// Watches every directory from the sync directory down to the cart's, as far as they exist.

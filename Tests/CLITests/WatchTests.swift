@@ -23,6 +23,26 @@ import Testing
         playground.records("notifications.jsonl").last.map(products)
     }
 
+    /// W1: a SIGHUP that changes `"cart"` makes the agent watch the new path at once.
+    @Test func aSighupThatMovesTheCartWatchesTheNewPath() async throws {
+        let playground = try Playground()
+        let agent = try await started(playground)
+        try await mealzLineNotified(playground)
+        try playground.write("basket-sync.json", #"{"cart": "host/cart.json"}"#)
+        kill(agent.process.processIdentifier, SIGHUP)
+        try await eventually("the new cart path is followed") { agent.log.contains("the cart is now host/cart.json") }
+        try FileManager.default.createDirectory(atPath: playground.path + "/host", withIntermediateDirectories: false)
+        try playground.writeAtomically("host/cart.json", cartJSON([("A", 3)], syncedThrough: 1))
+        try await eventually("the cart at the new path is notified") { lastNotification(playground) == ["A": 3] }
+        // A broken configuration keeps the settings in force, and says so.
+        try playground.write("basket-sync.json", "{")
+        kill(agent.process.processIdentifier, SIGHUP)
+        try await eventually("the agent says it keeps its settings") { agent.log.contains("the settings in force are kept") }
+        try playground.writeAtomically("host/cart.json", cartJSON([("A", 2)], syncedThrough: 1))
+        try await eventually("the cart is still taken") { lastNotification(playground) == ["A": 2] }
+        #expect(agent.stop() == 0)
+    }
+
     @Test func atomicRenameInPlaceRewriteAndTruncateThenWriteAreTaken() async throws {
         let playground = try Playground()
         let agent = try await started(playground)
