@@ -4,24 +4,46 @@ import BasketSyncWire
 /// Appends a projection's records to its JSON Lines file, after the database commit.
 ///
 /// Each call catches the file up with the database under an exclusive `flock`, so that several
-/// processes never write the same record twice: it finds the file's last complete line, truncates
-/// a torn tail left by a crash, appends every record after that line's seq in one write, and
-/// fsyncs. A reader only ever sees complete lines once the fsync returns.
+/// processes never write the same record twice. Catch-up goes by `seq`, never by line count: the
+/// database remembers what the file was given (``Given``: the file's identity, its size and the
+/// last seq appended). A file that ends with one of our records goes on after it (after a crash,
+/// a torn tail is cut first, and what a power loss took is written again from the database); a
+/// line that is not a record (blank, foreign) is left alone and reported, and the next record
+/// follows what was given; a file moved away, truncated or deleted (rotation) starts again with
+/// the next record. Nothing is ever appended twice. A reader only ever sees complete
+/// lines once the fsync returns.
 final class JSONLinesFile {
     let path: String
-    private var known: (inode: UInt64, size: Int64, lastSeq: UInt64)?
+    /// What the file was given, as the database remembers it (loaded by the engine).
+    var given: Given?
+
+    /// What a file was given: which file, how long it was after the append, the last seq in it.
+    struct Given: Equatable {
+        var device: UInt64
+        var inode: UInt64
+        var size: Int64
+        var seq: UInt64
+    }
 
     /// What a catch-up did.
     struct Outcome: Equatable {
         var appended = 0
         var truncatedBytes = 0
+        /// The file was not the one given before (moved away, truncated, deleted): it started again.
+        var restarted = false
+        /// The last line is not a record: left alone.
+        var foreignTail = false
     }
 
     init(path: String) { self.path = path }
 
-    /// Brings the file up to date with `lines` (the database's records after a given seq).
-    /// `fetch` is called with the file's last seq and returns the records to append.
-    func catchUp(fetch: (UInt64) throws(AgentError) -> [(seq: UInt64, line: [UInt8])]) throws(AgentError) -> Outcome {
+    /// Brings the file up to date with the database. `fetch` is called with the seq to go on
+    /// after and returns the records to append; `lastDatabaseSeq` says the database's last seq,
+    /// to refuse a file that holds more than the database (a lost or replaced database).
+    func catchUp(
+        lastDatabaseSeq: () throws(AgentError) -> UInt64,
+        fetch: (UInt64) throws(AgentError) -> [(seq: UInt64, line: [UInt8])]
+    ) throws(AgentError) -> Outcome {
         let fd: Int32
         let info: FileInfo
         do {
@@ -39,9 +61,10 @@ final class JSONLinesFile {
 
         var outcome = Outcome()
         var size = info.size
-        let lastSeq: UInt64
-        if let known, known.inode == info.inode, known.size == size {
-            lastSeq = known.lastSeq
+        let start: UInt64
+        let sameFile = given.map { $0.device == info.device && $0.inode == info.inode && $0.size <= size } ?? false
+        if let given, sameFile, given.size == size {
+            start = given.seq
         } else {
             let tail = try readTail(fd, size: size)
             if tail.completeSize < size {
@@ -49,15 +72,32 @@ final class JSONLinesFile {
                 outcome.truncatedBytes = Int(size - tail.completeSize)
                 size = tail.completeSize
             }
-            lastSeq = tail.lastSeq
+            if tail.lastSeq > 0, tail.lastSeq > (given?.seq ?? 0) {
+                let databaseSeq = try lastDatabaseSeq()
+                if tail.lastSeq > databaseSeq {
+                    throw .database(path: path, message: "holds record \(tail.lastSeq) but the database ends at \(databaseSeq): the database was lost, restored or replaced. Nothing was written; restore .basket-sync/ from a backup")
+                }
+            }
+            outcome.foreignTail = tail.completeSize > 0 && tail.lastSeq == 0
+            if tail.lastSeq > 0 {
+                // The file ends with one of our records: go on after it. It may be behind what was
+                // given (a power loss took an un-fsynced tail, a backup was restored): the records
+                // after it are written again, exactly once.
+                start = tail.lastSeq
+            } else {
+                // Empty, or ending with a line that is not ours: rotated, truncated, re-created,
+                // or written to by someone else — the next record follows what was given.
+                start = given?.seq ?? 0
+                outcome.restarted = given != nil && !sameFile
+            }
         }
 
-        let records = try fetch(lastSeq)
+        let records = try fetch(start)
         guard let newLast = records.last?.seq else {
             if outcome.truncatedBytes > 0 {
                 do { try Posix.fsync(fd, path: path) } catch { throw .system(error) }
             }
-            known = (info.inode, size, lastSeq)
+            given = Given(device: info.device, inode: info.inode, size: size, seq: start)
             return outcome
         }
         var bytes: [UInt8] = []
@@ -69,10 +109,9 @@ final class JSONLinesFile {
         } catch {
             // A short write may have left part of a line: cut it now rather than at the next start.
             try? Posix.truncate(fd, to: size, path: path)
-            known = nil
             throw .system(error)
         }
-        known = (info.inode, size + Int64(bytes.count), newLast)
+        given = Given(device: info.device, inode: info.inode, size: size + Int64(bytes.count), seq: newLast)
         outcome.appended = records.count
         return outcome
     }

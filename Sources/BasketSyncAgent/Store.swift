@@ -170,6 +170,27 @@ final class Store {
         try setMeta("cartAtBatch", Array(text.utf8))
     }
 
+    // MARK: What the JSON Lines files were given
+
+    /// What a JSON Lines file was given, as last remembered.
+    func given(_ projection: Projection) throws(AgentError) -> JSONLinesFile.Given? {
+        guard let blob = try metaBlob("given.\(projection.rawValue)") else { return nil }
+        let numbers = String(decoding: blob, as: UTF8.self).split(separator: " ").compactMap { UInt64($0) }
+        guard numbers.count == 4 else { return nil }
+        return JSONLinesFile.Given(device: numbers[0], inode: numbers[1], size: Int64(numbers[2]), seq: numbers[3])
+    }
+
+    /// Remembers what a file was given. Written without its own fsync (`synchronous=NORMAL`): the
+    /// next commit makes it durable; a crash before loses only this note, and the file's own last
+    /// record line says the same.
+    func setGiven(_ projection: Projection, _ given: JSONLinesFile.Given) throws(AgentError) {
+        try connection.execute("PRAGMA synchronous=NORMAL")
+        defer { try? connection.execute("PRAGMA synchronous=FULL") }
+        try withTransaction { () throws(AgentError) in
+            try setMeta("given.\(projection.rawValue)", Array("\(given.device) \(given.inode) \(given.size) \(given.seq)".utf8))
+        }
+    }
+
     // MARK: Records
 
     /// Stores one record's line.

@@ -18,6 +18,7 @@ public final class SyncEngine {
     let inbox: Inbox
     var cartReader = CartReader()
     private var files: [Projection: JSONLinesFile] = [:]
+    private var givenLoaded: Set<Projection> = []
     /// The next pending-window deadline, as the machine's timer effects last said; another
     /// process's commit makes it stale until ``refreshDeadline()``.
     public private(set) var nextDeadline: Date?
@@ -150,10 +151,24 @@ public final class SyncEngine {
     /// Catches one JSON Lines file up with the database.
     func publish(_ projection: Projection) throws(AgentError) {
         let file = files[projection]!
-        let outcome = try file.catchUp { (after) throws(AgentError) in try store.lines(projection, after: after) }
+        if !givenLoaded.contains(projection) {
+            file.given = try store.given(projection)
+            givenLoaded.insert(projection)
+        }
+        let before = file.given
+        let outcome = try file.catchUp(
+            lastDatabaseSeq: { () throws(AgentError) in try store.lastSeq(projection) },
+            fetch: { (after) throws(AgentError) in try store.lines(projection, after: after) })
         if outcome.truncatedBytes > 0 {
             logger.log(.warning, "\(file.path): cut a torn last line (\(outcome.truncatedBytes) bytes) left by a crash; its record is written again from the database")
         }
+        if outcome.restarted, outcome.appended > 0 {
+            logger.log(.info, "\(file.path): not the file given before (moved away, truncated or deleted): started again with record \(file.given!.seq - UInt64(outcome.appended) + 1)")
+        }
+        if outcome.foreignTail, outcome.appended > 0 {
+            logger.log(.warning, "\(file.path): its last line is not a record of basket-sync; left alone, the next records follow it")
+        }
+        if let given = file.given, given != before { try store.setGiven(projection, given) }
     }
 
     /// Catches every JSON Lines file up with the database (at start, and after another process committed).

@@ -79,3 +79,79 @@ import Testing
         #expect(playground.names("inbox/new").isEmpty, "nothing delivered")
     }
 }
+
+/// The JSON Lines files are caught up by `seq`, never by line count (SPEC §3, D4): whatever
+/// someone else does to a file, no record is ever appended twice, and none is lost from the file
+/// that a reader could not have had.
+@Suite struct CatchUpTests {
+    func seqs(_ playground: Playground, _ file: String = "outbox.jsonl") -> [Int] {
+        playground.read(file).split(separator: "\n").compactMap { line in
+            (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["seq"] as? Int
+        }
+    }
+
+    func push(_ playground: Playground, _ id: String) throws {
+        #expect(try basketSync(["-C", playground.path, "push", "--id", id, "A=+1"]).status == 0)
+        let sync = try basketSync(["-C", playground.path, "sync"])
+        #expect(sync.status == 0 || sync.status == 65, "\(sync.stderr)")
+    }
+
+    enum Interference: String, CaseIterable {
+        case foreignLine = "a foreign line appended"
+        case blankLine = "a blank line appended"
+        case movedAway = "moved away (logrotate)"
+        case truncated = "truncated (copytruncate)"
+        case deleted = "deleted"
+
+        func apply(to path: String) throws {
+            switch self {
+            case .foreignLine: try appendText("{\"note\":\"the host's own line\"}\n", to: path)
+            case .blankLine: try appendText("\n", to: path)
+            case .movedAway: try FileManager.default.moveItem(atPath: path, toPath: path + ".1")
+            case .truncated: _ = truncate(path, 0)
+            case .deleted: try FileManager.default.removeItem(atPath: path)
+            }
+        }
+
+        func appendText(_ text: String, to path: String) throws {
+            let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+            try handle.seekToEnd()
+            try handle.write(contentsOf: Data(text.utf8))
+            try handle.close()
+        }
+    }
+
+    @Test(arguments: Interference.allCases)
+    func noRecordIsAppendedTwiceWhateverIsDoneToTheFile(interference: Interference) throws {
+        let playground = try Playground()
+        _ = try basketSync(["-C", playground.path, "init"])
+        try push(playground, "e1")
+        try push(playground, "e2")
+        #expect(seqs(playground) == [1, 2])
+        try interference.apply(to: playground.path + "/outbox.jsonl")
+        try push(playground, "e3")
+        let expected: [Int] = [.foreignLine, .blankLine].contains(interference) ? [1, 2, 3] : [3]
+        #expect(seqs(playground) == expected, "\(interference.rawValue): \(playground.read("outbox.jsonl"))")
+        if interference == .foreignLine { #expect(playground.read("outbox.jsonl").contains("the host's own line"), "left alone") }
+        try push(playground, "e4")
+        #expect(seqs(playground) == expected + [4])
+    }
+
+    /// D1: a database lost and made again while the files remain is detected before anything is
+    /// written: the files hold records the new database does not.
+    @Test func aLostDatabaseIsDetectedNotPaperedOver() throws {
+        let playground = try Playground()
+        _ = try basketSync(["-C", playground.path, "init"])
+        try push(playground, "e1")
+        try push(playground, "e2")
+        let before = playground.read("outbox.jsonl")
+        try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
+        _ = try basketSync(["-C", playground.path, "init"])
+        _ = try basketSync(["-C", playground.path, "push", "--id", "e3", "A=+1"])
+        let sync = try basketSync(["-C", playground.path, "sync"])
+        #expect(sync.status == 74, "\(sync.stderr)")
+        #expect(sync.stderr.contains("holds record 2 but the database ends at 0"))
+        #expect(playground.read("outbox.jsonl") == before, "nothing written")
+        #expect(playground.names("inbox/new").count == 1, "nothing acknowledged")
+    }
+}
