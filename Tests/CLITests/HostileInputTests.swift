@@ -59,6 +59,21 @@ import Testing
         #expect(!status.stdout.split(separator: "\n").contains { $0.hasPrefix("basket-sync: error: forged") })
     }
 
+    /// C1: quantities at the limits of Int saturate everywhere, `status` included: no trap.
+    @Test func hugeQuantitiesNeverCrashStatus() throws {
+        let playground = try syncDirectory()
+        try playground.write("basket-sync.json", #"{"limits": {"maxQuantity": 9223372036854775807}}"#)
+        for id in ["b1", "b2"] {
+            #expect(try basketSync(["-C", playground.path, "push", "--id", id, "b=+9223372036854775807"]).status == 0)
+        }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        for arguments in [["status"], ["status", "--json"]] {
+            let status = try basketSync(["-C", playground.path] + arguments)
+            #expect(status.status == 0, "\(arguments): \(status.status) \(status.stderr)")
+        }
+        #expect(try basketSync(["-C", playground.path, "status", "--json"]).stdout.contains("\"pending\":9223372036854775807"))
+    }
+
     /// W4, W6: `push`, `set-store` and the payment commands check ids as the agent does (64).
     @Test(arguments: [
         ["push", "--id", "", "a=+1"],
