@@ -13,6 +13,8 @@ public final class Agent {
     /// After a temporary failure (disk full, database busy), when to try again.
     private var retryAt: Date?
     private var retryDelay: Double = 0.5
+    /// An error the agent must stop on.
+    private var fatal: AgentError?
     /// `--log-format`, which wins over the configuration's `logFormat`.
     private let logFormat: LogFormat?
 
@@ -60,6 +62,7 @@ public final class Agent {
         attempt(.everything)
 
         while true {
+            if let fatal { throw fatal }
             let ready: [Bool]
             do { ready = try Posix.waitReadable([watcher.fd, signals.fd], timeout: waitTimeout()) } catch { throw .system(error) }
             if ready[1] {
@@ -112,12 +115,17 @@ public final class Agent {
         }
     }
 
-    /// Runs a pass; a failure is reported and retried later with a growing delay, never fatal.
+    /// Runs a pass; a failure is reported and retried later with a growing delay — except a
+    /// database gone from under the agent, which stops it (`fatal`).
     private func attempt(_ scope: SyncEngine.PassScope, inboxSeen: [String] = []) {
         do {
             try engine.pass(scope, inboxSeen: inboxSeen)
             retryDelay = 0.5
         } catch {
+            if case .databaseGone = error {
+                fatal = error
+                return
+            }
             engine.reportError(error)
             retryAt = Date().addingTimeInterval(retryDelay)
             retryDelay = min(retryDelay * 2, 30)

@@ -18,6 +18,9 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
     case missingInput(String)
     /// The database refused an operation.
     case database(path: String, message: String)
+    /// The database file was unlinked or replaced under this process: nothing more may be
+    /// acknowledged; an agent stops.
+    case databaseGone(path: String)
     /// What the command needs is not set up (a store, retailer mode): configuration to do first.
     case notReady(String)
 
@@ -33,6 +36,8 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
         case let .busy(message): return message
         case let .missingInput(message): return message
         case let .database(path, message): return "\(path): \(message)"
+        case let .databaseGone(path):
+            return "\(path): the database was deleted or replaced while basket-sync had it open; nothing more is acknowledged. Restore .basket-sync/ from a backup, then start again"
         case let .notReady(message): return message
         }
     }
@@ -47,7 +52,7 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
         case .usage: return 64
         case .busy: return 75
         case .missingInput: return 66
-        case .database: return 74
+        case .database, .databaseGone: return 74
         case .notReady: return 78
         }
     }

@@ -22,6 +22,9 @@ final class Store {
     /// `.basket-sync/` inside it.
     let stateDirectory: String
     private let connection: SQLiteConnection
+    /// The database file, and which file it was when opened (device, inode).
+    let databasePath: String
+    private let databaseIdentity: [Int64]
     private var cachedState: SyncState?
     private var cachedDataVersion: Int64 = -1
 
@@ -53,6 +56,8 @@ final class Store {
             throw .system(SystemError(operation: "open the database", path: databasePath, code: cause))
         }
         connection = try SQLiteConnection(path: databasePath)
+        self.databasePath = databasePath
+        databaseIdentity = Posix.linkInfo(databasePath)?.identity ?? []
         connection.setBusyTimeout(milliseconds: busyTimeoutMilliseconds)
         try connection.execute("PRAGMA journal_mode=WAL")
         try connection.execute("PRAGMA synchronous=FULL")
@@ -86,6 +91,11 @@ final class Store {
     /// Runs `body` in one IMMEDIATE transaction: committed when it returns, rolled back when it throws.
     func withTransaction<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
         try connection.execute("BEGIN IMMEDIATE")
+        // Under the lock: the file this connection writes must still be the database at its path.
+        if Posix.linkInfo(databasePath)?.identity.prefix(2) != databaseIdentity.prefix(2) {
+            try? connection.execute("ROLLBACK")
+            throw .databaseGone(path: databasePath)
+        }
         do {
             let result = try body()
             try connection.execute("COMMIT")

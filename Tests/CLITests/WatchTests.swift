@@ -23,6 +23,20 @@ import Testing
         playground.records("notifications.jsonl").last.map(products)
     }
 
+    /// D3: the database unlinked under a running agent stops it (74) before it acknowledges anything more.
+    @Test func aDatabaseDeletedUnderTheAgentStopsItBeforeAnyAcknowledgement() async throws {
+        let playground = try Playground()
+        let agent = try await started(playground)
+        try await mealzLineNotified(playground)
+        try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync/state.db")
+        _ = try basketSync(["-C", playground.path, "push", "--id", "after", "A=+1"])
+        try await eventually("the agent stops") { !agent.process.isRunning }
+        #expect(agent.process.terminationStatus == 74)
+        #expect(agent.log.contains("the database was deleted or replaced while basket-sync had it open"))
+        #expect(playground.names("inbox/new").count == 1, "the event is not acknowledged")
+        #expect(playground.records("outbox.jsonl").count == 1)
+    }
+
     /// W1: a SIGHUP that changes `"cart"` makes the agent watch the new path at once.
     @Test func aSighupThatMovesTheCartWatchesTheNewPath() async throws {
         let playground = try Playground()
