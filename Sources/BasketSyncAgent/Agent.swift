@@ -92,7 +92,7 @@ public final class Agent {
             if ready[0] {
                 let (changes, delivered) = try watcher.changes()
                 if changes.contains(.directoryGone) {
-                    throw .missingInput("\(engine.directory): the sync directory or its .basket-sync/ was removed or moved away, and the state with it; restore it and start the agent again")
+                    throw .directoryGone(path: engine.directory)
                 }
                 var scope: SyncEngine.PassScope = []
                 if changes.contains(.overflow) {
@@ -122,9 +122,12 @@ public final class Agent {
             try engine.pass(scope, inboxSeen: inboxSeen)
             retryDelay = 0.5
         } catch {
-            if case .databaseGone = error {
+            switch error {
+            case .databaseGone, .directoryGone:
                 fatal = error
                 return
+            default:
+                break
             }
             engine.reportError(error)
             retryAt = Date().addingTimeInterval(retryDelay)

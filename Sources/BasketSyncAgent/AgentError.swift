@@ -21,6 +21,10 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
     /// The database file was unlinked or replaced under this process: nothing more may be
     /// acknowledged; an agent stops.
     case databaseGone(path: String)
+    /// The sync directory, or its `.basket-sync/`, was removed or moved away under this process.
+    case directoryGone(path: String)
+    /// An output cannot be made without losing or doubling something (73).
+    case refused(String)
     /// What the command needs is not set up (a store, retailer mode): configuration to do first.
     case notReady(String)
 
@@ -36,9 +40,12 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
         case let .busy(message): return message
         case let .missingInput(message): return message
         case let .database(path, message): return "\(path): \(message)"
+        case let .directoryGone(path):
+            return "\(path): the sync directory or its .basket-sync/ was removed or moved away, and the state with it; restore it and start the agent again"
         case let .databaseGone(path):
             return "\(path): the database was deleted or replaced while basket-sync had it open; nothing more is acknowledged. Restore .basket-sync/ from a backup, then start again"
         case let .notReady(message): return message
+        case let .refused(message): return message
         }
     }
 
@@ -53,7 +60,9 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
         case .busy: return 75
         case .missingInput: return 66
         case .database, .databaseGone: return 74
+        case .directoryGone: return 66
         case .notReady: return 78
+        case .refused: return 73
         }
     }
 }

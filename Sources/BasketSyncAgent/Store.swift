@@ -94,6 +94,7 @@ final class Store {
         // Under the lock: the file this connection writes must still be the database at its path.
         if Posix.linkInfo(databasePath)?.identity.prefix(2) != databaseIdentity.prefix(2) {
             try? connection.execute("ROLLBACK")
+            if !Posix.isDirectory(stateDirectory) { throw .directoryGone(path: directory) }
             throw .databaseGone(path: databasePath)
         }
         do {
@@ -202,6 +203,15 @@ final class Store {
     }
 
     // MARK: Records
+
+    /// Takes a record line from a file into the database (`init --adopt`); a seq already there is kept.
+    func adopt(_ projection: Projection, seq: UInt64, line: [UInt8]) throws(AgentError) {
+        let statement = try cached("INSERT OR IGNORE INTO \(projection.rawValue)(seq, line) VALUES(?, ?)")
+        defer { statement.reset() }
+        statement.bind(1, Int64(seq))
+        statement.bind(2, line)
+        _ = try statement.step()
+    }
 
     /// Stores one record's line.
     func insert(_ projection: Projection, seq: UInt64, line: [UInt8]) throws(AgentError) {

@@ -34,11 +34,14 @@ enum Help {
         switch command {
         case "init":
             return """
-                usage: basket-sync [-C DIR] init
+                usage: basket-sync [-C DIR] init [--adopt]
 
                 Creates the sync directory (and its parents), inbox/{tmp,new,cur,bad}/, the database in
                 .basket-sync/ and a commented basket-sync.json with every setting at its default.
-                Idempotent: what exists is kept.
+                Idempotent: what exists is kept. A directory that holds records (outbox.jsonl,
+                notifications.jsonl, payments.jsonl) but no database lost its database: init refuses
+                (73) unless --adopt, which takes the records of the files into a new database and
+                continues every seq after the files' last one.
 
                 example:
                   basket-sync -C /srv/cart-sync init

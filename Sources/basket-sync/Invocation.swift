@@ -7,7 +7,7 @@ struct Invocation {
     enum Command: Equatable {
         case help(String?)
         case version
-        case initialize
+        case initialize(adopt: Bool)
         case watch(noSynchronizer: Bool, logFormat: LogFormat?)
         case sync(noSynchronizer: Bool, json: Bool)
         case push(kind: Commands.PushKind, products: [RetailerProduct], id: String?)
@@ -65,8 +65,9 @@ struct Invocation {
         var options = OptionReader(command: name, arguments: rest)
         switch name {
         case "init":
+            let adopt = options.flag("--adopt")
             try options.finish()
-            command = .initialize
+            command = .initialize(adopt: adopt)
         case "watch":
             let noSynchronizer = options.flag("--no-synchronizer")
             let format = try options.value("--log-format")
@@ -206,5 +207,13 @@ struct OptionReader {
         if let extra = (arguments + trailing).first {
             throw .usage("\(command): unexpected \(extra); see basket-sync \(command) --help")
         }
+    }
+}
+
+extension Invocation.Command {
+    /// `init` makes the directory it is given: it is not entered first.
+    var isInitialize: Bool {
+        if case .initialize = self { return true }
+        return false
     }
 }

@@ -14,14 +14,14 @@ func run() throws(AgentError) -> Int32 {
     let invocation = try Invocation(arguments: CommandLine.arguments.dropFirst())
     let directory = Terminal.syncDirectory(option: invocation.directory)
     // As `git -C`: the other paths on the command line are relative to the sync directory.
-    if invocation.directory != nil, invocation.command != .initialize { try Terminal.enter(directory) }
+    if invocation.directory != nil, !invocation.command.isInitialize { try Terminal.enter(directory) }
     switch invocation.command {
     case let .help(topic):
         emit(Help.text(for: topic))
     case .version:
         emit("basket-sync \(basketSyncVersion)")
-    case .initialize:
-        let created = try Commands.initialize(directory: directory)
+    case let .initialize(adopt):
+        let created = try Commands.initialize(directory: directory, adopt: adopt)
         emit(created.isEmpty ? "\(directory) is already a sync directory; nothing to create" : created.map { "created \($0)" }.joined(separator: "\n"))
     case let .watch(noSynchronizer, logFormat):
         let agent = try Agent(directory: directory, isSynchronizerRegistered: !noSynchronizer, logFormat: logFormat, logger: Logger())

@@ -152,21 +152,52 @@ import Testing
         #expect(seqs(playground) == expected + [4])
     }
 
-    /// D1: a database lost and made again while the files remain is detected before anything is
-    /// written: the files hold records the new database does not.
+    /// D1, D2: a database that lost commits the files hold (restored from an older backup, its WAL
+    /// deleted) is detected before anything is written: the files hold records it does not.
     @Test func aLostDatabaseIsDetectedNotPaperedOver() throws {
         let playground = try Playground()
         _ = try basketSync(["-C", playground.path, "init"])
         try push(playground, "e1")
+        let backup = playground.path + "/backup"
+        try FileManager.default.copyItem(atPath: playground.path + "/.basket-sync", toPath: backup)
         try push(playground, "e2")
         let before = playground.read("outbox.jsonl")
         try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
-        _ = try basketSync(["-C", playground.path, "init"])
+        try FileManager.default.moveItem(atPath: backup, toPath: playground.path + "/.basket-sync")
         _ = try basketSync(["-C", playground.path, "push", "--id", "e3", "A=+1"])
         let sync = try basketSync(["-C", playground.path, "sync"])
         #expect(sync.status == 74, "\(sync.stderr)")
-        #expect(sync.stderr.contains("holds record 2 but the database ends at 0"))
+        #expect(sync.stderr.contains("holds record 2 but the database ends at 1"))
         #expect(playground.read("outbox.jsonl") == before, "nothing written")
         #expect(playground.names("inbox/new").count == 1, "nothing acknowledged")
+    }
+
+    /// D1: `init` in a directory that holds records but no database refuses (73); `--adopt` goes
+    /// on after the files' last records, and a recorded order is still answered as recorded.
+    @Test func initRefusesToNumberAgainAndAdoptGoesOn() throws {
+        let playground = try Playground()
+        let dir = playground.path
+        _ = try basketSync(["-C", dir, "init"])
+        _ = try basketSync(["-C", dir, "set-store", "S", "--mode", "retailer"])
+        try push(playground, "e1")
+        try push(playground, "e2")
+        try playground.write("cart.json", cartJSON([("X", 1)]))
+        #expect(try basketSync(["-C", dir, "handle-payment", "--total", "1.00", "--order-id", "o-1"]).status == 0)
+        try FileManager.default.removeItem(atPath: dir + "/.basket-sync")
+
+        let refused = try basketSync(["-C", dir, "init"])
+        #expect(refused.status == 73, "\(refused.stderr)")
+        #expect(refused.stderr.contains("outbox.jsonl up to 2"))
+        #expect(!FileManager.default.fileExists(atPath: dir + "/.basket-sync/state.db"))
+
+        let adopted = try basketSync(["-C", dir, "init", "--adopt"])
+        #expect(adopted.status == 0, "\(adopted.stderr)")
+        #expect(adopted.stdout.contains("outbox.jsonl: adopted 2 records, going on after 2"))
+        try push(playground, "e3")
+        #expect(seqs(playground) == [1, 2, 3])
+        _ = try basketSync(["-C", dir, "set-store", "S", "--mode", "retailer"])
+        let retry = try basketSync(["-C", dir, "handle-payment", "--total", "1.00", "--order-id", "o-1"])
+        #expect(retry.stdout.contains("already recorded"), "\(retry.stdout) \(retry.stderr)")
+        #expect(seqs(playground, "payments.jsonl") == [1])
     }
 }
