@@ -22,6 +22,9 @@ public struct SyncState: Codable, Hashable, Sendable {
     /// The highest outbox seq the host has acknowledged (its `syncedThrough`, checked against
     /// the outbox); nil for a host that never wrote one.
     public var hostSyncedThrough: UInt64?
+    /// The highest seq a cart echoed (a host without `syncedThrough` applied it): `apply` starts
+    /// after it, so a legacy host moving to `apply` never gets a batch twice.
+    public var echoedThrough: UInt64?
     /// The last `syncedThrough` the host wrote, as written (a repeated claim is not reported again).
     public var hostClaim: UInt64?
     /// While the host claims beyond the outbox: the seq its acknowledgements are capped at.

@@ -120,6 +120,28 @@ public struct SyncStateMachine: Sendable {
         return step(at: now) { $0.takeCart(cart, syncedThrough: syncedThrough, echoableThrough: outboxSeqWhenWritten, at: now) }
     }
 
+    /// The reference host (`basket-sync apply`) applied the outbox through `seq` and wrote it in
+    /// the cart: an acknowledgement verified by the one who applied, so it counts even when the
+    /// number equals a claim once made beyond the outbox. The cart itself follows as usual.
+    public mutating func hostApplied(through seq: UInt64, at now: Date) -> [SyncEffect] {
+        step(at: now) { machine in
+            let acknowledged = min(seq, machine.state.lastOutboxSeq)
+            machine.state.hostClaim = seq
+            machine.state.acknowledgementCap = nil
+            machine.state.hostSyncedThrough = max(machine.state.hostSyncedThrough ?? 0, acknowledged)
+            var effects: [SyncEffect] = []
+            let settleCount = machine.state.pending.prefix { $0.seq <= acknowledged }.count
+            for batch in machine.state.pending.prefix(settleCount) {
+                Self.settle(batch, into: &machine.state.confirmed)
+                effects.append(.settled(seq: batch.seq))
+                machine.state.counters.settled += 1
+            }
+            machine.state.pending.removeFirst(settleCount)
+            for index in machine.state.pending.indices { machine.state.pending[index].deadline = nil }
+            return effects + machine.lateAcknowledgements(through: acknowledged)
+        }
+    }
+
     // MARK: - Payments and store
 
     /// `paymentStarted`: best-effort. Whatever is missing (mode, store, a Mealz product, valid
@@ -274,9 +296,10 @@ public struct SyncStateMachine: Sendable {
             settleCount = echoedPrefix(previousCart: previousCart, newCart: newCart, through: echoable)
         }
         for batch in state.pending.prefix(settleCount) {
-            RetailerProduct.apply(batch.products, to: &state.confirmed)
+            Self.settle(batch, into: &state.confirmed)
             effects.append(.settled(seq: batch.seq))
             state.counters.settled += 1
+            if syncedThrough == nil { state.echoedThrough = max(state.echoedThrough ?? 0, batch.seq) }
         }
         state.pending.removeFirst(settleCount)
 
@@ -306,6 +329,13 @@ public struct SyncStateMachine: Sendable {
         return effects
     }
 
+    /// A batch the host applied becomes Mealz's share: its additions raise the share; its removals
+    /// do not lower it here — the share follows the cart downward (a removal from a line that
+    /// also holds the shopper's units takes the shopper's first, as the cart shows).
+    private static func settle(_ batch: PendingBatch, into share: inout [String: Int]) {
+        RetailerProduct.apply(batch.products.filter { $0.quantity > 0 }, to: &share)
+    }
+
     /// Checks a `syncedThrough` and returns the outbox seq it acknowledges. It can only cover
     /// records that existed when the host wrote it: a claim beyond the outbox is capped at the last
     /// seq, and while the host keeps claiming beyond, at the seq of its first such claim (the
@@ -313,6 +343,9 @@ public struct SyncStateMachine: Sendable {
     /// the highest acknowledged un-settles nothing. Each new claim out of line is reported once.
     private mutating func acknowledge(_ claim: UInt64, into effects: inout [SyncEffect]) -> UInt64 {
         let isNewClaim = claim != state.hostClaim
+        // The same claim again acknowledges nothing new: the host has processed nothing since
+        // (a claim once beyond the outbox must not come to cover the batches made after it).
+        guard isNewClaim else { return state.hostSyncedThrough ?? 0 }
         state.hostClaim = claim
         let acknowledged: UInt64
         if claim > state.lastOutboxSeq {
@@ -341,7 +374,7 @@ public struct SyncStateMachine: Sendable {
         var effects: [SyncEffect] = []
         state.rolledBack.removeAll { batch in
             guard batch.seq <= acknowledged else { return false }
-            RetailerProduct.apply(batch.products, to: &state.confirmed)
+            Self.settle(batch, into: &state.confirmed)
             effects.append(.lateAcknowledgement(seq: batch.seq))
             return true
         }
@@ -377,7 +410,8 @@ public struct SyncStateMachine: Sendable {
                 (newCart[line.id] ?? 0) == RetailerProduct.applying(delta: line.quantity, to: previousCart[line.id] ?? 0)
             }
             guard echoed else { return false }
-            RetailerProduct.apply(batch.products, to: &state.confirmed)
+            Self.settle(batch, into: &state.confirmed)
+            state.echoedThrough = max(state.echoedThrough ?? 0, batch.seq)
             effects.append(.lateEcho(seq: batch.seq))
             return true
         }

@@ -46,6 +46,9 @@ final class Watcher {
             inotify = try Inotify(path: directory)
             watchCartPath()
             try inotify.watch("\(directory)/inbox/new", [.movedTo, .closeWrite, .onlyDirectory])
+            // A delivery by link() (Python's mailbox.Maildir) shows in new/ only as a creation; the
+            // removal of its temporary file in tmp/ says it is complete, under the same name.
+            try inotify.watch("\(directory)/inbox/tmp", [.delete, .onlyDirectory])
         } catch {
             throw .system(error)
         }
@@ -71,7 +74,7 @@ final class Watcher {
     /// What a watched directory is for, from its path.
     private func role(of watchedPath: String) -> Role? {
         let path = watchedPath.hasSuffix("/") ? String(watchedPath.dropLast()) : watchedPath
-        if path == "\(directory)/inbox/new" { return .inbox }
+        if path == "\(directory)/inbox/new" || path == "\(directory)/inbox/tmp" { return .inbox }
         if path == "\(directory)/\(Store.stateDirectoryName)" { return .state }
         var cartDirectory = directory
         for (index, component) in cartComponents.enumerated() {
@@ -91,7 +94,7 @@ final class Watcher {
         do {
             for event in try inotify.events() {
                 handle(event, into: &changes)
-                if !event.name.isEmpty, !event.mask.isDisjoint(with: [.movedTo, .closeWrite]),
+                if !event.name.isEmpty, !event.mask.isDisjoint(with: [.movedTo, .closeWrite, .delete]),
                    let watched = inotify.path(of: event.watch), case .inbox = role(of: watched) {
                     delivered.append(event.name)
                 }

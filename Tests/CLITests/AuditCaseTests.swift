@@ -214,4 +214,100 @@ import Testing
         #expect(retry.status == 0, "\(retry.stderr)")
         #expect(retry.stdout.contains("already recorded"))
     }
+
+    // MARK: Found by the second audit (black-box, after the fixes above)
+
+    /// F1: an event delivered by link() into new/ (Python's mailbox.Maildir) wakes the agent and
+    /// keeps its place in the order.
+    @Test func anEventDeliveredByLinkIsTakenAtOnceAndInOrder() async throws {
+        let playground = try syncDirectory()
+        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 0))
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        let tmp = playground.path + "/inbox/tmp/1764516000.M1P1Q1.py"
+        try #"{"id":"py-1","type":"basketDelta","products":[{"id":"A","quantity":2}]}"#.write(toFile: tmp, atomically: false, encoding: .utf8)
+        #expect(link(tmp, playground.path + "/inbox/new/1764516000.M1P1Q1.py") == 0)
+        #expect(unlink(tmp) == 0)
+        try await eventually("the linked event is taken") { playground.records("outbox.jsonl").count == 1 }
+        _ = try run(playground, ["push", "--state", "A=2"])
+        try await eventually("the state is taken") { playground.names("inbox/cur").count == 2 }
+        #expect(agent.stop() == 0)
+        _ = try run(playground, ["apply"])
+        #expect(products(try cart(playground)) == ["A": 2])
+    }
+
+    /// F2: a claim beyond the outbox, left in the cart while the outbox grows up to it, never
+    /// settles the batches made after it — in a new process either — and apply delivers them.
+    @Test func aStaleClaimBeyondTheOutboxNeverComesToCoverLaterBatches() throws {
+        let playground = try syncDirectory()
+        _ = try run(playground, ["push", "A=+1"])
+        _ = try run(playground, ["push", "A=+1"])
+        _ = try run(playground, ["sync"])
+        try playground.writeAtomically("cart.json", cartJSON([("A", 2)], syncedThrough: 5))
+        _ = try run(playground, ["sync"])
+        for _ in 0..<3 { _ = try run(playground, ["push", "B=+1"]) }
+        _ = try run(playground, ["sync"])
+        _ = try run(playground, ["sync"])
+        let status = try JSONSerialization.jsonObject(with: Data(try run(playground, ["status", "--json"]).stdout.utf8)) as? [String: Any]
+        #expect((status?["pending"] as? [Any])?.count == 3, "#3–#5 wait for a cart that acknowledges them")
+        _ = try run(playground, ["apply"])
+        #expect(products(try cart(playground)) == ["A": 2, "B": 3])
+        _ = try run(playground, ["sync"])
+        let settled = try JSONSerialization.jsonObject(with: Data(try run(playground, ["status", "--json"]).stdout.utf8)) as? [String: Any]
+        #expect((settled?["pending"] as? [Any])?.isEmpty == true)
+    }
+
+    /// F3: a removal from a line that also holds the shopper's units leaves Mealz's share as the
+    /// cart allows; the WebView repeating its state pushes nothing.
+    @Test func aRemovalTakesTheShoppersUnitsFirst() throws {
+        let playground = try syncDirectory()
+        try playground.writeAtomically("cart.json", cartJSON([("X", 4)], syncedThrough: 0))
+        _ = try run(playground, ["sync"])
+        _ = try run(playground, ["push", "A=+2"])
+        _ = try run(playground, ["sync"])
+        _ = try run(playground, ["apply"])
+        _ = try run(playground, ["sync"])
+        try playground.writeAtomically("cart.json", cartJSON([("X", 4), ("A", 5)], syncedThrough: 1))
+        _ = try run(playground, ["sync"])
+        _ = try run(playground, ["push", "--state", "A=3"])
+        _ = try run(playground, ["sync"])
+        _ = try run(playground, ["apply"])
+        _ = try run(playground, ["sync"])
+        #expect(products(playground.records("notifications.jsonl").last!) == ["A": 3])
+        _ = try run(playground, ["push", "--state", "A=3"])
+        _ = try run(playground, ["sync"])
+        _ = try run(playground, ["apply"])
+        #expect(products(try cart(playground)) == ["X": 4, "A": 3])
+    }
+
+    /// F4: a payment whose products are the cart takes the cart first: what apply just wrote
+    /// counts as Mealz's.
+    @Test func aPaymentTakesTheCartItPaysFirst() throws {
+        let playground = try syncDirectory()
+        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 0))
+        _ = try run(playground, ["sync"])
+        _ = try run(playground, ["set-store", "S", "--mode", "retailer"])
+        _ = try run(playground, ["push", "A=+2"])
+        _ = try run(playground, ["sync"])
+        _ = try run(playground, ["apply"])
+        let paid = try run(playground, ["handle-payment", "--total", "5.00", "--order-id", "o1"])
+        #expect(paid.stdout.contains("\"status\":\"recorded\""), "\(paid.stdout)")
+        #expect(paid.stdout.contains("\"mealzProducts\":[{\"id\":\"A\",\"quantity\":2}]"))
+    }
+
+    /// F5: a legacy host that moves to `apply` does not get the batches its carts echoed again.
+    @Test func aLegacyHostMovingToApplyGetsNoEchoedBatchAgain() throws {
+        let playground = try syncDirectory(#"{"pendingTimeoutSeconds": 30}"#)
+        try playground.writeAtomically("cart.json", #"{"products":[]}"#)
+        _ = try run(playground, ["sync"])
+        _ = try run(playground, ["push", "A=+1"])
+        _ = try run(playground, ["sync"])
+        try playground.writeAtomically("cart.json", #"{"products":[{"id":"A","quantity":1}]}"#)
+        _ = try run(playground, ["sync"])
+        _ = try run(playground, ["push", "A=+1"])
+        _ = try run(playground, ["sync"])
+        let applied = try run(playground, ["apply", "--json"])
+        #expect(applied.stdout.contains("\"applied\":[2]"), "\(applied.stdout)")
+        #expect(products(try cart(playground)) == ["A": 2])
+    }
 }

@@ -75,9 +75,13 @@ extension Commands {
         // Start after the highest seq acknowledged: the database's (a cart restored from before
         // it, or one claiming beyond the outbox, must not make records applied twice or skipped),
         // or the cart's when it is further and within the outbox (the agent has not taken it yet).
+        // A claim the database has already seen counts for what it acknowledged there (a claim
+        // once beyond the outbox is not trusted when the outbox reaches it); a legacy host's
+        // echoed batches count as applied.
         let state = try engine.currentState()
         let claim = summary.syncedThroughBefore
-        summary.syncedThrough = max(state.hostSyncedThrough ?? 0, claim <= state.lastOutboxSeq ? claim : 0)
+        let newClaim = claim != state.hostClaim && claim <= state.lastOutboxSeq ? claim : 0
+        summary.syncedThrough = max(state.hostSyncedThrough ?? 0, state.echoedThrough ?? 0, newClaim)
 
         let records = try outboxRecords(engine.store.lines(.outbox, after: summary.syncedThrough),
                                         path: "\(directory)/\(Projection.outbox.fileName)", after: summary.syncedThrough)
@@ -98,6 +102,11 @@ extension Commands {
         do { try Posix.writeFileAtomically(target, document.encoded()) } catch {
             throw .system(error)
         }
+        // What apply applied is known for sure: acknowledged as such (the cart's number alone may
+        // equal a claim once made beyond the outbox, which acknowledges nothing new).
+        let through = summary.syncedThrough
+        try engine.step { (machine, now) throws(AgentError) in machine.hostApplied(through: through, at: now) }
+        engine.signalCommit()
         return summary
     }
 

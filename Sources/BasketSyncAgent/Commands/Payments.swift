@@ -27,6 +27,8 @@ extension Commands {
         let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: true, logger: logger)
         if let orderId { try checkIdentifier(orderId, "payment-started: the order id", limits: engine.configuration.limits) }
         var products: [RetailerProduct]?
+        // The products are the cart's: the cart is taken first, so that the payment counts what it acknowledges.
+        if productsFile == nil { _ = try? engine.takeCart() }
         do { products = try Commands.products(productsFile, engine: engine) } catch {
             logger.log(.warning, "\(error.description); the payment is recorded as skipped")
         }
@@ -53,6 +55,8 @@ extension Commands {
     ) throws(AgentError) -> HandlePaymentOutcome {
         let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: true, logger: logger)
         try checkIdentifier(orderId, "handle-payment: the order id", limits: engine.configuration.limits)
+        // The products are the cart's: the cart is taken first, so that the payment counts what it acknowledges.
+        if productsFile == nil { _ = try? engine.takeCart() }
         let products = try Commands.products(productsFile, engine: engine)
         let summary = try engine.step { (machine, now) throws(AgentError) in
             do throws(PaymentError) {
