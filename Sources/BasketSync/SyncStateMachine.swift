@@ -129,14 +129,7 @@ public struct SyncStateMachine: Sendable {
             machine.state.hostClaim = seq
             machine.state.acknowledgementCap = nil
             machine.state.hostSyncedThrough = max(machine.state.hostSyncedThrough ?? 0, acknowledged)
-            var effects: [SyncEffect] = []
-            let settleCount = machine.state.pending.prefix { $0.seq <= acknowledged }.count
-            for batch in machine.state.pending.prefix(settleCount) {
-                Self.settle(batch, into: &machine.state.confirmed)
-                effects.append(.settled(seq: batch.seq))
-                machine.state.counters.settled += 1
-            }
-            machine.state.pending.removeFirst(settleCount)
+            let effects = machine.settlePending(machine.state.pending.prefix { $0.seq <= acknowledged }.count)
             for index in machine.state.pending.indices { machine.state.pending[index].deadline = nil }
             return effects + machine.lateAcknowledgements(through: acknowledged)
         }
@@ -295,13 +288,10 @@ public struct SyncStateMachine: Sendable {
         } else {
             settleCount = echoedPrefix(previousCart: previousCart, newCart: newCart, through: echoable)
         }
-        for batch in state.pending.prefix(settleCount) {
-            Self.settle(batch, into: &state.confirmed)
-            effects.append(.settled(seq: batch.seq))
-            state.counters.settled += 1
-            if syncedThrough == nil { state.echoedThrough = max(state.echoedThrough ?? 0, batch.seq) }
+        if syncedThrough == nil, settleCount > 0 {
+            state.echoedThrough = max(state.echoedThrough ?? 0, state.pending[settleCount - 1].seq)
         }
-        state.pending.removeFirst(settleCount)
+        effects += settlePending(settleCount)
 
         effects += lateEchoes(previousCart: previousCart, newCart: newCart, through: echoable)
 
@@ -326,6 +316,18 @@ public struct SyncStateMachine: Sendable {
             effects.append(.notify(BasketNotification(
                 seq: state.lastNotificationSeq, at: now, products: list, syncedThrough: state.hostSyncedThrough)))
         }
+        return effects
+    }
+
+    /// Settles the first `count` pending batches: the host applied them.
+    private mutating func settlePending(_ count: Int) -> [SyncEffect] {
+        var effects: [SyncEffect] = []
+        for batch in state.pending.prefix(count) {
+            Self.settle(batch, into: &state.confirmed)
+            effects.append(.settled(seq: batch.seq))
+            state.counters.settled += 1
+        }
+        state.pending.removeFirst(count)
         return effects
     }
 

@@ -206,16 +206,12 @@ final class Store {
 
     /// Takes a record line from a file into the database (`init --adopt`); a seq already there is kept.
     func adopt(_ projection: Projection, seq: UInt64, line: [UInt8]) throws(AgentError) {
-        let statement = try cached("INSERT OR IGNORE INTO \(projection.rawValue)(seq, line) VALUES(?, ?)")
-        defer { statement.reset() }
-        statement.bind(1, Int64(seq))
-        statement.bind(2, line)
-        _ = try statement.step()
+        try insert(projection, seq: seq, line: line, keepingExisting: true)
     }
 
     /// Stores one record's line.
-    func insert(_ projection: Projection, seq: UInt64, line: [UInt8]) throws(AgentError) {
-        let statement = try cached("INSERT INTO \(projection.rawValue)(seq, line) VALUES(?, ?)")
+    func insert(_ projection: Projection, seq: UInt64, line: [UInt8], keepingExisting: Bool = false) throws(AgentError) {
+        let statement = try cached("INSERT \(keepingExisting ? "OR IGNORE " : "")INTO \(projection.rawValue)(seq, line) VALUES(?, ?)")
         defer { statement.reset() }
         statement.bind(1, Int64(seq))
         statement.bind(2, line)

@@ -310,4 +310,27 @@ import Testing
         #expect(applied.stdout.contains("\"applied\":[2]"), "\(applied.stdout)")
         #expect(products(try cart(playground)) == ["A": 2])
     }
+
+    /// Found by the third audit: apply takes the cart in place before it decides where to start,
+    /// whether or not a sync ran since the host wrote it.
+    @Test func applyTakesTheCartInPlaceFirst() throws {
+        let legacy = try syncDirectory(#"{"pendingTimeoutSeconds": 30}"#)
+        try legacy.writeAtomically("cart.json", #"{"products":[]}"#)
+        _ = try run(legacy, ["sync"])
+        _ = try run(legacy, ["push", "A=+1"])
+        _ = try run(legacy, ["sync"])
+        try legacy.writeAtomically("cart.json", #"{"products":[{"id":"A","quantity":1}]}"#)  // the host applied #1
+        let applied = try run(legacy, ["apply", "--json"])
+        #expect(applied.stdout.contains("\"applied\":[]"), "\(applied.stdout)")
+        #expect(products(try cart(legacy)) == ["A": 1])
+
+        let beyond = try syncDirectory()
+        _ = try run(beyond, ["push", "A=+1"])
+        _ = try run(beyond, ["push", "A=+1"])
+        _ = try run(beyond, ["sync"])
+        try beyond.writeAtomically("cart.json", cartJSON([("A", 2)], syncedThrough: 5))
+        let capped = try run(beyond, ["apply", "--json"])
+        #expect(capped.stdout.contains("\"applied\":[]"), "\(capped.stdout)")
+        #expect(products(try cart(beyond)) == ["A": 2])
+    }
 }

@@ -16,8 +16,8 @@ extension Commands {
 
         /// What happened, for people: one line, and one per redirect requested.
         public var human: String {
-            guard syncedThrough != syncedThroughBefore else { return "nothing to apply: the cart is synced through \(syncedThrough)" }
             guard !applied.isEmpty || !redirects.isEmpty else {
+                guard syncedThrough != syncedThroughBefore else { return "nothing to apply: the cart is synced through \(syncedThrough)" }
                 return "nothing to apply; the cart said syncedThrough \(syncedThroughBefore), corrected to \(syncedThrough), the highest seq acknowledged"
             }
             return (["applied \(applied.count) updateBasket record(s); the cart is now synced through \(syncedThrough)"]
@@ -55,6 +55,9 @@ extension Commands {
 
         // The outbox file is what a host reads: make sure it holds every committed record.
         try engine.publish(.outbox)
+        // The cart in place is taken first: what it acknowledges or echoes, and a claim beyond the
+        // outbox, decide where apply starts — not whether a sync happened to run before.
+        _ = try engine.takeCart()
 
         let cartPath = engine.cartPath
         let bytes: [UInt8]
