@@ -17,7 +17,9 @@ extension Commands {
     /// `push`: delivers one Mealz event the Maildir way (in `inbox/tmp/`, fsync, rename into
     /// `inbox/new/`). Returns the event id.
     public static func push(directory: String, kind: PushKind, products: [RetailerProduct], id: String?) throws(AgentError) -> String {
-        let limits = try AgentConfiguration.load(directory: directory).limits
+        // A broken configuration must not stop deliveries: the agent keeps its settings in force,
+        // and the defaults check what the Mealz side sends meanwhile.
+        let limits = ((try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()).limits
         if let id { try checkIdentifier(id, "push: the event id", limits: limits) }
         if case let .transfer(transferId) = kind { try checkIdentifier(transferId, "push: the transfer id", limits: limits) }
         for product in products {
