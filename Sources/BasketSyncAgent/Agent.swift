@@ -120,7 +120,9 @@ public final class Agent {
     private func attempt(_ scope: SyncEngine.PassScope, inboxSeen: [String] = []) {
         do {
             try engine.pass(scope, inboxSeen: inboxSeen)
-            retryDelay = 0.5
+            // Only a whole pass that succeeds ends a run of failures: a small one (a cart
+            // unchanged) says nothing of the part that failed.
+            if scope == .everything { retryDelay = 0.5 }
         } catch {
             switch error {
             case .databaseGone, .directoryGone:
@@ -131,6 +133,7 @@ public final class Agent {
             }
             engine.reportError(error)
             retryAt = Date().addingTimeInterval(retryDelay)
+            logger.log(.info, "retrying in \(retryDelay) s")
             retryDelay = min(retryDelay * 2, 30)
         }
     }

@@ -147,6 +147,13 @@ import Testing
             try FileManager.default.moveItem(atPath: directory + "/inbox/tmp/e\(index)", toPath: directory + "/inbox/new/e\(index)")
         }
         try await eventually("the full disk is reported") { agent.log.contains("free some disk space") || agent.log.contains("database or disk is full") }
+        // W2: the retry delay grows, and nothing (no wake-up of the agent's own) resets it.
+        try await eventually("the retry delay doubles up to 4 s", timeout: 60) { agent.log.contains("retrying in 4.0 s") }
+        let delays = agent.log.split(separator: "\n").compactMap { line -> Double? in
+            guard let range = line.range(of: "retrying in ") else { return nil }
+            return Double(line[range.upperBound...].prefix { $0 != " " })
+        }
+        #expect(Array(delays.prefix(4)) == [0.5, 1, 2, 4], "\(delays)")
         #expect(playground.names("small/inbox/cur").isEmpty, "nothing acknowledged without room to record it")
         for line in playground.read("small/outbox.jsonl").split(separator: "\n", omittingEmptySubsequences: false).dropLast() {
             #expect((try? JSONSerialization.jsonObject(with: Data(line.utf8))) != nil, "no torn line: \(line)")
