@@ -160,11 +160,8 @@ struct Interleaving {
         }
         model.absorb(effects)
         for effect in effects {
-            switch effect {
-            case let .armTimer(date): timer = date.timeIntervalSince(at(0))
-            case .disarmTimer: timer = nil
-            default: break
-            }
+            if case let .armTimer(date) = effect { timer = date.timeIntervalSince(at(0)) }
+            if case .disarmTimer = effect { timer = nil }
         }
         if effects.filter({ if case .outbox = $0 { true } else { false } }).count > 1 { fail("one input made several outbox records") }
     }
@@ -286,12 +283,14 @@ struct Interleaving {
             let effects = try machine.retailerBasketChanged(cart.lines, syncedThrough: cart.claim, outboxSeqWhenWritten: cart.lastSeq, at: at(now))
             input(effects, "cart \(cart.lines) claim \(cart.claim.map(String.init) ?? "-") written at seq \(cart.lastSeq)")
             // Nothing settles before the host could have seen it.
-            for effect in effects {
-                switch effect {
-                case let .settled(seq), let .lateEcho(seq), let .lateAcknowledgement(seq):
-                    if seq > cart.lastSeq { fail("batch #\(seq) settled by a cart written when the outbox ended at \(cart.lastSeq)") }
-                default: break
-                }
+            let settled = effects.compactMap { effect -> UInt64? in
+                if case let .settled(seq) = effect { return seq }
+                if case let .lateEcho(seq) = effect { return seq }
+                if case let .lateAcknowledgement(seq) = effect { return seq }
+                return nil
+            }
+            for seq in settled where seq > cart.lastSeq {
+                fail("batch #\(seq) settled by a cart written when the outbox ended at \(cart.lastSeq)")
             }
             // Mealz's share follows the cart downward: never more than the cart holds.
             let inCart = Dictionary(cart.lines.map { ($0.id, $0.quantity) }, uniquingKeysWith: +)
