@@ -344,25 +344,22 @@ public struct SyncStateMachine: Sendable {
     /// batches made since stay pending until a cart acknowledges within the outbox). A claim below
     /// the highest acknowledged un-settles nothing. Each new claim out of line is reported once.
     private mutating func acknowledge(_ claim: UInt64, into effects: inout [SyncEffect]) -> UInt64 {
-        let isNewClaim = claim != state.hostClaim
         // The same claim again acknowledges nothing new: the host has processed nothing since
         // (a claim once beyond the outbox must not come to cover the batches made after it).
-        guard isNewClaim else { return state.hostSyncedThrough ?? 0 }
+        guard claim != state.hostClaim else { return state.hostSyncedThrough ?? 0 }
         state.hostClaim = claim
         let acknowledged: UInt64
         if claim > state.lastOutboxSeq {
             let cap = state.acknowledgementCap ?? state.lastOutboxSeq
             state.acknowledgementCap = cap
             acknowledged = cap
-            if isNewClaim {
-                effects.append(.acknowledgementBeyondOutbox(syncedThrough: claim, lastSeq: state.lastOutboxSeq))
-                state.counters.acknowledgementsBeyondOutbox += 1
-            }
+            effects.append(.acknowledgementBeyondOutbox(syncedThrough: claim, lastSeq: state.lastOutboxSeq))
+            state.counters.acknowledgementsBeyondOutbox += 1
         } else {
             state.acknowledgementCap = nil
             acknowledged = claim
         }
-        if let highest = state.hostSyncedThrough, acknowledged < highest, isNewClaim {
+        if let highest = state.hostSyncedThrough, acknowledged < highest {
             effects.append(.acknowledgementWentBack(syncedThrough: claim, highest: highest))
             state.counters.acknowledgementsWentBack += 1
         }
