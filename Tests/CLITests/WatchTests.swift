@@ -258,9 +258,10 @@ import Testing
         _ = try basketSync(["-C", playground.path, "push", "--id", "after-overflow", "A=+1"])
         try playground.writeAtomically("cart.json", cartJSON([("A", 1)], syncedThrough: 1))
         kill(agent.process.processIdentifier, SIGCONT)
-        try await eventually("the agent notices the overflow") { agent.log.contains("the inotify queue overflowed") }
-        try await eventually("the event after the overflow is taken") { playground.records("outbox.jsonl").count == 1 }
-        try await eventually("the cart after the overflow is notified") { lastNotification(playground) == ["A": 1] }
+        // Generous deadlines: 16,000 files and a full re-read, on a machine that may run two suites.
+        try await eventually("the agent notices the overflow", timeout: 90) { agent.log.contains("the inotify queue overflowed") }
+        try await eventually("the event after the overflow is taken", timeout: 90) { playground.records("outbox.jsonl").count == 1 }
+        try await eventually("the cart after the overflow is notified", timeout: 90) { lastNotification(playground) == ["A": 1] }
         #expect(agent.stop() == 0)
     }
 
