@@ -22,6 +22,8 @@ final class Store {
     /// `.basket-sync/` inside it.
     let stateDirectory: String
     private let connection: SQLiteConnection
+    /// Opened for reading only: transactions are deferred, nothing is written.
+    private let readOnly: Bool
     /// The database file, and which file it was when opened (device, inode).
     let databasePath: String
     private let databaseIdentity: [Int64]
@@ -34,7 +36,9 @@ final class Store {
     static let commitSignalName = "committed"
 
     /// Opens the database, creating `.basket-sync/` (0700) and the schema when `create` is set.
-    init(directory: String, create: Bool, busyTimeoutMilliseconds: Int32 = 15_000) throws(AgentError) {
+    /// `readOnly` opens it for reading only (`status`): it works on a read-only file system.
+    init(directory: String, create: Bool, readOnly: Bool = false, busyTimeoutMilliseconds: Int32 = 15_000) throws(AgentError) {
+        self.readOnly = readOnly
         self.directory = directory
         stateDirectory = "\(directory)/\(Store.stateDirectoryName)"
         let databasePath = "\(stateDirectory)/\(Store.databaseName)"
@@ -52,13 +56,14 @@ final class Store {
             }
         }
         // SQLite says "unable to open database file" for several causes: name the one at hand.
-        if let cause = Posix.unwritable(stateDirectory) {
+        if !readOnly, let cause = Posix.unwritable(stateDirectory) {
             throw .system(SystemError(operation: "open the database", path: databasePath, code: cause))
         }
-        connection = try SQLiteConnection(path: databasePath)
+        connection = try SQLiteConnection(path: databasePath, readOnly: readOnly)
         self.databasePath = databasePath
         databaseIdentity = Posix.linkInfo(databasePath)?.identity ?? []
         connection.setBusyTimeout(milliseconds: busyTimeoutMilliseconds)
+        if readOnly { return }
         try connection.execute("PRAGMA journal_mode=WAL")
         try connection.execute("PRAGMA synchronous=FULL")
         try connection.execute("""
@@ -90,7 +95,7 @@ final class Store {
 
     /// Runs `body` in one IMMEDIATE transaction: committed when it returns, rolled back when it throws.
     func withTransaction<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
-        try connection.execute("BEGIN IMMEDIATE")
+        try connection.execute(readOnly ? "BEGIN" : "BEGIN IMMEDIATE")
         // Under the lock: the file this connection writes must still be the database at its path.
         if Posix.linkInfo(databasePath)?.identity.prefix(2) != databaseIdentity.prefix(2) {
             try? connection.execute("ROLLBACK")

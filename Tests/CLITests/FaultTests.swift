@@ -178,6 +178,10 @@ import Testing
         let push = try basketSync(["-C", directory, "push", "A=+1"])
         #expect(push.status == 73 || push.status == 75, "push: \(push.status) \(push.stderr)")
         #expect(push.stderr.contains("the file system is read-only, remount it read-write"))
+        // W5: status only reads: it works on a read-only file system.
+        let status = try basketSync(["-C", directory, "status", "--json"])
+        #expect(status.status == 0, "status: \(status.status) \(status.stderr)")
+        #expect(status.stdout.contains("\"waiting\":1"))
         #expect(mountCommand(["-o", "remount,rw", directory]))
         #expect(try basketSync(["-C", directory, "sync"]).status == 0)
         #expect(playground.records("ro/outbox.jsonl").map { $0["source"] as? String } == ["e1"])

@@ -16,7 +16,8 @@ public struct StatusReport {
 
     /// Reads the state of `directory` as committed now.
     public init(directory: String) throws(AgentError) {
-        let store = try Store(directory: directory, create: false)
+        // It only reads: it works on a read-only file system too.
+        let store = try Store(directory: directory, create: false, readOnly: true)
         self.directory = directory
         var lastLines: [Projection: [UInt8]] = [:]
         var counts: [Projection: UInt64] = [:]

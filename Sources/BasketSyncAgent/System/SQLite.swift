@@ -9,11 +9,27 @@ final class SQLiteConnection {
     /// SQLite's SQLITE_TRANSIENT: bound text is copied at once.
     private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
-    init(path: String) throws(AgentError) {
+    /// `readOnly` opens for reading; on a read-only file system the database is opened immutable
+    /// (nobody can change it there, and its WAL index cannot be made).
+    init(path: String, readOnly: Bool = false) throws(AgentError) {
         self.path = path
         var handle: OpaquePointer?
-        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW
-        let code = sqlite3_open_v2(path, &handle, flags, nil)
+        let access = readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+        var flags = access | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW
+        var name = path
+        if readOnly, Posix.unwritable(Posix.dirname(of: path)) == EROFS {
+            flags |= SQLITE_OPEN_URI
+            let escaped = path.map { character -> String in
+                switch character {
+                case "%": return "%25"
+                case "?": return "%3f"
+                case "#": return "%23"
+                default: return String(character)
+                }
+            }.joined()
+            name = "file:\(escaped)?immutable=1"
+        }
+        let code = sqlite3_open_v2(name, &handle, flags, nil)
         self.handle = handle
         if code != SQLITE_OK {
             let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
