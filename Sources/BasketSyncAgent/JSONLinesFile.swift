@@ -14,8 +14,8 @@ import BasketSyncWire
 /// lines once the fsync returns.
 final class JSONLinesFile {
     let path: String
-    /// What the file was given, as the database remembers it (loaded by the engine).
-    var given: Given?
+    /// What the file was given, as of this process's last catch-up.
+    private(set) var given: Given?
 
     /// What a file was given: which file, how long it was after the append, the last seq in it.
     struct Given: Equatable {
@@ -37,10 +37,14 @@ final class JSONLinesFile {
 
     init(path: String) { self.path = path }
 
-    /// Brings the file up to date with the database. `fetch` is called with the seq to go on
-    /// after and returns the records to append; `lastDatabaseSeq` says the database's last seq,
-    /// to refuse a file that holds more than the database (a lost or replaced database).
+    /// Brings the file up to date with the database. Under the file's lock, `loadGiven` reads what
+    /// the database remembers the file was given (another process may have appended since) and
+    /// `saveGiven` records what it is given now. `fetch` is called with the seq to go on after and
+    /// returns the records to append; `lastDatabaseSeq` says the database's last seq, to refuse a
+    /// file that holds more than the database (a lost or replaced database).
     func catchUp(
+        loadGiven: () throws(AgentError) -> Given?,
+        saveGiven: (Given) throws(AgentError) -> Void,
         lastDatabaseSeq: () throws(AgentError) -> UInt64,
         fetch: (UInt64) throws(AgentError) -> [(seq: UInt64, line: [UInt8])]
     ) throws(AgentError) -> Outcome {
@@ -59,6 +63,8 @@ final class JSONLinesFile {
             throw .system(error)
         }
 
+        given = try loadGiven()
+        let remembered = given
         var outcome = Outcome()
         var size = info.size
         let start: UInt64
@@ -98,6 +104,7 @@ final class JSONLinesFile {
                 do { try Posix.fsync(fd, path: path) } catch { throw .system(error) }
             }
             given = Given(device: info.device, inode: info.inode, size: size, seq: start)
+            if given != remembered { try saveGiven(given!) }
             return outcome
         }
         var bytes: [UInt8] = []
@@ -112,6 +119,7 @@ final class JSONLinesFile {
             throw .system(error)
         }
         given = Given(device: info.device, inode: info.inode, size: size + Int64(bytes.count), seq: newLast)
+        try saveGiven(given!)
         outcome.appended = records.count
         return outcome
     }

@@ -116,7 +116,8 @@ final class Store {
     // MARK: State
 
     private func metaBlob(_ key: String) throws(AgentError) -> [UInt8]? {
-        let statement = try connection.prepare("SELECT value FROM meta WHERE key = ?")
+        let statement = try cached("SELECT value FROM meta WHERE key = ?")
+        defer { statement.reset() }
         statement.bind(1, key)
         return try statement.step() ? statement.blob(0) : nil
     }

@@ -18,7 +18,6 @@ public final class SyncEngine {
     let inbox: Inbox
     var cartReader = CartReader()
     private var files: [Projection: JSONLinesFile] = [:]
-    private var givenLoaded: Set<Projection> = []
     /// The next pending-window deadline, as the machine's timer effects last said; another
     /// process's commit makes it stale until ``refreshDeadline()``.
     public private(set) var nextDeadline: Date?
@@ -151,12 +150,9 @@ public final class SyncEngine {
     /// Catches one JSON Lines file up with the database.
     func publish(_ projection: Projection) throws(AgentError) {
         let file = files[projection]!
-        if !givenLoaded.contains(projection) {
-            file.given = try store.given(projection)
-            givenLoaded.insert(projection)
-        }
-        let before = file.given
         let outcome = try file.catchUp(
+            loadGiven: { () throws(AgentError) in try store.given(projection) },
+            saveGiven: { (given) throws(AgentError) in try store.setGiven(projection, given) },
             lastDatabaseSeq: { () throws(AgentError) in try store.lastSeq(projection) },
             fetch: { (after) throws(AgentError) in try store.lines(projection, after: after) })
         if outcome.truncatedBytes > 0 {
@@ -168,7 +164,6 @@ public final class SyncEngine {
         if outcome.foreignTail, outcome.appended > 0 {
             logger.log(.warning, "\(file.path): its last line is not a record of basket-sync; left alone, the next records follow it")
         }
-        if let given = file.given, given != before { try store.setGiven(projection, given) }
     }
 
     /// Catches every JSON Lines file up with the database (at start, and after another process committed).

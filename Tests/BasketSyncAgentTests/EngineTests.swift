@@ -57,6 +57,26 @@ import Testing
         #expect(try agent.currentState().lastOutboxSeq == 10, "the agent sees the other process's commits")
     }
 
+    /// What a file was given is read under its lock: a process whose memory of it is stale (the
+    /// other process appended since) never appends again what the other wrote, even behind a
+    /// foreign line.
+    @Test func aStaleMemoryOfWhatAFileWasGivenNeverAppendsTwice() throws {
+        let directory = try Directory()
+        let agent = try engine(directory)
+        let oneShot = try engine(directory)
+        _ = try Commands.push(directory: directory.path, kind: .delta, products: [RetailerProduct(id: "A", quantity: 1)], id: "e0")
+        _ = try agent.takeInbox()
+        _ = try Commands.push(directory: directory.path, kind: .delta, products: [RetailerProduct(id: "A", quantity: 1)], id: "e1")
+        _ = try oneShot.takeInbox()
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: directory.path + "/outbox.jsonl"))
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data("{\"note\":\"the host's own line\"}\n".utf8))
+        try handle.close()
+        try agent.publishAll()
+        let seqs = directory.lines("outbox.jsonl").compactMap { line in Int(line.dropFirst("{\"seq\":".count).prefix { $0.isNumber }) }
+        #expect(seqs == [1, 2], "\(directory.read("outbox.jsonl"))")
+    }
+
     @Test func aMissingCartWaitsAnUnchangedOneIsSkippedAndALinkIsFollowedOnlyWhenAsked() throws {
         let directory = try Directory()
         let sync = try engine(directory)
