@@ -48,29 +48,6 @@ import Testing
         }
     }
 
-    /// Runs the binary, killing it after `seconds`: nil when it had to be killed (a hang).
-    func bounded(_ arguments: [String], seconds: Double = 20) throws -> Run? {
-        let process = Process()
-        process.executableURL = binary
-        process.arguments = arguments
-        let out = Pipe()
-        let err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        let deadline = Date().addingTimeInterval(seconds)
-        while process.isRunning, Date() < deadline { usleep(2_000) }
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            return nil
-        }
-        let stdout = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        return Run(status: process.terminationStatus, stdout: stdout, stderr: stderr)
-    }
-
     static let paths = ["cart.json", "outbox.jsonl", "notifications.jsonl", "payments.jsonl", "inbox/new/evt-shape", "basket-sync.json"]
     static let commands: [[String]] = [["sync"], ["apply"], ["status"], ["payment-started", "--total", "1.00"], ["validate", "cart.json"]]
 
@@ -89,7 +66,7 @@ import Testing
                 #expect(try basketSync(["-C", dir, "sync"]).status == 0)
                 try shape.make(at: dir + "/" + path, canary: canary)
                 let context = "\(path) as \(shape.rawValue), \(command.joined(separator: " "))"
-                guard let run = try bounded(["-C", dir] + command) else {
+                guard let run = try basketSync(["-C", dir] + command, killAfter: 20) else {
                     Issue.record("\(context): still running after 20 s (a hang)")
                     continue
                 }
@@ -190,7 +167,7 @@ import Testing
         try FileManager.default.createSymbolicLink(atPath: dir + "/inbox/new/0-link", withDestinationPath: canary.path)
         #expect(mkfifo(dir + "/inbox/new/1-fifo", 0o644) == 0)
         _ = try basketSync(["-C", dir, "push", "--id", "after", "A=+1"])
-        guard let sync = try bounded(["-C", dir, "sync"]) else {
+        guard let sync = try basketSync(["-C", dir, "sync"], killAfter: 20) else {
             Issue.record("sync hung on a FIFO in the inbox")
             return
         }

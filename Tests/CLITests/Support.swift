@@ -57,8 +57,8 @@ let binary: URL = {
     return executable.deletingLastPathComponent().appendingPathComponent("basket-sync")
 }()
 
-/// Runs `basket-sync` with arguments, and optional standard input, to completion.
-func basketSync(_ arguments: [String], environment: [String: String] = [:], in directory: String? = nil, executable: String? = nil) throws -> Run {
+/// Starts `basket-sync` with arguments, its output and errors in pipes.
+private func started(_ arguments: [String], environment: [String: String], in directory: String?, executable: String?) throws -> (Process, out: Pipe, err: Pipe) {
     let process = Process()
     process.executableURL = executable.map { URL(fileURLWithPath: $0) } ?? binary
     process.arguments = arguments
@@ -73,9 +73,31 @@ func basketSync(_ arguments: [String], environment: [String: String] = [:], in d
     process.standardError = err
     process.standardInput = FileHandle.nullDevice
     try process.run()
+    return (process, out, err)
+}
+
+/// Runs `basket-sync` with arguments to completion.
+func basketSync(_ arguments: [String], environment: [String: String] = [:], in directory: String? = nil, executable: String? = nil) throws -> Run {
+    let (process, out, err) = try started(arguments, environment: environment, in: directory, executable: executable)
     let stdout = out.fileHandleForReading.readDataToEndOfFile()
     let stderr = err.fileHandleForReading.readDataToEndOfFile()
     process.waitUntilExit()
+    return Run(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self), stderr: String(decoding: stderr, as: UTF8.self))
+}
+
+/// Runs `basket-sync`, killing it after `seconds`: nil when it had to be killed (a hang). Its
+/// output must fit the pipes (a few KiB), as an error message or a status does.
+func basketSync(_ arguments: [String], killAfter seconds: Double) throws -> Run? {
+    let (process, out, err) = try started(arguments, environment: [:], in: nil, executable: nil)
+    let deadline = Date().addingTimeInterval(seconds)
+    while process.isRunning, Date() < deadline { usleep(2_000) }
+    if process.isRunning {
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        return nil
+    }
+    let stdout = out.fileHandleForReading.readDataToEndOfFile()
+    let stderr = err.fileHandleForReading.readDataToEndOfFile()
     return Run(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self), stderr: String(decoding: stderr, as: UTF8.self))
 }
 
