@@ -5,9 +5,10 @@ import BasketSync
 import Glibc
 import Synchronization
 
-/// The host's cart, in memory. Mealz's deltas arrive here: +n adds n, -n removes n, clamped at 0.
+/// The host's cart, in memory, keyed by `ExactID`: SKUs compare byte for byte (a `String` key
+/// would merge `café` in NFC with `café` in NFD). Mealz's deltas arrive here: +n adds n, -n removes n, clamped at 0.
 final class InMemoryCart: RetailerBasketSynchronizer {
-    private let lines = Mutex<[String: Int]>([:])
+    private let lines = Mutex<[ExactID: Int]>([:])
 
     func updateBasket(products: [RetailerProduct]) {
         lines.withLock { cart in RetailerProduct.apply(products, to: &cart) }
@@ -15,15 +16,15 @@ final class InMemoryCart: RetailerBasketSynchronizer {
     }
 
     /// The shopper edits the cart in the host's own UI.
-    func set(_ id: String, _ quantity: Int) { lines.withLock { $0[id] = quantity == 0 ? nil : quantity } }
+    func set(_ id: ExactID, _ quantity: Int) { lines.withLock { $0[id] = quantity == 0 ? nil : quantity } }
 
     /// The whole cart, absolute, as notifyRetailerBasketChanged wants it.
     var products: [RetailerProduct] {
-        lines.withLock { cart in cart.keys.sorted().map { RetailerProduct(id: $0, quantity: cart[$0]!) } }
+        lines.withLock { cart in cart.keys.sorted().map { RetailerProduct(id: $0.string, quantity: cart[$0]!) } }
     }
 }
 
-func describe(_ lines: [String: Int]) -> String {
+func describe(_ lines: [ExactID: Int]) -> String {
     lines.keys.sorted().map { "\($0)=\(lines[$0]!)" }.joined(separator: " ")
 }
 
@@ -48,8 +49,8 @@ try manager.receive(.basketState([RetailerProduct(id: "pasta", quantity: 2), Ret
 try manager.notifyRetailerBasketChanged(productLists: cart.products, syncedThrough: 3)
 
 let view = manager.mealzView
-let mealzLines = Dictionary(uniqueKeysWithValues: cart.products.filter { view[$0.id] != nil }.map { ($0.id, $0.quantity) })
-print("host cart:    \(describe(Dictionary(uniqueKeysWithValues: cart.products.map { ($0.id, $0.quantity) })))")
+let mealzLines = Dictionary(uniqueKeysWithValues: cart.products.filter { view[ExactID($0.id)] != nil }.map { (ExactID($0.id), $0.quantity) })
+print("host cart:    \(describe(Dictionary(uniqueKeysWithValues: cart.products.map { (ExactID($0.id), $0.quantity) })))")
 print("Mealz's view: \(describe(view))")
 let converged = mealzLines == view && manager.state.pending.isEmpty
 print(converged ? "converged" : "NOT converged")

@@ -39,7 +39,7 @@ public final class BasketSynchronizationManager: Sendable {
     public var state: SyncState { inner.withLock { $0.machine.state } }
 
     /// Mealz's basket as the WebView shows it: confirmed plus pending quantities.
-    public var mealzView: [String: Int] { inner.withLock { $0.machine.mealzView } }
+    public var mealzView: [ExactID: Int] { inner.withLock { $0.machine.mealzView } }
 
     /// When ``expirePendingWindows()`` is next due, if any batch waits for an echo.
     public var nextDeadline: Date? { inner.withLock { $0.machine.nextDeadline } }

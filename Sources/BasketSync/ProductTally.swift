@@ -3,17 +3,17 @@
 /// Batches and notifications are written in this order, so output is deterministic and follows
 /// the order of the input.
 struct ProductTally: Equatable {
-    private(set) var order: [String] = []
-    private(set) var quantities: [String: Int] = [:]
+    private(set) var order: [ExactID] = []
+    private(set) var quantities: [ExactID: Int] = [:]
 
     init() {}
 
     /// Sums the lines per SKU (the same id twice adds up).
     init(_ products: [RetailerProduct]) {
-        for product in products { add(product.id, product.quantity) }
+        for product in products { add(ExactID(product.id), product.quantity) }
     }
 
-    mutating func add(_ id: String, _ quantity: Int) {
+    mutating func add(_ id: ExactID, _ quantity: Int) {
         if let current = quantities[id] {
             quantities[id] = current.saturatingAdd(quantity)
         } else {
@@ -26,7 +26,7 @@ struct ProductTally: Equatable {
     var nonZeroProducts: [RetailerProduct] {
         order.compactMap { id in
             let quantity = quantities[id]!
-            return quantity == 0 ? nil : RetailerProduct(id: id, quantity: quantity)
+            return quantity == 0 ? nil : RetailerProduct(id: id.string, quantity: quantity)
         }
     }
 }

@@ -13,6 +13,18 @@ public struct RetailerProduct: Codable, Hashable, Sendable {
         self.id = id
         self.quantity = quantity
     }
+
+    /// Equal when the ids have the same bytes (ids are not Unicode-normalized) and the
+    /// quantities are equal.
+    public static func == (lhs: RetailerProduct, rhs: RetailerProduct) -> Bool {
+        lhs.quantity == rhs.quantity && lhs.id.isByteEqual(to: rhs.id)
+    }
+
+    /// Hashes the id's bytes and the quantity.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(ExactID(id))
+        hasher.combine(quantity)
+    }
 }
 
 extension RetailerProduct {
@@ -28,10 +40,11 @@ extension RetailerProduct {
 
     /// Applies a batch of signed deltas to a cart of SKU → quantity, the way a host does:
     /// each line by ``applying(delta:to:)``, a line that reaches 0 removed.
-    public static func apply(_ deltas: [RetailerProduct], to cart: inout [String: Int]) {
+    public static func apply(_ deltas: [RetailerProduct], to cart: inout [ExactID: Int]) {
         for line in deltas {
-            let quantity = applying(delta: line.quantity, to: cart[line.id] ?? 0)
-            cart[line.id] = quantity == 0 ? nil : quantity
+            let id = ExactID(line.id)
+            let quantity = applying(delta: line.quantity, to: cart[id] ?? 0)
+            cart[id] = quantity == 0 ? nil : quantity
         }
     }
 }

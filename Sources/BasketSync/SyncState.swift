@@ -12,13 +12,13 @@ public struct SyncState: Codable, Hashable, Sendable {
     /// The current Mealz basket's number; a payment or a store change starts the next one.
     public var basket: UInt64 = 1
     /// Mealz's own confirmed quantity per SKU (only SKUs above 0).
-    public var confirmed: [String: Int] = [:]
+    public var confirmed: [ExactID: Int] = [:]
     /// Batches sent to the host and not yet settled, in seq order.
     public var pending: [PendingBatch] = []
     /// The most recent batches rolled back, kept to report a late echo.
     public var rolledBack: [PendingBatch] = []
     /// The host's last absolute cart (only lines above 0), or nil before the first cart.
-    public var hostCart: [String: Int]?
+    public var hostCart: [ExactID: Int]?
     /// The highest outbox seq the host has acknowledged (its `syncedThrough`, checked against
     /// the outbox); nil for a host that never wrote one.
     public var hostSyncedThrough: UInt64?
@@ -30,10 +30,10 @@ public struct SyncState: Codable, Hashable, Sendable {
     /// While the host claims beyond the outbox: the seq its acknowledgements are capped at.
     public var acknowledgementCap: UInt64?
     /// The Mealz-related lines of the last notification, or nil before the first one.
-    public var lastNotified: [String: Int]?
+    public var lastNotified: [ExactID: Int]?
     /// The WebView's basis before the pending deltas: the lines of the last notification, emptied
     /// when a payment closes the basket; nil before the first notification (the share stands in).
-    public var viewBase: [String: Int]?
+    public var viewBase: [ExactID: Int]?
     /// The `syncedThrough` of the last notification.
     public var lastNotifiedSyncedThrough: UInt64?
     /// The store set with `setSelectedStoreWithExternalId`.
@@ -41,9 +41,9 @@ public struct SyncState: Codable, Hashable, Sendable {
     /// The mode; payments are recorded only in retailer mode.
     public var mode: SyncMode = .standalone
     /// Order ids of recorded `handlePayment` calls → their payment seq.
-    public var recordedOrders: [String: UInt64] = [:]
+    public var recordedOrders: [ExactID: UInt64] = [:]
     /// Transfer ids of `basketTransfer` events already landed.
-    public var landedTransfers: Set<String> = []
+    public var landedTransfers: Set<ExactID> = []
     /// What happened so far, for `status`.
     public var counters = SyncCounters()
 

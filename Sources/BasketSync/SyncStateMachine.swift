@@ -27,28 +27,28 @@ public struct SyncStateMachine: Sendable {
     /// the last notification (Mealz's share before the first one), plus the pending deltas, each
     /// batch clamped at 0 the way the host applies it. Only SKUs above 0. A `basketState` is
     /// diffed against it, so that the WebView repeating what it was told pushes nothing.
-    public var mealzView: [String: Int] {
+    public var mealzView: [ExactID: Int] {
         var view = state.viewBase ?? state.confirmed
         for batch in state.pending { RetailerProduct.apply(batch.products, to: &view) }
         return view
     }
 
     /// Mealz's share: the units that came from Mealz and that the host applied. Payments count it.
-    public var mealzShare: [String: Int] { state.confirmed }
+    public var mealzShare: [ExactID: Int] { state.confirmed }
 
     /// The signed sum of the pending deltas per SKU (only SKUs with a pending line; a sum may be 0).
-    public var pendingDeltas: [String: Int] {
-        var sums: [String: Int] = [:]
+    public var pendingDeltas: [ExactID: Int] {
+        var sums: [ExactID: Int] = [:]
         for batch in state.pending {
-            for line in batch.products { sums[line.id] = (sums[line.id] ?? 0).saturatingAdd(line.quantity) }
+            for line in batch.products { sums[ExactID(line.id), default: 0] = sums[ExactID(line.id), default: 0].saturatingAdd(line.quantity) }
         }
         return sums
     }
 
     /// The Mealz-related SKUs: those Mealz holds a quantity of, or has a pending delta for.
-    public var mealzRelatedIds: Set<String> {
+    public var mealzRelatedIds: Set<ExactID> {
         var ids = Set(state.confirmed.keys)
-        for batch in state.pending { ids.formUnion(batch.products.map(\.id)) }
+        for batch in state.pending { ids.formUnion(batch.products.lazy.map { ExactID($0.id) }) }
         return ids
     }
 
@@ -77,13 +77,13 @@ public struct SyncStateMachine: Sendable {
         case let .basketTransfer(products, transferId):
             let deltas = try products.validatedDeltas()
             return step(at: now) { machine in
-                if machine.state.landedTransfers.contains(transferId) {
+                if machine.state.landedTransfers.contains(ExactID(transferId)) {
                     machine.state.counters.duplicateTransfers += 1
                     return [.duplicateTransfer(transferId: transferId)]
                 }
                 let effects = machine.push(deltas.nonZeroProducts, source: source, transferId: transferId, at: now)
                 if effects.contains(where: { if case .outbox = $0 { true } else { false } }) {
-                    machine.state.landedTransfers.insert(transferId)
+                    machine.state.landedTransfers.insert(ExactID(transferId))
                 }
                 return effects
             }
@@ -171,7 +171,7 @@ public struct SyncStateMachine: Sendable {
     ) throws(PaymentError) -> [SyncEffect] {
         guard !orderId.isEmpty else { throw .emptyOrderId }
         // A retry is answered before any other check: the order was recorded, whatever changed since.
-        if let seq = state.recordedOrders[orderId] {
+        if let seq = state.recordedOrders[ExactID(orderId)] {
             return step(at: now) { machine in
                 machine.state.counters.duplicatePayments += 1
                 return [.paymentAlreadyRecorded(orderId: orderId, seq: seq)]
@@ -187,7 +187,7 @@ public struct SyncStateMachine: Sendable {
                 type: .handlePayment, reason: mealzProducts.isEmpty ? .noMealzProduct : nil,
                 orderId: orderId, totalPrice: totalPrice, products: productList,
                 mealzProducts: mealzProducts, at: now)
-            machine.state.recordedOrders[orderId] = record.seq
+            machine.state.recordedOrders[ExactID(orderId)] = record.seq
             // Only a recorded payment closes the basket: a skipped one bought nothing of Mealz's.
             return record.status == .recorded ? [.payment(record), machine.closeBasket()] : [.payment(record)]
         }
@@ -199,8 +199,8 @@ public struct SyncStateMachine: Sendable {
     public mutating func setSelectedStore(externalId: String?, mode: SyncMode?, at now: Date) -> [SyncEffect] {
         step(at: now) { machine in
             let newMode = mode ?? machine.state.mode
-            guard externalId != machine.state.storeId || newMode != machine.state.mode else { return [] }
-            if let previous = machine.state.storeId, previous != externalId {
+            guard !externalId.isByteEqual(to: machine.state.storeId) || newMode != machine.state.mode else { return [] }
+            if let previous = machine.state.storeId, !externalId.isByteEqual(to: previous) {
                 machine.state.basket += 1
             }
             machine.state.storeId = externalId
@@ -304,9 +304,9 @@ public struct SyncStateMachine: Sendable {
         let related = mealzRelatedIds
         let list = cart.order.compactMap { id -> RetailerProduct? in
             guard related.contains(id), let quantity = newCart[id] else { return nil }
-            return RetailerProduct(id: id, quantity: quantity)
+            return RetailerProduct(id: id.string, quantity: quantity)
         }
-        let listMap = Dictionary(uniqueKeysWithValues: list.map { ($0.id, $0.quantity) })
+        let listMap = Dictionary(uniqueKeysWithValues: list.map { (ExactID($0.id), $0.quantity) })
         if state.lastNotified != listMap || state.lastNotifiedSyncedThrough != state.hostSyncedThrough {
             state.lastNotificationSeq += 1
             state.lastNotified = listMap
@@ -334,7 +334,7 @@ public struct SyncStateMachine: Sendable {
     /// A batch the host applied becomes Mealz's share: its additions raise the share; its removals
     /// do not lower it here — the share follows the cart downward (a removal from a line that
     /// also holds the shopper's units takes the shopper's first, as the cart shows).
-    private static func settle(_ batch: PendingBatch, into share: inout [String: Int]) {
+    private static func settle(_ batch: PendingBatch, into share: inout [ExactID: Int]) {
         RetailerProduct.apply(batch.products.filter { $0.quantity > 0 }, to: &share)
     }
 
@@ -385,15 +385,16 @@ public struct SyncStateMachine: Sendable {
     /// echoed when the cart shows every line it changed at the quantity it leads to from the
     /// previous cart (earlier pending batches included, clamped at 0 as the host applies them).
     /// The host applies in seq order, so the last echoed batch settles every batch before it.
-    private func echoedPrefix(previousCart: [String: Int], newCart: [String: Int], through echoable: UInt64) -> Int {
-        var expected: [String: Int] = [:]
+    private func echoedPrefix(previousCart: [ExactID: Int], newCart: [ExactID: Int], through echoable: UInt64) -> Int {
+        var expected: [ExactID: Int] = [:]
         var count = 0
         for (index, batch) in state.pending.enumerated() where batch.seq <= echoable {
             for line in batch.products {
-                let base = expected[line.id] ?? previousCart[line.id] ?? 0
-                expected[line.id] = RetailerProduct.applying(delta: line.quantity, to: base)
+                let id = ExactID(line.id)
+                let base = expected[id] ?? previousCart[id] ?? 0
+                expected[id] = RetailerProduct.applying(delta: line.quantity, to: base)
             }
-            if batch.products.allSatisfy({ (newCart[$0.id] ?? 0) == expected[$0.id] }) {
+            if batch.products.allSatisfy({ (newCart[ExactID($0.id)] ?? 0) == expected[ExactID($0.id)] }) {
                 count = index + 1
             }
         }
@@ -402,11 +403,11 @@ public struct SyncStateMachine: Sendable {
 
     /// Rolled-back batches that the new cart shows applied: the host was late, the units are
     /// Mealz's after all (reported).
-    private mutating func lateEchoes(previousCart: [String: Int], newCart: [String: Int], through echoable: UInt64) -> [SyncEffect] {
+    private mutating func lateEchoes(previousCart: [ExactID: Int], newCart: [ExactID: Int], through echoable: UInt64) -> [SyncEffect] {
         var effects: [SyncEffect] = []
         state.rolledBack.removeAll { batch in
             let echoed = batch.seq <= echoable && batch.products.allSatisfy { line in
-                (newCart[line.id] ?? 0) == RetailerProduct.applying(delta: line.quantity, to: previousCart[line.id] ?? 0)
+                (newCart[ExactID(line.id)] ?? 0) == RetailerProduct.applying(delta: line.quantity, to: previousCart[ExactID(line.id)] ?? 0)
             }
             guard echoed else { return false }
             Self.settle(batch, into: &state.confirmed)
@@ -423,7 +424,7 @@ public struct SyncStateMachine: Sendable {
         let view = mealzShare
         return bought.order.compactMap { id in
             let quantity = min(bought.quantities[id]!, view[id] ?? 0)
-            return quantity > 0 ? RetailerProduct(id: id, quantity: quantity) : nil
+            return quantity > 0 ? RetailerProduct(id: id.string, quantity: quantity) : nil
         }
     }
 

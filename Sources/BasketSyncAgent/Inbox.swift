@@ -19,11 +19,12 @@ struct Inbox {
     func waiting(seen: [String] = []) -> [String] {
         let new = folder("new")
         let names = Posix.listDirectory(new).filter { !$0.hasPrefix(".") }
-        let present = Set(names)
+        // Names compare byte for byte: `café` in NFC and in NFD are two deliveries.
+        let present = Set(names.map { ExactID($0) })
         var order = [String]()
-        var taken = Set<String>()
-        for name in seen where present.contains(name) && taken.insert(name).inserted { order.append(name) }
-        let rest = names.filter { !taken.contains($0) }
+        var taken = Set<ExactID>()
+        for name in seen where present.contains(ExactID(name)) && taken.insert(ExactID(name)).inserted { order.append(name) }
+        let rest = names.filter { !taken.contains(ExactID($0)) }
             .map { (name: $0, changed: Posix.linkInfo("\(new)/\($0)")?.changed ?? .max, delivered: Inbox.deliveryTime($0)) }
             .sorted { ($0.changed, $0.delivered.0, $0.delivered.1, $0.delivered.2, $0.name) < ($1.changed, $1.delivered.0, $1.delivered.1, $1.delivered.2, $1.name) }
         return order + rest.map(\.name)

@@ -74,7 +74,7 @@ package enum CartFormat {
             writer.raw("  ")
             writer.string(member.key)
             writer.raw(": ")
-            if member.key == keys.products, case let .array(lines) = member.node.value, !lines.isEmpty {
+            if member.key.isByteEqual(to: keys.products), case let .array(lines) = member.node.value, !lines.isEmpty {
                 writer.raw("[\n")
                 for (lineIndex, line) in lines.enumerated() {
                     writer.raw("    ")
@@ -107,7 +107,7 @@ package struct CartDocument {
     /// The product lines; nil where `apply` removed one.
     private var lines: [JSONNode?]
     /// Where each id's lines are.
-    private var index: [String: [Int]] = [:]
+    private var index: [ExactID: [Int]] = [:]
 
     /// Parses and validates a cart file.
     package init(_ bytes: [UInt8], keys: CartKeys, limits: InputLimits) throws(DecodingFailure) {
@@ -120,35 +120,35 @@ package struct CartDocument {
         case let .object(objectMembers): members = objectMembers
         default: members = [(keys.products, root)]  // a bare array becomes an object, with room for syncedThrough
         }
-        if case let .array(elements)? = members.first(where: { $0.key == keys.products })?.node.value {
+        if case let .array(elements)? = members.first(where: { $0.key.isByteEqual(to: keys.products) })?.node.value {
             lines = elements
         } else {
             lines = []
         }
         for (position, line) in lines.enumerated() {
-            if case let .string(id)? = line?[keys.id]?.value { index[id, default: []].append(position) }
+            if case let .string(id)? = line?[keys.id]?.value { index[ExactID(id), default: []].append(position) }
         }
     }
 
     /// Applies one signed delta: the same id on several lines counts as one line (kept on the
     /// first), the result is clamped at 0, a line that reaches 0 is removed, a new id gets a new line.
     package mutating func apply(_ delta: RetailerProduct) {
-        let matching = index[delta.id] ?? []
+        let matching = index[ExactID(delta.id)] ?? []
         // The cart was validated: every quantity is 0 or more, so the rule sums them too.
         let total = matching.reduce(0) { RetailerProduct.applying(delta: lines[$1]?[keys.quantity]?.integer ?? 0, to: $0) }
         let quantity = RetailerProduct.applying(delta: delta.quantity, to: total)
         if let first = matching.first, quantity > 0, case var .object(lineMembers)? = lines[first]?.value {
-            if let position = lineMembers.firstIndex(where: { $0.key == keys.quantity }) {
+            if let position = lineMembers.firstIndex(where: { $0.key.isByteEqual(to: keys.quantity) }) {
                 lineMembers[position].node = .made(.number(String(quantity)))
             }
             lines[first] = .made(.object(lineMembers))
             for position in matching.dropFirst() { lines[position] = nil }
-            index[delta.id] = [first]
+            index[ExactID(delta.id)] = [first]
         } else {
             for position in matching { lines[position] = nil }
-            index[delta.id] = nil
+            index[ExactID(delta.id)] = nil
             if quantity > 0 {
-                index[delta.id] = [lines.count]
+                index[ExactID(delta.id)] = [lines.count]
                 lines.append(CartFormat.line(for: RetailerProduct(id: delta.id, quantity: quantity), keys: keys))
             }
         }
@@ -157,7 +157,7 @@ package struct CartDocument {
     /// Sets the highest outbox seq processed.
     package mutating func setSyncedThrough(_ seq: UInt64) {
         let synced = JSONNode.made(.number(String(seq)))
-        if let position = members.firstIndex(where: { $0.key == keys.syncedThrough }) {
+        if let position = members.firstIndex(where: { $0.key.isByteEqual(to: keys.syncedThrough) }) {
             members[position].node = synced
         } else {
             members.append((keys.syncedThrough, synced))
@@ -168,7 +168,7 @@ package struct CartDocument {
     package func encoded() -> [UInt8] {
         var written = members
         let products = JSONNode.made(.array(lines.compactMap { $0 }))
-        if let position = written.firstIndex(where: { $0.key == keys.products }) {
+        if let position = written.firstIndex(where: { $0.key.isByteEqual(to: keys.products) }) {
             written[position].node = products
         } else {
             written.append((keys.products, products))

@@ -78,7 +78,7 @@ package struct JSONParser {
         var members: [(key: String, node: JSONNode)] = []
         // Objects are small (a cart line has two or three keys): a linear search finds a duplicate
         // faster than hashing; a set takes over for large ones.
-        var keys: Set<String>?
+        var keys: Set<[UInt8]>?
         try skipSpace()
         if index < bytes.count && bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
         while true {
@@ -90,10 +90,11 @@ package struct JSONParser {
             let key = try string()
             let duplicate: Bool
             if keys != nil {
-                duplicate = !keys!.insert(key).inserted
+                duplicate = !keys!.insert(Array(key.utf8)).inserted
             } else {
-                duplicate = members.contains { $0.key == key }
-                if members.count == 16 { keys = Set(members.map(\.key) + [key]) }
+                // Keys compare byte for byte, like ids: `é` and `e\u{301}` are two keys.
+                duplicate = members.contains { member in sameBytes(member.key, key) }
+                if members.count == 16 { keys = Set((members.map(\.key) + [key]).map { Array($0.utf8) }) }
             }
             guard !duplicate else {
                 throw JSONProblem(offset: keyOffset, reason: "duplicate key \"\(key)\"; keep one")
@@ -268,3 +269,6 @@ package struct JSONParser {
         return value
     }
 }
+
+/// Whether two keys have the same UTF-8 bytes (`==` on `String` is canonical equivalence).
+private func sameBytes(_ lhs: String, _ rhs: String) -> Bool { lhs.utf8.elementsEqual(rhs.utf8) }

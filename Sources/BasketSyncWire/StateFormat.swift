@@ -2,7 +2,8 @@ import BasketSync
 
 /// The library state as the database keeps it: the layout of `SyncState`'s synthesized `Codable`
 /// conformance (dates as seconds since 2001, optionals omitted when nil), so that a database
-/// written by `JSONEncoder` reads back too.
+/// written by `JSONEncoder` reads back too. Id-keyed maps are objects here (read byte for byte by
+/// ``JSONParser``); `JSONEncoder` writes them as `[id, value, …]` arrays, which read back as well.
 ///
 /// The agent saves the state after every input; Foundation's `JSONEncoder` took a third of each
 /// step's instructions, this writer a small part of that. The reader sits beside it: a new field
@@ -32,10 +33,10 @@ package enum StateFormat {
             object.member("mode", state.mode.rawValue)
             object.member("recordedOrders") { writer in
                 writer.object { orders in
-                    for (order, seq) in state.recordedOrders { orders.member(named: order) { $0.integer(seq) } }
+                    for (order, seq) in state.recordedOrders { orders.member(named: order.string) { $0.integer(seq) } }
                 }
             }
-            object.member("landedTransfers") { writer in writer.array(state.landedTransfers) { $0.string($1) } }
+            object.member("landedTransfers") { writer in writer.array(state.landedTransfers) { $0.string($1.string) } }
             object.member("counters") { writer in
                 writer.object { counters in
                     for (name, field) in counterFields { counters.member(named: name) { $0.integer(state.counters[keyPath: field]) } }
@@ -55,9 +56,9 @@ package enum StateFormat {
          ("acknowledgementsWentBack", \.acknowledgementsWentBack)]
     }
 
-    private static func quantities(_ map: [String: Int], _ writer: inout JSONWriter) {
+    private static func quantities(_ map: [ExactID: Int], _ writer: inout JSONWriter) {
         writer.object { object in
-            for (id, quantity) in map { object.member(named: id) { $0.integer(quantity) } }
+            for (id, quantity) in map { object.member(named: id.string) { $0.integer(quantity) } }
         }
     }
 
@@ -95,13 +96,13 @@ package enum StateFormat {
         state.storeId = try object.optional("storeId") { (reader) throws(JSONProblem) in try reader.string("storeId") }
         guard let mode = SyncMode(rawValue: try object.string("mode")) else { throw object.problem("mode") }
         state.mode = mode
-        for (order, node) in try object.members("recordedOrders") {
+        for (order, node) in try object.idKeyed("recordedOrders") {
             guard let seq = node.integer, seq >= 0 else { throw JSONProblem(offset: node.offset, reason: "a payment seq must be a whole number") }
             state.recordedOrders[order] = UInt64(seq)
         }
         for node in try object.elements("landedTransfers") {
             guard case let .string(transfer) = node.value else { throw JSONProblem(offset: node.offset, reason: "a transfer id must be a string") }
-            state.landedTransfers.insert(transfer)
+            state.landedTransfers.insert(ExactID(transfer))
         }
         let counters = StateReader(node: try object.node("counters"))
         // A counter an older version did not have starts at 0.
@@ -153,13 +154,31 @@ private struct StateReader {
         return elements
     }
 
-    func quantities(_ key: String) throws(JSONProblem) -> [String: Int] {
-        var map: [String: Int] = [:]
-        for (id, member) in try members(key) {
+    func quantities(_ key: String) throws(JSONProblem) -> [ExactID: Int] {
+        var map: [ExactID: Int] = [:]
+        for (id, member) in try idKeyed(key) {
             guard let quantity = member.integer else { throw JSONProblem(offset: member.offset, reason: "a quantity must be a whole number") }
             map[id] = quantity
         }
         return map
+    }
+
+    /// A map keyed by ids: an object (this writer, and `JSONEncoder` before ids were `ExactID`),
+    /// or the array `[id, value, …]` that `JSONEncoder` writes for an `ExactID`-keyed map.
+    func idKeyed(_ key: String) throws(JSONProblem) -> [(id: ExactID, node: JSONNode)] {
+        switch try node(key).value {
+        case let .object(members):
+            return members.map { (ExactID($0.key), $0.node) }
+        case let .array(elements) where elements.count % 2 == 0:
+            return try stride(from: 0, to: elements.count, by: 2).map { (index) throws(JSONProblem) in
+                guard case let .string(id) = elements[index].value else {
+                    throw JSONProblem(offset: elements[index].offset, reason: "an id must be a string")
+                }
+                return (ExactID(id), elements[index + 1])
+            }
+        default:
+            throw problem(key)
+        }
     }
 
     func batches(_ key: String) throws(JSONProblem) -> [PendingBatch] {

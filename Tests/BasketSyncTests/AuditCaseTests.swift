@@ -6,7 +6,7 @@ import Testing
 @Suite struct AuditCaseTests {
     /// A host's cart, as the host applies the outbox: every delta once, clamped at 0.
     struct Host {
-        var cart: [String: Int]
+        var cart: [ExactID: Int]
         var processed: UInt64 = 0
         mutating func apply(_ effects: [SyncEffect]) {
             for case let .outbox(record) in effects where record.seq > processed {
@@ -14,7 +14,7 @@ import Testing
                 processed = record.seq
             }
         }
-        var lines: [RetailerProduct] { cart.keys.sorted().map { RetailerProduct(id: $0, quantity: cart[$0]!) } }
+        var lines: [RetailerProduct] { cart.keys.sorted().map { RetailerProduct(id: $0.string, quantity: cart[$0]!) } }
     }
 
     /// Case 2: the first acknowledgement arrives after the window: it settles the batch it covers.

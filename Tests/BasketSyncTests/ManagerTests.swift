@@ -6,7 +6,7 @@ import Testing
 @Suite struct ManagerTests {
     /// A host cart that applies deltas as a host does (clamping at 0).
     final class HostCart: RetailerBasketSynchronizer {
-        let lines = Mutex<[String: Int]>([:])
+        let lines = Mutex<[ExactID: Int]>([:])
         func updateBasket(products: [RetailerProduct]) {
             lines.withLock { cart in RetailerProduct.apply(products, to: &cart) }
         }
@@ -33,7 +33,7 @@ import Testing
         #expect(manager.nextDeadline == at(10))
 
         clock.advance(1)
-        let cart = host.lines.withLock { $0 }.map { RetailerProduct(id: $0.key, quantity: $0.value) }
+        let cart = host.lines.withLock { $0 }.map { RetailerProduct(id: $0.key.string, quantity: $0.value) }
         let effects = try manager.notifyRetailerBasketChanged(productLists: cart, syncedThrough: 2)
         #expect(effects.contains(.settled(seq: 2)))
         #expect(manager.state.confirmed == ["A": 1])

@@ -41,10 +41,10 @@ struct HostProfile: CustomStringConvertible, Sendable {
 /// the basket) plus the batches still pending, applied as a host applies them.
 struct ReferenceModel {
     var records: [OutboxRecord] = []
-    var base: [String: Int] = [:]
+    var base: [ExactID: Int] = [:]
     var pending: [UInt64] = []
 
-    var basis: [String: Int] {
+    var basis: [ExactID: Int] {
         var view = base
         for seq in pending { RetailerProduct.apply(records[Int(seq) - 1].products, to: &view) }
         return view
@@ -57,7 +57,7 @@ struct ReferenceModel {
                 records.append(record)
                 if record.type == .updateBasket { pending.append(record.seq) }
             case let .notify(notification):
-                base = Dictionary(uniqueKeysWithValues: notification.products.map { ($0.id, $0.quantity) })
+                base = Dictionary(uniqueKeysWithValues: notification.products.map { (ExactID($0.id), $0.quantity) })
             case .basketClosed:
                 base = [:]
             case let .settled(seq):
@@ -86,18 +86,21 @@ struct Interleaving {
     var failures: [String] = []
 
     /// What the Mealz side asked for: deltas applied as a host applies them, states absolute.
-    var intended: [String: Int] = [:]
+    var intended: [ExactID: Int] = [:]
     /// The host: its cart, the last seq it processed, and carts written but not yet delivered.
-    var host: [String: Int] = ["x0": 2]
+    var host: [ExactID: Int] = ["x0": 2]
     var processed: UInt64 = 0
     var acknowledges: Bool
-    var backups: [(cart: [String: Int], processed: UInt64)] = []
+    var backups: [(cart: [ExactID: Int], processed: UInt64)] = []
     var inFlight: [(lines: [RetailerProduct], claim: UInt64?, lastSeq: UInt64)] = []
     var orders: [String] = []
     var transfers = 0
 
-    static let mealzSkus = ["m0", "m1", "m2", "m3"]
-    static let shopperSkus = ["x0", "x1", "x2"]
+    /// SKUs in canonical-equivalent spellings are distinct SKUs (SPEC §4: ids compare byte for
+    /// byte): `café` in NFC and in NFD are two Mealz SKUs, `K` is Mealz's while the Kelvin sign
+    /// (U+212A, canonically `K`) is the shopper's. A library that merged them would double units.
+    static let mealzSkus: [ExactID] = ["m0", "K", "caf\u{E9}", "cafe\u{301}"]
+    static let shopperSkus: [ExactID] = ["x0", "x1", "\u{212A}"]
 
     init(seed: UInt64, profile: HostProfile) {
         rng = SplitMix64(seed: seed)
@@ -177,7 +180,7 @@ struct Interleaving {
         for id in Interleaving.mealzSkus.shuffled(using: &rng).prefix(Int.random(in: 1...3, using: &rng)) {
             let have = intended[id] ?? 0
             let quantity = have > 0 && chance(0.4) ? -Int.random(in: 1...have, using: &rng) : Int.random(in: 1...3, using: &rng)
-            batch.append(RetailerProduct(id: id, quantity: quantity))
+            batch.append(RetailerProduct(id: id.string, quantity: quantity))
         }
         RetailerProduct.apply(batch, to: &intended)
         try input(machine.receive(.basketDelta(batch), source: "d\(step)", at: at(now)), "delta \(batch)")
@@ -191,14 +194,14 @@ struct Interleaving {
         }
         if chance(0.2), let dropped = state.keys.sorted().randomElement(using: &rng) { state[dropped] = nil }
         intended = state.filter { $0.value > 0 }
-        let lines = state.keys.sorted().map { RetailerProduct(id: $0, quantity: state[$0]!) }
+        let lines = state.keys.sorted().map { RetailerProduct(id: $0.string, quantity: state[$0]!) }
         try input(machine.receive(.basketState(lines), source: "s\(step)", at: at(now)), "state \(lines)")
     }
 
     /// The WebView repeats what it was told: that must push nothing.
     mutating func webViewRepeatsItself() throws {
         let basis = model.basis
-        let effects = try machine.receive(.basketState(basis.keys.sorted().map { RetailerProduct(id: $0, quantity: basis[$0]!) }), source: "same\(step)", at: at(now))
+        let effects = try machine.receive(.basketState(basis.keys.sorted().map { RetailerProduct(id: $0.string, quantity: basis[$0]!) }), source: "same\(step)", at: at(now))
         input(effects, "state repeated \(basis)")
         if effects.contains(where: { if case .outbox = $0 { true } else { false } }) {
             fail("a basketState equal to the WebView's basis \(basis) pushed \(effects)")
@@ -209,7 +212,7 @@ struct Interleaving {
         // Transfer ids repeat now and then: a transfer lands once.
         let transferId = "t\(chance(0.3) ? max(0, transfers - 1) : transfers)"
         transfers += 1
-        let lines = [RetailerProduct(id: Interleaving.mealzSkus.randomElement(using: &rng)!, quantity: Int.random(in: 1...2, using: &rng))]
+        let lines = [RetailerProduct(id: Interleaving.mealzSkus.randomElement(using: &rng)!.string, quantity: Int.random(in: 1...2, using: &rng))]
         let effects = try machine.receive(.basketTransfer(lines, transferId: transferId), source: "tr\(step)", at: at(now))
         if effects.contains(where: { if case .outbox = $0 { true } else { false } }) { RetailerProduct.apply(lines, to: &intended) }
         input(effects, "transfer \(transferId) \(lines)")
@@ -225,14 +228,14 @@ struct Interleaving {
         let orderId = retry ? orders.last! : "o\(step)"
         let onlyShopper = chance(0.3)
         let bought = host.filter { onlyShopper ? !Interleaving.mealzSkus.contains($0.key) : true }
-        let lines = bought.keys.sorted().map { RetailerProduct(id: $0, quantity: bought[$0]!) }
+        let lines = bought.keys.sorted().map { RetailerProduct(id: $0.string, quantity: bought[$0]!) }
         let effects = try machine.handlePayment(totalPrice: Money("10.00")!, productList: lines, orderId: orderId, at: at(now))
         input(effects, "pay \(orderId) \(lines)")
         if !retry { orders.append(orderId) }
         let recorded = effects.contains { if case let .payment(record) = $0 { record.status == .recorded } else { false } }
         let closed = effects.contains { if case .basketClosed = $0 { true } else { false } }
         if recorded != closed { fail("a payment recorded=\(recorded) closed the basket=\(closed): \(effects)") }
-        if retry, effects != [.paymentAlreadyRecorded(orderId: orderId, seq: machine.state.recordedOrders[orderId] ?? 0)] {
+        if retry, effects != [.paymentAlreadyRecorded(orderId: orderId, seq: machine.state.recordedOrders[ExactID(orderId)] ?? 0)] {
             fail("a retried order was not answered as already recorded: \(effects)")
         }
         if closed {
@@ -271,7 +274,7 @@ struct Interleaving {
 
     /// The host writes its cart; it reaches the library now, or later for a slow host.
     mutating func writeCart() throws {
-        let lines = host.keys.sorted().map { RetailerProduct(id: $0, quantity: host[$0]!) }
+        let lines = host.keys.sorted().map { RetailerProduct(id: $0.string, quantity: host[$0]!) }
         inFlight.append((lines, acknowledges ? processed : nil, UInt64(model.records.count)))
         if !profile.slowDelivery { try deliverCarts() }
     }
@@ -293,7 +296,7 @@ struct Interleaving {
                 fail("batch #\(seq) settled by a cart written when the outbox ended at \(cart.lastSeq)")
             }
             // Mealz's share follows the cart downward: never more than the cart holds.
-            let inCart = Dictionary(cart.lines.map { ($0.id, $0.quantity) }, uniquingKeysWith: +)
+            let inCart = Dictionary(cart.lines.map { (ExactID($0.id), $0.quantity) }, uniquingKeysWith: +)
             for (id, share) in machine.mealzShare where share > (inCart[id] ?? 0) {
                 fail("Mealz's share of \(id) is \(share) but the cart holds \(inCart[id] ?? 0)")
             }

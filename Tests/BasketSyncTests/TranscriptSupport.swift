@@ -39,8 +39,8 @@ struct Transcript {
 
     mutating func tick(_ t: Double) -> [SyncEffect] { machine.expireWindows(at: at(t)) }
 
-    var view: [String: Int] { machine.mealzView }
-    var confirmed: [String: Int] { machine.state.confirmed }
+    var view: [ExactID: Int] { machine.mealzView }
+    var confirmed: [ExactID: Int] { machine.state.confirmed }
     var pendingSeqs: [UInt64] { machine.state.pending.map(\.seq) }
 
     /// Saves the state as the agent does and resumes from it, as after a restart.

@@ -59,6 +59,31 @@ import Testing
         #expect(!status.stdout.split(separator: "\n").contains { $0.hasPrefix("basket-sync: error: forged") })
     }
 
+    /// D5: ids are compared byte for byte end to end. The audit's case: a cart holding `café` in NFC
+    /// (1) and in NFD (5), a delta `café`(NFD) +1, then `apply`: NFD becomes 6, NFC stays 1 (it
+    /// became one line of 7). Then the cart settles the batch: Mealz's share is the NFD SKU's alone.
+    @Test func canonicallyEquivalentIdsStayTwoSkus() throws {
+        let playground = try syncDirectory()
+        let (nfc, nfd) = ("caf\u{E9}", "cafe\u{301}")
+        try playground.write("cart.json", cartJSON([(nfc, 1), (nfd, 5)]))
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "push", "--id", "d1", "\(nfd)=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let apply = try basketSync(["-C", playground.path, "apply"])
+        #expect(apply.status == 0, "\(apply.stderr)")
+        let cart = try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as? [String: Any]
+        let lines = (cart?["products"] as? [[String: Any]] ?? []).map { (Array(($0["id"] as? String ?? "").utf8), $0["quantity"] as? Int ?? -1) }
+        #expect(lines.count == 2, "two lines stay two lines: \(lines)")
+        #expect(lines.first { $0.0 == Array(nfc.utf8) }?.1 == 1, "NFC untouched: \(lines)")
+        #expect(lines.first { $0.0 == Array(nfd.utf8) }?.1 == 6, "NFD took the delta: \(lines)")
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let status = try JSONSerialization.jsonObject(with: Data(try basketSync(["-C", playground.path, "status", "--json"]).stdout.utf8)) as? [String: Any]
+        let mealz = (status?["mealz"] as? [[String: Any]] ?? []).map { (Array(($0["id"] as? String ?? "").utf8), $0["share"] as? Int ?? -1, $0["host"] as? Int ?? -1) }
+        #expect(mealz.count == 1 && mealz[0].0 == Array(nfd.utf8) && mealz[0].1 == 1 && mealz[0].2 == 6, "Mealz's share is 1 of the NFD SKU, the host holds 6: \(mealz)")
+        let notified = playground.records("notifications.jsonl").last?["products"] as? [[String: Any]] ?? []
+        #expect(notified.map { Array(($0["id"] as? String ?? "").utf8) } == [Array(nfd.utf8)], "only the NFD line is Mealz-related")
+    }
+
     /// C1: quantities at the limits of Int saturate everywhere, `status` included: no trap.
     @Test func hugeQuantitiesNeverCrashStatus() throws {
         let playground = try syncDirectory()

@@ -37,6 +37,22 @@ import Testing
         #expect(playground.records("outbox.jsonl").count == 1)
     }
 
+    /// D5: two deliveries whose names are canonically equivalent (`café` in NFC and in NFD) are two
+    /// events: the agent takes both as they arrive.
+    @Test func deliveriesNamedAlikeUnderUnicodeAreTwoEvents() async throws {
+        let playground = try Playground()
+        let agent = try await started(playground)
+        for (name, sku) in [("caf\u{E9}", "A"), ("cafe\u{301}", "B")] {
+            try playground.write("inbox/tmp/" + name, #"{"id":"e-\#(sku)","type":"basketDelta","products":[{"id":"\#(sku)","quantity":1}]}"#)
+        }
+        for name in ["caf\u{E9}", "cafe\u{301}"] {
+            try FileManager.default.moveItem(atPath: playground.path + "/inbox/tmp/" + name, toPath: playground.path + "/inbox/new/" + name)
+        }
+        try await eventually("both events reach the outbox") { playground.records("outbox.jsonl").count == 2 }
+        #expect(playground.names("inbox/cur").count == 2)
+        #expect(agent.process.isRunning)
+    }
+
     /// W1: a SIGHUP that changes `"cart"` makes the agent watch the new path at once.
     @Test func aSighupThatMovesTheCartWatchesTheNewPath() async throws {
         let playground = try Playground()

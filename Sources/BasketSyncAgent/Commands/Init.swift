@@ -1,3 +1,4 @@
+import BasketSync
 import BasketSyncWire
 
 extension Commands {
@@ -57,7 +58,7 @@ extension Commands {
                         // A retried order must still be answered as recorded.
                         for record in records {
                             if let payment = try? RecordFormat.payment(record.line), payment.type == .handlePayment, let order = payment.orderId {
-                                state.recordedOrders[order] = payment.seq
+                                state.recordedOrders[ExactID(order)] = payment.seq
                             }
                         }
                     }

@@ -5,7 +5,7 @@ import BasketSyncWire
 public struct StatusReport {
     let directory: String
     let state: SyncState
-    let view: [String: Int]
+    let view: [ExactID: Int]
     let lastLines: [Projection: [UInt8]]
     let counts: [Projection: UInt64]
     let inboxTaken: Int64
@@ -37,11 +37,11 @@ public struct StatusReport {
         now = Date()
     }
 
-    private var mealzIds: [String] {
+    private var mealzIds: [ExactID] {
         SyncStateMachine(state: state).mealzRelatedIds.sorted()
     }
 
-    private func pendingDelta(_ id: String) -> Int {
+    private func pendingDelta(_ id: ExactID) -> Int {
         SyncStateMachine(state: state).pendingDeltas[id] ?? 0
     }
 
@@ -105,7 +105,7 @@ public struct StatusReport {
             object.member("mealz") { writer in
                 writer.array(mealzIds) { writer, id in
                     writer.object { line in
-                        line.member("id", id)
+                        line.member("id", id.string)
                         line.member("share", state.confirmed[id] ?? 0)
                         line.member("basis", view[id] ?? 0)
                         line.member("pending", pendingDelta(id))

@@ -1,0 +1,69 @@
+/// An id compared byte for byte, as SPEC §4 wants ids compared: Swift's `String` equality, hashing
+/// and ordering follow Unicode canonical equivalence (`"café"` in NFC equals `"café"` in NFD, the
+/// Kelvin sign equals `K`), ids do not — two spellings are two SKUs, two orders, two events.
+///
+/// Every map or set keyed by an id uses it. It converts from a string literal, so
+/// `view["café"]` reads as before.
+///
+/// It is deliberately not `CodingKeyRepresentable`: a map keyed by it encodes as an array
+/// `[id, value, id, value, …]`, because Foundation's `JSONDecoder` merges object keys that are
+/// canonically equivalent (it would read `{"café": 1, "café": 2}` in NFC and NFD as one SKU).
+public struct ExactID: Hashable, Comparable, Sendable, Codable, ExpressibleByStringLiteral, CustomStringConvertible {
+    /// The id as written.
+    public let string: String
+
+    /// Wraps an id.
+    public init(_ string: String) { self.string = string }
+
+    /// Wraps a literal id.
+    public init(stringLiteral value: String) { self.string = value }
+
+    /// Equal when the UTF-8 bytes are equal.
+    public static func == (lhs: ExactID, rhs: ExactID) -> Bool { lhs.string.isByteEqual(to: rhs.string) }
+
+    /// Hashes the UTF-8 bytes.
+    public func hash(into hasher: inout Hasher) {
+        var copy = string
+        copy.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+        hasher.combine(0xFF as UInt8)  // never in UTF-8: ends the id
+    }
+
+    /// Byte order (for UTF-8, the order of the code points).
+    public static func < (lhs: ExactID, rhs: ExactID) -> Bool {
+        lhs.string.utf8.lexicographicallyPrecedes(rhs.string.utf8)
+    }
+
+    /// The id as written.
+    public var description: String { string }
+
+    /// Reads an id written as a string.
+    public init(from decoder: any Decoder) throws { self.string = try decoder.singleValueContainer().decode(String.self) }
+
+    /// Writes the id as a string.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(string)
+    }
+}
+
+extension String {
+    /// Whether two strings have the same UTF-8 bytes (`==` on `String` is canonical equivalence).
+    package func isByteEqual(to other: String) -> Bool {
+        var lhs = self, rhs = other
+        return lhs.withUTF8 { a in rhs.withUTF8 { b in a.elementsEqual(b) } }
+    }
+
+    /// The string as an id compared byte for byte.
+    package var exact: ExactID { ExactID(self) }
+}
+
+extension Optional where Wrapped == String {
+    /// Whether two optional strings are both nil or have the same UTF-8 bytes.
+    package func isByteEqual(to other: String?) -> Bool {
+        switch (self, other) {
+        case (nil, nil): true
+        case let (a?, b?): a.isByteEqual(to: b)
+        default: false
+        }
+    }
+}
