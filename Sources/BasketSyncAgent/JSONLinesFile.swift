@@ -12,10 +12,17 @@ import BasketSyncWire
 /// follows what was given; a file moved away, truncated or deleted (rotation) starts again with
 /// the next record. Nothing is ever appended twice. A reader only ever sees complete
 /// lines once the fsync returns.
+///
+/// The file stays open between catch-ups (in the agent, for as long as it runs): closing a file
+/// opened for writing is an inotify event in the sync directory the agent watches, which woke it
+/// after each of its own steps. It is opened again when the path no longer names the open file
+/// (moved away, deleted, replaced).
 final class JSONLinesFile {
     let path: String
     /// What the file was given, as of this process's last catch-up.
     private(set) var given: Given?
+    /// The descriptor kept open, and the file it is open on.
+    private var open: (fd: Int32, device: UInt64, inode: UInt64)?
 
     /// What a file was given: which file, how long it was after the append, the last seq in it.
     struct Given: Equatable {
@@ -37,6 +44,34 @@ final class JSONLinesFile {
 
     init(path: String) { self.path = path }
 
+    deinit { close() }
+
+    /// Closes the file kept open, if any.
+    func close() {
+        if let open { Posix.close(open.fd) }
+        open = nil
+    }
+
+    /// The descriptor on the file the path names now: the one kept open while the path still
+    /// names it, else a new one (the file is created when missing, never through a link).
+    private func descriptor() throws(SystemError) -> Int32 {
+        if let open {
+            if let now = Posix.linkInfo(path), now.kind == .regular, now.device == open.device, now.inode == open.inode {
+                return open.fd
+            }
+            close()
+        }
+        let fd = try Posix.open(path, [.readWrite, .create, .append])
+        do {
+            let info = try Posix.fileInfo(fd, path: path)
+            open = (fd, info.device, info.inode)
+        } catch {
+            Posix.close(fd)
+            throw error
+        }
+        return fd
+    }
+
     /// Brings the file up to date with the database. Under the file's lock, `loadGiven` reads what
     /// the database remembers the file was given (another process may have appended since) and
     /// `saveGiven` records what it is given now. `fetch` is called with the seq to go on after and
@@ -51,15 +86,17 @@ final class JSONLinesFile {
         let fd: Int32
         let info: FileInfo
         do {
-            fd = try Posix.open(path, [.readWrite, .create, .append])
+            fd = try descriptor()
+            _ = try Posix.lockExclusive(fd, path: path)
         } catch {
+            close()
             throw .system(error)
         }
-        defer { Posix.close(fd) }
+        defer { Posix.unlock(fd) }
         do {
-            _ = try Posix.lockExclusive(fd, path: path)
             info = try Posix.fileInfo(fd, path: path)
         } catch {
+            close()
             throw .system(error)
         }
 

@@ -1,4 +1,4 @@
-// basket-sync-bench: cart renamed → notification durable, for basket-sync, for the floor (a
+// basket-sync-bench: cart renamed → notification line durable, for basket-sync, for the floor (a
 // minimal C loop of inotify + read + append + fsync, built here with cc) and for an
 // `inotifywait | jq` pipeline; inbox event → outbox line; cart size scaling; a burst of rewrites;
 // idle cost. Prints one markdown report. `--quick` runs a tiny setting (the test suite's check).
@@ -12,9 +12,13 @@ func monotonic() -> Double {
     return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
 }
 
+/// The programs started and not yet stopped: a failing run stops them before it exits.
+nonisolated(unsafe) var children: Set<pid_t> = []
+
 func fail(_ message: String) -> Never {
     let bytes = Array("basket-sync-bench: \(message)\n".utf8)
     _ = bytes.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
+    for child in children { kill(child, SIGKILL) }
     exit(1)
 }
 
@@ -68,6 +72,7 @@ func spawn(_ argv: [String], stderrPath: String = "/dev/null") -> pid_t {
     defer { for pointer in cArgs { free(pointer) } }
     let result = posix_spawnp(&pid, argv[0], &actions, &attributes, &cArgs, environ)
     guard result == 0 else { fail("cannot start \(argv[0]): \(String(cString: strerror(result)))") }
+    children.insert(pid)
     return pid
 }
 
@@ -83,27 +88,41 @@ func stop(_ pid: pid_t, _ signal: Int32 = SIGKILL) {
     kill(pid, signal)
     var status: Int32 = 0
     waitpid(pid, &status, 0)
+    children.remove(pid)
 }
 
 func onPath(_ tool: String) -> Bool {
     (getenv("PATH").map { String(cString: $0) } ?? "").split(separator: ":").contains { access("\($0)/\(tool)", X_OK) == 0 }
 }
 
-/// Waits for IN_CLOSE_WRITE of one file name in a directory: the writer fsyncs, then closes.
-final class CloseWatch {
+/// Waits until a line written to one file of a directory is durable: IN_MODIFY says it was
+/// written, then an fsync of the file returns once its data is on disk (the writer's own fsync,
+/// under way, is waited for). A writer that keeps its file open never closes it, so a close is
+/// not the sign (basket-sync keeps its JSON Lines files open: closing them woke its own watch).
+final class WriteWatch {
     let fd: Int32
     let name: String
+    let path: String
 
     init(directory: String, name: String) {
         fd = inotify_init1(Int32(IN_CLOEXEC | IN_NONBLOCK))
         self.name = name
-        guard fd >= 0, inotify_add_watch(fd, directory, UInt32(IN_CLOSE_WRITE)) >= 0 else { fail("inotify on \(directory)") }
+        path = "\(directory)/\(name)"
+        guard fd >= 0, inotify_add_watch(fd, directory, UInt32(IN_MODIFY)) >= 0 else { fail("inotify on \(directory)") }
     }
 
     deinit { close(fd) }
 
-    /// True when `name` was closed after writing within `timeout` seconds.
+    /// True when `name` was written within `timeout` seconds, and is now durable.
     func wait(timeout: Double = 30) -> Bool {
+        guard written(timeout: timeout) else { return false }
+        let file = open(path, O_RDONLY | O_CLOEXEC)
+        guard file >= 0 else { return false }
+        defer { close(file) }
+        return fsync(file) == 0
+    }
+
+    private func written(timeout: Double) -> Bool {
         let deadline = monotonic() + timeout
         var buffer = [UInt8](repeating: 0, count: 65_536)
         while monotonic() < deadline {
@@ -159,7 +178,7 @@ func cartText(lines: Int, version: Int) -> String {
 }
 
 /// Renames `samples` carts into place one after the other and times each one until the
-/// notification file is closed after writing. Version numbers start at `from`.
+/// notification line is durable. Version numbers start at `from`.
 func timeCarts(_ directory: String, lines: Int, samples: Int, from: Int) -> [Double] {
     timeRenames(directory, output: "notifications.jsonl", samples: samples) { sample in
         writeFile("\(directory)/.cart.tmp", cartText(lines: lines, version: from + sample))
@@ -167,10 +186,10 @@ func timeCarts(_ directory: String, lines: Int, samples: Int, from: Int) -> [Dou
     }
 }
 
-/// Times `samples` renames (the files `prepare` writes) each until `output` in `directory` is
-/// closed after writing.
+/// Times `samples` renames (the files `prepare` writes) each until a line written to `output` in
+/// `directory` is durable.
 func timeRenames(_ directory: String, output: String, samples: Int, prepare: (Int) -> (from: String, to: String)) -> [Double] {
-    let watch = CloseWatch(directory: directory, name: output)
+    let watch = WriteWatch(directory: directory, name: output)
     var latencies: [Double] = []
     for sample in 0..<samples {
         let (from, to) = prepare(sample)
@@ -206,7 +225,7 @@ guard access(basketSync, X_OK) == 0 else { fail("\(basketSync) is missing: build
 /// A sync directory with the agent running and A made Mealz-related: every cart changes A.
 func startAgent(_ directory: String) -> pid_t {
     run([basketSync, "-C", directory, "init"])
-    let watch = CloseWatch(directory: directory, name: "outbox.jsonl")
+    let watch = WriteWatch(directory: directory, name: "outbox.jsonl")
     let pid = spawn([basketSync, "-C", directory, "watch"], stderrPath: "\(directory)/../\(directory.split(separator: "/").last!).log")
     run([basketSync, "-C", directory, "push", "A=+1"])
     guard watch.wait() else { fail("the agent did not start in \(directory)") }

@@ -37,6 +37,44 @@ import Testing
         #expect(playground.records("outbox.jsonl").count == 1)
     }
 
+    /// W2: the agent's own appends do not wake it: it keeps its JSON Lines files open, so no
+    /// close-after-write of theirs reaches the directory it watches. A watch of the test's own sees
+    /// every close-after-write in the sync directory while events and carts go through.
+    @Test func theAgentsOwnWritesDoNotWakeIt() async throws {
+        let playground = try Playground()
+        let agent = try await started(playground)
+        let watch = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
+        #expect(watch >= 0)
+        defer { close(watch) }
+        #expect(inotify_add_watch(watch, playground.path, UInt32(IN_CLOSE_WRITE)) >= 0)
+        for round in 1...3 {
+            try playground.write("inbox/tmp/e\(round)", #"{"id":"e\#(round)","type":"basketDelta","products":[{"id":"A","quantity":1}]}"#)
+            try FileManager.default.moveItem(atPath: playground.path + "/inbox/tmp/e\(round)", toPath: playground.path + "/inbox/new/e\(round)")
+            try await eventually("event \(round) reaches the outbox") { playground.records("outbox.jsonl").count == round }
+            try playground.writeAtomically("cart.json", cartJSON([("A", round)], syncedThrough: round))
+            try await eventually("cart \(round) is notified") { playground.records("notifications.jsonl").count == round }
+        }
+        // Every append but the last is followed by another step, so its close (if any) was done.
+        var closed: [String] = []
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(watch, $0.baseAddress, $0.count) }
+            guard count > 0 else { break }
+            var offset = 0
+            while offset < count {
+                let (length, name) = buffer.withUnsafeBytes { raw -> (Int, String) in
+                    let length = Int(raw.load(fromByteOffset: offset + 12, as: UInt32.self))
+                    let bytes = raw[(offset + 16)..<(offset + 16 + length)].prefix { $0 != 0 }
+                    return (length, String(decoding: bytes, as: UTF8.self))
+                }
+                closed.append(name)
+                offset += 16 + length
+            }
+        }
+        #expect(!closed.contains { $0.hasSuffix(".jsonl") }, "the agent closed a file it wrote in the directory it watches: \(closed)")
+        #expect(agent.process.isRunning)
+    }
+
     /// D5: two deliveries whose names are canonically equivalent (`café` in NFC and in NFD) are two
     /// events: the agent takes both as they arrive.
     @Test func deliveriesNamedAlikeUnderUnicodeAreTwoEvents() async throws {

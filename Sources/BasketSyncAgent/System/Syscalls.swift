@@ -225,6 +225,9 @@ enum Posix {
         throw .last("flock", path)
     }
 
+    /// Releases a `flock` (a descriptor kept open between uses holds it until then).
+    static func unlock(_ fd: Int32) { _ = retrying { flock(fd, LOCK_UN) } }
+
     // MARK: Paths
 
     /// What the path itself is, without following a final symbolic link; nil when it does not exist.
