@@ -49,7 +49,7 @@ import Testing
         #expect(products(playground.records("notifications.jsonl").last!) == ["A": 1])
 
         let lock = try WriteLock(playground.path + "/.basket-sync/state.db")
-        let waiting = Process()
+        let waiting = Child()
         waiting.executableURL = binary
         waiting.arguments = ["-C", playground.path, "sync"]
         waiting.standardOutput = FileHandle.nullDevice

@@ -73,8 +73,8 @@ import TestSupport
 /// instants while events flow; after it, the host cart holds every delta exactly once.
 @Suite struct StormTests {
     /// Starts the binary without waiting for it.
-    func spawn(_ arguments: [String]) throws -> Process {
-        let process = Process()
+    func spawn(_ arguments: [String]) throws -> Child {
+        let process = Child()
         process.executableURL = binary
         process.arguments = arguments
         process.standardOutput = FileHandle.nullDevice

@@ -8,7 +8,7 @@ import Testing
     static let shim: String = {
         let source = SampleTests.root.appendingPathComponent("Tests/Support/faultshim.c").path
         let output = FileManager.default.temporaryDirectory.appendingPathComponent("basket-sync-faultshim-\(getpid()).so").path
-        let cc = Process()
+        let cc = Child()
         cc.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         cc.arguments = ["cc", "-shared", "-fPIC", "-O1", "-o", output, source, "-ldl"]
         try? cc.run()
@@ -122,7 +122,7 @@ import Testing
 
     @discardableResult
     func mountCommand(_ arguments: [String], program: String = "/bin/mount") -> Bool {
-        guard let process = try? Process.run(URL(fileURLWithPath: program), arguments: arguments) else { return false }
+        guard let process = try? Child.run(URL(fileURLWithPath: program), arguments: arguments) else { return false }
         process.waitUntilExit()
         return process.terminationStatus == 0
     }
@@ -203,7 +203,7 @@ import Testing
         #expect(denied.stderr.contains("Permission denied; check the owner and the permissions of the file and its directory (basket-sync runs as uid 65534)"), "\(denied.stderr)")
 
         // Given its directory, nobody runs the agent happily.
-        let chown = try Process.run(URL(fileURLWithPath: "/bin/chown"), arguments: ["-R", "65534:65534", directory])
+        let chown = try Child.run(URL(fileURLWithPath: "/bin/chown"), arguments: ["-R", "65534:65534", directory])
         chown.waitUntilExit()
         #expect(try asNobody(["-C", directory, "push", "--id", "e1", "A=+1"]).status == 0)
         #expect(try asNobody(["-C", directory, "sync"]).status == 0)

@@ -133,7 +133,7 @@ import Testing
     @Test func productsCanComeFromStandardInput() throws {
         let playground = try syncDirectory()
         _ = try run(playground, ["set-store", "s", "--mode", "retailer"])
-        let process = Process()
+        let process = Child()
         process.executableURL = binary
         process.arguments = ["-C", playground.path, "payment-started", "--total", "3.00", "--products", "-"]
         let input = Pipe()

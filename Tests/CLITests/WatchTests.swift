@@ -329,7 +329,7 @@ import Testing
         if how == "move" {
             try FileManager.default.moveItem(atPath: directory, toPath: playground.path + "/moved-away")
         } else {
-            let remove = try Process.run(URL(fileURLWithPath: "/bin/rm"), arguments: ["-rf", directory])
+            let remove = try Child.run(URL(fileURLWithPath: "/bin/rm"), arguments: ["-rf", directory])
             remove.waitUntilExit()
         }
         agent.process.waitUntilExit()
