@@ -42,6 +42,14 @@ final class Store {
         self.directory = directory
         stateDirectory = "\(directory)/\(Store.stateDirectoryName)"
         let databasePath = "\(stateDirectory)/\(Store.databaseName)"
+        // SQLite opens these by name, following links and blocking on a FIFO: what is not a
+        // regular file (the state directory: not a directory) is refused before it gets there.
+        if let info = Posix.linkInfo(stateDirectory), info.kind != .directory {
+            throw .system(SystemError(path: stateDirectory, shape: info.kind.name))
+        }
+        for path in [databasePath, databasePath + "-wal", databasePath + "-shm"] {
+            if let info = Posix.linkInfo(path), info.kind != .regular { throw .system(SystemError(path: path, shape: info.kind.name)) }
+        }
         if !Posix.exists(databasePath) {
             if Posix.isPermissionDenied(databasePath) { throw .system(SystemError(operation: "open the database", path: databasePath, code: SystemError.permissionDenied)) }
             guard create else {

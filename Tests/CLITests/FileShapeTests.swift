@@ -30,59 +30,181 @@ import Testing
     }
 
     enum Shape: String, CaseIterable {
+        case regular = "as it is"
+        case linkInside = "a symbolic link to a file inside"
         case linkOutside = "a symbolic link to a file outside"
         case danglingLink = "a dangling symbolic link"
         case fifo = "a FIFO"
         case directory = "a directory"
         case deviceLink = "a symbolic link to /dev/zero"
+        case socket = "a socket"
+        case noPermission = "without permission (mode 000, root's; basket-sync runs as nobody)"
 
-        func make(at path: String, canary: Canary) throws {
+        /// The user the commands run as with this shape (nil: as the test runs, root here).
+        var user: UInt32? { self == .noPermission ? 65534 : nil }
+
+        func make(at path: String, inside directory: String, canary: Canary) throws {
+            if self == .regular { return }
+            if self == .noPermission {
+                // Nobody owns the directory; the path is root's and closed (created when missing).
+                let owner = try Child.run(URL(fileURLWithPath: "/bin/chown"), arguments: ["-R", "65534:65534", directory])
+                owner.waitUntilExit()
+                if !FileManager.default.fileExists(atPath: path) { _ = FileManager.default.createFile(atPath: path, contents: Data("{}".utf8)) }
+                chown(path, 0, 0)
+                chmod(path, 0)
+                return
+            }
             try? FileManager.default.removeItem(atPath: path)
             switch self {
+            case .regular, .noPermission: break
+            case .linkInside:
+                let target = directory + "/inside-target.json"
+                try Data(#"{"products":[]}"#.utf8).write(to: URL(fileURLWithPath: target))
+                try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: target)
             case .linkOutside: try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: canary.path)
             case .danglingLink: try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: "/nonexistent/basket-sync")
             case .fifo: guard mkfifo(path, 0o644) == 0 else { throw CocoaError(.fileWriteUnknown) }
             case .directory: try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
             case .deviceLink: try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: "/dev/zero")
+            case .socket: try bindSocket(at: path)
             }
+        }
+
+        private func bindSocket(at path: String) throws {
+            let fd = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+            guard fd >= 0 else { throw CocoaError(.fileWriteUnknown) }
+            defer { close(fd) }
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            let bytes = Array(path.utf8)
+            guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { throw CocoaError(.fileWriteInvalidFileName) }
+            withUnsafeMutableBytes(of: &address.sun_path) { raw in
+                for (index, byte) in bytes.enumerated() { raw[index] = byte }
+            }
+            let bound = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            guard bound == 0 else { throw CocoaError(.fileWriteUnknown) }
         }
     }
 
-    static let paths = ["cart.json", "outbox.jsonl", "notifications.jsonl", "payments.jsonl", "inbox/new/evt-shape", "basket-sync.json"]
-    static let commands: [[String]] = [["sync"], ["apply"], ["status"], ["payment-started", "--total", "1.00"], ["validate", "cart.json"]]
+    /// Every path basket-sync reads or writes. Before each run the directory holds a cart, one
+    /// record of each kind, and three deliveries waiting: a valid one (`e2`, moved to `cur/e2`), a
+    /// malformed one (`zz-bad`, set aside as `bad/zz-bad` with `bad/zz-bad.error`) and the entry
+    /// `evt-shape`. The agent is also given one more delivery (`e3`) while it runs.
+    static let paths = [
+        "cart.json", "outbox.jsonl", "notifications.jsonl", "payments.jsonl", "basket-sync.json",
+        "inbox/new/evt-shape", "inbox/new", "inbox/cur", "inbox/bad", "inbox/tmp",
+        "inbox/cur/e2", "inbox/bad/zz-bad", "inbox/bad/zz-bad.error",
+        ".basket-sync", ".basket-sync/state.db", ".basket-sync/state.db-wal", ".basket-sync/state.db-shm", ".basket-sync/committed",
+    ]
+    /// Every command that touches the directory; `watch` is the agent.
+    static let commands: [[String]] = [
+        ["sync"], ["apply"], ["status"], ["status", "--json"], ["push", "--id", "p1", "B=+1"], ["set-store", "s1", "--mode", "retailer"],
+        ["payment-started", "--total", "1.00"], ["handle-payment", "--total", "1.00", "--order-id", "o1"],
+        ["validate", "cart.json"], ["init"], ["watch"],
+    ]
+    /// The exit codes the README documents.
+    static let documentedCodes: Set<Int32> = [0, 64, 65, 66, 73, 74, 75, 78]
+
+    /// The directory every case starts from: made once per path, copied per case.
+    static func template(in playground: Playground) throws -> String {
+        let dir = playground.path + "/template"
+        #expect(try basketSync(["-C", dir, "init"]).status == 0)
+        #expect(try basketSync(["-C", dir, "set-store", "s0", "--mode", "retailer"]).status == 0)
+        #expect(try basketSync(["-C", dir, "push", "--id", "e1", "A=+1"]).status == 0)
+        try Data(cartJSON([("A", 1)], syncedThrough: 1).utf8).write(to: URL(fileURLWithPath: dir + "/cart.json"))
+        #expect(try basketSync(["-C", dir, "sync"]).status == 0)
+        #expect(try basketSync(["-C", dir, "payment-started", "--total", "1.00"]).status == 0)
+        #expect(try basketSync(["-C", dir, "push", "--id", "e2", "A=+1"]).status == 0)
+        try Data("{not json".utf8).write(to: URL(fileURLWithPath: dir + "/inbox/new/zz-bad"))
+        try Data(#"{"id":"evt-shape","type":"basketDelta","products":[{"id":"C","quantity":1}]}"#.utf8).write(to: URL(fileURLWithPath: dir + "/inbox/new/evt-shape"))
+        return dir
+    }
 
     @Test(arguments: paths)
-    func noShapeOfAFileMakesACommandHangOrTouchAFileOutside(path: String) throws {
+    func noShapeOfAPathMakesACommandHangOrTouchAFileOutside(path: String) async throws {
+        let playground = try Playground()
+        let template = try Self.template(in: playground)
+        // The canary's directory is open to all: with nobody running, only the file's own mode guards it.
+        chmod(playground.path, 0o755)
         var tried = 0
         for shape in Shape.allCases {
             for command in Self.commands {
-                let playground = try Playground()
                 let outside = try Playground()
+                chmod(outside.path, 0o755)
                 let canary = try Canary(in: outside.path)
-                let dir = playground.path + "/sync"
-                #expect(try basketSync(["-C", dir, "init"]).status == 0)
-                // Something to apply and publish, so that every file is opened.
-                #expect(try basketSync(["-C", dir, "push", "--id", "e1", "A=+1"]).status == 0)
-                #expect(try basketSync(["-C", dir, "sync"]).status == 0)
-                try shape.make(at: dir + "/" + path, canary: canary)
+                let dir = playground.path + "/case"
+                try? FileManager.default.removeItem(atPath: dir)
+                try FileManager.default.copyItem(atPath: template, toPath: dir)
+                try shape.make(at: dir + "/" + path, inside: dir, canary: canary)
                 let context = "\(path) as \(shape.rawValue), \(command.joined(separator: " "))"
-                guard let run = try basketSync(["-C", dir] + command, killAfter: 20) else {
+                let bounded = command == ["watch"]
+                    ? try runAgent(in: dir, user: shape.user)
+                    : try basketSync(["-C", dir] + command, killAfter: 20, user: shape.user)
+                guard let run = bounded else {
                     Issue.record("\(context): still running after 20 s (a hang)")
                     continue
                 }
                 tried += 1
-                #expect([0, 64, 65, 66, 73, 74, 75, 78].contains(run.status), "\(context): exit \(run.status): \(run.stderr)")
-                #expect(run.status < 128, "\(context): killed by a signal")
+                #expect(Self.documentedCodes.contains(run.status), "\(context): exit \(run.status): \(run.stderr)")
                 #expect(canary.damage() == nil, "\(context): \(canary.damage() ?? "")")
-                #expect(!run.stdout.contains("s3cr3t") && !run.stderr.contains("s3cr3t"), "\(context): the outside file's content leaked: \(run.stdout) \(run.stderr)")
-                let bad = (try? String(contentsOfFile: dir + "/inbox/bad/evt-shape.error", encoding: .utf8)) ?? ""
-                #expect(!bad.contains("s3cr3t"), "\(context): the outside file's content leaked into bad/")
+                #expect(!run.stdout.contains("s3cr3t") && !run.stderr.contains("s3cr3t"), "\(context): the outside file's content leaked")
+                for error in ["inbox/bad/zz-bad.error", "inbox/bad/evt-shape.error"] {
+                    // Read as a file basket-sync wrote, never through a link the case planted.
+                    var info = stat()
+                    guard lstat(dir + "/" + error, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { continue }
+                    let text = (try? String(contentsOfFile: dir + "/" + error, encoding: .utf8)) ?? ""
+                    #expect(!text.contains("s3cr3t"), "\(context): the outside file's content leaked into \(error)")
+                }
                 if run.status != 0, !run.stderr.isEmpty {
                     #expect(run.stderr.hasPrefix("basket-sync: "), "\(context): \(run.stderr)")
+                }
+                if shape == .regular, command != ["init"] {
+                    #expect(run.status == 0, "\(context): the untouched directory works: exit \(run.status): \(run.stderr)")
                 }
             }
         }
         #expect(tried == Shape.allCases.count * Self.commands.count)
+    }
+
+    /// The agent on a shaped directory: it starts (or refuses, with its exit code), is given one
+    /// more delivery, and stops on SIGTERM — each step bounded. nil when it did not stop (a hang).
+    func runAgent(in dir: String, user: UInt32?) throws -> Run? {
+        let logPath = dir + "/../agent.log"
+        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
+        let command = asUser(user, ["-C", dir, "watch"])
+        let process = Child()
+        process.executableURL = URL(fileURLWithPath: command.executable ?? binary.path)
+        process.arguments = command.arguments
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        func log() -> String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+        func waitFor(_ seconds: Double, _ condition: () -> Bool) {
+            let deadline = Date().addingTimeInterval(seconds)
+            while !condition(), Date() < deadline { usleep(5_000) }
+        }
+        waitFor(20) { !process.isRunning || log().contains("watching ") }
+        if process.isRunning {
+            let event = #"{"id":"e3","type":"basketDelta","products":[{"id":"D","quantity":1}]}"#
+            if (try? Data(event.utf8).write(to: URL(fileURLWithPath: dir + "/inbox/tmp/e3"))) != nil {
+                rename(dir + "/inbox/tmp/e3", dir + "/inbox/new/e3")
+            }
+            // Taken, or refused with an error: either way the agent has looked at it.
+            waitFor(10) { !process.isRunning || FileManager.default.fileExists(atPath: dir + "/inbox/cur/e3") || log().contains("error:") }
+            kill(process.processIdentifier, SIGTERM)
+            waitFor(20) { !process.isRunning }
+        }
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            return nil
+        }
+        process.waitUntilExit()
+        let status = process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus : process.terminationStatus
+        return Run(status: status, stdout: "", stderr: log())
     }
 
     /// S1: a JSON Lines file replaced by a link to a file outside is refused, never cut or appended to.

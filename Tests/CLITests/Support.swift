@@ -58,8 +58,8 @@ let binary: URL = {
 }()
 
 /// Starts `basket-sync` with arguments, its output and errors in pipes.
-private func started(_ arguments: [String], environment: [String: String], in directory: String?, executable: String?) throws -> (Process, out: Pipe, err: Pipe) {
-    let process = Process()
+private func started(_ arguments: [String], environment: [String: String], in directory: String?, executable: String?) throws -> (Child, out: Pipe, err: Pipe) {
+    let process = Child()
     process.executableURL = executable.map { URL(fileURLWithPath: $0) } ?? binary
     process.arguments = arguments
     var env = ProcessInfo.processInfo.environment
@@ -85,10 +85,17 @@ func basketSync(_ arguments: [String], environment: [String: String] = [:], in d
     return Run(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self), stderr: String(decoding: stderr, as: UTF8.self))
 }
 
-/// Runs `basket-sync`, killing it after `seconds`: nil when it had to be killed (a hang). Its
-/// output must fit the pipes (a few KiB), as an error message or a status does.
-func basketSync(_ arguments: [String], killAfter seconds: Double) throws -> Run? {
-    let (process, out, err) = try started(arguments, environment: [:], in: nil, executable: nil)
+/// The arguments that run `basket-sync` as `user` (through `setpriv`), or as the test runs.
+func asUser(_ user: UInt32?, _ arguments: [String]) -> (executable: String?, arguments: [String]) {
+    guard let user else { return (nil, arguments) }
+    return ("/usr/bin/setpriv", ["--reuid=\(user)", "--regid=\(user)", "--clear-groups", "--", binary.path] + arguments)
+}
+
+/// Runs `basket-sync` (as `user` when given), killing it after `seconds`: nil when it had to be
+/// killed (a hang). Its output must fit the pipes (a few KiB), as an error message or a status does.
+func basketSync(_ arguments: [String], killAfter seconds: Double, user: UInt32? = nil) throws -> Run? {
+    let command = asUser(user, arguments)
+    let (process, out, err) = try started(command.arguments, environment: [:], in: nil, executable: command.executable)
     let deadline = Date().addingTimeInterval(seconds)
     while process.isRunning, Date() < deadline { usleep(2_000) }
     if process.isRunning {
@@ -103,7 +110,7 @@ func basketSync(_ arguments: [String], killAfter seconds: Double) throws -> Run?
 
 /// A running `basket-sync watch`, its stderr collected in a file.
 final class AgentProcess {
-    let process = Process()
+    let process = Child()
     let logURL: URL
 
     init(directory: String, arguments: [String] = [], environment: [String: String] = [:]) throws {
