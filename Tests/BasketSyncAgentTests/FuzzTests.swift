@@ -27,6 +27,8 @@ import TestSupport
     static let seeds: [[UInt8]] = [
         #"{"products": [{"id": "sku-1", "quantity": 2}, {"id": "sku-7", "quantity": 1}], "syncedThrough": 17}"#,
         #"[{"id": "a\"b\\c\u00e9\ud83d\ude00", "quantity": 0}]"#,
+        // Canonical-equivalent ids (NFC, NFD; `K` and the Kelvin sign): two lines, two SKUs.
+        "{\"products\": [{\"id\": \"caf\u{E9}\", \"quantity\": 1}, {\"id\": \"cafe\u{301}\", \"quantity\": 5}, {\"id\": \"\u{212A}\", \"quantity\": 2}, {\"id\": \"K\", \"quantity\": 3}]}",
         #"{"id": "evt-42", "type": "basketDelta", "products": [{"id": "sku-1", "quantity": -2}]}"#,
         #"{"id": "evt-43", "type": "basketState", "products": [{"id": "sku-1", "quantity": 3}]}"#,
         #"{"id": "evt-44", "type": "basketTransfer", "transferId": "t-9", "products": []}"#,
@@ -35,6 +37,13 @@ import TestSupport
     ].map { Array($0.utf8) }
 
     static let alphabet: [UInt8] = Array("{}[]\",:\\-+.0123456789eEtrufalsn /u".utf8) + [0x00, 0x0A, 0x09, 0x7F, 0x80, 0xBF, 0xC3, 0xE9, 0xED, 0xEF, 0xF0, 0xFF]
+
+    /// Whole tokens a mutation inserts: numbers at the limits, and what ids must survive or be
+    /// refused for — C1 controls, line separators raw and escaped, combining marks, the Kelvin sign.
+    static let tokens = [
+        "99999999999999999999999", "-1", "1e308", "0.5", "\"\"", "null", "[[[[[[", "\"\\u0000\"",
+        "\u{85}", "\\u0085", "\u{9B}", "\u{2028}", "\\u2029", "e\u{301}", "\u{E9}", "\u{212A}", "\\u212a", "\\u0301",
+    ]
 
     static func mutate(_ input: [UInt8], _ rng: inout SplitMix64) -> [UInt8] {
         var bytes = input
@@ -47,7 +56,7 @@ import TestSupport
             case 3 where !bytes.isEmpty:
                 let end = min(bytes.count, position + Int.random(in: 1...16, using: &rng))
                 bytes.insert(contentsOf: bytes[position..<end], at: position)
-            case 4: bytes.insert(contentsOf: Array(["99999999999999999999999", "-1", "1e308", "0.5", "\"\"", "null", "[[[[[[", "\"\\u0000\""].randomElement(using: &rng)!.utf8), at: position)
+            case 4: bytes.insert(contentsOf: Array(Self.tokens.randomElement(using: &rng)!.utf8), at: position)
             case 5:
                 let other = seeds.randomElement(using: &rng)!
                 let cut = Int.random(in: 0...other.count, using: &rng)
@@ -69,6 +78,7 @@ import TestSupport
             let line = RecordFormat.line(notification)
             guard line.filter({ $0 == 0x0A }).count == 1, line.last == 0x0A else { return "a record of several lines" }
             guard (try? RecordFormat.notification(line)) == notification else { return "a record that does not read back" }
+            if let failure = applyFollowsTheHostRule(bytes, cart) { return failure }
         } catch {
             problems += error.problems
         }
@@ -82,12 +92,42 @@ import TestSupport
         return nil
     }
 
+    /// `apply`'s cart writer on an accepted cart: deltas on each of its ids (and on a new one) land
+    /// as the host rule says, ids byte for byte, the result is a valid cart with no raw line
+    /// separator, and the lines apply did not touch are kept.
+    static func applyFollowsTheHostRule(_ bytes: [UInt8], _ cart: HostCart) -> String? {
+        guard var document = try? CartDocument(bytes, keys: CartKeys(), limits: InputLimits()) else { return "an accepted cart is not a document" }
+        var expected: [ExactID: Int] = [:]
+        for line in cart.products { expected[ExactID(line.id), default: 0] = expected[ExactID(line.id), default: 0].saturatingAdding(line.quantity) }
+        expected = expected.filter { $0.value > 0 }
+        let deltas = cart.products.enumerated().map { RetailerProduct(id: $1.id, quantity: [1, -1, -3, 2][$0 % 4]) }
+            + [RetailerProduct(id: "new-e\u{301}", quantity: 2)]
+        for delta in deltas { document.apply(delta) }
+        RetailerProduct.apply(deltas, to: &expected)
+        document.setSyncedThrough(1)
+        let written = document.encoded()
+        for separator: [UInt8] in [[0xE2, 0x80, 0xA8], [0xE2, 0x80, 0xA9], [0xC2, 0x85]] where written.windows(separator.count).contains(where: { $0.elementsEqual(separator) }) {
+            return "apply wrote a raw line separator \(separator)"
+        }
+        var lenient = InputLimits()
+        lenient.maxQuantity = .max  // merged duplicate lines may sum past the limit (reported in the note)
+        guard let back = try? CartFormat.decode(written, keys: CartKeys(), limits: lenient) else {
+            return "apply wrote a cart that does not read back: \(String(decoding: written, as: UTF8.self))"
+        }
+        var actual: [ExactID: Int] = [:]
+        for line in back.products { actual[ExactID(line.id), default: 0] = actual[ExactID(line.id), default: 0].saturatingAdding(line.quantity) }
+        guard actual.filter({ $0.value > 0 }) == expected else { return "apply gave \(actual), the host rule \(expected)" }
+        guard back.syncedThrough == 1 else { return "apply lost syncedThrough" }
+        return nil
+    }
+
     /// `BASKET_SYNC_FUZZ_INPUTS` sets how many (default 100,000); `BASKET_SYNC_SEED` replays one run.
     @Test func mutatedInputsNeverCrashAndAlwaysSayWhere() {
         let count = Knobs.value("BASKET_SYNC_FUZZ_INPUTS", default: 100_000)
         let seed = Knobs.seed
         var rng = SplitMix64(seed: seed)
         var accepted = 0
+        var carts = 0
         for index in 0..<count {
             let input = Self.mutate(Self.seeds.randomElement(using: &rng)!, &rng)
             if let failure = Self.check(input) {
@@ -95,9 +135,26 @@ import TestSupport
                 return
             }
             if (try? JSONParser.parse(input)) != nil { accepted += 1 }
+            if (try? CartFormat.decode(input, keys: CartKeys(), limits: InputLimits())) != nil { carts += 1 }
         }
-        print("fuzz: seed \(seed), \(count) inputs, \(accepted) parsed as JSON, none crashed or lost its place")
+        print("fuzz: seed \(seed), \(count) inputs, \(accepted) parsed as JSON, \(carts) valid carts edited as apply does, none crashed or lost its place")
         #expect(accepted > 0 && accepted < count, "the mutations reach both sides")
+        #expect(carts > count / 100, "apply's writer is reached")
     }
 }
 
+
+extension Int {
+    /// `self + other`, pinned at the bounds.
+    func saturatingAdding(_ other: Int) -> Int {
+        let (sum, overflow) = addingReportingOverflow(other)
+        return overflow ? (other > 0 ? .max : .min) : sum
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// The runs of `size` consecutive bytes.
+    func windows(_ size: Int) -> [ArraySlice<UInt8>] {
+        count < size ? [] : (0...(count - size)).map { self[$0..<($0 + size)] }
+    }
+}
