@@ -1,4 +1,5 @@
 import BasketSyncWire
+import Synchronization
 
 /// What the executable needs from the process: output, the sync directory, the exit. Kept here so
 /// that the executable touches no libc.
@@ -11,12 +12,20 @@ public enum Terminal {
         case error = 2
     }
 
+    /// The first failed write of a result, if any: the command then fails (74) instead of
+    /// exiting 0 with its output lost (`status > /dev/full`).
+    private static let outputFailure = Mutex<SystemError?>(nil)
+
     /// Writes `text` and a newline (unless it ends with one), whole.
     public static func emit(_ text: String, to stream: Stream = .output) {
         // A message for people is one line: what it quotes cannot end it or forge another.
         var bytes = Array((stream == .error ? JSONWriter.printable(text) : text).utf8)
         if !text.hasSuffix("\n") { bytes.append(0x0A) }
-        try? Posix.writeAll(stream.rawValue, bytes, path: stream == .output ? "standard output" : "standard error")
+        do {
+            try Posix.writeAll(stream.rawValue, bytes, path: stream == .output ? "standard output" : "standard error")
+        } catch {
+            if stream == .output { outputFailure.withLock { $0 = $0 ?? error } }
+        }
     }
 
     /// The sync directory: `-C`, else `$BASKET_SYNC_DIR`, else the current directory; absolute.
@@ -37,6 +46,12 @@ public enum Terminal {
         }
     }
 
-    /// Ends the process with a sysexits code.
-    public static func exit(_ code: Int32) -> Never { Posix.exit(code) }
+    /// Ends the process with a sysexits code; 74 instead of 0 when a result could not be written.
+    public static func exit(_ code: Int32) -> Never {
+        if code == 0, let failure = outputFailure.withLock({ $0 }) {
+            emit("basket-sync: \(failure.description)", to: .error)
+            Posix.exit(74)
+        }
+        Posix.exit(code)
+    }
 }

@@ -78,7 +78,7 @@ package struct JSONParser {
         var members: [(key: String, node: JSONNode)] = []
         // Objects are small (a cart line has two or three keys): a linear search finds a duplicate
         // faster than hashing; a set takes over for large ones.
-        var keys: Set<[UInt8]>?
+        var keys: Set<ByteKey>?
         try skipSpace()
         if index < bytes.count && bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
         while true {
@@ -90,11 +90,11 @@ package struct JSONParser {
             let key = try string()
             let duplicate: Bool
             if keys != nil {
-                duplicate = !keys!.insert(Array(key.utf8)).inserted
+                duplicate = !keys!.insert(ByteKey(key)).inserted
             } else {
                 // Keys compare byte for byte, like ids: `é` and `e\u{301}` are two keys.
                 duplicate = members.contains { member in sameBytes(member.key, key) }
-                if members.count == 16 { keys = Set((members.map(\.key) + [key]).map { Array($0.utf8) }) }
+                if members.count == 16 { keys = Set((members.map(\.key) + [key]).map { ByteKey($0) }) }
             }
             guard !duplicate else {
                 throw JSONProblem(offset: keyOffset, reason: "duplicate key \"\(key)\"; keep one")
@@ -272,3 +272,14 @@ package struct JSONParser {
 
 /// Whether two keys have the same UTF-8 bytes (`==` on `String` is canonical equivalence).
 private func sameBytes(_ lhs: String, _ rhs: String) -> Bool { lhs.utf8.elementsEqual(rhs.utf8) }
+
+/// A key hashed and compared by its UTF-8 bytes (no copy: the string is kept as it is).
+private struct ByteKey: Hashable {
+    let text: String
+    init(_ text: String) { self.text = text }
+    static func == (lhs: ByteKey, rhs: ByteKey) -> Bool { sameBytes(lhs.text, rhs.text) }
+    func hash(into hasher: inout Hasher) {
+        var copy = text
+        copy.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+    }
+}

@@ -10,9 +10,27 @@ func logger(for directory: String) throws(AgentError) -> Logger {
     Logger(format: try AgentConfiguration.load(directory: directory).logFormat)
 }
 
+/// The agent. The error that stops it (from the start: a directory that is not a sync directory)
+/// is a line of its log, in the log's format.
+func watch(_ invocation: Invocation, directory: String, isSynchronizerRegistered: Bool, logFormat: LogFormat?) -> Int32 {
+    let logger = Logger(format: logFormat ?? .human)
+    do {
+        if invocation.directory != nil { try Terminal.enter(directory) }
+        let agent = try Agent(directory: directory, isSynchronizerRegistered: isSynchronizerRegistered, logFormat: logFormat, logger: logger)
+        try agent.run()
+        return 0
+    } catch {
+        logger.log(.error, error.description)
+        return error.exitCode
+    }
+}
+
 func run() throws(AgentError) -> Int32 {
     let invocation = try Invocation(arguments: CommandLine.arguments.dropFirst())
     let directory = Terminal.syncDirectory(option: invocation.directory)
+    if case let .watch(noSynchronizer, logFormat) = invocation.command {
+        return watch(invocation, directory: directory, isSynchronizerRegistered: !noSynchronizer, logFormat: logFormat)
+    }
     // As `git -C`: the other paths on the command line are relative to the sync directory.
     if invocation.directory != nil, !invocation.command.isInitialize { try Terminal.enter(directory) }
     switch invocation.command {
@@ -23,9 +41,8 @@ func run() throws(AgentError) -> Int32 {
     case let .initialize(adopt):
         let created = try Commands.initialize(directory: directory, adopt: adopt)
         emit(created.isEmpty ? "\(directory) is already a sync directory; nothing to create" : created.map { "created \($0)" }.joined(separator: "\n"))
-    case let .watch(noSynchronizer, logFormat):
-        let agent = try Agent(directory: directory, isSynchronizerRegistered: !noSynchronizer, logFormat: logFormat, logger: Logger())
-        try agent.run()
+    case .watch:
+        break  // run by watch(_:directory:isSynchronizerRegistered:logFormat:)
     case let .sync(noSynchronizer, json):
         let summary = try Commands.syncOnce(directory: directory, isSynchronizerRegistered: !noSynchronizer, logger: try logger(for: directory))
         emit(json ? summary.json : summary.human)

@@ -84,6 +84,35 @@ import Testing
         #expect(notified.map { Array(($0["id"] as? String ?? "").utf8) } == [Array(nfd.utf8)], "only the NFD line is Mealz-related")
     }
 
+    /// A result that cannot be written (stdout on a full disk) fails the command (74), never 0.
+    @Test func aResultThatCannotBeWrittenFailsTheCommand() throws {
+        let playground = try syncDirectory()
+        let full = try #require(FileHandle(forWritingAtPath: "/dev/full"))
+        let errors = playground.path + "/errors.txt"
+        _ = FileManager.default.createFile(atPath: errors, contents: nil)
+        let child = Child()
+        child.executableURL = binary
+        child.arguments = ["-C", playground.path, "status", "--json"]
+        child.standardOutput = full
+        child.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errors))
+        try child.run()
+        child.waitUntilExit()
+        #expect(child.terminationStatus == 74)
+        #expect(playground.read("errors.txt").contains("standard output: write failed: No space left on device"), "\(playground.read("errors.txt"))")
+    }
+
+    /// The error that stops the agent is a line of its log, in the log's format (JSON when asked).
+    @Test func theAgentsFatalErrorIsALogLineInItsFormat() throws {
+        let playground = try Playground()
+        let run = try basketSync(["-C", playground.path + "/nowhere", "watch", "--log-format", "json"])
+        #expect(run.status == 66)
+        let lines = run.stderr.split(separator: "\n")
+        #expect(lines.count == 1, "\(run.stderr)")
+        let line = try JSONSerialization.jsonObject(with: Data((lines.first ?? "").utf8)) as? [String: Any]
+        #expect(line?["level"] as? String == "error", "\(run.stderr)")
+        #expect((line?["message"] as? String)?.contains("nowhere: no such directory") == true, "\(run.stderr)")
+    }
+
     /// C1: quantities at the limits of Int saturate everywhere, `status` included: no trap.
     @Test func hugeQuantitiesNeverCrashStatus() throws {
         let playground = try syncDirectory()
