@@ -28,6 +28,21 @@ public enum Terminal {
         }
     }
 
+    /// The command line's arguments after the program name. One that is not valid UTF-8 is refused
+    /// (64): `CommandLine.arguments` would turn its bad bytes into U+FFFD, making another id.
+    public static func arguments() throws(AgentError) -> [String] {
+        var arguments: [String] = []
+        for index in 1..<Int(CommandLine.argc) {
+            guard let pointer = CommandLine.unsafeArgv[index] else { continue }
+            guard let argument = String(validatingCString: pointer) else {
+                let shown = String(cString: pointer)  // bad bytes shown as U+FFFD
+                throw .usage("argument \(index) (\(JSONWriter.quoted(shown))) is not valid UTF-8; ids and paths must be UTF-8")
+            }
+            arguments.append(argument)
+        }
+        return arguments
+    }
+
     /// The sync directory: `-C`, else `$BASKET_SYNC_DIR`, else the current directory; absolute.
     public static func syncDirectory(option: String?) -> String {
         var path = option ?? Posix.environment("BASKET_SYNC_DIR") ?? "."

@@ -26,7 +26,7 @@ func watch(_ invocation: Invocation, directory: String, isSynchronizerRegistered
 }
 
 func run() throws(AgentError) -> Int32 {
-    let invocation = try Invocation(arguments: CommandLine.arguments.dropFirst())
+    let invocation = try Invocation(arguments: try Terminal.arguments()[...])
     let directory = Terminal.syncDirectory(option: invocation.directory)
     if case let .watch(noSynchronizer, logFormat) = invocation.command {
         return watch(invocation, directory: directory, isSynchronizerRegistered: !noSynchronizer, logFormat: logFormat)

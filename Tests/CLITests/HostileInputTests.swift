@@ -84,6 +84,15 @@ import Testing
         #expect(notified.map { Array(($0["id"] as? String ?? "").utf8) } == [Array(nfd.utf8)], "only the NFD line is Mealz-related")
     }
 
+    /// An argument that is not UTF-8 is refused (64), never turned into another id (U+FFFD).
+    @Test func anArgumentThatIsNotUTF8IsRefused() throws {
+        let playground = try syncDirectory()
+        let run = try basketSync(["-c", #"exec "$0" -C "$1" push --id "$(printf 'e\377')" "$(printf 'a\377b=+1')""#, binary.path, playground.path], executable: "/bin/sh")
+        #expect(run.status == 64, "\(run.stderr)")
+        #expect(run.stderr.contains("is not valid UTF-8"), "\(run.stderr)")
+        #expect(playground.names("inbox/new").isEmpty, "nothing delivered")
+    }
+
     /// A result that cannot be written (stdout on a full disk) fails the command (74), never 0.
     @Test func aResultThatCannotBeWrittenFailsTheCommand() throws {
         let playground = try syncDirectory()
