@@ -1,3 +1,5 @@
+import BasketSync
+
 /// A strict JSON parser (RFC 8259) that keeps positions and refuses what hostile input brings:
 /// invalid UTF-8, control characters in strings, lone surrogates, duplicate keys, nesting deeper
 /// than a limit. A leading UTF-8 byte order mark is skipped; `//` comments are allowed on request
@@ -78,7 +80,7 @@ package struct JSONParser {
         var members: [(key: String, node: JSONNode)] = []
         // Objects are small (a cart line has two or three keys): a linear search finds a duplicate
         // faster than hashing; a set takes over for large ones.
-        var keys: Set<ByteKey>?
+        var keys: Set<ExactID>?
         try skipSpace()
         if index < bytes.count && bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
         while true {
@@ -90,11 +92,11 @@ package struct JSONParser {
             let key = try string()
             let duplicate: Bool
             if keys != nil {
-                duplicate = !keys!.insert(ByteKey(key)).inserted
+                duplicate = !keys!.insert(ExactID(key)).inserted
             } else {
                 // Keys compare byte for byte, like ids: `é` and `e\u{301}` are two keys.
-                duplicate = members.contains { member in sameBytes(member.key, key) }
-                if members.count == 16 { keys = Set((members.map(\.key) + [key]).map { ByteKey($0) }) }
+                duplicate = members.contains { member in member.key.isByteEqual(to: key) }
+                if members.count == 16 { keys = Set((members.map(\.key) + [key]).map { ExactID($0) }) }
             }
             guard !duplicate else {
                 throw JSONProblem(offset: keyOffset, reason: "duplicate key \"\(key)\"; keep one")
@@ -270,16 +272,3 @@ package struct JSONParser {
     }
 }
 
-/// Whether two keys have the same UTF-8 bytes (`==` on `String` is canonical equivalence).
-private func sameBytes(_ lhs: String, _ rhs: String) -> Bool { lhs.utf8.elementsEqual(rhs.utf8) }
-
-/// A key hashed and compared by its UTF-8 bytes (no copy: the string is kept as it is).
-private struct ByteKey: Hashable {
-    let text: String
-    init(_ text: String) { self.text = text }
-    static func == (lhs: ByteKey, rhs: ByteKey) -> Bool { sameBytes(lhs.text, rhs.text) }
-    func hash(into hasher: inout Hasher) {
-        var copy = text
-        copy.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
-    }
-}

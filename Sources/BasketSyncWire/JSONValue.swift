@@ -18,7 +18,7 @@ package struct JSONNode {
     /// The member `key` of an object, if present.
     package subscript(key: String) -> JSONNode? {
         guard case let .object(members) = value else { return nil }
-        return members.first { member in member.key.utf8.elementsEqual(key.utf8) }?.node
+        return members.first { member in member.key.isByteEqual(to: key) }?.node
     }
 
     /// The number as an exact integer: nil for a non-number, a fraction, an exponent or overflow.
