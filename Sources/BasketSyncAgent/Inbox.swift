@@ -16,9 +16,14 @@ struct Inbox {
     /// into `new/` as the file system recorded it: change time (ctime, nanoseconds; coarse, so two
     /// deliveries may share one), then the delivery time the Maildir name carries (`1764516000.M99999P…`
     /// is before `1764516000.M100000P…`, though it sorts after as text), then the name.
-    func waiting(seen: [String] = []) -> [String] {
+    func waiting(seen: [String] = []) throws(SystemError) -> [String] {
+        try checkFolders()
         let new = folder("new")
-        let names = Posix.listDirectory(new).filter { !$0.hasPrefix(".") }
+        let names: [String]
+        do { names = try Posix.entries(of: new).filter { !$0.hasPrefix(".") } } catch {
+            if error.isMissing { return [] }  // not made yet: nothing waits
+            throw error
+        }
         // Names compare byte for byte: `café` in NFC and in NFD are two deliveries.
         let present = Set(names.map { ExactID($0) })
         var order = [String]()
@@ -44,6 +49,15 @@ struct Inbox {
         let unique = parts[1]
         let micros = unique.hasPrefix("M") ? number(after: "M", in: unique) : 0
         return (seconds, micros, number(after: "Q", in: unique))
+    }
+
+    /// Checks that `inbox/` and its folders, where they exist, are directories and not links:
+    /// a folder that is a link to a directory elsewhere would have events read, moved and written
+    /// outside the sync directory.
+    func checkFolders() throws(SystemError) {
+        for path in [directory] + ["new", "cur", "bad", "tmp"].map(folder) {
+            if let info = Posix.linkInfo(path), info.kind != .directory { throw SystemError(path: path, shape: info.kind.name, expectsDirectory: true) }
+        }
     }
 
     /// An entry's path in `new/`.
@@ -93,6 +107,7 @@ struct Inbox {
     /// Delivers an event the Maildir way: written in `tmp/` under a unique name, fsynced, renamed
     /// into `new/`, the directory fsynced.
     func deliver(_ bytes: [UInt8], name: String) throws(SystemError) {
+        try checkFolders()
         let temporary = "\(folder("tmp"))/\(name)"
         do {
             let fd = try Posix.open(temporary, [.writeOnly, .create, .exclusive])
@@ -126,7 +141,9 @@ extension SyncEngine {
     @discardableResult
     public func takeInbox(seen: [String] = []) throws(AgentError) -> InboxSummary {
         var summary = InboxSummary()
-        for name in inbox.waiting(seen: seen) {
+        let waiting: [String]
+        do { waiting = try inbox.waiting(seen: seen) } catch { throw .system(error) }
+        for name in waiting {
             let path = inbox.path(of: name)
             let bytes: [UInt8]
             do {

@@ -45,7 +45,7 @@ final class Store {
         // SQLite opens these by name, following links and blocking on a FIFO: what is not a
         // regular file (the state directory: not a directory) is refused before it gets there.
         if let info = Posix.linkInfo(stateDirectory), info.kind != .directory {
-            throw .system(SystemError(path: stateDirectory, shape: info.kind.name))
+            throw .system(SystemError(path: stateDirectory, shape: info.kind.name, expectsDirectory: true))
         }
         for path in [databasePath, databasePath + "-wal", databasePath + "-shm"] {
             if let info = Posix.linkInfo(path), info.kind != .regular { throw .system(SystemError(path: path, shape: info.kind.name)) }
@@ -53,6 +53,9 @@ final class Store {
         if !Posix.exists(databasePath) {
             if Posix.isPermissionDenied(databasePath) { throw .system(SystemError(operation: "open the database", path: databasePath, code: SystemError.permissionDenied)) }
             guard create else {
+                if Posix.linkInfo(stateDirectory) != nil {
+                    throw .missingInput("\(databasePath): missing: the database is gone; restore \(Store.stateDirectoryName)/ from a backup, or run basket-sync init --adopt to go on from the files' records")
+                }
                 throw .missingInput("\(directory): not a sync directory (no \(Store.stateDirectoryName)/); run basket-sync init there first")
             }
             do {

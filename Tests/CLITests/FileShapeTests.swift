@@ -11,7 +11,11 @@ import Testing
         let bytes: Data
         let attributes: [FileAttributeKey: Any]
 
-        init(in directory: String) throws {
+        /// Whether the canary is alone in its directory (then nothing may appear there either).
+        let alone: Bool
+
+        init(in directory: String, alone: Bool = false) throws {
+            self.alone = alone
             path = directory + "/canary.json"
             bytes = Data(#"{"products":[{"id":"secret-s3cr3t","quantity":1}],"syncedThrough":0}"#.utf8)
             try bytes.write(to: URL(fileURLWithPath: path))
@@ -21,6 +25,10 @@ import Testing
 
         /// Why the canary is not as it was, if it is not.
         func damage() -> String? {
+            if alone {
+                let around = (try? FileManager.default.contentsOfDirectory(atPath: (path as NSString).deletingLastPathComponent)) ?? []
+                if around != ["canary.json"] { return "the canary's directory changed: \(around)" }
+            }
             guard let now = try? FileManager.default.attributesOfItem(atPath: path) else { return "the canary is gone" }
             if FileManager.default.contents(atPath: path) != bytes { return "the canary's bytes changed" }
             if (now[.posixPermissions] as? Int) != (attributes[.posixPermissions] as? Int) { return "the canary's mode changed" }
@@ -33,6 +41,7 @@ import Testing
         case regular = "as it is"
         case linkInside = "a symbolic link to a file inside"
         case linkOutside = "a symbolic link to a file outside"
+        case linkOutsideDirectory = "a symbolic link to the directory outside that holds the canary"
         case danglingLink = "a dangling symbolic link"
         case fifo = "a FIFO"
         case directory = "a directory"
@@ -62,6 +71,8 @@ import Testing
                 try Data(#"{"products":[]}"#.utf8).write(to: URL(fileURLWithPath: target))
                 try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: target)
             case .linkOutside: try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: canary.path)
+            case .linkOutsideDirectory:
+                try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: (canary.path as NSString).deletingLastPathComponent)
             case .danglingLink: try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: "/nonexistent/basket-sync")
             case .fifo: guard mkfifo(path, 0o644) == 0 else { throw CocoaError(.fileWriteUnknown) }
             case .directory: try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
@@ -133,7 +144,7 @@ import Testing
             for command in Self.commands {
                 let outside = try Playground()
                 chmod(outside.path, 0o755)
-                let canary = try Canary(in: outside.path)
+                let canary = try Canary(in: outside.path, alone: true)
                 let dir = playground.path + "/case"
                 try? FileManager.default.removeItem(atPath: dir)
                 try FileManager.default.copyItem(atPath: template, toPath: dir)
@@ -189,7 +200,10 @@ import Testing
         waitFor(20) { !process.isRunning || log().contains("watching ") }
         if process.isRunning {
             let event = #"{"id":"e3","type":"basketDelta","products":[{"id":"D","quantity":1}]}"#
-            if (try? Data(event.utf8).write(to: URL(fileURLWithPath: dir + "/inbox/tmp/e3"))) != nil {
+            // Delivered the Maildir way, by the test, only into real folders (not through a planted link).
+            func isDirectory(_ path: String) -> Bool { var info = stat(); return lstat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFDIR }
+            if isDirectory(dir + "/inbox/tmp"), isDirectory(dir + "/inbox/new"),
+               (try? Data(event.utf8).write(to: URL(fileURLWithPath: dir + "/inbox/tmp/e3"))) != nil {
                 rename(dir + "/inbox/tmp/e3", dir + "/inbox/new/e3")
             }
             // Taken, or refused with an error: either way the agent has looked at it.
@@ -205,6 +219,34 @@ import Testing
         process.waitUntilExit()
         let status = process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus : process.terminationStatus
         return Run(status: status, stdout: "", stderr: log())
+    }
+
+    /// An inbox folder that is a link to a directory elsewhere is refused, never followed: no file
+    /// there is read, moved or written (the outside directory holds a valid event and a secret).
+    /// `status` says the inbox is unusable instead of "0 waiting".
+    @Test(arguments: ["new", "cur", "tmp", "bad"])
+    func anInboxFolderThatIsALinkIsRefusedNotFollowed(folder: String) throws {
+        let playground = try Playground()
+        let dir = playground.path + "/sync"
+        let outside = playground.path + "/outside"
+        _ = try basketSync(["-C", dir, "init"])
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: false)
+        try playground.write("outside/evt", #"{"id":"outside","type":"basketDelta","products":[{"id":"A","quantity":1}]}"#)
+        try playground.write("outside/id_rsa", "SECRET")
+        try playground.write("sync/inbox/new/zz-bad", "{not json")
+        _ = try basketSync(["-C", dir, "push", "--id", "inside", "B=+1"])
+        try FileManager.default.removeItem(atPath: dir + "/inbox/" + folder)
+        try FileManager.default.createSymbolicLink(atPath: dir + "/inbox/" + folder, withDestinationPath: outside)
+        let sync = try basketSync(["-C", dir, "sync"])
+        #expect(sync.status == 73, "\(sync.stderr)")
+        #expect(sync.stderr.contains("inbox/\(folder): is a symbolic link, not a directory"), "\(sync.stderr)")
+        let push = try basketSync(["-C", dir, "push", "--id", "later", "C=+1"])
+        #expect(push.status == 73, "\(push.stderr)")
+        #expect(playground.names("outside") == ["evt", "id_rsa"], "nothing moved out of or into the outside directory")
+        #expect(playground.read("outside/id_rsa") == "SECRET")
+        #expect(!playground.read("sync/outbox.jsonl").contains("outside"), "the outside event was not taken")
+        let status = try basketSync(["-C", dir, "status"])
+        #expect(status.stdout.contains("inbox unusable: ") && status.stdout.contains("not a directory"), "\(status.stdout)")
     }
 
     /// S1: a JSON Lines file replaced by a link to a file outside is refused, never cut or appended to.

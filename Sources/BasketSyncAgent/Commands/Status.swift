@@ -11,6 +11,8 @@ public struct StatusReport {
     let inboxTaken: Int64
     let inboxWaiting: Int
     let inboxBad: Int
+    /// Why `inbox/new/` cannot be read (not a directory, a link, no permission), if it cannot.
+    let inboxProblem: String?
     let errors: [(at: String, level: String, message: String)]
     let now: Date
 
@@ -32,7 +34,13 @@ public struct StatusReport {
         self.lastLines = lastLines
         self.counts = counts
         view = SyncStateMachine(state: state).mealzView
-        inboxWaiting = Posix.listDirectory("\(directory)/inbox/new").filter { !$0.hasPrefix(".") }.count
+        do {
+            inboxWaiting = try Inbox(directory: "\(directory)/inbox").waiting().count
+            inboxProblem = nil
+        } catch {
+            inboxWaiting = 0
+            inboxProblem = error.description
+        }
         inboxBad = Posix.listDirectory("\(directory)/inbox/bad").filter { !$0.hasSuffix(".error") }.count
         now = Date()
     }
@@ -79,6 +87,7 @@ public struct StatusReport {
         }
         lines.append("outbox: \(counts[.outbox] ?? 0) records, notifications: \(counts[.notifications] ?? 0), payments: \(counts[.payments] ?? 0)")
         lines.append("inbox: \(inboxTaken) taken, \(inboxWaiting) waiting in new/, \(inboxBad) in bad/")
+        if let inboxProblem { lines.append("inbox unusable: \(inboxProblem)") }
         let c = state.counters
         lines.append("counters: \(c.updateBaskets) updateBasket, \(c.redirects) redirects, \(c.settled) settled, \(c.rolledBack) rolled back, \(c.ignored) ignored (no synchronizer), \(c.paymentsRecorded) payments recorded, \(c.paymentsSkipped) skipped, \(c.duplicatePayments) duplicate payments, \(c.duplicateTransfers) duplicate transfers")
         lines.append("anomalies: \(c.lateEchoes) late echoes, \(c.lateAcknowledgements) late acknowledgements, \(c.acknowledgementsBeyondOutbox) acknowledgements beyond the outbox, \(c.acknowledgementsWentBack) acknowledgements going back")
@@ -138,6 +147,7 @@ public struct StatusReport {
                     inbox.member("taken", inboxTaken)
                     inbox.member("waiting", inboxWaiting)
                     inbox.member("bad", inboxBad)
+                    inbox.member("problem", inboxProblem)
                 }
             }
             object.member("counters") { writer in

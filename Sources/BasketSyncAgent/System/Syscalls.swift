@@ -92,7 +92,7 @@ enum Posix {
         let flags = options.rawValue | O_CLOEXEC | O_NONBLOCK | (follow ? 0 : O_NOFOLLOW)
         let fd = retrying { Glibc.open(path, flags, mode_t(mode)) }
         if fd < 0 {
-            if errno == ELOOP, !follow { throw SystemError(path: path, shape: FileInfo.Kind.symbolicLink.name) }
+            if errno == ELOOP, !follow { throw SystemError(path: path, shape: FileInfo.Kind.symbolicLink.name, expectsDirectory: options.contains(.directory)) }
             if errno == ENXIO { throw SystemError(path: path, shape: FileInfo.Kind.fifo.name + " or a socket") }
             if errno == EISDIR { throw SystemError(path: path, shape: FileInfo.Kind.directory.name) }
             throw .last("open", path)
@@ -105,7 +105,7 @@ enum Posix {
         }
         guard kind == expected else {
             close(fd)
-            throw SystemError(path: path, shape: kind.name)
+            throw SystemError(path: path, shape: kind.name, expectsDirectory: expected == .directory)
         }
         return fd
     }
@@ -292,12 +292,29 @@ enum Posix {
     /// The names in a directory, sorted; empty when it cannot be read.
     static func listDirectory(_ path: String) -> [String] {
         guard let directory = opendir(path) else { return [] }
+        return names(in: directory)
+    }
+
+    /// The names in a directory (no `.`, `..`), sorted; the directory is opened without
+    /// following a link and without blocking, and must be one: otherwise an error says what it is.
+    static func entries(of path: String) throws(SystemError) -> [String] {
+        let fd = try open(path, [.directory])
+        guard let directory = fdopendir(fd) else {
+            let error = SystemError.last("opendir", path)
+            close(fd)
+            throw error
+        }
+        return names(in: directory)
+    }
+
+    /// Reads and closes `directory`. Each name is read in place: copying `d_name` whole reads past
+    /// a short entry (the crash of swift-corelibs-foundation#5472).
+    private static func names(in directory: OpaquePointer) -> [String] {
         defer { closedir(directory) }
+        let nameOffset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
         var names: [String] = []
         while let entry = readdir(directory) {
-            let name = withUnsafePointer(to: entry.pointee.d_name) {
-                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
-            }
+            let name = String(cString: UnsafeRawPointer(entry).advanced(by: nameOffset).assumingMemoryBound(to: CChar.self))
             if name != "." && name != ".." { names.append(name) }
         }
         return names.sorted()

@@ -11,6 +11,8 @@ public struct SystemError: Error, CustomStringConvertible, Equatable {
     /// What the file is, when the call succeeded on a file of the wrong shape (a symbolic link, a
     /// FIFO, a directory, a device): basket-sync reads and writes regular files only.
     public var shape: String?
+    /// Whether a directory was expected where the wrong shape was found.
+    public var expectsDirectory = false
 
     /// An error of a call, from its errno.
     public init(operation: String, path: String, code: Int32) {
@@ -21,9 +23,10 @@ public struct SystemError: Error, CustomStringConvertible, Equatable {
     }
 
     /// A file of the wrong shape: `shape` says what it is.
-    init(path: String, shape: String) {
+    init(path: String, shape: String, expectsDirectory: Bool = false) {
         self.init(operation: "open", path: path, code: EINVAL)
         self.shape = shape
+        self.expectsDirectory = expectsDirectory
     }
 
     /// A sentence naming the file, the failure and what to do.
@@ -58,7 +61,11 @@ extension SystemError {
 
     /// Why a file of the wrong shape is refused, without its path.
     var shapeReason: String? {
-        shape.map { "is \($0), not a regular file; basket-sync reads and writes regular files only, and follows no symbolic link in the sync directory" }
+        guard let shape else { return nil }
+        if expectsDirectory {
+            return "is \(shape), not a directory; basket-sync follows no symbolic link in the sync directory: make it a directory again (basket-sync init recreates missing folders)"
+        }
+        return "is \(shape), not a regular file; basket-sync reads and writes regular files only, and follows no symbolic link in the sync directory"
     }
 
     /// What `errno` says now, for a call that just failed.
