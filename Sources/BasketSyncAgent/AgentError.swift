@@ -43,7 +43,7 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
         case let .directoryGone(path):
             return "\(path): the sync directory or its .basket-sync/ was removed or moved away, and the state with it; restore it and start the agent again"
         case let .databaseGone(path):
-            return "\(path): the database was deleted or replaced while basket-sync had it open; nothing more is acknowledged. Restore .basket-sync/ from a backup, then start again"
+            return "\(path): deleted or replaced while basket-sync had the database open; nothing more is acknowledged. Restore .basket-sync/ from a backup, then start again"
         case let .notReady(message): return message
         case let .refused(message): return message
         }

@@ -161,6 +161,15 @@ final class JSONLinesFile {
         return outcome
     }
 
+    /// The seq of the file's last complete record, read without writing (0 when none; nil when
+    /// the file cannot be read): `status` compares it with the database's.
+    func lastRecordSeq() -> UInt64? {
+        guard let fd = try? Posix.open(path, [.readOnly]) else { return nil }
+        defer { Posix.close(fd) }
+        guard let info = try? Posix.fileInfo(fd, path: path) else { return nil }
+        return try? readTail(fd, size: info.size).lastSeq
+    }
+
     /// The size up to the end of the last complete line, and that line's seq (0 when none).
     private func readTail(_ fd: Int32, size: Int64) throws(AgentError) -> (completeSize: Int64, lastSeq: UInt64) {
         guard size > 0 else { return (0, 0) }

@@ -27,6 +27,8 @@ final class Store {
     /// The database file, and which file it was when opened (device, inode).
     let databasePath: String
     private let databaseIdentity: [Int64]
+    /// The device and inode of `-wal` and `-shm`, once seen.
+    private var companionIdentities: [ArraySlice<Int64>?] = [nil, nil]
     private var cachedState: SyncState?
     private var cachedDataVersion: Int64 = -1
 
@@ -112,6 +114,22 @@ final class Store {
             try? connection.execute("ROLLBACK")
             if !Posix.isDirectory(stateDirectory) { throw .directoryGone(path: directory) }
             throw .databaseGone(path: databasePath)
+        }
+        // Its write-ahead log and shared memory too: SQLite deletes them only when the last
+        // connection closes, and this one is open. Deleted under it, the commits would go to an
+        // unlinked file and be lost at the next start.
+        if !readOnly {
+            for (index, path) in [databasePath + "-wal", databasePath + "-shm"].enumerated() {
+                let now = Posix.linkInfo(path)?.identity.prefix(2)
+                if let seen = companionIdentities[index] {
+                    if now != seen {
+                        try? connection.execute("ROLLBACK")
+                        throw .databaseGone(path: path)
+                    }
+                } else if let now {
+                    companionIdentities[index] = now
+                }
+            }
         }
         do {
             let result = try body()

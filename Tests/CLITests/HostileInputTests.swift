@@ -93,6 +93,28 @@ import Testing
         #expect(playground.names("inbox/new").isEmpty, "nothing delivered")
     }
 
+    /// A database restored from an older backup: every command that writes finds it behind the
+    /// files (74) before writing — `set-store` and the payment commands too — and `status` says so.
+    @Test func aDatabaseBehindTheFilesStopsEveryWriterAndStatusSaysSo() throws {
+        let playground = try syncDirectory()
+        let dir = playground.path
+        #expect(try basketSync(["-C", dir, "push", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", dir, "sync"]).status == 0)
+        let backup = try Data(contentsOf: playground.url(".basket-sync/state.db"))
+        #expect(try basketSync(["-C", dir, "push", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", dir, "sync"]).status == 0)
+        try backup.write(to: playground.url(".basket-sync/state.db"))
+        for command in [["set-store", "s1"], ["payment-started", "--total", "1.00"], ["handle-payment", "--total", "1.00", "--order-id", "o1"], ["sync"], ["apply"]] {
+            let run = try basketSync(["-C", dir] + command)
+            #expect(run.status == 74, "\(command): \(run.status) \(run.stderr)")
+            #expect(run.stderr.contains("outbox.jsonl: holds record 2 but the database ends at 1"), "\(command): \(run.stderr)")
+        }
+        #expect(playground.records("payments.jsonl").isEmpty, "nothing written")
+        let status = try basketSync(["-C", dir, "status"])
+        #expect(status.status == 0)
+        #expect(status.stdout.contains("database behind the files: \(dir)/outbox.jsonl holds record 2 but the database ends at 1"), "\(status.stdout)")
+    }
+
     /// A result that cannot be written (stdout on a full disk) fails the command (74), never 0.
     @Test func aResultThatCannotBeWrittenFailsTheCommand() throws {
         let playground = try syncDirectory()

@@ -32,7 +32,7 @@ import Testing
         _ = try basketSync(["-C", playground.path, "push", "--id", "after", "A=+1"])
         try await eventually("the agent stops") { !agent.process.isRunning }
         #expect(agent.process.terminationStatus == 74)
-        #expect(agent.log.contains("the database was deleted or replaced while basket-sync had it open"))
+        #expect(agent.log.contains("state.db: deleted or replaced while basket-sync had the database open"))
         #expect(playground.names("inbox/new").count == 1, "the event is not acknowledged")
         #expect(playground.records("outbox.jsonl").count == 1)
     }
@@ -89,6 +89,23 @@ import Testing
         try await eventually("both events reach the outbox") { playground.records("outbox.jsonl").count == 2 }
         #expect(playground.names("inbox/cur").count == 2)
         #expect(agent.process.isRunning)
+    }
+
+    /// D2 under a running agent: its WAL (or shared memory) deleted, it stops (74) before it
+    /// acknowledges anything more — the commits would go to an unlinked file. After the kill,
+    /// the commands that write find the database behind the files (74) before writing.
+    @Test(arguments: ["state.db-wal", "state.db-shm"])
+    func aWALDeletedUnderTheAgentStopsItBeforeAnyAcknowledgement(file: String) async throws {
+        let playground = try Playground()
+        let agent = try await started(playground)
+        try await mealzLineNotified(playground)
+        try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync/" + file)
+        _ = try basketSync(["-C", playground.path, "push", "--id", "after", "A=+1"])
+        try await eventually("the agent stops") { !agent.process.isRunning }
+        #expect(agent.process.terminationStatus == 74)
+        #expect(agent.log.contains("\(file): deleted or replaced while basket-sync had the database open"), "\(agent.log)")
+        #expect(playground.names("inbox/new").count == 1, "the event is not acknowledged")
+        #expect(playground.records("outbox.jsonl").count == 1)
     }
 
     /// W1: a SIGHUP that changes `"cart"` makes the agent watch the new path at once.

@@ -25,6 +25,9 @@ extension Commands {
         directory: String, total: Money, orderId: String?, productsFile: String?, logger: Logger
     ) throws(AgentError) -> PaymentRecord {
         let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: true, logger: logger)
+        // The files first: they hold what the database must hold, and a database that lost it
+        // (restored, its WAL deleted) is found here (74) before anything more is written.
+        try engine.publishAll()
         if let orderId { try checkIdentifier(orderId, "payment-started: the order id", limits: engine.configuration.limits) }
         var products: [RetailerProduct]?
         // The products are the cart's: the cart is taken first, so that the payment counts what it acknowledges.
@@ -54,6 +57,9 @@ extension Commands {
         directory: String, total: Money, orderId: String, productsFile: String?, logger: Logger
     ) throws(AgentError) -> HandlePaymentOutcome {
         let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: true, logger: logger)
+        // The files first: they hold what the database must hold, and a database that lost it
+        // (restored, its WAL deleted) is found here (74) before anything more is written.
+        try engine.publishAll()
         try checkIdentifier(orderId, "handle-payment: the order id", limits: engine.configuration.limits)
         // The products are the cart's: the cart is taken first, so that the payment counts what it acknowledges.
         if productsFile == nil { _ = try? engine.takeCart() }

@@ -29,6 +29,9 @@ extension Commands {
     /// `set-store`: `setSelectedStoreWithExternalId`, and the mode when given; kept in the state.
     public static func setStore(directory: String, externalId: String, mode: SyncMode?, logger: Logger) throws(AgentError) -> StoreSummary {
         let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: true, logger: logger)
+        // The files first: they hold what the database must hold, and a database that lost it
+        // (restored, its WAL deleted) is found here (74) before anything more is written.
+        try engine.publishAll()
         try checkIdentifier(externalId, "set-store: the store id", limits: engine.configuration.limits)
         try engine.step { (machine, now) throws(AgentError) in
             machine.setSelectedStore(externalId: externalId, mode: mode, at: now)

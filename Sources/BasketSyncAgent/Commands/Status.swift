@@ -13,6 +13,8 @@ public struct StatusReport {
     let inboxBad: Int
     /// Why `inbox/new/` cannot be read (not a directory, a link, no permission), if it cannot.
     let inboxProblem: String?
+    /// JSON Lines files holding records the database does not (it was lost, restored or replaced).
+    let databaseBehind: [String]
     let errors: [(at: String, level: String, message: String)]
     let now: Date
 
@@ -33,6 +35,11 @@ public struct StatusReport {
         }
         self.lastLines = lastLines
         self.counts = counts
+        databaseBehind = Projection.allCases.compactMap { projection in
+            let path = "\(directory)/\(projection.fileName)"
+            guard let inFile = JSONLinesFile(path: path).lastRecordSeq(), let inDatabase = counts[projection], inFile > inDatabase else { return nil }
+            return "\(path) holds record \(inFile) but the database ends at \(inDatabase): the database was lost, restored or replaced; every command that writes stops (74) until .basket-sync/ is restored from a backup"
+        }
         view = SyncStateMachine(state: state).mealzView
         do {
             inboxWaiting = try Inbox(directory: "\(directory)/inbox").waiting().count
@@ -88,6 +95,7 @@ public struct StatusReport {
         lines.append("outbox: \(counts[.outbox] ?? 0) records, notifications: \(counts[.notifications] ?? 0), payments: \(counts[.payments] ?? 0)")
         lines.append("inbox: \(inboxTaken) taken, \(inboxWaiting) waiting in new/, \(inboxBad) in bad/")
         if let inboxProblem { lines.append("inbox unusable: \(inboxProblem)") }
+        for problem in databaseBehind { lines.append("database behind the files: \(problem)") }
         let c = state.counters
         lines.append("counters: \(c.updateBaskets) updateBasket, \(c.redirects) redirects, \(c.settled) settled, \(c.rolledBack) rolled back, \(c.ignored) ignored (no synchronizer), \(c.paymentsRecorded) payments recorded, \(c.paymentsSkipped) skipped, \(c.duplicatePayments) duplicate payments, \(c.duplicateTransfers) duplicate transfers")
         lines.append("anomalies: \(c.lateEchoes) late echoes, \(c.lateAcknowledgements) late acknowledgements, \(c.acknowledgementsBeyondOutbox) acknowledgements beyond the outbox, \(c.acknowledgementsWentBack) acknowledgements going back")
@@ -150,6 +158,7 @@ public struct StatusReport {
                     inbox.member("problem", inboxProblem)
                 }
             }
+            object.member("databaseBehind") { writer in writer.array(databaseBehind) { $0.string($1) } }
             object.member("counters") { writer in
                 let c = state.counters
                 writer.object { counters in
