@@ -62,8 +62,15 @@ final class JSONLinesFile {
             close()
         }
         let fd = try Posix.open(path, [.readWrite, .create, .append])
-        do {
+        do throws(SystemError) {
             let info = try Posix.fileInfo(fd, path: path)
+            // Another name for it may be outside the directory: basket-sync appends only to a
+            // file of its own.
+            guard info.links <= 1 else {
+                var error = SystemError(path: path, shape: FileInfo.Kind.regular.name)
+                error.refusal = "has \(info.links) hard links, and another name for it may be outside the directory; basket-sync appends only to a file of its own: remove the other names, or move the file away (the next record starts a new one)"
+                throw error
+            }
             open = (fd, info.device, info.inode)
         } catch {
             Posix.close(fd)

@@ -64,7 +64,8 @@ public enum Terminal {
     /// Ends the process with a sysexits code; 74 instead of 0 when a result could not be written.
     public static func exit(_ code: Int32) -> Never {
         if code == 0, let failure = outputFailure.withLock({ $0 }) {
-            emit("basket-sync: \(failure.description)", to: .error)
+            // The command itself was done (a push delivered): only what it printed is lost.
+            emit("basket-sync: standard output: write failed: \(failure.reason); the command was carried out, only its output was lost (do not retry it blindly)", to: .error)
             Posix.exit(74)
         }
         Posix.exit(code)

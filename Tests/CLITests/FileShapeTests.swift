@@ -249,6 +249,21 @@ import Testing
         #expect(status.stdout.contains("inbox unusable: ") && status.stdout.contains("not a directory"), "\(status.stdout)")
     }
 
+    /// A JSON Lines file that is a hard link (another name may be outside) is refused, not appended to.
+    @Test func aProjectionWithAnotherNameIsRefusedNotAppendedTo() throws {
+        let playground = try Playground()
+        let canary = try Canary(in: playground.path)
+        let dir = playground.path + "/sync"
+        _ = try basketSync(["-C", dir, "init"])
+        try? FileManager.default.removeItem(atPath: dir + "/outbox.jsonl")
+        try FileManager.default.linkItem(atPath: canary.path, toPath: dir + "/outbox.jsonl")
+        _ = try basketSync(["-C", dir, "push", "A=+1"])
+        let sync = try basketSync(["-C", dir, "sync"])
+        #expect(sync.status == 73)
+        #expect(sync.stderr.contains("outbox.jsonl: has 2 hard links"), "\(sync.stderr)")
+        #expect(canary.damage() == nil)
+    }
+
     /// S1: a JSON Lines file replaced by a link to a file outside is refused, never cut or appended to.
     @Test func aProjectionThatIsALinkIsRefusedNotWrittenThrough() throws {
         let playground = try Playground()

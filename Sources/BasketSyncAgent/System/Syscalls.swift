@@ -43,6 +43,8 @@ struct FileInfo: Equatable {
     /// Last change of the content, and of the inode (a rename, a chmod), in nanoseconds.
     var modified: Int64
     var changed: Int64
+    /// How many names the file has (hard links).
+    var links: UInt64
 
     /// What tells one version of a file from another: a rewrite, a rename over it or a touch
     /// changes it.
@@ -59,6 +61,7 @@ struct FileInfo: Equatable {
         default: kind = .other
         }
         size = Int64(info.st_size)
+        links = UInt64(info.st_nlink)
         inode = UInt64(info.st_ino)
         mode = UInt32(info.st_mode & 0o7777)
         device = UInt64(info.st_dev)

@@ -13,6 +13,8 @@ public struct SystemError: Error, CustomStringConvertible, Equatable {
     public var shape: String?
     /// Whether a directory was expected where the wrong shape was found.
     public var expectsDirectory = false
+    /// Why a file of an otherwise right shape is refused, when it is not its kind.
+    public var refusal: String?
 
     /// An error of a call, from its errno.
     public init(operation: String, path: String, code: Int32) {
@@ -62,6 +64,7 @@ extension SystemError {
     /// Why a file of the wrong shape is refused, without its path.
     var shapeReason: String? {
         guard let shape else { return nil }
+        if let refusal { return refusal }
         if expectsDirectory {
             return "is \(shape), not a directory; basket-sync follows no symbolic link in the sync directory: make it a directory again (basket-sync init recreates missing folders)"
         }
@@ -76,5 +79,5 @@ extension SystemError {
 
 extension SystemError {
     /// What errno says, in words.
-    var reason: String { String(cString: strerror(code)) }
+    public var reason: String { String(cString: strerror(code)) }
 }
