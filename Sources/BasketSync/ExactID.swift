@@ -23,8 +23,10 @@ public struct ExactID: Hashable, Comparable, Sendable, Codable, ExpressibleByStr
 
     /// Hashes the UTF-8 bytes.
     public func hash(into hasher: inout Hasher) {
-        var copy = string
-        copy.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+        let bytes = string.utf8
+        if bytes.withContiguousStorageIfAvailable({ hasher.combine(bytes: UnsafeRawBufferPointer($0)) }) == nil {
+            for byte in bytes { hasher.combine(byte) }
+        }
         hasher.combine(0xFF as UInt8)  // never in UTF-8: ends the id
     }
 
@@ -50,23 +52,13 @@ extension String {
     /// Whether two strings have the same UTF-8 bytes (`==` on `String` is canonical equivalence).
     /// Compared eight bytes at a time: keys are looked up on every line of every cart.
     package func isByteEqual(to other: String) -> Bool {
-        guard utf8.count == other.utf8.count else { return false }
-        var lhs = self, rhs = other
-        return lhs.withUTF8 { a in
-            rhs.withUTF8 { b in
-                guard let x = UnsafeRawPointer(a.baseAddress), let y = UnsafeRawPointer(b.baseAddress), x != y else { return true }
-                var offset = 0
-                while offset + 8 <= a.count {
-                    if x.loadUnaligned(fromByteOffset: offset, as: UInt64.self) != y.loadUnaligned(fromByteOffset: offset, as: UInt64.self) { return false }
-                    offset += 8
-                }
-                while offset < a.count {
-                    if a[offset] != b[offset] { return false }
-                    offset += 1
-                }
-                return true
-            }
+        let lhs = utf8, rhs = other.utf8
+        guard lhs.count == rhs.count else { return false }
+        let compared = lhs.withContiguousStorageIfAvailable { a in
+            rhs.withContiguousStorageIfAvailable { b in sameBytes(a, b) }
         }
+        if let compared, let same = compared { return same }
+        return lhs.elementsEqual(rhs)
     }
 
     /// The string as an id compared byte for byte.
@@ -82,4 +74,19 @@ extension Optional where Wrapped == String {
         default: false
         }
     }
+}
+
+/// Whether two buffers of the same length hold the same bytes, eight at a time.
+private func sameBytes(_ a: UnsafeBufferPointer<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Bool {
+    guard let x = UnsafeRawPointer(a.baseAddress), let y = UnsafeRawPointer(b.baseAddress), x != y else { return true }
+    var offset = 0
+    while offset + 8 <= a.count {
+        if x.loadUnaligned(fromByteOffset: offset, as: UInt64.self) != y.loadUnaligned(fromByteOffset: offset, as: UInt64.self) { return false }
+        offset += 8
+    }
+    while offset < a.count {
+        if a[offset] != b[offset] { return false }
+        offset += 1
+    }
+    return true
 }
