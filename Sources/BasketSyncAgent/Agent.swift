@@ -125,7 +125,8 @@ public final class Agent {
             if scope == .everything { retryDelay = 0.5 }
         } catch {
             switch error {
-            case .databaseGone, .directoryGone:
+            case .databaseGone, .directoryGone, .databaseBehind:
+                // Not temporary: retrying would only add reports to a database that is wrong.
                 fatal = error
                 return
             default:

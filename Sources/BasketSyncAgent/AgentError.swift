@@ -21,6 +21,9 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
     /// The database file was unlinked or replaced under this process: nothing more may be
     /// acknowledged; an agent stops.
     case databaseGone(path: String)
+    /// A JSON Lines file holds a record the database does not: the database was lost, restored
+    /// or replaced. Nothing more may be written (74); the agent stops.
+    case databaseBehind(path: String, fileSeq: UInt64, databaseSeq: UInt64)
     /// The sync directory, or its `.basket-sync/`, was removed or moved away under this process.
     case directoryGone(path: String)
     /// An output cannot be made without losing or doubling something (73).
@@ -44,6 +47,8 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
             return "\(path): the sync directory or its .basket-sync/ was removed or moved away, and the state with it; restore it and start the agent again"
         case let .databaseGone(path):
             return "\(path): deleted or replaced while basket-sync had the database open; nothing more is acknowledged. Restore .basket-sync/ from a backup, then start again"
+        case let .databaseBehind(path, fileSeq, databaseSeq):
+            return "\(path): holds record \(fileSeq) but the database ends at \(databaseSeq): the database was lost, restored or replaced. Nothing was written; restore .basket-sync/ from a backup"
         case let .notReady(message): return message
         case let .refused(message): return message
         }
@@ -59,7 +64,7 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
         case .usage: return 64
         case .busy: return 75
         case .missingInput: return 66
-        case .database, .databaseGone: return 74
+        case .database, .databaseGone, .databaseBehind: return 74
         case .directoryGone: return 66
         case .notReady: return 78
         case .refused: return 73

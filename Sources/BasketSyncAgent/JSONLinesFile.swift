@@ -117,16 +117,17 @@ final class JSONLinesFile {
             start = given.seq
         } else {
             let tail = try readTail(fd, size: size)
+            // The last record, past any line that is not one (a blank or a host's line after it
+            // must not hide a database that is behind): checked before anything is changed.
+            let lastRecord = tail.lastSeq > 0 ? tail.lastSeq : try lastRecord(fd, before: tail.completeSize)
+            if lastRecord > 0, lastRecord > (given?.seq ?? 0) {
+                let databaseSeq = try lastDatabaseSeq()
+                if lastRecord > databaseSeq { throw .databaseBehind(path: path, fileSeq: lastRecord, databaseSeq: databaseSeq) }
+            }
             if tail.completeSize < size {
                 do { try Posix.truncate(fd, to: tail.completeSize, path: path) } catch { throw .system(error) }
                 outcome.truncatedBytes = Int(size - tail.completeSize)
                 size = tail.completeSize
-            }
-            if tail.lastSeq > 0, tail.lastSeq > (given?.seq ?? 0) {
-                let databaseSeq = try lastDatabaseSeq()
-                if tail.lastSeq > databaseSeq {
-                    throw .database(path: path, message: "holds record \(tail.lastSeq) but the database ends at \(databaseSeq): the database was lost, restored or replaced. Nothing was written; restore .basket-sync/ from a backup")
-                }
             }
             outcome.foreignTail = tail.completeSize > 0 && tail.lastSeq == 0
             if tail.lastSeq > 0 {
@@ -168,13 +169,38 @@ final class JSONLinesFile {
         return outcome
     }
 
-    /// The seq of the file's last complete record, read without writing (0 when none; nil when
-    /// the file cannot be read): `status` compares it with the database's.
+    /// The seq of the file's last complete record, past lines that are not records, read without
+    /// writing (0 when none; nil when the file cannot be read): `status` compares it with the
+    /// database's.
     func lastRecordSeq() -> UInt64? {
         guard let fd = try? Posix.open(path, [.readOnly]) else { return nil }
         defer { Posix.close(fd) }
-        guard let info = try? Posix.fileInfo(fd, path: path) else { return nil }
-        return try? readTail(fd, size: info.size).lastSeq
+        guard let info = try? Posix.fileInfo(fd, path: path), let tail = try? readTail(fd, size: info.size) else { return nil }
+        return tail.lastSeq > 0 ? tail.lastSeq : try? lastRecord(fd, before: tail.completeSize)
+    }
+
+    /// The seq of the last line before `end` that is a record (0 when none), reading backwards.
+    private func lastRecord(_ fd: Int32, before end: Int64) throws(AgentError) -> UInt64 {
+        var end = end
+        let chunkSize: Int64 = 65_536
+        var carry: [UInt8] = []  // the start of a line cut by the chunk boundary
+        while end > 0 {
+            let start = max(0, end - chunkSize)
+            var buffer: [UInt8]
+            do { buffer = try Posix.read(fd, at: start, count: Int(end - start), path: path) } catch { throw .system(error) }
+            buffer += carry
+            var lineEnd = buffer.count
+            if buffer.last == 0x0A { lineEnd -= 1 }
+            while let newline = buffer[..<lineEnd].lastIndex(of: 0x0A) {
+                let seq = RecordFormat.seq(ofLine: buffer[(newline + 1)..<lineEnd])
+                if seq > 0 { return seq }
+                lineEnd = newline
+            }
+            if start == 0 { return RecordFormat.seq(ofLine: buffer[..<lineEnd]) }
+            carry = Array(buffer[..<lineEnd])
+            end = start
+        }
+        return 0
     }
 
     /// The size up to the end of the last complete line, and that line's seq (0 when none).
