@@ -24,6 +24,9 @@ struct CartReader {
         if !configuration.followSymlinks, Posix.linkInfo(path)?.kind == .symbolicLink {
             return .unreadable(.badData(path: path, line: 1, column: 1, reason: "the cart is a symbolic link; set \"followSymlinks\": true in basket-sync.json to follow it"), bytes: [])
         }
+        if !configuration.followSymlinks, let link = Posix.linkOnTheWay(from: String(path.dropLast(configuration.cart.utf8.count + 1)), to: configuration.cart) {
+            return .unreadable(.badData(path: path, line: 1, column: 1, reason: "the way to the cart passes through a symbolic link (\(link)); set \"followSymlinks\": true in basket-sync.json to follow it"), bytes: [])
+        }
         let read: (bytes: [UInt8], info: FileInfo)
         do {
             guard let file = try Posix.readFileAndInfo(path, limit: configuration.limits.maxFileBytes, follow: configuration.followSymlinks) else { return .missing }

@@ -249,6 +249,31 @@ import Testing
         #expect(status.stdout.contains("inbox unusable: ") && status.stdout.contains("not a directory"), "\(status.stdout)")
     }
 
+    /// A cart path whose folder is a link to a directory outside (`"cart": "host/cart.json"`,
+    /// `host` → outside): without `followSymlinks` the cart is rejected, never read nor written.
+    @Test func aCartPathThroughALinkedFolderIsRejected() throws {
+        let playground = try Playground()
+        let dir = playground.path + "/sync"
+        let outside = playground.path + "/outside"
+        _ = try basketSync(["-C", dir, "init"])
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: false)
+        try playground.write("outside/cart.json", #"{"products":[{"id":"secret-s3cr3t","quantity":7}],"syncedThrough":0}"#)
+        let before = try FileManager.default.attributesOfItem(atPath: outside + "/cart.json")
+        try playground.write("sync/basket-sync.json", #"{"cart": "host/cart.json"}"#)
+        try FileManager.default.createSymbolicLink(atPath: dir + "/host", withDestinationPath: outside)
+        _ = try basketSync(["-C", dir, "push", "A=+2"])
+        let sync = try basketSync(["-C", dir, "sync"])
+        #expect(sync.status == 65, "\(sync.stderr)")
+        #expect(sync.stderr.contains("the way to the cart passes through a symbolic link"), "\(sync.stderr)")
+        let apply = try basketSync(["-C", dir, "apply"])
+        #expect(apply.status == 65, "\(apply.stderr)")
+        #expect(playground.read("outside/cart.json").contains("secret-s3cr3t") && !playground.read("outside/cart.json").contains("\"A\""), "the outside cart is not written")
+        let after = try FileManager.default.attributesOfItem(atPath: outside + "/cart.json")
+        #expect(after[.systemFileNumber] as? Int == before[.systemFileNumber] as? Int, "not replaced")
+        #expect(playground.records("sync/notifications.jsonl").isEmpty, "nothing notified from the outside cart")
+        #expect(!sync.stderr.contains("s3cr3t") && !apply.stderr.contains("s3cr3t"))
+    }
+
     /// A JSON Lines file that is a hard link (another name may be outside) is refused, not appended to.
     @Test func aProjectionWithAnotherNameIsRefusedNotAppendedTo() throws {
         let playground = try Playground()

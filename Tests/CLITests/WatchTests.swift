@@ -87,7 +87,8 @@ import Testing
             try FileManager.default.moveItem(atPath: playground.path + "/inbox/tmp/" + name, toPath: playground.path + "/inbox/new/" + name)
         }
         try await eventually("both events reach the outbox") { playground.records("outbox.jsonl").count == 2 }
-        #expect(playground.names("inbox/cur").count == 2)
+        // An event is moved to cur/ once its record is durable: just after.
+        try await eventually("both events are in cur/") { playground.names("inbox/cur").count == 2 }
         #expect(agent.process.isRunning)
     }
 

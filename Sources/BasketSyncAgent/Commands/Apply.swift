@@ -60,6 +60,9 @@ extension Commands {
         _ = try engine.takeCart()
 
         let cartPath = engine.cartPath
+        if !configuration.followSymlinks, let link = Posix.linkOnTheWay(from: directory, to: configuration.cart) {
+            throw .badData(path: cartPath, line: 1, column: 1, reason: "the way to the cart passes through a symbolic link (\(link)); set \"followSymlinks\": true in basket-sync.json to follow it")
+        }
         let bytes: [UInt8]
         do {
             bytes = try Posix.readFile(cartPath, limit: configuration.limits.maxFileBytes, follow: configuration.followSymlinks) ?? Array("[]".utf8)

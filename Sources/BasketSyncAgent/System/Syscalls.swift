@@ -233,6 +233,18 @@ enum Posix {
 
     // MARK: Paths
 
+    /// The first directory on the way from `base` to `base/relative` (its last component
+    /// excluded) that is a symbolic link, if any: opening with `O_NOFOLLOW` checks the last
+    /// component only.
+    static func linkOnTheWay(from base: String, to relative: String) -> String? {
+        var path = base
+        for component in relative.split(separator: "/").dropLast() {
+            path += "/\(component)"
+            if linkInfo(path)?.kind == .symbolicLink { return path }
+        }
+        return nil
+    }
+
     /// What the path itself is, without following a final symbolic link; nil when it does not exist.
     static func linkInfo(_ path: String) -> FileInfo? {
         var info = stat()
