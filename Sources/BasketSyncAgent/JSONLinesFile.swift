@@ -88,6 +88,8 @@ final class JSONLinesFile {
         loadGiven: () throws(AgentError) -> Given?,
         saveGiven: (Given) throws(AgentError) -> Void,
         lastDatabaseSeq: () throws(AgentError) -> UInt64,
+        recordAt: (UInt64) throws(AgentError) -> [UInt8]?,
+        isRecord: ([UInt8]) -> Bool,
         fetch: (UInt64) throws(AgentError) -> [(seq: UInt64, line: [UInt8])]
     ) throws(AgentError) -> Outcome {
         let fd: Int32
@@ -117,28 +119,47 @@ final class JSONLinesFile {
             start = given.seq
         } else {
             let tail = try readTail(fd, size: size)
-            // The last record, past any line that is not one (a blank or a host's line after it
-            // must not hide a database that is behind): checked before anything is changed.
-            let lastRecord = tail.lastSeq > 0 ? tail.lastSeq : try lastRecord(fd, before: tail.completeSize)
-            if lastRecord > 0, lastRecord > (given?.seq ?? 0) {
-                let databaseSeq = try lastDatabaseSeq()
-                if lastRecord > databaseSeq { throw .databaseBehind(path: path, fileSeq: lastRecord, databaseSeq: databaseSeq) }
+            // The lines after the last one of ours (verified against the database, byte for byte)
+            // are not ours: a blank, a host's line, a line that only looks like a record. One that
+            // is a whole record beyond the database means the database is behind (lost,
+            // restored): refused before anything is changed.
+            let databaseSeq = try lastDatabaseSeq()
+            var lastOurs: UInt64 = 0
+            var lastLineIsOurs = false
+            var first = true
+            try linesBackward(fd, end: tail.completeSize) { (start, length) throws(AgentError) in
+                defer { first = false }
+                let prefix = try read(fd, at: start, count: min(length, 32))
+                let seq = RecordFormat.seq(ofLine: prefix)
+                guard seq > 0 else { return true }
+                if seq <= databaseSeq {
+                    guard let stored = try recordAt(seq), stored.count == length + 1,
+                          try read(fd, at: start, count: length + 1) == stored else { return true }
+                    lastOurs = seq
+                    lastLineIsOurs = first
+                    return false
+                }
+                if isRecord(try read(fd, at: start, count: length + 1)) {
+                    throw .databaseBehind(path: path, fileSeq: seq, databaseSeq: databaseSeq)
+                }
+                return true
             }
             if tail.completeSize < size {
                 do { try Posix.truncate(fd, to: tail.completeSize, path: path) } catch { throw .system(error) }
                 outcome.truncatedBytes = Int(size - tail.completeSize)
                 size = tail.completeSize
             }
-            outcome.foreignTail = tail.completeSize > 0 && tail.lastSeq == 0
-            if tail.lastSeq > 0 {
+            outcome.foreignTail = tail.completeSize > 0 && !lastLineIsOurs
+            if lastLineIsOurs {
                 // The file ends with one of our records: go on after it. It may be behind what was
                 // given (a power loss took an un-fsynced tail, a backup was restored): the records
                 // after it are written again, exactly once.
-                start = tail.lastSeq
+                start = lastOurs
             } else {
-                // Empty, or ending with a line that is not ours: rotated, truncated, re-created,
-                // or written to by someone else — the next record follows what was given.
-                start = given?.seq ?? 0
+                // Empty, or ending with lines that are not ours: rotated, truncated, re-created,
+                // or written to by someone else — the next record follows what was given, or our
+                // last record in the file if that is further.
+                start = max(given?.seq ?? 0, lastOurs)
                 outcome.restarted = given != nil && !sameFile
             }
         }
@@ -169,38 +190,48 @@ final class JSONLinesFile {
         return outcome
     }
 
-    /// The seq of the file's last complete record, past lines that are not records, read without
-    /// writing (0 when none; nil when the file cannot be read): `status` compares it with the
-    /// database's.
-    func lastRecordSeq() -> UInt64? {
+    /// The seq of a whole record beyond `databaseSeq` in the file, past lines that are not
+    /// records, read without writing (nil when none or unreadable): `status` reports it.
+    func recordBeyond(databaseSeq: UInt64, isRecord: ([UInt8]) -> Bool) -> UInt64? {
         guard let fd = try? Posix.open(path, [.readOnly]) else { return nil }
         defer { Posix.close(fd) }
         guard let info = try? Posix.fileInfo(fd, path: path), let tail = try? readTail(fd, size: info.size) else { return nil }
-        return tail.lastSeq > 0 ? tail.lastSeq : try? lastRecord(fd, before: tail.completeSize)
+        var found: UInt64?
+        try? linesBackward(fd, end: tail.completeSize) { (start, length) throws(AgentError) in
+            let seq = RecordFormat.seq(ofLine: try read(fd, at: start, count: min(length, 32)))
+            guard seq > databaseSeq else { return seq == 0 }
+            if isRecord(try read(fd, at: start, count: length + 1)) { found = seq; return false }
+            return true
+        }
+        return found
     }
 
-    /// The seq of the last line before `end` that is a record (0 when none), reading backwards.
-    private func lastRecord(_ fd: Int32, before end: Int64) throws(AgentError) -> UInt64 {
-        var end = end
-        let chunkSize: Int64 = 65_536
-        var carry: [UInt8] = []  // the start of a line cut by the chunk boundary
-        while end > 0 {
-            let start = max(0, end - chunkSize)
-            var buffer: [UInt8]
-            do { buffer = try Posix.read(fd, at: start, count: Int(end - start), path: path) } catch { throw .system(error) }
-            buffer += carry
-            var lineEnd = buffer.count
-            if buffer.last == 0x0A { lineEnd -= 1 }
-            while let newline = buffer[..<lineEnd].lastIndex(of: 0x0A) {
-                let seq = RecordFormat.seq(ofLine: buffer[(newline + 1)..<lineEnd])
-                if seq > 0 { return seq }
-                lineEnd = newline
+    /// Calls `visit` with the offset and length (without its newline) of each complete line
+    /// before `end`, the last first, until it returns false. Every byte is read once: a long
+    /// line costs its length, not its square.
+    private func linesBackward(_ fd: Int32, end: Int64, _ visit: (Int64, Int) throws(AgentError) -> Bool) throws(AgentError) {
+        var lineEnd = end - 1  // the newline that ends the current line
+        var position = lineEnd
+        let chunk: Int64 = 65_536
+        while lineEnd >= 0 {
+            var lineStart: Int64 = 0
+            while position > 0 {
+                let from = max(0, position - chunk)
+                let bytes = try read(fd, at: from, count: Int(position - from))
+                if let newline = bytes.lastIndex(of: 0x0A) {
+                    lineStart = from + Int64(newline) + 1
+                    break
+                }
+                position = from
             }
-            if start == 0 { return RecordFormat.seq(ofLine: buffer[..<lineEnd]) }
-            carry = Array(buffer[..<lineEnd])
-            end = start
+            guard try visit(lineStart, Int(lineEnd - lineStart)) else { return }
+            lineEnd = lineStart - 1
+            position = lineEnd
         }
-        return 0
+    }
+
+    private func read(_ fd: Int32, at offset: Int64, count: Int) throws(AgentError) -> [UInt8] {
+        do { return try Posix.read(fd, at: offset, count: count, path: path) } catch { throw .system(error) }
     }
 
     /// The size up to the end of the last complete line, and that line's seq (0 when none).

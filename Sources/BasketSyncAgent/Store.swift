@@ -9,6 +9,15 @@ enum Projection: String, CaseIterable, Sendable {
 
     /// The file in the sync directory.
     var fileName: String { "\(rawValue).jsonl" }
+
+    /// Whether a line (with its newline) reads as a whole record of this file.
+    func isRecord(_ line: [UInt8]) -> Bool {
+        switch self {
+        case .outbox: (try? RecordFormat.outboxRecord(line)) != nil
+        case .notifications: (try? RecordFormat.notification(line)) != nil
+        case .payments: (try? RecordFormat.payment(line)) != nil
+        }
+    }
 }
 
 /// The SQLite database of a sync directory: the single source of truth. Holds the library's
@@ -260,6 +269,14 @@ final class Store {
         var result: [(seq: UInt64, line: [UInt8])] = []
         while try statement.step() { result.append((UInt64(statement.int64(0)), statement.blob(1))) }
         return result
+    }
+
+    /// The line stored for one seq, with its newline; nil when there is none.
+    func line(_ projection: Projection, seq: UInt64) throws(AgentError) -> [UInt8]? {
+        let statement = try cached("SELECT line FROM \(projection.rawValue) WHERE seq = ?")
+        defer { statement.reset() }
+        statement.bind(1, Int64(bitPattern: seq))
+        return try statement.step() ? statement.blob(0) : nil
     }
 
     /// The highest seq stored for a projection (0 when none).

@@ -154,6 +154,8 @@ public final class SyncEngine {
             loadGiven: { () throws(AgentError) in try store.given(projection) },
             saveGiven: { (given) throws(AgentError) in try store.setGiven(projection, given) },
             lastDatabaseSeq: { () throws(AgentError) in try store.lastSeq(projection) },
+            recordAt: { (seq) throws(AgentError) in try store.line(projection, seq: seq) },
+            isRecord: projection.isRecord,
             fetch: { (after) throws(AgentError) in try store.lines(projection, after: after) })
         if outcome.truncatedBytes > 0 {
             logger.log(.warning, "\(file.path): cut a torn last line (\(outcome.truncatedBytes) bytes) left by a crash; its record is written again from the database")

@@ -127,6 +127,58 @@ import Testing
         #expect(agent?.status == 74, "\(agent?.stderr ?? "hung")")
     }
 
+    /// A line that only looks like a record (`{"seq":1}`, a number with junk after it) is not
+    /// one of ours: in a sound directory nothing is appended twice and nothing is refused; after a
+    /// restore it does not hide the database being behind. (The third review's F1, F2.)
+    @Test(arguments: [#"{"seq":1}"#, #"{"seq":1 x"#, #"{"seq":1e99}"#, #"{"seq":01}"#, #"{"seq":99 garbage"#, #"{"seq":3,"type":"x""#])
+    func aLineThatOnlyLooksLikeARecordIsNotOurs(forged: String) throws {
+        let playground = try syncDirectory()
+        let dir = playground.path
+        func round(_ id: String) throws {
+            #expect(try basketSync(["-C", dir, "push", "--id", id, "A=+1"]).status == 0)
+            let sync = try basketSync(["-C", dir, "sync"])
+            #expect(sync.status == 0, "\(forged): \(sync.stderr)")
+        }
+        try round("e1")
+        let outbox = try FileHandle(forWritingTo: playground.url("outbox.jsonl"))
+        outbox.seekToEndOfFile()
+        outbox.write(Data((forged + "\n").utf8))
+        try outbox.close()
+        try round("e2")
+        try round("e3")
+        let seqs = playground.records("outbox.jsonl").compactMap { $0["source"] as? String }
+        #expect(seqs == ["e1", "e2", "e3"], "\(forged): each record once: \(playground.read("outbox.jsonl"))")
+
+        // The same line after a restore hides nothing.
+        let backup = try Data(contentsOf: playground.url(".basket-sync/state.db"))
+        try round("e4")
+        try backup.write(to: playground.url(".basket-sync/state.db"))
+        let tail = try FileHandle(forWritingTo: playground.url("outbox.jsonl"))
+        tail.seekToEndOfFile()
+        tail.write(Data((forged + "\n").utf8))
+        try tail.close()
+        let sync = try basketSync(["-C", dir, "sync"])
+        #expect(sync.status == 74, "\(forged): \(sync.stderr)")
+        #expect(sync.stderr.contains("outbox.jsonl: holds record 4 but the database ends at 3"), "\(forged): \(sync.stderr)")
+    }
+
+    /// A very long foreign line after the records (8 MiB, no newline inside) is stepped over, each
+    /// byte read once (it took seconds per command, growing with the square of its length).
+    @Test func aVeryLongForeignLineIsSteppedOver() throws {
+        let playground = try syncDirectory()
+        let dir = playground.path
+        #expect(try basketSync(["-C", dir, "push", "--id", "e1", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", dir, "sync"]).status == 0)
+        let outbox = try FileHandle(forWritingTo: playground.url("outbox.jsonl"))
+        outbox.seekToEndOfFile()
+        outbox.write(Data(repeating: UInt8(ascii: "x"), count: 8 << 20) + Data("\n".utf8))
+        try outbox.close()
+        #expect(try basketSync(["-C", dir, "push", "--id", "e2", "A=+1"]).status == 0)
+        let sync = try basketSync(["-C", dir, "sync"])
+        #expect(sync.status == 0, "\(sync.stderr)")
+        #expect(playground.records("outbox.jsonl").compactMap { $0["source"] as? String } == ["e1", "e2"])
+    }
+
     /// A result that cannot be written (stdout on a full disk) fails the command (74), never 0.
     @Test func aResultThatCannotBeWrittenFailsTheCommand() throws {
         let playground = try syncDirectory()
