@@ -170,7 +170,19 @@ public final class SyncEngine {
 
     /// Catches every JSON Lines file up with the database (at start, and after another process committed).
     public func publishAll() throws(AgentError) {
+        try checkDatabaseNotBehind()
         for projection in Projection.allCases { try publish(projection) }
+    }
+
+    /// Refuses (74) when any JSON Lines file holds a whole record beyond the database (it was
+    /// lost, restored or replaced), before any file or the database is touched.
+    func checkDatabaseNotBehind() throws(AgentError) {
+        for projection in Projection.allCases {
+            let databaseSeq = try store.lastSeq(projection)
+            if let seq = files[projection]!.recordBeyond(databaseSeq: databaseSeq, isRecord: projection.isRecord) {
+                throw .databaseBehind(path: files[projection]!.path, fileSeq: seq, databaseSeq: databaseSeq)
+            }
+        }
     }
 
     /// Records an error for `status` and logs it.

@@ -179,6 +179,25 @@ import Testing
         #expect(playground.records("outbox.jsonl").compactMap { $0["source"] as? String } == ["e1", "e2"])
     }
 
+    /// Only notifications.jsonl ahead of a restored database: `apply` (which writes the cart, not
+    /// that file) stops too, before touching the cart or any file.
+    @Test func applyStopsWhenAnyFileIsAheadOfTheDatabase() throws {
+        let playground = try syncDirectory()
+        let dir = playground.path
+        #expect(try basketSync(["-C", dir, "push", "A=+1"]).status == 0)
+        try playground.write("cart.json", cartJSON([("A", 1)], syncedThrough: 1))
+        #expect(try basketSync(["-C", dir, "sync"]).status == 0)
+        let backup = try Data(contentsOf: playground.url(".basket-sync/state.db"))
+        try playground.write("cart.json", cartJSON([("A", 2)], syncedThrough: 1))
+        #expect(try basketSync(["-C", dir, "sync"]).status == 0)
+        try backup.write(to: playground.url(".basket-sync/state.db"))
+        let files = ["cart.json", "outbox.jsonl", "notifications.jsonl", "payments.jsonl"].map { playground.read($0) }
+        let apply = try basketSync(["-C", dir, "apply"])
+        #expect(apply.status == 74, "\(apply.stderr)")
+        #expect(apply.stderr.contains("notifications.jsonl: holds record 2 but the database ends at 1"), "\(apply.stderr)")
+        #expect(["cart.json", "outbox.jsonl", "notifications.jsonl", "payments.jsonl"].map { playground.read($0) } == files, "nothing changed")
+    }
+
     /// A result that cannot be written (stdout on a full disk) fails the command (74), never 0.
     @Test func aResultThatCannotBeWrittenFailsTheCommand() throws {
         let playground = try syncDirectory()

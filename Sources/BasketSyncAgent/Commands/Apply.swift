@@ -53,7 +53,9 @@ extension Commands {
         }
         defer { Posix.close(lock) }
 
-        // The outbox file is what a host reads: make sure it holds every committed record.
+        // The outbox file is what a host reads: make sure it holds every committed record (and
+        // that no file holds more than the database: then nothing is applied).
+        try engine.checkDatabaseNotBehind()
         try engine.publish(.outbox)
         // The cart in place is taken first: what it acknowledges or echoes, and a claim beyond the
         // outbox, decide where apply starts — not whether a sync happened to run before.
