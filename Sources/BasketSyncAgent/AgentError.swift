@@ -89,3 +89,21 @@ extension JSONProblem {
         return .badData(path: path, line: line, column: column, reason: reason)
     }
 }
+
+extension AgentError {
+    /// The same error with a path that starts with `prefix` named from `replacement` instead
+    /// (a pinned folder's /proc/self/fd path, named as the user knows it).
+    func replacingPathPrefix(_ prefix: String, with replacement: String) -> AgentError {
+        func renamed(_ path: String) -> String {
+            path.hasPrefix(prefix) ? replacement + path.dropFirst(prefix.count) : path
+        }
+        switch self {
+        case var .system(error):
+            error.path = renamed(error.path)
+            return .system(error)
+        case let .tooLarge(path, size, limit): return .tooLarge(path: renamed(path), size: size, limit: limit)
+        case let .badData(path, line, column, reason): return .badData(path: renamed(path), line: line, column: column, reason: reason)
+        default: return self
+        }
+    }
+}

@@ -29,7 +29,17 @@ struct CartReader {
         }
         let read: (bytes: [UInt8], info: FileInfo)
         do {
-            guard let file = try Posix.readFileAndInfo(path, limit: configuration.limits.maxFileBytes, follow: configuration.followSymlinks) else { return .missing }
+            let limit = configuration.limits.maxFileBytes
+            let found: (bytes: [UInt8], info: FileInfo)?
+            if configuration.followSymlinks {
+                found = try Posix.readFileAndInfo(path, limit: limit, follow: true)
+            } else {
+                // Its folders opened one by one, never through a link swapped in meanwhile.
+                found = try Posix.withPinnedFolders(base: String(path.dropLast(configuration.cart.utf8.count + 1)), relative: configuration.cart) { (pinned) throws(AgentError) in
+                    try Posix.readFileAndInfo(pinned, limit: limit, follow: false)
+                }
+            }
+            guard let file = found else { return .missing }
             read = file
         } catch {
             if case .tooLarge = error { return .unreadable(error, bytes: []) }

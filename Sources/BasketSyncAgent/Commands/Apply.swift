@@ -67,7 +67,12 @@ extension Commands {
         }
         let bytes: [UInt8]
         do {
-            bytes = try Posix.readFile(cartPath, limit: configuration.limits.maxFileBytes, follow: configuration.followSymlinks) ?? Array("[]".utf8)
+            let limit = configuration.limits.maxFileBytes
+            bytes = try (configuration.followSymlinks
+                ? Posix.readFile(cartPath, limit: limit, follow: true)
+                : Posix.withPinnedFolders(base: directory, relative: configuration.cart) { (pinned) throws(AgentError) in
+                    try Posix.readFile(pinned, limit: limit, follow: false)
+                }) ?? Array("[]".utf8)
         } catch {
             if case let .system(failure) = error, let reason = failure.shapeReason {
                 throw .badData(path: cartPath, line: 1, column: 1, reason: configuration.followSymlinks ? reason : reason + "; set \"followSymlinks\": true in basket-sync.json to follow a cart that is a link")
@@ -106,9 +111,14 @@ extension Commands {
         }
         document.setSyncedThrough(summary.syncedThrough)
         // A cart that is a link (followSymlinks) is written where it leads, atomically, keeping its mode.
-        let target = configuration.followSymlinks ? (Posix.resolved(cartPath) ?? cartPath) : cartPath
-        do { try Posix.writeFileAtomically(target, document.encoded()) } catch {
-            throw .system(error)
+        // Otherwise its folders are opened one by one: never written through a link swapped in.
+        let encoded = document.encoded()
+        if configuration.followSymlinks {
+            do { try Posix.writeFileAtomically(Posix.resolved(cartPath) ?? cartPath, encoded) } catch { throw .system(error) }
+        } else {
+            try Posix.withPinnedFolders(base: directory, relative: configuration.cart) { (pinned) throws(AgentError) in
+                do throws(SystemError) { try Posix.writeFileAtomically(pinned, encoded) } catch { throw .system(error) }
+            }
         }
         // What apply applied is known for sure: acknowledged as such (the cart's number alone may
         // equal a claim once made beyond the outbox, which acknowledges nothing new).

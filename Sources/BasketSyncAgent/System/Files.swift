@@ -1,3 +1,5 @@
+import Glibc
+
 /// Whole-file operations built on the wrappers of ``Posix``.
 extension Posix {
     /// Reads the whole file, refusing one larger than `limit` bytes, under the open policy (a
@@ -52,7 +54,38 @@ extension Posix {
             unlink(temporary)
             throw error
         }
-        try fsyncDirectory(directory)
+        // Through "dir/.": `dir` may be a /proc/self/fd link to a pinned folder.
+        try fsyncDirectory(directory + "/.")
+    }
+
+    /// Runs `body` with a path to `base/relative` whose folders were opened one by one with
+    /// `openat` and `O_NOFOLLOW`: a folder that is a link, or is swapped for one while basket-sync
+    /// works, is refused, never followed. The path goes through `/proc/self/fd/N` (the folder
+    /// opened, whatever its name points to later); errors name `base/relative`.
+    static func withPinnedFolders<T>(base: String, relative: String, _ body: (String) throws(AgentError) -> T) throws(AgentError) -> T {
+        let components = relative.split(separator: "/")
+        guard components.count > 1, let last = components.last else { return try body("\(base)/\(relative)") }
+        var fd: Int32
+        do { fd = try open(base, [.directory], follow: true) } catch { throw .system(error) }
+        var path = base
+        for component in components.dropLast() {
+            path += "/\(component)"
+            let next = retrying { openat(fd, String(component), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) }
+            let code = errno
+            close(fd)
+            guard next >= 0 else {
+                if let info = linkInfo(path), info.kind != .directory {
+                    throw .system(SystemError(path: path, shape: info.kind.name, expectsDirectory: true))
+                }
+                throw .system(SystemError(operation: "open", path: path, code: code))
+            }
+            fd = next
+        }
+        defer { close(fd) }
+        let pinned = "/proc/self/fd/\(fd)"
+        do { return try body("\(pinned)/\(last)") } catch {
+            throw error.replacingPathPrefix(pinned, with: path)
+        }
     }
 
     /// fsyncs a directory, so that a rename or a creation inside it is durable.
