@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 /// Whoever writes the sync directory can make basket-sync refuse work, never read, write,
@@ -272,6 +273,45 @@ import Testing
         #expect(after[.systemFileNumber] as? Int == before[.systemFileNumber] as? Int, "not replaced")
         #expect(playground.records("sync/notifications.jsonl").isEmpty, "nothing notified from the outside cart")
         #expect(!sync.stderr.contains("s3cr3t") && !apply.stderr.contains("s3cr3t"))
+    }
+
+    /// The race: while `sync` and `apply` run, a thread swaps the cart's folder with a link to a
+    /// folder outside and back (`renameat2(RENAME_EXCHANGE)`, thousands of times). The outside
+    /// cart is never written, nothing from it is ever notified, nothing is left in it.
+    @Test func aCartFolderSwappedForALinkMidwayIsNeverFollowed() throws {
+        typealias RenameAt2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
+        guard let symbol = dlsym(dlopen(nil, RTLD_NOW), "renameat2") else { return }
+        let renameat2 = unsafeBitCast(symbol, to: RenameAt2.self)
+        let playground = try Playground()
+        let dir = playground.path + "/sync"
+        let outside = playground.path + "/outside"
+        _ = try basketSync(["-C", dir, "init"])
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: false)
+        try playground.write("outside/cart.json", #"{"products":[{"id":"outside-only","quantity":5}],"syncedThrough":0}"#)
+        let outsideBefore = playground.read("outside/cart.json")
+        try playground.write("sync/basket-sync.json", #"{"cart": "host/cart.json"}"#)
+        try FileManager.default.createDirectory(atPath: dir + "/host", withIntermediateDirectories: false)
+        try playground.write("sync/host/cart.json", cartJSON([("A", 1)], syncedThrough: 0))
+        try FileManager.default.createSymbolicLink(atPath: dir + "/host-link", withDestinationPath: outside)
+        let stop = Mutex(false)
+        let swapper = Thread {
+            while !stop.withLock({ $0 }) {
+                _ = renameat2(AT_FDCWD, dir + "/host", AT_FDCWD, dir + "/host-link", 2)  // RENAME_EXCHANGE
+            }
+        }
+        swapper.start()
+        for round in 1...40 {
+            _ = try basketSync(["-C", dir, "push", "--id", "e\(round)", "A=+1"])
+            _ = try basketSync(["-C", dir, "sync"])
+            _ = try basketSync(["-C", dir, "apply"])
+        }
+        stop.withLock { $0 = true }
+        while swapper.isExecuting { usleep(1_000) }
+        // Wherever the swap stopped, the outside folder is as it was.
+        let outsideNow = (try? String(contentsOfFile: outside + "/cart.json", encoding: .utf8)) ?? ""
+        #expect(outsideNow == outsideBefore, "the outside cart was written: \(outsideNow)")
+        #expect(playground.names("outside") == ["cart.json"], "nothing left outside: \(playground.names("outside"))")
+        #expect(!playground.read("sync/notifications.jsonl").contains("outside-only"), "a notification came from the outside cart")
     }
 
     /// A JSON Lines file that is a hard link (another name may be outside) is refused, not appended to.
