@@ -6,9 +6,73 @@ import BasketSyncWire
 struct Inbox {
     /// The `inbox/` directory.
     let directory: String
+    /// Once ``pinned()``: each folder as opened (`/proc/self/fd/N`), where file operations go, so
+    /// that a folder swapped for a link meanwhile is never followed.
+    private var pins: [String: String] = [:]
+    private var descriptors: Descriptors?
 
-    /// The folder `name` (tmp, new, cur, bad).
-    func folder(_ name: String) -> String { "\(directory)/\(name)" }
+    init(directory: String) { self.directory = directory }
+
+    /// The folder `name` (tmp, new, cur, bad), where its files are reached: as opened when pinned.
+    func folder(_ name: String) -> String { pins[name] ?? shownFolder(name) }
+
+    /// The folder `name` as people know it, for messages.
+    func shownFolder(_ name: String) -> String { "\(directory)/\(name)" }
+
+    /// An entry of `new/` as people know it, for messages.
+    func shown(_ name: String) -> String { "\(shownFolder("new"))/\(name)" }
+
+    /// The inbox with its folders opened one by one without following a link (`inbox/` from the
+    /// sync directory, then each folder; `bad/` made when missing), for one pass or one delivery.
+    func pinned() throws(SystemError) -> Inbox {
+        try checkFolders()
+        var copy = self
+        let held = Descriptors()
+        let base = try Posix.open(directory, [.directory])
+        held.fds.append(base)
+        for name in ["new", "cur", "bad", "tmp"] {
+            if name == "bad" { try? Posix.makeDirectory("/proc/self/fd/\(base)/bad", mode: 0o755) }
+            let fd = Posix.openFolder(named: name, in: base)
+            guard fd >= 0 else {
+                let code = Posix.lastErrorCode
+                if let info = Posix.linkInfo(shownFolder(name)), info.kind != .directory {
+                    throw SystemError(path: shownFolder(name), shape: info.kind.name, expectsDirectory: true)
+                }
+                if SystemError(operation: "open", path: shownFolder(name), code: code).isMissing { continue }  // not made yet: reached by name
+                throw SystemError(operation: "open", path: shownFolder(name), code: code)
+            }
+            held.fds.append(fd)
+            copy.pins[name] = "/proc/self/fd/\(fd)"
+        }
+        copy.descriptors = held
+        return copy
+    }
+
+    /// A path named as people know it (a pinned folder's /proc path replaced).
+    func shown(path: String) -> String {
+        for (name, pin) in pins where path.hasPrefix(pin) { return shownFolder(name) + path.dropFirst(pin.count) }
+        return path
+    }
+
+    /// The error with its paths named as people know them.
+    func shown(_ error: SystemError) -> SystemError {
+        var error = error
+        error.path = shown(path: error.path)
+        return error
+    }
+
+    /// The error with its paths named as people know them.
+    func shown(_ error: AgentError) -> AgentError {
+        var result = error
+        for (name, pin) in pins { result = result.replacingPathPrefix(pin, with: shownFolder(name)) }
+        return result
+    }
+
+    /// Closes the folders a pinned inbox holds open when the last copy goes.
+    private final class Descriptors {
+        var fds: [Int32] = []
+        deinit { for fd in fds { Posix.close(fd) } }
+    }
 
     /// The entries waiting in `new/`, in delivery order (dot files are deliveries in progress).
     /// `seen` is the order inotify reported their arrival in, while the agent runs: those come
@@ -20,7 +84,7 @@ struct Inbox {
         try checkFolders()
         let new = folder("new")
         let names: [String]
-        do { names = try Posix.entries(of: new).filter { !$0.hasPrefix(".") } } catch {
+        do { names = try Posix.entries(of: new + "/.").filter { !$0.hasPrefix(".") } } catch {
             if error.isMissing { return [] }  // not made yet: nothing waits
             throw error
         }
@@ -55,7 +119,7 @@ struct Inbox {
     /// a folder that is a link to a directory elsewhere would have events read, moved and written
     /// outside the sync directory.
     func checkFolders() throws(SystemError) {
-        for path in [directory] + ["new", "cur", "bad", "tmp"].map(folder) {
+        for path in [directory] + ["new", "cur", "bad", "tmp"].map(shownFolder) {
             if let info = Posix.linkInfo(path), info.kind != .directory { throw SystemError(path: path, shape: info.kind.name, expectsDirectory: true) }
         }
     }
@@ -119,7 +183,7 @@ struct Inbox {
             throw error
         }
         try Posix.rename(temporary, path(of: name))
-        try Posix.fsyncDirectory(folder("new"))
+        try Posix.fsyncDirectory(folder("new") + "/.")
     }
 }
 
@@ -141,27 +205,31 @@ extension SyncEngine {
     @discardableResult
     public func takeInbox(seen: [String] = []) throws(AgentError) -> InboxSummary {
         var summary = InboxSummary()
+        // The folders opened once for the pass: never followed if swapped for a link meanwhile.
+        let inbox: Inbox
+        do { inbox = try self.inbox.pinned() } catch { throw .system(error) }
         let waiting: [String]
-        do { waiting = try inbox.waiting(seen: seen) } catch { throw .system(error) }
+        do { waiting = try inbox.waiting(seen: seen) } catch { throw .system(inbox.shown(error)) }
         for name in waiting {
-            let path = inbox.path(of: name)
+            let path = inbox.shown(name)
             let bytes: [UInt8]
             do {
                 guard let read = try inbox.read(name, limit: configuration.limits.maxFileBytes) else { continue }
                 bytes = read
             } catch {
+                let error = inbox.shown(error)
                 // Too large, or not a regular file (a link, a FIFO, a directory): set aside unread,
                 // never in the way of the events behind.
                 var unreadable = false
                 if case .tooLarge = error { unreadable = true }
                 if case let .system(failure) = error, failure.isNotRegular { unreadable = true }
                 guard unreadable else { throw error }
-                if try quarantine(name, error) { summary.bad += 1 }
+                if try quarantine(name, error, in: inbox) { summary.bad += 1 }
                 continue
             }
             let event: InboxEvent
             do { event = try decodeEvent(bytes, path: path) } catch {
-                if try quarantine(name, error) { summary.bad += 1 }
+                if try quarantine(name, error, in: inbox) { summary.bad += 1 }
                 continue
             }
             let duplicate: Bool
@@ -169,7 +237,7 @@ extension SyncEngine {
                 duplicate = try takeEvent(event, name: name, path: path)
             } catch {
                 guard case .badData = error else { throw error }
-                if try quarantine(name, error) { summary.bad += 1 }
+                if try quarantine(name, error, in: inbox) { summary.bad += 1 }
                 continue
             }
             if duplicate {
@@ -181,7 +249,7 @@ extension SyncEngine {
                 summary.taken += 1
             }
             if let failure = inbox.acknowledge(name) {
-                logger.log(.warning, "\(path): taken, but cannot be moved to cur/ (\(failure)); it will be acknowledged again, not done again")
+                logger.log(.warning, "\(path): taken, but cannot be moved to cur/ (\(inbox.shown(failure))); it will be acknowledged again, not done again")
             }
         }
         return summary
@@ -217,9 +285,9 @@ extension SyncEngine {
 
     /// Sets a malformed or unreadable event aside in `inbox/bad/` and reports why. False when
     /// another process took it meanwhile.
-    private func quarantine(_ name: String, _ error: AgentError) throws(AgentError) -> Bool {
+    private func quarantine(_ name: String, _ error: AgentError, in inbox: Inbox) throws(AgentError) -> Bool {
         let moved: Bool
-        do { moved = try inbox.quarantine(name, because: error) } catch { throw .system(error) }
+        do { moved = try inbox.quarantine(name, because: error) } catch { throw .system(inbox.shown(error)) }
         if moved { reportError(error) }
         return moved
     }

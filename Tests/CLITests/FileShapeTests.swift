@@ -314,6 +314,39 @@ import Testing
         #expect(!playground.read("sync/notifications.jsonl").contains("outside-only"), "a notification came from the outside cart")
     }
 
+    /// The same race on each inbox folder: while `push` and `sync` run, the folder is swapped with
+    /// a link to a folder outside and back. Nothing is ever moved, written or read there.
+    @Test(arguments: ["new", "cur", "bad", "tmp"])
+    func anInboxFolderSwappedForALinkMidwayIsNeverFollowed(folder: String) throws {
+        typealias RenameAt2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
+        guard let symbol = dlsym(dlopen(nil, RTLD_NOW), "renameat2") else { return }
+        let renameat2 = unsafeBitCast(symbol, to: RenameAt2.self)
+        let playground = try Playground()
+        let dir = playground.path + "/sync"
+        let outside = playground.path + "/outside"
+        _ = try basketSync(["-C", dir, "init"])
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: false)
+        try playground.write("outside/evt", #"{"id":"outside-only","type":"basketDelta","products":[{"id":"Z","quantity":1}]}"#)
+        try FileManager.default.createDirectory(atPath: dir + "/inbox/bad", withIntermediateDirectories: true)
+        for index in 0..<40 { try playground.write("sync/inbox/new/bad-\(index)", "{not json") }
+        try FileManager.default.createSymbolicLink(atPath: dir + "/inbox/\(folder)-link", withDestinationPath: outside)
+        let stop = Mutex(false)
+        let swapper = Thread {
+            while !stop.withLock({ $0 }) {
+                _ = renameat2(AT_FDCWD, dir + "/inbox/\(folder)", AT_FDCWD, dir + "/inbox/\(folder)-link", 2)  // RENAME_EXCHANGE
+            }
+        }
+        swapper.start()
+        for round in 1...40 {
+            _ = try basketSync(["-C", dir, "push", "--id", "e\(round)", "A=+1"])
+            _ = try basketSync(["-C", dir, "sync"])
+        }
+        stop.withLock { $0 = true }
+        while swapper.isExecuting { usleep(1_000) }
+        #expect(playground.names("outside") == ["evt"], "\(folder): files appeared outside: \(playground.names("outside"))")
+        #expect(!playground.read("sync/outbox.jsonl").contains("outside-only"), "\(folder): an event outside was taken")
+    }
+
     /// A JSON Lines file that is a hard link (another name may be outside) is refused, not appended to.
     @Test func aProjectionWithAnotherNameIsRefusedNotAppendedTo() throws {
         let playground = try Playground()

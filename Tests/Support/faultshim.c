@@ -82,13 +82,29 @@ static int sync_call(const char *name, int fd) {
 int fsync(int fd) { return sync_call("fsync", fd); }
 int fdatasync(int fd) { return sync_call("fdatasync", fd); }
 
+// A path through a folder held open ("/proc/self/fd/N/name", how basket-sync reaches its
+// inbox folders) named by the folder's own path.
+static void resolved(const char *path, char *out, size_t size) {
+    int fd;
+    int used = 0;
+    if (sscanf(path, "/proc/self/fd/%d%n", &fd, &used) == 1 && used > 0) {
+        char folder[4096];
+        path_of(fd, folder, sizeof folder);
+        snprintf(out, size, "%s%s", folder, path + used);
+    } else {
+        snprintf(out, size, "%s", path);
+    }
+}
+
 int rename(const char *from, const char *to) {
     static int (*real)(const char *, const char *);
     if (!real) real = dlsym(RTLD_NEXT, "rename");
     int result = real(from, to);
     if (result == 0) {
-        char line[8300];
-        snprintf(line, sizeof line, "rename %s %s\n", from, to);
+        char line[8300], source[4096], target[4096];
+        resolved(from, source, sizeof source);
+        resolved(to, target, sizeof target);
+        snprintf(line, sizeof line, "rename %s %s\n", source, target);
         note(line);
     }
     return result;

@@ -43,8 +43,10 @@ extension Commands {
         case let .transfer(transferId): event = .basketTransfer(products, transferId: transferId)
         case .redirect: event = .redirectToCart
         }
-        do { try inbox.deliver(EventFormat.encode(InboxEvent(id: eventId, event: event)), name: name) } catch {
-            throw .system(error)
+        let pinned: Inbox
+        do { pinned = try inbox.pinned() } catch { throw .system(error) }
+        do { try pinned.deliver(EventFormat.encode(InboxEvent(id: eventId, event: event)), name: name) } catch {
+            throw .system(pinned.shown(error))
         }
         return eventId
     }

@@ -70,8 +70,8 @@ extension Posix {
         var path = base
         for component in components.dropLast() {
             path += "/\(component)"
-            let next = retrying { openat(fd, String(component), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) }
-            let code = errno
+            let next = openFolder(named: String(component), in: fd)
+            let code = lastErrorCode
             close(fd)
             guard next >= 0 else {
                 if let info = linkInfo(path), info.kind != .directory {

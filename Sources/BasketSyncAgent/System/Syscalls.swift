@@ -228,6 +228,15 @@ enum Posix {
         throw .last("flock", path)
     }
 
+    /// Opens the folder `name` inside the directory `parent` is open on, without following a link
+    /// and without blocking; -1 on failure (then ``lastErrorCode`` says why).
+    static func openFolder(named name: String, in parent: Int32) -> Int32 {
+        retrying { openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) }
+    }
+
+    /// `errno` now.
+    static var lastErrorCode: Int32 { errno }
+
     /// Releases a `flock` (a descriptor kept open between uses holds it until then).
     static func unlock(_ fd: Int32) { _ = retrying { flock(fd, LOCK_UN) } }
 
