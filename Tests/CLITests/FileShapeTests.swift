@@ -275,13 +275,28 @@ import Testing
         #expect(!sync.stderr.contains("s3cr3t") && !apply.stderr.contains("s3cr3t"))
     }
 
+    /// Runs `body` while another thread swaps two names as fast as it can (`renameat2` with
+    /// `RENAME_EXCHANGE`: each name is always there, as one or the other).
+    static func swapping(_ first: String, with second: String, while body: () throws -> Void) throws {
+        typealias RenameAt2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
+        let symbol = try #require(dlsym(dlopen(nil, RTLD_NOW), "renameat2"), "glibc has renameat2")
+        let renameat2 = unsafeBitCast(symbol, to: RenameAt2.self)
+        let stop = Mutex(false)
+        let swapper = Thread {
+            while !stop.withLock({ $0 }) { _ = renameat2(AT_FDCWD, first, AT_FDCWD, second, 2) }
+        }
+        swapper.start()
+        defer {
+            stop.withLock { $0 = true }
+            while swapper.isExecuting { usleep(1_000) }
+        }
+        try body()
+    }
+
     /// The race: while `sync` and `apply` run, a thread swaps the cart's folder with a link to a
     /// folder outside and back (`renameat2(RENAME_EXCHANGE)`, thousands of times). The outside
     /// cart is never written, nothing from it is ever notified, nothing is left in it.
     @Test func aCartFolderSwappedForALinkMidwayIsNeverFollowed() throws {
-        typealias RenameAt2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
-        guard let symbol = dlsym(dlopen(nil, RTLD_NOW), "renameat2") else { return }
-        let renameat2 = unsafeBitCast(symbol, to: RenameAt2.self)
         let playground = try Playground()
         let dir = playground.path + "/sync"
         let outside = playground.path + "/outside"
@@ -293,20 +308,13 @@ import Testing
         try FileManager.default.createDirectory(atPath: dir + "/host", withIntermediateDirectories: false)
         try playground.write("sync/host/cart.json", cartJSON([("A", 1)], syncedThrough: 0))
         try FileManager.default.createSymbolicLink(atPath: dir + "/host-link", withDestinationPath: outside)
-        let stop = Mutex(false)
-        let swapper = Thread {
-            while !stop.withLock({ $0 }) {
-                _ = renameat2(AT_FDCWD, dir + "/host", AT_FDCWD, dir + "/host-link", 2)  // RENAME_EXCHANGE
+        try Self.swapping(dir + "/host", with: dir + "/host-link") {
+            for round in 1...40 {
+                _ = try basketSync(["-C", dir, "push", "--id", "e\(round)", "A=+1"])
+                _ = try basketSync(["-C", dir, "sync"])
+                _ = try basketSync(["-C", dir, "apply"])
             }
         }
-        swapper.start()
-        for round in 1...40 {
-            _ = try basketSync(["-C", dir, "push", "--id", "e\(round)", "A=+1"])
-            _ = try basketSync(["-C", dir, "sync"])
-            _ = try basketSync(["-C", dir, "apply"])
-        }
-        stop.withLock { $0 = true }
-        while swapper.isExecuting { usleep(1_000) }
         // Wherever the swap stopped, the outside folder is as it was.
         let outsideNow = (try? String(contentsOfFile: outside + "/cart.json", encoding: .utf8)) ?? ""
         #expect(outsideNow == outsideBefore, "the outside cart was written: \(outsideNow)")
@@ -318,9 +326,6 @@ import Testing
     /// a link to a folder outside and back. Nothing is ever moved, written or read there.
     @Test(arguments: ["new", "cur", "bad", "tmp"])
     func anInboxFolderSwappedForALinkMidwayIsNeverFollowed(folder: String) throws {
-        typealias RenameAt2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
-        guard let symbol = dlsym(dlopen(nil, RTLD_NOW), "renameat2") else { return }
-        let renameat2 = unsafeBitCast(symbol, to: RenameAt2.self)
         let playground = try Playground()
         let dir = playground.path + "/sync"
         let outside = playground.path + "/outside"
@@ -330,19 +335,12 @@ import Testing
         try FileManager.default.createDirectory(atPath: dir + "/inbox/bad", withIntermediateDirectories: true)
         for index in 0..<40 { try playground.write("sync/inbox/new/bad-\(index)", "{not json") }
         try FileManager.default.createSymbolicLink(atPath: dir + "/inbox/\(folder)-link", withDestinationPath: outside)
-        let stop = Mutex(false)
-        let swapper = Thread {
-            while !stop.withLock({ $0 }) {
-                _ = renameat2(AT_FDCWD, dir + "/inbox/\(folder)", AT_FDCWD, dir + "/inbox/\(folder)-link", 2)  // RENAME_EXCHANGE
+        try Self.swapping(dir + "/inbox/\(folder)", with: dir + "/inbox/\(folder)-link") {
+            for round in 1...40 {
+                _ = try basketSync(["-C", dir, "push", "--id", "e\(round)", "A=+1"])
+                _ = try basketSync(["-C", dir, "sync"])
             }
         }
-        swapper.start()
-        for round in 1...40 {
-            _ = try basketSync(["-C", dir, "push", "--id", "e\(round)", "A=+1"])
-            _ = try basketSync(["-C", dir, "sync"])
-        }
-        stop.withLock { $0 = true }
-        while swapper.isExecuting { usleep(1_000) }
         #expect(playground.names("outside") == ["evt"], "\(folder): files appeared outside: \(playground.names("outside"))")
         #expect(!playground.read("sync/outbox.jsonl").contains("outside-only"), "\(folder): an event outside was taken")
     }
