@@ -124,26 +124,33 @@ final class JSONLinesFile {
             // is a whole record beyond the database means the database is behind (lost,
             // restored): refused before anything is changed.
             let databaseSeq = try lastDatabaseSeq()
+            // Our records are in the file in seq order: a line of ours followed (further down)
+            // by one whose seq is not higher is a copy, not where the file got to.
+            var candidate: (seq: UInt64, isLast: Bool)?
             var lastOurs: UInt64 = 0
-            var lastLineIsOurs = false
             var first = true
             try linesBackward(fd, end: tail.completeSize) { (start, length) throws(AgentError) in
                 defer { first = false }
                 let prefix = try read(fd, at: start, count: min(length, 32))
                 let seq = RecordFormat.seq(ofLine: prefix)
                 guard seq > 0 else { return true }
-                if seq <= databaseSeq {
-                    guard let stored = try recordAt(seq), stored.count == length + 1,
-                          try read(fd, at: start, count: length + 1) == stored else { return true }
-                    lastOurs = seq
-                    lastLineIsOurs = first
+                if seq > databaseSeq {
+                    if isRecord(try read(fd, at: start, count: length + 1)) {
+                        throw .databaseBehind(path: path, fileSeq: seq, databaseSeq: databaseSeq)
+                    }
+                    return true
+                }
+                guard let stored = try recordAt(seq), stored.count == length + 1,
+                      try read(fd, at: start, count: length + 1) == stored else { return true }
+                if let current = candidate, seq < current.seq {
+                    lastOurs = current.seq  // in order: the candidate is where the file got to
                     return false
                 }
-                if isRecord(try read(fd, at: start, count: length + 1)) {
-                    throw .databaseBehind(path: path, fileSeq: seq, databaseSeq: databaseSeq)
-                }
+                candidate = (seq, candidate == nil && first)
                 return true
             }
+            if lastOurs == 0, let candidate { lastOurs = candidate.seq }  // the only record of ours
+            let lastLineIsOurs = candidate.map { $0.isLast && $0.seq == lastOurs } ?? false
             if tail.completeSize < size {
                 do { try Posix.truncate(fd, to: tail.completeSize, path: path) } catch { throw .system(error) }
                 outcome.truncatedBytes = Int(size - tail.completeSize)
@@ -197,10 +204,15 @@ final class JSONLinesFile {
         defer { Posix.close(fd) }
         guard let info = try? Posix.fileInfo(fd, path: path), let tail = try? readTail(fd, size: info.size) else { return nil }
         var found: UInt64?
+        var later: UInt64?  // the seq of the record-like line seen just after (further down)
         try? linesBackward(fd, end: tail.completeSize) { (start, length) throws(AgentError) in
             let seq = RecordFormat.seq(ofLine: try read(fd, at: start, count: min(length, 32)))
-            guard seq > databaseSeq else { return seq == 0 }
-            if isRecord(try read(fd, at: start, count: length + 1)) { found = seq; return false }
+            guard seq > 0 else { return true }
+            if seq > databaseSeq, isRecord(try read(fd, at: start, count: length + 1)) { found = seq; return false }
+            // Two lines in order: the file's records end here (a copy of an older line after them
+            // is stepped over).
+            if let later, seq < later { return false }
+            later = seq
             return true
         }
         return found

@@ -51,7 +51,9 @@ final class Store {
     init(directory: String, create: Bool, readOnly: Bool = false, busyTimeoutMilliseconds: Int32 = 15_000) throws(AgentError) {
         self.readOnly = readOnly
         self.directory = directory
-        stateDirectory = "\(directory)/\(Store.stateDirectoryName)"
+        // The sync directory may be a link (the operator's choice); SQLite opens a database
+        // only by a path without links (`SQLITE_OPEN_NOFOLLOW`): its real path is used.
+        stateDirectory = "\(Posix.resolved(directory) ?? directory)/\(Store.stateDirectoryName)"
         let databasePath = "\(stateDirectory)/\(Store.databaseName)"
         // SQLite opens these by name, following links and blocking on a FIFO: what is not a
         // regular file (the state directory: not a directory) is refused before it gets there.

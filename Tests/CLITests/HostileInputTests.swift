@@ -198,6 +198,52 @@ import Testing
         #expect(["cart.json", "outbox.jsonl", "notifications.jsonl", "payments.jsonl"].map { playground.read($0) } == files, "nothing changed")
     }
 
+    /// An exact copy of one of our own lines appended at the end (by a host or a careless copy) is
+    /// not where the file got to: nothing is appended twice; after a restore it does not hide the
+    /// database being behind (the fourth review's C1, C2).
+    @Test(arguments: [0, 1, 2])
+    func aCopyOfOneOfOurLinesAtTheEndIsNotWhereTheFileGotTo(copied: Int) throws {
+        let playground = try syncDirectory()
+        let dir = playground.path
+        for id in ["e1", "e2", "e3"] { #expect(try basketSync(["-C", dir, "push", "--id", id, "A=+1"]).status == 0) }
+        #expect(try basketSync(["-C", dir, "sync"]).status == 0)
+        func appendCopy() throws {
+            let lines = playground.read("outbox.jsonl").split(separator: "\n")
+            let outbox = try FileHandle(forWritingTo: playground.url("outbox.jsonl"))
+            outbox.seekToEndOfFile()
+            outbox.write(Data((lines[copied] + "\n").utf8))
+            try outbox.close()
+        }
+        try appendCopy()
+        #expect(try basketSync(["-C", dir, "push", "--id", "e4", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", dir, "sync"]).status == 0)
+        let sources = playground.records("outbox.jsonl").compactMap { $0["source"] as? String }
+        #expect(sources.filter { $0 != ["e1", "e2", "e3"][copied] } == ["e1", "e2", "e3", "e4"].filter { $0 != ["e1", "e2", "e3"][copied] }, "\(sources)")
+        #expect(sources.last == "e4" && sources.filter { $0 == "e4" }.count == 1, "\(sources)")
+
+        let backup = try Data(contentsOf: playground.url(".basket-sync/state.db"))
+        #expect(try basketSync(["-C", dir, "push", "--id", "e5", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", dir, "sync"]).status == 0)
+        try backup.write(to: playground.url(".basket-sync/state.db"))
+        try appendCopy()
+        let sync = try basketSync(["-C", dir, "sync"])
+        #expect(sync.status == 74, "\(sync.stderr)")
+        #expect(try basketSync(["-C", dir, "status"]).stdout.contains("database behind the files"))
+    }
+
+    /// The sync directory given as a link (`-C link`, an operator's choice) works like the real one.
+    @Test func aSyncDirectoryGivenThroughALinkWorks() throws {
+        let playground = try syncDirectory()
+        let link = playground.path + "-link"
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: playground.path)
+        defer { try? FileManager.default.removeItem(atPath: link) }
+        #expect(try basketSync(["-C", link, "push", "A=+1"]).status == 0)
+        let sync = try basketSync(["-C", link, "sync"])
+        #expect(sync.status == 0, "\(sync.stderr)")
+        #expect(try basketSync(["-C", link + "/", "status"]).status == 0)
+        #expect(playground.records("outbox.jsonl").count == 1)
+    }
+
     /// A result that cannot be written (stdout on a full disk) fails the command (74), never 0.
     @Test func aResultThatCannotBeWrittenFailsTheCommand() throws {
         let playground = try syncDirectory()
