@@ -25,21 +25,19 @@ struct Inbox {
     /// The inbox with its folders opened one by one without following a link (`inbox/` from the
     /// sync directory, then each folder; `bad/` made when missing), for one pass or one delivery.
     func pinned() throws(SystemError) -> Inbox {
-        try checkFolders()
+        try checkFolders()  // what is in the way, named (a FIFO, a file, a link)
         var copy = self
         let held = Descriptors()
+        // `open` and `openat` refuse a link swapped in after the check (O_NOFOLLOW).
         let base = try Posix.open(directory, [.directory])
         held.fds.append(base)
         for name in ["new", "cur", "bad", "tmp"] {
-            if name == "bad" { try? Posix.makeDirectory("/proc/self/fd/\(base)/bad", mode: 0o755) }
-            let fd = Posix.openFolder(named: name, in: base)
-            guard fd >= 0 else {
-                let code = Posix.lastErrorCode
-                if let info = Posix.linkInfo(shownFolder(name)), info.kind != .directory {
-                    throw SystemError(path: shownFolder(name), shape: info.kind.name, expectsDirectory: true)
-                }
-                if SystemError(operation: "open", path: shownFolder(name), code: code).isMissing { continue }  // not made yet: reached by name
-                throw SystemError(operation: "open", path: shownFolder(name), code: code)
+            let fd: Int32
+            do { fd = try Posix.openFolder(named: name, in: base, path: shownFolder(name)) } catch {
+                guard error.isMissing else { throw error }
+                // Not made yet: reached by name (bad/ is made now when it can be, as before).
+                guard name == "bad", (try? Posix.makeDirectory("/proc/self/fd/\(base)/bad", mode: 0o755)) != nil else { continue }
+                fd = try Posix.openFolder(named: name, in: base, path: shownFolder(name))
             }
             held.fds.append(fd)
             copy.pins[name] = "/proc/self/fd/\(fd)"
@@ -81,7 +79,7 @@ struct Inbox {
     /// deliveries may share one), then the delivery time the Maildir name carries (`1764516000.M99999P…`
     /// is before `1764516000.M100000P…`, though it sorts after as text), then the name.
     func waiting(seen: [String] = []) throws(SystemError) -> [String] {
-        try checkFolders()
+        if pins.isEmpty { try checkFolders() }  // pinned, the folders were opened without following
         let new = folder("new")
         let names: [String]
         do { names = try Posix.entries(of: new + "/.").filter { !$0.hasPrefix(".") } } catch {
@@ -171,7 +169,6 @@ struct Inbox {
     /// Delivers an event the Maildir way: written in `tmp/` under a unique name, fsynced, renamed
     /// into `new/`, the directory fsynced.
     func deliver(_ bytes: [UInt8], name: String) throws(SystemError) {
-        try checkFolders()
         let temporary = "\(folder("tmp"))/\(name)"
         do {
             let fd = try Posix.open(temporary, [.writeOnly, .create, .exclusive])

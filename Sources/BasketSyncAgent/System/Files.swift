@@ -70,16 +70,9 @@ extension Posix {
         var path = base
         for component in components.dropLast() {
             path += "/\(component)"
-            let next = openFolder(named: String(component), in: fd)
-            let code = lastErrorCode
-            close(fd)
-            guard next >= 0 else {
-                if let info = linkInfo(path), info.kind != .directory {
-                    throw .system(SystemError(path: path, shape: info.kind.name, expectsDirectory: true))
-                }
-                throw .system(SystemError(operation: "open", path: path, code: code))
-            }
-            fd = next
+            let parent = fd
+            defer { close(parent) }
+            do { fd = try openFolder(named: String(component), in: parent, path: path) } catch { throw .system(error) }
         }
         defer { close(fd) }
         let pinned = "/proc/self/fd/\(fd)"

@@ -229,13 +229,17 @@ enum Posix {
     }
 
     /// Opens the folder `name` inside the directory `parent` is open on, without following a link
-    /// and without blocking; -1 on failure (then ``lastErrorCode`` says why).
-    static func openFolder(named name: String, in parent: Int32) -> Int32 {
-        retrying { openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) }
+    /// and without blocking. `path` names it in errors: one of the wrong shape (a link, a file)
+    /// says what it is; a missing one is an error whose `isMissing` is true.
+    static func openFolder(named name: String, in parent: Int32, path: String) throws(SystemError) -> Int32 {
+        let fd = retrying { openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) }
+        guard fd < 0 else { return fd }
+        let code = errno
+        if let info = linkInfo(path), info.kind != .directory {
+            throw SystemError(path: path, shape: info.kind.name, expectsDirectory: true)
+        }
+        throw SystemError(operation: "open", path: path, code: code)
     }
-
-    /// `errno` now.
-    static var lastErrorCode: Int32 { errno }
 
     /// Releases a `flock` (a descriptor kept open between uses holds it until then).
     static func unlock(_ fd: Int32) { _ = retrying { flock(fd, LOCK_UN) } }
