@@ -20,6 +20,8 @@ public final class BasketSynchronizationManager: Sendable {
     private struct Inner: Sendable {
         var machine: SyncStateMachine
         var synchronizer: (any RetailerBasketSynchronizer)?
+        /// The `handlePayment` records this manager made, by order id, to check a retry against.
+        var payments: [ExactID: PaymentRecord] = [:]
     }
 
     private let inner: Mutex<Inner>
@@ -100,16 +102,27 @@ public final class BasketSynchronizationManager: Sendable {
     }
 
     /// Records a payment once per order id, closes the Mealz basket, then runs `completion`.
-    /// Without retailer mode or a store it throws and runs no completion.
+    /// Without retailer mode or a store it throws and runs no completion. A retry of an order
+    /// already recorded is answered with ``SyncEffect/paymentAlreadyRecorded(orderId:seq:)`` and
+    /// does not run `completion` again (it may clear a cart filled again since); a retry whose
+    /// total differs throws ``PaymentError/differentRetry(orderId:seq:difference:)``.
     @discardableResult
     public func handlePayment(
         totalPrice: Money, productList: [RetailerProduct], orderId: String, completion: () -> Void
     ) throws(PaymentError) -> [SyncEffect] {
         let now = clock()
         let effects = try inner.withLock { inner throws(PaymentError) in
-            try inner.machine.handlePayment(totalPrice: totalPrice, productList: productList, orderId: orderId, at: now)
+            if let earlier = inner.payments[ExactID(orderId)], let difference = earlier.retryDifference(totalPrice: totalPrice, productList: nil) {
+                throw PaymentError.differentRetry(orderId: orderId, seq: earlier.seq, difference: difference)
+            }
+            let effects = try inner.machine.handlePayment(totalPrice: totalPrice, productList: productList, orderId: orderId, at: now)
+            for case let .payment(record) in effects where record.type == .handlePayment {
+                inner.payments[ExactID(orderId)] = record
+            }
+            return effects
         }
-        completion()
+        let isNew = effects.contains { if case .payment = $0 { true } else { false } }
+        if isNew { completion() }
         return effects
     }
 

@@ -26,6 +26,8 @@ public enum PaymentError: Error, Hashable, Sendable, CustomStringConvertible {
     case emptyOrderId
     /// The product list is not valid.
     case invalidProducts(SyncInputError)
+    /// A retry of an order recorded as payment `seq` differs from it (``PaymentRecord/retryDifference(totalPrice:productList:)``).
+    case differentRetry(orderId: String, seq: UInt64, difference: String)
 
     /// A sentence saying what is wrong and what to do.
     public var description: String {
@@ -38,6 +40,8 @@ public enum PaymentError: Error, Hashable, Sendable, CustomStringConvertible {
             return "the order id is empty; give the host's order id"
         case let .invalidProducts(error):
             return "the product list is not valid: \(error)"
+        case let .differentRetry(orderId, seq, difference):
+            return "order \(orderId.debugDescription) was recorded as payment #\(seq), and this retry differs: \(difference); nothing was recorded and no completion was run. A new order needs its own order id"
         }
     }
 }

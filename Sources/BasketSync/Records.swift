@@ -130,3 +130,32 @@ public struct PaymentRecord: Codable, Hashable, Sendable {
         self.basket = basket
     }
 }
+
+extension PaymentRecord {
+    /// How a retry of this `handlePayment` differs from it, as a sentence naming both; nil when
+    /// the retry is the same payment. Totals compare by amount (`42.5` is `42.50`); a product list
+    /// is compared only when the retry gives one (the default list, the current cart, has usually
+    /// been emptied by the host's completion since), as totals per SKU, byte for byte, in any order.
+    public func retryDifference(totalPrice retryTotal: Money, productList retryProducts: [RetailerProduct]?) -> String? {
+        var differences: [String] = []
+        if retryTotal != totalPrice {
+            differences.append("the total \(retryTotal) is not the \(totalPrice) recorded")
+        }
+        if let retryProducts {
+            let given = ProductTally(retryProducts).nonZeroProducts
+            let recorded = ProductTally(products).nonZeroProducts
+            if Set(given) != Set(recorded) {
+                let (shownGiven, shownRecorded) = (PaymentRecord.listed(given), PaymentRecord.listed(recorded))
+                differences.append("the products \(shownGiven) are not the \(shownRecorded) recorded"
+                                   + (shownGiven == shownRecorded ? " (ids that look alike differ in their bytes)" : ""))
+            }
+        }
+        return differences.isEmpty ? nil : differences.joined(separator: ", and ")
+    }
+
+    /// A short product list for a message: `{A: 2, B: 1}`, ids quoted when they need it.
+    static func listed(_ products: [RetailerProduct]) -> String {
+        let shown = products.prefix(8).map { "\($0.id.debugDescription): \($0.quantity)" }
+        return "{" + shown.joined(separator: ", ") + (products.count > 8 ? ", … \(products.count - 8) more" : "") + "}"
+    }
+}

@@ -139,11 +139,19 @@ public struct SyncStateMachine: Sendable {
 
     /// `paymentStarted`: best-effort. Whatever is missing (mode, store, a Mealz product, valid
     /// products) gives a `skipped` record with a reason, never an error. A nil `productList`
-    /// says the host could not tell what was bought (its list could not be read).
+    /// says the host could not tell what was bought (its list could not be read). An order that
+    /// `handlePayment` recorded already is paid: nothing is recorded, and the answer is
+    /// ``SyncEffect/paymentAlreadyRecorded(orderId:seq:)``.
     public mutating func paymentStarted(
         totalPrice: Money, productList: [RetailerProduct]?, orderId: String?, at now: Date
     ) -> [SyncEffect] {
-        step(at: now) { machine in
+        if let orderId, let seq = state.recordedOrders[ExactID(orderId)] {
+            return step(at: now) { machine in
+                machine.state.counters.duplicatePayments += 1
+                return [.paymentAlreadyRecorded(orderId: orderId, seq: seq)]
+            }
+        }
+        return step(at: now) { machine in
             let reason: PaymentRecord.SkipReason?
             var mealzProducts: [RetailerProduct] = []
             if machine.state.mode != .retailer {

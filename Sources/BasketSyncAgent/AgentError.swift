@@ -30,6 +30,8 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
     case refused(String)
     /// What the command needs is not set up (a store, retailer mode): configuration to do first.
     case notReady(String)
+    /// The input contradicts what was recorded before (a payment retry that differs): 65.
+    case conflict(String)
 
     /// One sentence naming the file, what is wrong and what to do.
     public var description: String {
@@ -51,6 +53,7 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
             return "\(path): holds record \(fileSeq) but the database ends at \(databaseSeq): the database was lost, restored or replaced. Nothing was written; restore .basket-sync/ from a backup"
         case let .notReady(message): return message
         case let .refused(message): return message
+        case let .conflict(message): return message
         }
     }
 
@@ -59,7 +62,7 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
     public var exitCode: Int32 {
         switch self {
         case let .system(error): return error.isTemporary ? 75 : (error.isMissing ? 66 : 73)
-        case .tooLarge, .badData: return 65
+        case .tooLarge, .badData, .conflict: return 65
         case .configuration: return 78
         case .usage: return 64
         case .busy: return 75

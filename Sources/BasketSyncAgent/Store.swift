@@ -97,6 +97,7 @@ final class Store {
             CREATE TABLE IF NOT EXISTS payments(seq INTEGER PRIMARY KEY, line BLOB NOT NULL);
             CREATE TABLE IF NOT EXISTS inbox(id TEXT PRIMARY KEY, file TEXT NOT NULL, outcome TEXT NOT NULL, at TEXT NOT NULL);
             CREATE TABLE IF NOT EXISTS reports(n INTEGER PRIMARY KEY, at TEXT NOT NULL, level TEXT NOT NULL, message TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS completions(order_id TEXT PRIMARY KEY, payment INTEGER NOT NULL, at TEXT NOT NULL);
             """)
         if create {
             try withTransaction { () throws(AgentError) in
@@ -305,6 +306,40 @@ final class Store {
     }
 
     func inboxCount() throws(AgentError) -> Int64 { try connection.scalar("SELECT COUNT(*) FROM inbox") ?? 0 }
+
+    // MARK: Locks
+
+    /// Opens `name` in the state directory and waits for its exclusive lock; closing the
+    /// descriptor releases it (so does the process dying).
+    func lock(_ name: String) throws(AgentError) -> Int32 {
+        let path = "\(stateDirectory)/\(name)"
+        let fd: Int32
+        do { fd = try Posix.open(path, [.readWrite, .create], mode: 0o600) } catch { throw .system(error) }
+        do { _ = try Posix.lockExclusive(fd, path: path) } catch {
+            Posix.close(fd)
+            throw .system(error)
+        }
+        return fd
+    }
+
+    // MARK: Payment completions
+
+    /// When the completion of `handle-payment` for `orderId` finished successfully; nil when it
+    /// never did (none was given, it failed, or the process died while it ran).
+    func completionFinished(orderId: String) throws(AgentError) -> String? {
+        let statement = try connection.prepare("SELECT at FROM completions WHERE order_id = ?")
+        statement.bind(1, orderId)
+        return try statement.step() ? statement.text(0) : nil
+    }
+
+    /// Records that the completion for `orderId` (payment `payment`) exited 0: it never runs again.
+    func recordCompletion(orderId: String, payment: UInt64, at: Date) throws(AgentError) {
+        let statement = try connection.prepare("INSERT OR IGNORE INTO completions(order_id, payment, at) VALUES(?, ?, ?)")
+        statement.bind(1, orderId)
+        statement.bind(2, Int64(payment))
+        statement.bind(3, Timestamp.text(at))
+        _ = try statement.step()
+    }
 
     // MARK: Reports
 

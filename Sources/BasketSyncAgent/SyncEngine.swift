@@ -210,6 +210,12 @@ public final class SyncEngine {
         try store.withTransaction { () throws(AgentError) in try store.loadState() }
     }
 
+    /// The payment record `seq` as the database holds it; nil when it holds no such line.
+    func paymentRecord(seq: UInt64) throws(AgentError) -> PaymentRecord? {
+        guard let line = try store.withTransaction({ () throws(AgentError) in try store.line(.payments, seq: seq) }) else { return nil }
+        return try? RecordFormat.payment(line)
+    }
+
     /// Tells a running agent that this process committed.
     public func signalCommit() { store.signalCommit() }
 }

@@ -128,13 +128,15 @@ enum Help {
                 """
         case "payment-started":
             return """
-                usage: basket-sync [-C DIR] payment-started --total AMOUNT [--order-id ID] [--products FILE|-]
+                usage: basket-sync [-C DIR] payment-started --total AMOUNT [--order-id ID] [--products FILE|-] [--json]
 
                 Records in payments.jsonl that a payment started (paymentStarted). Best-effort: without
                 retailer mode, a store or a Mealz product, or with products that cannot be read, it
                 records a "skipped" line with the reason and still exits 0. AMOUNT is exact, like
                 42.50. The products are the cart (default), a file in the cart format, or - for
-                standard input.
+                standard input. An order that handle-payment recorded already is paid: nothing is
+                recorded, and the answer says it is a duplicate (exit 0).
+                --json prints {"duplicate":…,"seq":…,"payment":{the record},"completion":null}.
 
                 example:
                   basket-sync payment-started --total 42.50
@@ -142,14 +144,22 @@ enum Help {
                 """
         case "handle-payment":
             return """
-                usage: basket-sync [-C DIR] handle-payment --total AMOUNT --order-id ID [--products FILE|-] [--then CMD ARG…]
+                usage: basket-sync [-C DIR] handle-payment --total AMOUNT --order-id ID [--products FILE|-] [--json] [--then CMD ARG…]
 
-                Records the payment of an order (handlePayment) once: the same order id again is not
-                recorded again. Recorded as "skipped" when no Mealz product was bought. Closes the
-                Mealz basket. Needs retailer mode and a store (set-store ID --mode retailer): without
-                them it fails with exit 78 and runs no completion.
+                Records the payment of an order (handlePayment) once. Recorded as "skipped" when no
+                Mealz product was bought. Closes the Mealz basket. Needs retailer mode and a store
+                (set-store ID --mode retailer): without them it fails with exit 78 and runs no
+                completion.
                 --then runs CMD with its arguments (no shell) once the record is durable; when the
                 completion fails, basket-sync exits with its status.
+                Retries are safe. The same order id again records nothing and exits 0 as a
+                duplicate; its completion runs again only if it never exited 0 (a crash or a failure
+                before), never after it succeeded (it may clear a cart the shopper filled since). A
+                retry whose total, or whose --products list, differs from the recorded payment is
+                refused with exit 65 naming both. Concurrent retries wait for each other.
+                --json prints {"duplicate":…,"seq":…,"payment":{the record},"completion":…}, where
+                completion is null (no --then), {"ran":true,"status":N} or
+                {"ran":false,"finishedAt":"…"}.
 
                 example:
                   basket-sync handle-payment --total 42.50 --order-id order-123 --then ./notify-shop order-123

@@ -13,8 +13,8 @@ struct Invocation {
         case push(kind: Commands.PushKind, products: [RetailerProduct], id: String?)
         case status(json: Bool)
         case apply(json: Bool)
-        case paymentStarted(total: Money, orderId: String?, products: String?)
-        case handlePayment(total: Money, orderId: String, products: String?, then: [String])
+        case paymentStarted(total: Money, orderId: String?, products: String?, json: Bool)
+        case handlePayment(total: Money, orderId: String, products: String?, then: [String], json: Bool)
         case setStore(externalId: String, mode: SyncMode?, json: Bool)
         case validate(files: [String], kind: Commands.FileKind?)
     }
@@ -113,12 +113,13 @@ struct Invocation {
             }
             let orderId = try options.value("--order-id")
             let products = try options.value("--products")
+            let json = options.flag("--json")
             try options.finish()
             if name == "payment-started" {
-                command = .paymentStarted(total: total, orderId: orderId, products: products)
+                command = .paymentStarted(total: total, orderId: orderId, products: products, json: json)
             } else {
                 guard let orderId, !orderId.isEmpty else { throw .usage("handle-payment needs --order-id, the host's order id") }
-                command = .handlePayment(total: total, orderId: orderId, products: products, then: then)
+                command = .handlePayment(total: total, orderId: orderId, products: products, then: then, json: json)
             }
         case "set-store":
             let modeText = try options.value("--mode")

@@ -55,20 +55,15 @@ func run() throws(AgentError) -> Int32 {
     case let .apply(json):
         let summary = try Commands.apply(directory: directory, logger: try logger(for: directory))
         emit(json ? summary.json : summary.human)
-    case let .paymentStarted(total, orderId, products):
-        let record = try Commands.paymentStarted(directory: directory, total: total, orderId: orderId, productsFile: products, logger: try logger(for: directory))
-        emit(Commands.describe(record))
-    case let .handlePayment(total, orderId, products, then):
-        switch try Commands.handlePayment(directory: directory, total: total, orderId: orderId, productsFile: products, logger: try logger(for: directory)) {
-        case let .recorded(record): emit(Commands.describe(record))
-        case let .alreadyRecorded(orderId, seq): emit("order \(orderId) was already recorded as payment #\(seq); not recorded again")
-        }
-        if !then.isEmpty {
-            let status = try Commands.runCompletion(then)
-            if status != 0 {
-                emit("basket-sync: the completion \(then[0]) exited with status \(status); the payment stays recorded", to: .error)
-                return status
-            }
+    case let .paymentStarted(total, orderId, products, json):
+        let outcome = try Commands.paymentStarted(directory: directory, total: total, orderId: orderId, productsFile: products, logger: try logger(for: directory))
+        emit(json ? outcome.json : outcome.human)
+    case let .handlePayment(total, orderId, products, then, json):
+        let outcome = try Commands.handlePayment(directory: directory, total: total, orderId: orderId, productsFile: products, then: then, logger: try logger(for: directory))
+        emit(json ? outcome.json : outcome.human)
+        if case let .ran(status) = outcome.completion, status != 0 {
+            emit("basket-sync: the completion \(then[0]) exited with status \(status); the payment stays recorded, and a retry of handle-payment runs the completion again", to: .error)
+            return status
         }
     case let .setStore(externalId, mode, json):
         let summary = try Commands.setStore(directory: directory, externalId: externalId, mode: mode, logger: try logger(for: directory))

@@ -74,9 +74,26 @@ import Testing
         #expect(completions == 0)
         manager.setSelectedStoreWithExternalId("store-1", mode: .retailer)
         try manager.handlePayment(totalPrice: money("1"), productList: [], orderId: "o-1") { completions += 1 }
-        try manager.handlePayment(totalPrice: money("1"), productList: [], orderId: "o-1") { completions += 1 }
-        #expect(completions == 2, "a retry of a recorded order completes again, without a second record")
+        let retry = try manager.handlePayment(totalPrice: money("1.00"), productList: [], orderId: "o-1") { completions += 1 }
+        #expect(retry == [.paymentAlreadyRecorded(orderId: "o-1", seq: 1)])
+        #expect(completions == 1, "the completion ran: a retry never runs it again (it may clear a cart filled since)")
+        #expect(throws: PaymentError.differentRetry(orderId: "o-1", seq: 1, difference: "the total 9.99 is not the 1 recorded")) {
+            try manager.handlePayment(totalPrice: money("9.99"), productList: [], orderId: "o-1") { completions += 1 }
+        }
+        #expect(completions == 1)
         #expect(manager.state.lastPaymentSeq == 1)
         #expect(manager.paymentStarted(totalPrice: money("2"), productList: []).count == 1)
+        #expect(manager.paymentStarted(totalPrice: money("2"), productList: [], orderId: "o-1") == [.paymentAlreadyRecorded(orderId: "o-1", seq: 1)],
+                "a payment that starts for an order already paid records nothing")
+    }
+
+    @Test func aRetryThatGivesOtherProductsDiffers() {
+        let record = PaymentRecord(seq: 3, type: .handlePayment, at: Date(timeIntervalSince1970: 0), status: .recorded, reason: nil, storeId: "s",
+                                   orderId: "o", totalPrice: money("2.50"), products: [.init(id: "A", quantity: 2), .init(id: "café", quantity: 1)], mealzProducts: [], basket: 1)
+        #expect(record.retryDifference(totalPrice: money("2.5"), productList: nil) == nil)
+        #expect(record.retryDifference(totalPrice: money("2.5"), productList: [.init(id: "café", quantity: 1), .init(id: "A", quantity: 1), .init(id: "A", quantity: 1), .init(id: "Z", quantity: 0)]) == nil)
+        #expect(record.retryDifference(totalPrice: money("2.5"), productList: [.init(id: "A", quantity: 2), .init(id: "cafe\u{301}", quantity: 1)])
+                == "the products {\"A\": 2, \"café\": 1} are not the {\"A\": 2, \"café\": 1} recorded (ids that look alike differ in their bytes)", "ids compare byte for byte")
+        #expect(record.retryDifference(totalPrice: money("3"), productList: []) == "the total 3 is not the 2.50 recorded, and the products {} are not the {\"A\": 2, \"café\": 1} recorded")
     }
 }

@@ -101,7 +101,7 @@ import Testing
         #expect(paid.stdout.contains("\"type\":\"handlePayment\""))
         #expect(FileManager.default.fileExists(atPath: playground.path + "/completed"))
         let again = try run(playground, ["handle-payment", "--total", "12.30", "--order-id", "o-1"])
-        #expect(again.stdout == "order o-1 was already recorded as payment #3; not recorded again\n")
+        #expect(again.stdout == "order o-1 was already recorded as payment #3; not recorded again (a duplicate)\n")
 
         let payments = playground.records("payments.jsonl")
         #expect(payments.map { $0["type"] as! String } == ["paymentStarted", "paymentStarted", "handlePayment"])

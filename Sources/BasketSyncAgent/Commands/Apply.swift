@@ -43,14 +43,7 @@ extension Commands {
     public static func apply(directory: String, logger: Logger) throws(AgentError) -> ApplySummary {
         let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: true, logger: logger)
         let configuration = engine.configuration
-        let lockPath = "\(engine.store.stateDirectory)/apply.lock"
-        let lock: Int32
-        do {
-            lock = try Posix.open(lockPath, [.readWrite, .create], mode: 0o600)
-            _ = try Posix.lockExclusive(lock, path: lockPath)
-        } catch {
-            throw .system(error)
-        }
+        let lock = try engine.store.lock("apply.lock")
         defer { Posix.close(lock) }
 
         // The outbox file is what a host reads: make sure it holds every committed record (and

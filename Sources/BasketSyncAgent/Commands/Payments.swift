@@ -19,11 +19,73 @@ extension Commands {
         return try engine.decodeCart(bytes, path: path == "-" ? "standard input" : path).products
     }
 
+    /// What a payment command did: the record it made, or the earlier record of the same order.
+    public struct PaymentOutcome: Equatable {
+        /// How the completion (`handle-payment --then`) went.
+        public enum Completion: Equatable {
+            /// No completion was given.
+            case none
+            /// It ran and exited with this status (0: recorded as finished, never run again).
+            case ran(status: Int32)
+            /// It finished successfully before, at this time: not run again.
+            case finishedBefore(at: String)
+        }
+
+        /// The record made now, or for a duplicate the one recorded before (nil when the
+        /// database no longer holds its line).
+        public var record: PaymentRecord?
+        /// The order was recorded before: nothing was recorded now.
+        public var duplicate: Bool
+        /// The order id, and the seq of its payment.
+        public var orderId: String?
+        /// The payment's seq in payments.jsonl.
+        public var seq: UInt64
+        /// How the completion went.
+        public var completion: Completion = .none
+
+        /// The human output: the record's JSON line when new; a sentence for a duplicate.
+        public var human: String {
+            var lines: [String] = []
+            if duplicate {
+                lines.append("order \(orderId ?? "") was already recorded as payment #\(seq); not recorded again (a duplicate)")
+            } else if let record {
+                lines.append(Commands.describe(record))
+            }
+            if case let .finishedBefore(at) = completion {
+                lines.append("its completion finished at \(at): not run again (it may clear a cart filled since)")
+            }
+            return lines.joined(separator: "\n")
+        }
+
+        /// The JSON output: `{"duplicate":…,"seq":…,"payment":{record},"completion":…}`.
+        public var json: String {
+            var writer = JSONWriter()
+            writer.object { object in
+                object.member("duplicate", duplicate)
+                object.member("seq", seq)
+                object.member("payment") { writer in
+                    if let record { writer.raw(String(decoding: RecordFormat.line(record).dropLast(), as: UTF8.self)) } else { writer.raw("null") }
+                }
+                object.member("completion") { writer in
+                    switch completion {
+                    case .none: writer.raw("null")
+                    case let .ran(status):
+                        writer.object { $0.member("ran", true); $0.member("status", Int(status)) }
+                    case let .finishedBefore(at):
+                        writer.object { $0.member("ran", false); $0.member("finishedAt", at) }
+                    }
+                }
+            }
+            return writer.text
+        }
+    }
+
     /// `payment-started`: best-effort. Whatever is missing gives a `skipped` record with a reason;
-    /// products that cannot be read are recorded as `invalidProducts`. Never fails for that.
+    /// products that cannot be read are recorded as `invalidProducts`. Never fails for that. An
+    /// order already paid (`handle-payment`) records nothing: a duplicate.
     public static func paymentStarted(
         directory: String, total: Money, orderId: String?, productsFile: String?, logger: Logger
-    ) throws(AgentError) -> PaymentRecord {
+    ) throws(AgentError) -> PaymentOutcome {
         let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: true, logger: logger)
         // The files first: they hold what the database must hold, and a database that lost it
         // (restored, its WAL deleted) is found here (74) before anything more is written.
@@ -39,49 +101,86 @@ extension Commands {
             machine.paymentStarted(totalPrice: total, productList: products, orderId: orderId, at: now)
         }
         engine.signalCommit()
-        // paymentStarted always records (recorded or skipped): the machine's contract.
-        return summary.payment!
+        if let repeated = summary.alreadyRecorded {
+            return PaymentOutcome(record: try engine.paymentRecord(seq: repeated.seq), duplicate: true, orderId: repeated.orderId, seq: repeated.seq)
+        }
+        // paymentStarted records (recorded or skipped) whenever the order is not paid: the machine's contract.
+        return PaymentOutcome(record: summary.payment!, duplicate: false, orderId: orderId, seq: summary.payment!.seq)
     }
 
-    /// How `handle-payment` ended.
-    public enum HandlePaymentOutcome: Equatable {
-        /// Recorded now (status recorded or skipped), durable before this returns.
-        case recorded(PaymentRecord)
-        /// The order was recorded before, as payment `seq`: not recorded again.
-        case alreadyRecorded(orderId: String, seq: UInt64)
-    }
-
-    /// `handle-payment`: records the payment once per order id and closes the Mealz basket. Fails,
+    /// `handle-payment`: records the payment once per order id, closes the Mealz basket, and runs
+    /// the completion `then` (an argv, no shell) until it succeeds once (SPEC §4.7).
+    ///
+    /// A retry of an order recorded before is answered first, whatever changed since: refused
+    /// (65) when its total, or the product list it gives, differs from the record; otherwise a
+    /// duplicate, and its completion runs again only if it never exited 0. Payments and their
+    /// completions are serialized by a lock, so two retries at once never both run it. Fails,
     /// recording nothing, without retailer mode or a store, or with products that cannot be read.
     public static func handlePayment(
-        directory: String, total: Money, orderId: String, productsFile: String?, logger: Logger
-    ) throws(AgentError) -> HandlePaymentOutcome {
+        directory: String, total: Money, orderId: String, productsFile: String?, then: [String], logger: Logger
+    ) throws(AgentError) -> PaymentOutcome {
         let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: true, logger: logger)
         // The files first: they hold what the database must hold, and a database that lost it
         // (restored, its WAL deleted) is found here (74) before anything more is written.
         try engine.publishAll()
         try checkIdentifier(orderId, "handle-payment: the order id", limits: engine.configuration.limits)
-        // The products are the cart's: the cart is taken first, so that the payment counts what it acknowledges.
-        if productsFile == nil { _ = try? engine.takeCart() }
-        let products = try Commands.products(productsFile, engine: engine)
-        let summary = try engine.step { (machine, now) throws(AgentError) in
-            do throws(PaymentError) {
-                return try machine.handlePayment(totalPrice: total, productList: products, orderId: orderId, at: now)
-            } catch {
-                switch error {
-                case .notRetailerMode, .noStore:
-                    throw AgentError.notReady("\(directory): \(error.description)")
-                case .emptyOrderId:
-                    throw AgentError.usage("handle-payment: \(error.description)")
-                case .invalidProducts:
-                    throw AgentError.badData(path: productsFile ?? engine.cartPath, line: 1, column: 1, reason: error.description)
+        // Held until the completion has run: a second retry waits, then finds it finished.
+        let lock = try engine.store.lock("payments.lock")
+        defer { Posix.close(lock) }
+
+        var outcome: PaymentOutcome
+        if let seq = try engine.currentState().recordedOrders[ExactID(orderId)] {
+            let earlier = try engine.paymentRecord(seq: seq)
+            if let earlier {
+                let given = try productsFile.map { (file) throws(AgentError) in try Commands.products(file, engine: engine) }
+                if let difference = earlier.retryDifference(totalPrice: total, productList: given) {
+                    throw .conflict("handle-payment: \(PaymentError.differentRetry(orderId: orderId, seq: seq, difference: difference).description)")
                 }
             }
+            // Counted (status shows duplicates), nothing recorded.
+            _ = try engine.step { (machine, now) throws(AgentError) in
+                (try? machine.handlePayment(totalPrice: total, productList: [], orderId: orderId, at: now)) ?? []
+            }
+            outcome = PaymentOutcome(record: earlier, duplicate: true, orderId: orderId, seq: seq)
+        } else {
+            // The products are the cart's: the cart is taken first, so that the payment counts what it acknowledges.
+            if productsFile == nil { _ = try? engine.takeCart() }
+            let products = try Commands.products(productsFile, engine: engine)
+            let summary = try engine.step { (machine, now) throws(AgentError) in
+                do throws(PaymentError) {
+                    return try machine.handlePayment(totalPrice: total, productList: products, orderId: orderId, at: now)
+                } catch {
+                    switch error {
+                    case .notRetailerMode, .noStore:
+                        throw AgentError.notReady("\(directory): \(error.description)")
+                    case .emptyOrderId:
+                        throw AgentError.usage("handle-payment: \(error.description)")
+                    case .invalidProducts:
+                        throw AgentError.badData(path: productsFile ?? engine.cartPath, line: 1, column: 1, reason: error.description)
+                    case .differentRetry:
+                        throw AgentError.conflict("handle-payment: \(error.description)")
+                    }
+                }
+            }
+            engine.signalCommit()
+            // A new order is recorded (or recorded as skipped): the machine's contract.
+            let record = summary.payment!
+            outcome = PaymentOutcome(record: record, duplicate: false, orderId: orderId, seq: record.seq)
         }
-        engine.signalCommit()
-        // handlePayment either records or says the order was recorded before: the machine's contract.
-        if let repeated = summary.alreadyRecorded { return .alreadyRecorded(orderId: repeated.orderId, seq: repeated.seq) }
-        return .recorded(summary.payment!)
+        guard !then.isEmpty else { return outcome }
+        if let finished = try engine.store.withTransaction({ () throws(AgentError) in try engine.store.completionFinished(orderId: orderId) }) {
+            outcome.completion = .finishedBefore(at: finished)
+            return outcome
+        }
+        let status = try runCompletion(then)
+        outcome.completion = .ran(status: status)
+        if status == 0 {
+            let seq = outcome.seq
+            try engine.store.withTransaction { () throws(AgentError) in
+                try engine.store.recordCompletion(orderId: orderId, payment: seq, at: Date())
+            }
+        }
+        return outcome
     }
 
     /// Runs a completion (`handle-payment --then CMD ARG…`) as an argv, without a shell, and

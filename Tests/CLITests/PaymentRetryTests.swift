@@ -1,0 +1,157 @@
+import Foundation
+import Testing
+
+/// SPEC §4.7: a retried checkout is answered as a duplicate before anything else, its completion
+/// runs until it has succeeded once and never after, and a retry that differs is refused.
+@Suite struct PaymentRetryTests {
+    /// A sync directory in retailer mode whose cart holds A, a Mealz line the host applied.
+    func paidReadyDirectory() throws -> Playground {
+        let playground = try Playground()
+        #expect(try run(playground, ["init"]).status == 0)
+        #expect(try run(playground, ["set-store", "store-1", "--mode", "retailer"]).status == 0)
+        try playground.write("cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        try mealzAdds("A=+2", playground)
+        return playground
+    }
+
+    func run(_ playground: Playground, _ arguments: [String]) throws -> Run {
+        try basketSync(["-C", playground.path] + arguments)
+    }
+
+    /// Mealz pushes a delta, the host applies it, basket-sync takes the cart.
+    func mealzAdds(_ delta: String, _ playground: Playground) throws {
+        #expect(try run(playground, ["push", delta]).status == 0)
+        #expect(try run(playground, ["sync"]).status == 0)
+        #expect(try run(playground, ["apply"]).status == 0)
+        #expect(try run(playground, ["sync"]).status == 0)
+    }
+
+    /// The host's completion: empties the cart (what a checkout does), and counts its runs.
+    func clearingCompletion(_ playground: Playground, exit status: Int = 0) -> [String] {
+        ["/bin/sh", "-c", "echo run >> \"$1\"; printf '{\"products\": []}\\n' > cart.json.tmp && mv cart.json.tmp cart.json; exit \(status)", "sh", playground.path + "/runs"]
+    }
+
+    func runs(_ playground: Playground) -> Int {
+        playground.read("runs").split(separator: "\n").count
+    }
+
+    @Test func aRetriedCheckoutNeverClearsTheCartTheShopperFilledSince() throws {
+        let playground = try paidReadyDirectory()
+        let paid = try run(playground, ["handle-payment", "--total", "23.40", "--order-id", "o-77", "--then"] + clearingCompletion(playground))
+        #expect(paid.status == 0, "\(paid.stderr)")
+        #expect(runs(playground) == 1)
+        #expect(try run(playground, ["sync"]).status == 0)
+        // The shopper fills a new cart through Mealz.
+        try mealzAdds("B=+3", playground)
+        #expect(playground.read("cart.json").contains("\"B\""))
+
+        let retry = try run(playground, ["handle-payment", "--total", "23.40", "--order-id", "o-77", "--then"] + clearingCompletion(playground))
+        #expect(retry.status == 0, "a duplicate is not an error: \(retry.stderr)")
+        #expect(retry.stdout.contains("order o-77 was already recorded as payment #1; not recorded again (a duplicate)"), "\(retry.stdout)")
+        #expect(retry.stdout.contains("its completion finished at "), "\(retry.stdout)")
+        #expect(runs(playground) == 1, "the completion that succeeded never runs again")
+        #expect(playground.read("cart.json").contains("\"B\""), "the new cart is kept")
+
+        let json = try run(playground, ["handle-payment", "--total", "23.4", "--order-id", "o-77", "--json", "--then"] + clearingCompletion(playground))
+        #expect(json.status == 0)
+        let answer = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as! [String: Any]
+        #expect(answer["duplicate"] as? Bool == true, "\(json.stdout)")
+        #expect(answer["seq"] as? Int == 1)
+        #expect((answer["payment"] as? [String: Any])?["orderId"] as? String == "o-77")
+        #expect((answer["completion"] as? [String: Any])?["ran"] as? Bool == false)
+        #expect(runs(playground) == 1)
+        #expect(playground.records("payments.jsonl").count == 1, "nothing recorded twice")
+        #expect(try run(playground, ["sync"]).status == 0)
+        #expect(products(playground.records("notifications.jsonl").last!) == ["B": 3], "Mealz keeps the new basket")
+    }
+
+    @Test func aRetryThatDiffersIsRefusedNamingBoth() throws {
+        let playground = try paidReadyDirectory()
+        try playground.write("bought.json", "[{\"id\": \"A\", \"quantity\": 2}, {\"id\": \"X\", \"quantity\": 1}]")
+        #expect(try run(playground, ["handle-payment", "--total", "23.40", "--order-id", "o-77", "--products", "bought.json"]).status == 0)
+
+        let otherTotal = try run(playground, ["handle-payment", "--total", "99.00", "--order-id", "o-77", "--then"] + clearingCompletion(playground))
+        #expect(otherTotal.status == 65)
+        #expect(otherTotal.stderr.contains("order \"o-77\" was recorded as payment #1, and this retry differs: the total 99.00 is not the 23.40 recorded"), "\(otherTotal.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: playground.path + "/runs"), "no completion for a refused retry")
+
+        try playground.write("other.json", "[{\"id\": \"A\", \"quantity\": 1}]")
+        let otherProducts = try run(playground, ["handle-payment", "--total", "23.40", "--order-id", "o-77", "--products", "other.json"])
+        #expect(otherProducts.status == 65)
+        #expect(otherProducts.stderr.contains("the products {\"A\": 1} are not the {\"A\": 2, \"X\": 1} recorded"), "\(otherProducts.stderr)")
+
+        // The same purchase written another way is the same payment: lines in another order, split.
+        try playground.write("same.json", "[{\"id\": \"X\", \"quantity\": 1}, {\"id\": \"A\", \"quantity\": 1}, {\"id\": \"A\", \"quantity\": 1}]")
+        let same = try run(playground, ["handle-payment", "--total", "23.400", "--order-id", "o-77", "--products", "same.json"])
+        #expect(same.status == 0, "\(same.stderr)")
+        #expect(same.stdout.contains("(a duplicate)"))
+        // The default list (the current cart, emptied by the checkout since) is not compared.
+        try playground.write("cart.json", "{\"products\": []}")
+        #expect(try run(playground, ["handle-payment", "--total", "23.40", "--order-id", "o-77"]).status == 0)
+        #expect(playground.records("payments.jsonl").count == 1)
+    }
+
+    @Test func aCompletionThatFailedOrDiedRunsAgainUntilItSucceedsOnce() throws {
+        let playground = try paidReadyDirectory()
+        let failed = try run(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--then"] + clearingCompletion(playground, exit: 3))
+        #expect(failed.status == 3)
+        #expect(failed.stderr.contains("a retry of handle-payment runs the completion again"))
+        // The next attempt dies with basket-sync itself killed while the completion runs.
+        let killer = ["/bin/sh", "-c", "echo run >> \"$1\"; kill -KILL $PPID", "sh", playground.path + "/runs"]
+        let died = try run(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--then"] + killer)
+        #expect(died.status == SIGKILL, "basket-sync was killed: \(died)")
+        #expect(runs(playground) == 2)
+        let succeeded = try run(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--json", "--then"] + clearingCompletion(playground))
+        #expect(succeeded.status == 0, "\(succeeded.stderr)")
+        let answer = try JSONSerialization.jsonObject(with: Data(succeeded.stdout.utf8)) as! [String: Any]
+        #expect(answer["duplicate"] as? Bool == true)
+        #expect((answer["completion"] as? [String: Any])?["status"] as? Int == 0)
+        #expect(runs(playground) == 3)
+        #expect(try run(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--then"] + clearingCompletion(playground)).status == 0)
+        #expect(runs(playground) == 3, "never after it succeeded")
+        #expect(playground.records("payments.jsonl").count == 1)
+    }
+
+    @Test func twoRetriesAtOnceRunTheCompletionOnce() async throws {
+        let playground = try paidReadyDirectory()
+        #expect(try run(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--then", "false"]).status == 1)
+        // The completion holds until the test says go, so that the second retry comes while it runs.
+        let go = playground.path + "/go"
+        let slow = ["/bin/sh", "-c", "echo run >> \"$1\"; i=0; while [ ! -e \"$2\" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done", "sh", playground.path + "/runs", go]
+        func retry() throws -> Child {
+            let child = Child()
+            child.executableURL = binary
+            child.arguments = ["-C", playground.path, "handle-payment", "--total", "5", "--order-id", "o-1", "--then"] + slow
+            child.standardOutput = FileHandle.nullDevice
+            child.standardError = FileHandle.nullDevice
+            child.standardInput = FileHandle.nullDevice
+            try child.run()
+            return child
+        }
+        let first = try retry()
+        try await eventually("the first retry runs its completion") { runs(playground) == 1 }
+        let second = try retry()
+        try await eventually("the second retry waits for the first") {
+            ((try? String(contentsOfFile: "/proc/\(second.processIdentifier)/wchan", encoding: .utf8)) ?? "").contains("lock_inode_wait")
+        }
+        _ = FileManager.default.createFile(atPath: go, contents: nil)
+        first.waitUntilExit()
+        second.waitUntilExit()
+        #expect(first.terminationStatus == 0 && second.terminationStatus == 0)
+        #expect(runs(playground) == 1, "the completion ran once for two retries at once")
+    }
+
+    @Test func paymentStartedForAnOrderAlreadyPaidRecordsNothing() throws {
+        let playground = try paidReadyDirectory()
+        let started = try run(playground, ["payment-started", "--total", "5", "--order-id", "o-1", "--json"])
+        #expect((try JSONSerialization.jsonObject(with: Data(started.stdout.utf8)) as! [String: Any])["duplicate"] as? Bool == false, "\(started.stdout)")
+        #expect(try run(playground, ["handle-payment", "--total", "5", "--order-id", "o-1"]).status == 0)
+        let late = try run(playground, ["payment-started", "--total", "5", "--order-id", "o-1", "--json"])
+        #expect(late.status == 0)
+        let answer = try JSONSerialization.jsonObject(with: Data(late.stdout.utf8)) as! [String: Any]
+        #expect(answer["duplicate"] as? Bool == true, "\(late.stdout)")
+        #expect(answer["seq"] as? Int == 2)
+        #expect(try run(playground, ["payment-started", "--total", "5", "--order-id", "o-1"]).stdout.contains("already recorded as payment #2"))
+        #expect(playground.records("payments.jsonl").map { $0["type"] as! String } == ["paymentStarted", "handlePayment"])
+    }
+}
