@@ -73,8 +73,16 @@ public struct AgentConfiguration: Equatable, Sendable {
                     case "products": configuration.keys.products = try string(value, "keys.products")
                     case "id": configuration.keys.id = try string(value, "keys.id")
                     case "quantity": configuration.keys.quantity = try string(value, "keys.quantity")
-                    default: throw fail(value.offset, "unknown key \(JSONWriter.quoted("keys." + name)); the keys are products, id and quantity")
+                    case "syncedThrough": configuration.keys.syncedThrough = try string(value, "keys.syncedThrough")
+                    default: throw fail(value.offset, "unknown key \(JSONWriter.quoted("keys." + name)); the keys are products, id, quantity and syncedThrough")
                     }
+                }
+                let keys = configuration.keys
+                if keys.products.isByteEqual(to: keys.syncedThrough) {
+                    throw fail(node.offset, "\"keys\" names products and syncedThrough both \(JSONWriter.quoted(keys.products)); a cart needs two different keys for them")
+                }
+                if keys.id.isByteEqual(to: keys.quantity) {
+                    throw fail(node.offset, "\"keys\" names id and quantity both \(JSONWriter.quoted(keys.id)); a line needs two different keys for them")
                 }
             case "limits":
                 guard case let .object(names) = node.value else { throw fail(node.offset, "\"limits\" must be an object") }
@@ -124,8 +132,9 @@ public struct AgentConfiguration: Equatable, Sendable {
               // The host's cart, relative to this directory.
               "cart": \(quoted(cart)),
 
-              // The key names of the host's cart format, for hosts with their own.
-              "keys": { "products": \(quoted(keys.products)), "id": \(quoted(keys.id)), "quantity": \(quoted(keys.quantity)) },
+              // The key names of the host's cart format, for hosts with their own: the list of lines,
+              // a line's product id and quantity, and the highest outbox seq the host processed.
+              "keys": { "products": \(quoted(keys.products)), "id": \(quoted(keys.id)), "quantity": \(quoted(keys.quantity)), "syncedThrough": \(quoted(keys.syncedThrough)) },
 
               // Limits on input: the largest file read (bytes), the largest quantity or delta on a
               // line, the longest id (UTF-8 bytes). Anything over is rejected with a clear error.

@@ -75,6 +75,32 @@ import Testing
         #expect(playground.records("notifications.jsonl").last.map(products) == ["A": 2, "B": 2])
     }
 
+    @Test func syncedThroughCanBeRenamedForAFixedFormat() throws {
+        let playground = try syncDirectory()
+        try playground.write("basket-sync.json", "{\"keys\": {\"products\": \"items\", \"id\": \"sku\", \"quantity\": \"qty\", \"syncedThrough\": \"progress\"}}")
+        try playground.write("cart.json", "{\"cartId\": \"c-1\", \"items\": [{\"sku\": \"X\", \"qty\": 1, \"label\": \"bread\"}], \"progress\": 0}")
+        _ = try run(playground, ["push", "A=+2"])
+        _ = try run(playground, ["sync"])
+        #expect(try run(playground, ["apply"]).status == 0)
+        let cart = try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as! [String: Any]
+        #expect(cart["progress"] as? Int == 1, "\(cart)")
+        #expect(cart["syncedThrough"] == nil, "the host's own key only")
+        #expect(cart["cartId"] as? String == "c-1")
+        _ = try run(playground, ["sync"])
+        let status = try run(playground, ["status", "--json"])
+        let report = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as! [String: Any]
+        #expect(report["syncedThrough"] as? Int == 1, "the agent reads the acknowledgement under its new name: \(status.stdout)")
+        #expect(playground.records("notifications.jsonl").last?["syncedThrough"] as? Int == 1)
+        #expect(try run(playground, ["validate", "cart.json"]).status == 0)
+        try playground.write("cart.json", "{\"items\": [], \"progress\": \"one\"}")
+        #expect(try run(playground, ["validate", "cart.json"]).stdout.contains("\"progress\" must be the highest outbox seq processed"))
+
+        try playground.write("basket-sync.json", "{\"keys\": {\"syncedThrough\": \"products\"}}")
+        let clash = try run(playground, ["sync"])
+        #expect(clash.status == 78)
+        #expect(clash.stderr.contains("\"keys\" names products and syncedThrough both \"products\""), "\(clash.stderr)")
+    }
+
     @Test func paymentsNeedRetailerModeAndAStoreAndAreRecordedOncePerOrder() throws {
         let playground = try syncDirectory()
         try playground.write("cart.json", cartJSON([("X", 1)], syncedThrough: 0))
