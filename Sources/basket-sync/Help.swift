@@ -20,6 +20,7 @@ enum Help {
           handle-payment    record a payment once per order, then run a completion
           set-store         select the store and the mode (setSelectedStoreWithExternalId)
           validate  check a cart, inbox event or configuration file
+          wait      block until the outbox has records for the host, print them
 
         basket-sync COMMAND --help tells more. Exit codes follow sysexits: 0 ok, 64 usage,
         65 bad data, 66 missing input, 73 cannot create output, 74 I/O error, 75 busy or
@@ -189,6 +190,22 @@ enum Help {
 
                 example:
                   basket-sync validate cart.json basket-sync.json
+
+                """
+        case "wait":
+            return """
+                usage: basket-sync [-C DIR] wait [--after SEQ] [--timeout SECONDS]
+
+                Blocks until outbox.jsonl holds a record after SEQ, prints those records as JSON
+                Lines (as the outbox holds them) and exits 0; exits 75 when SECONDS pass first
+                (--timeout 0: look once). SEQ defaults to where the host is: the cart's
+                syncedThrough (its configured key), or what the database knows the host applied.
+                It sleeps on inotify, never polls, and writes nothing: it works beside the agent,
+                beside sync run from cron, and on a read-only file system. A shell host loops on it
+                instead of polling the outbox.
+
+                example:
+                  while basket-sync wait; do basket-sync apply; done
 
                 """
         default:

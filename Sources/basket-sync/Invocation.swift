@@ -17,12 +17,13 @@ struct Invocation {
         case handlePayment(total: Money, orderId: String, products: String?, then: [String], json: Bool)
         case setStore(externalId: String, mode: SyncMode?, json: Bool)
         case validate(files: [String], kind: Commands.FileKind?)
+        case wait(after: UInt64?, timeout: Double?)
     }
 
     var directory: String?
     var command: Command
 
-    static let commands = ["init", "watch", "sync", "push", "status", "apply", "payment-started", "handle-payment", "set-store", "validate"]
+    static let commands = ["init", "watch", "sync", "push", "status", "apply", "payment-started", "handle-payment", "set-store", "validate", "wait"]
 
     /// Parses `basket-sync [-C DIR] COMMAND [OPTIONS]`; `--` ends the options.
     init(arguments: ArraySlice<String>) throws(AgentError) {
@@ -100,6 +101,23 @@ struct Invocation {
             if kind == .delta && lines.isEmpty { throw .usage("push needs products: basket-sync push sku-1=+2 sku-9=-1") }
             let products = try lines.map { (line) throws(AgentError) in try Invocation.product(line, signed: kind == .delta) }
             command = .push(kind: kind, products: products, id: id)
+        case "wait":
+            let afterText = try options.value("--after")
+            let timeoutText = try options.value("--timeout")
+            try options.finish()
+            var after: UInt64?
+            if let afterText {
+                guard let seq = UInt64(afterText) else { throw .usage("--after \(afterText) is not an outbox seq; give a whole number 0 or more, such as --after 17") }
+                after = seq
+            }
+            var timeout: Double?
+            if let timeoutText {
+                guard let seconds = Double(timeoutText), seconds.isFinite, seconds >= 0, seconds < 1e9 else {
+                    throw .usage("--timeout \(timeoutText) is not a number of seconds; give 0 or more, such as --timeout 30 or --timeout 0.5")
+                }
+                timeout = seconds
+            }
+            command = .wait(after: after, timeout: timeout)
         case "apply":
             let json = options.flag("--json")
             try options.finish()

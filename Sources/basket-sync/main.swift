@@ -65,6 +65,9 @@ func run() throws(AgentError) -> Int32 {
             emit("basket-sync: the completion \(then[0]) exited with status \(status); the payment stays recorded, and a retry of handle-payment runs the completion again", to: .error)
             return status
         }
+    case let .wait(after, timeout):
+        let result = try Commands.wait(directory: directory, after: after, timeout: timeout)
+        emit(String(decoding: result.lines.joined(), as: UTF8.self))
     case let .setStore(externalId, mode, json):
         let summary = try Commands.setStore(directory: directory, externalId: externalId, mode: mode, logger: try logger(for: directory))
         emit(json ? summary.json : summary.human)

@@ -36,6 +36,16 @@ extension Commands {
         }
     }
 
+    /// Where the host is in the outbox: the highest seq acknowledged in the database, or the
+    /// cart's claim when it is further and within the outbox (the agent has not taken it yet). A
+    /// claim the database has already seen counts for what it acknowledged there (a claim once
+    /// beyond the outbox is not trusted when the outbox reaches it); a legacy host's echoed
+    /// batches count as applied.
+    static func hostProgress(state: SyncState, claim: UInt64) -> UInt64 {
+        let newClaim = claim != state.hostClaim && claim <= state.lastOutboxSeq ? claim : 0
+        return max(state.hostSyncedThrough ?? 0, state.echoedThrough ?? 0, newClaim)
+    }
+
     /// `apply`: the reference host. Applies the outbox records after the cart's `syncedThrough`
     /// in seq order (clamping each line at 0), keeps every other line and field as it is, and
     /// writes the cart atomically with the new `syncedThrough`. Serialized with other `apply`
@@ -78,16 +88,11 @@ extension Commands {
         }
         var summary = ApplySummary()
         summary.syncedThroughBefore = document.cart.syncedThrough ?? 0
-        // Start after the highest seq acknowledged: the database's (a cart restored from before
-        // it, or one claiming beyond the outbox, must not make records applied twice or skipped),
-        // or the cart's when it is further and within the outbox (the agent has not taken it yet).
-        // A claim the database has already seen counts for what it acknowledged there (a claim
-        // once beyond the outbox is not trusted when the outbox reaches it); a legacy host's
-        // echoed batches count as applied.
+        // Start after the highest seq acknowledged (hostProgress): a cart restored from before the
+        // database, or one claiming beyond the outbox, must not make records applied twice or skipped.
         let state = try engine.currentState()
         let claim = summary.syncedThroughBefore
-        let newClaim = claim != state.hostClaim && claim <= state.lastOutboxSeq ? claim : 0
-        summary.syncedThrough = max(state.hostSyncedThrough ?? 0, state.echoedThrough ?? 0, newClaim)
+        summary.syncedThrough = hostProgress(state: state, claim: claim)
 
         let records = try outboxRecords(engine.store.lines(.outbox, after: summary.syncedThrough),
                                         path: "\(directory)/\(Projection.outbox.fileName)", after: summary.syncedThrough)

@@ -6,6 +6,7 @@ struct InotifyMask: OptionSet, Hashable {
     let rawValue: UInt32
 
     static let closeWrite = InotifyMask(rawValue: UInt32(IN_CLOSE_WRITE))
+    static let modify = InotifyMask(rawValue: UInt32(IN_MODIFY))
     static let movedTo = InotifyMask(rawValue: UInt32(IN_MOVED_TO))
     static let movedFrom = InotifyMask(rawValue: UInt32(IN_MOVED_FROM))
     static let create = InotifyMask(rawValue: UInt32(IN_CREATE))

@@ -1,0 +1,109 @@
+import Foundation
+import Testing
+
+/// `basket-sync wait`: a host blocks on it instead of polling the outbox.
+@Suite struct WaitTests {
+    /// A `wait` running in the background, its output in a file.
+    final class Waiting {
+        let child = Child()
+        let output: URL
+
+        init(_ playground: Playground, _ arguments: [String]) throws {
+            output = playground.root.deletingLastPathComponent().appendingPathComponent("wait-\(UUID().uuidString).out")
+            _ = FileManager.default.createFile(atPath: output.path, contents: nil)
+            child.executableURL = binary
+            child.arguments = ["-C", playground.path, "wait"] + arguments
+            child.standardOutput = try FileHandle(forWritingTo: output)
+            child.standardError = FileHandle.nullDevice
+            child.standardInput = FileHandle.nullDevice
+            try child.run()
+        }
+
+        deinit {
+            if child.isRunning { kill(child.processIdentifier, SIGKILL) }
+            child.waitUntilExit()
+            try? FileManager.default.removeItem(at: output)
+        }
+
+        var seqs: [Int] {
+            ((try? String(contentsOf: output, encoding: .utf8)) ?? "").split(separator: "\n").map { line in
+                (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["seq"] as? Int ?? -1
+            }
+        }
+
+        /// Blocked in the kernel, on inotify: the channel it sleeps in is a poll.
+        var isAsleep: Bool {
+            ((try? String(contentsOfFile: "/proc/\(child.processIdentifier)/wchan", encoding: .utf8)) ?? "").contains("poll")
+        }
+
+        var contextSwitches: Int {
+            let status = (try? String(contentsOfFile: "/proc/\(child.processIdentifier)/status", encoding: .utf8)) ?? ""
+            return status.split(separator: "\n").compactMap { line -> Int? in
+                line.hasPrefix("voluntary_ctxt_switches:") ? Int(line.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) : nil
+            }.first ?? -1
+        }
+    }
+
+    func syncDirectory() throws -> Playground {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        return playground
+    }
+
+    @Test func withoutAnAgentItWakesOnTheCommitOfAnotherCommandAndNeverPolls() async throws {
+        let playground = try syncDirectory()
+        try playground.write("cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        let waiting = try Waiting(playground, ["--timeout", "120"])
+        try await eventually("wait is asleep") { waiting.isAsleep }
+        // Time passing does not wake it: while 20 commands run on another sync directory (a few
+        // hundred milliseconds), a poller would have woken many times.
+        let elsewhere = try syncDirectory()
+        let before = waiting.contextSwitches
+        for _ in 0..<20 { #expect(try basketSync(["-C", elsewhere.path, "status"]).status == 0) }
+        #expect(waiting.contextSwitches - before <= 1, "wait woke \(waiting.contextSwitches - before) times: it must sleep, not poll")
+        #expect(try basketSync(["-C", playground.path, "status"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        #expect(waiting.child.isRunning, "an event in the inbox is not yet an outbox record")
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        waiting.child.waitUntilExit()
+        #expect(waiting.child.terminationStatus == 0)
+        #expect(waiting.seqs == [1])
+    }
+
+    @Test func besideTheAgentItPrintsEveryRecordAfterTheHostsProgress() async throws {
+        let playground = try syncDirectory()
+        try playground.write("basket-sync.json", "{\"keys\": {\"syncedThrough\": \"progress\"}}")
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        for delta in ["A=+1", "B=+2", "C=+3"] { #expect(try basketSync(["-C", playground.path, "push", delta]).status == 0) }
+        try await eventually("three records") { playground.records("outbox.jsonl").count == 3 }
+        // The host says, under its own key, that it processed the first record.
+        try playground.writeAtomically("cart.json", "{\"products\": [{\"id\": \"A\", \"quantity\": 1}], \"progress\": 1}")
+        let quick = try basketSync(["-C", playground.path, "wait", "--timeout", "0"])
+        #expect(quick.status == 0)
+        #expect(quick.stdout.split(separator: "\n").count == 2, "records 2 and 3: \(quick.stdout)")
+        #expect(quick.stdout == playground.read("outbox.jsonl").split(separator: "\n").dropFirst().map { $0 + "\n" }.joined(), "the lines as the outbox holds them")
+
+        let later = try Waiting(playground, ["--after", "3"])
+        try await eventually("wait is asleep") { later.isAsleep }
+        #expect(try basketSync(["-C", playground.path, "push", "--redirect"]).status == 0)
+        later.child.waitUntilExit()
+        #expect(later.child.terminationStatus == 0)
+        #expect(later.seqs == [4], "the agent's append woke it")
+        #expect(agent.stop() == 0)
+    }
+
+    @Test func aTimeoutExits75AndBadArgumentsAreUsageErrors() throws {
+        let playground = try syncDirectory()
+        let timedOut = try basketSync(["-C", playground.path, "wait", "--timeout", "0.2"])
+        #expect(timedOut.status == 75)
+        #expect(timedOut.stderr.contains("outbox.jsonl: no record after seq 0 within 0.2 s"), "\(timedOut.stderr)")
+        #expect(timedOut.stdout.isEmpty)
+        for bad in [["--after", "-1"], ["--after", "x"], ["--timeout", "-1"], ["--timeout", "nan"], ["--timeout", "inf"], ["extra"]] {
+            let run = try basketSync(["-C", playground.path, "wait"] + bad)
+            #expect(run.status == 64, "\(bad): \(run.stderr)")
+        }
+        let missing = try basketSync(["-C", playground.path + "/nowhere", "wait", "--timeout", "0"])
+        #expect(missing.status == 66, "\(missing.stderr)")
+    }
+}
