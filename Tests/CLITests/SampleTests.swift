@@ -28,6 +28,52 @@ import Testing
         #expect(cart["syncedThrough"] as? Int == 2)
     }
 
+    /// The fixed-format Python host: its own keys, its labels, driven by `wait` — once (cron) and
+    /// as a loop beside the agent.
+    @Test func legacyFormatHost() async throws {
+        let playground = try Playground()
+        let directory = playground.path + "/shop"
+        try FileManager.default.copyItem(atPath: path("Samples/legacy-format"), toPath: directory)
+        #expect(try basketSync(["-C", directory, "init"]).status == 0)
+        #expect(playground.read("shop/basket-sync.json").contains("\"syncedThrough\": \"progress\""), "init keeps the host's settings")
+        #expect(try basketSync(["-C", directory, "push", "pasta-500=+2", "tomato-can=+1", "bread-1=-1", "olive-oil=+1"]).status == 0)
+        #expect(try basketSync(["-C", directory, "push", "--redirect"]).status == 0)
+        #expect(try basketSync(["-C", directory, "sync"]).status == 0)
+        let host = ["/usr/bin/env", "python3", path("Samples/legacy-format/host.py"), "--basket-sync", binary.path]
+        let once = try basketSync(Array(host.dropFirst()) + ["--once", directory], executable: host[0])
+        #expect(once.status == 0, "\(once.stdout)\n\(once.stderr)")
+        #expect(once.stdout == "#1: applied 4 line(s)\n#2: the shopper asked to open the cart\n")
+        var cart = try JSONSerialization.jsonObject(with: Data(playground.read("shop/cart.json").utf8)) as! [String: Any]
+        #expect(cart["cartId"] as? String == "c-1001", "the host's own fields are kept")
+        #expect(cart["progress"] as? Int == 2)
+        #expect((cart["items"] as! [[String: Any]]).map { "\($0["sku"]!)=\($0["qty"]!) \($0["label"]!)" }
+                == ["pasta-500=2 Penne rigate 500 g", "tomato-can=1 Crushed tomatoes 400 g", "olive-oil=1 olive-oil"],
+                "bread went to 0 and left; new lines are labelled from the catalogue, or by their SKU")
+        #expect(try basketSync(["-C", directory, "sync"]).status == 0)
+        #expect(playground.records("shop/notifications.jsonl").last.map(products) == ["pasta-500": 2, "tomato-can": 1, "olive-oil": 1])
+        #expect(playground.records("shop/notifications.jsonl").last?["syncedThrough"] as? Int == 2)
+
+        // As a service: the host loops on wait beside the agent.
+        let agent = try AgentProcess(directory: directory)
+        try await agent.waitUntilWatching()
+        let loop = Child()
+        loop.executableURL = URL(fileURLWithPath: host[0])
+        loop.arguments = Array(host.dropFirst()) + [directory]
+        loop.standardOutput = FileHandle.nullDevice
+        loop.standardError = FileHandle.nullDevice
+        loop.standardInput = FileHandle.nullDevice
+        try loop.run()
+        defer { killTree(loop.processIdentifier); loop.waitUntilExit() }
+        #expect(try basketSync(["-C", directory, "push", "basil-pot=+1", "pasta-500=-1"]).status == 0)
+        try await eventually("the host applied record 3 and the agent notified it") {
+            playground.records("shop/notifications.jsonl").last?["syncedThrough"] as? Int == 3
+        }
+        cart = try JSONSerialization.jsonObject(with: Data(playground.read("shop/cart.json").utf8)) as! [String: Any]
+        #expect((cart["items"] as! [[String: Any]]).map { "\($0["sku"]!)=\($0["qty"]!)" } == ["pasta-500=1", "tomato-can=1", "olive-oil=1", "basil-pot=1"])
+        #expect(playground.records("shop/notifications.jsonl").last.map(products) == ["pasta-500": 1, "tomato-can": 1, "olive-oil": 1, "basil-pot": 1])
+        #expect(agent.stop() == 0)
+    }
+
     @Test func cron() throws {
         let playground = try Playground()
         let directory = playground.path + "/shop"
@@ -77,6 +123,33 @@ import Testing
         if FileManager.default.isExecutableFile(atPath: "/usr/bin/systemd-analyze") {
             let verify = try sample("/usr/bin/systemd-analyze", ["verify", path("Samples/systemd/basket-sync@.service")])
             #expect(!verify.stderr.contains("Unknown key"), "\(verify.stderr)")
+        }
+    }
+
+    /// The .path unit starts the host's apply when the outbox grows; the service drains it.
+    @Test func systemdPathUnitAppliesTheOutbox() throws {
+        let pathUnit = try String(contentsOfFile: path("Samples/systemd/basket-sync-host@.path"), encoding: .utf8)
+        #expect(pathUnit.contains("\nPathModified=/srv/basket-sync/%i/outbox.jsonl\n"))
+        #expect(pathUnit.contains("\nUnit=basket-sync-host@%i.service\n"))
+        let service = try String(contentsOfFile: path("Samples/systemd/basket-sync-host@.service"), encoding: .utf8)
+        let start = try #require(service.split(separator: "\n").first { $0.hasPrefix("ExecStart=") }).dropFirst("ExecStart=".count)
+        #expect(start.hasPrefix("/bin/sh -c '") && start.hasSuffix("'"))
+        let script = String(start.dropFirst("/bin/sh -c '".count).dropLast()).replacingOccurrences(of: "/usr/local/bin/basket-sync", with: binary.path)
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.write("cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        for delta in ["A=+1", "B=+2"] { #expect(try basketSync(["-C", playground.path, "push", delta]).status == 0) }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let applied = try basketSync(["-c", script], in: playground.path, executable: "/bin/sh")
+        #expect(applied.status == 0, "\(applied.stderr)")
+        let cart = try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as! [String: Any]
+        #expect(cart["syncedThrough"] as? Int == 2)
+        #expect(try basketSync(["-c", script], in: playground.path, executable: "/bin/sh").status == 0, "nothing to apply is not a failure")
+        if FileManager.default.isExecutableFile(atPath: "/usr/bin/systemd-analyze") {
+            for unit in ["basket-sync-host@.path", "basket-sync-host@.service"] {
+                let verify = try sample("/usr/bin/systemd-analyze", ["verify", path("Samples/systemd/" + unit)])
+                #expect(!verify.stderr.contains("Unknown key"), "\(verify.stderr)")
+            }
         }
     }
 

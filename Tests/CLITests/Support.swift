@@ -174,3 +174,17 @@ func cartJSON(_ lines: [(String, Int)], syncedThrough: Int? = nil) -> String {
     let products = lines.map { "{\"id\":\"\($0.0)\",\"quantity\":\($0.1)}" }.joined(separator: ",")
     return "{\"products\":[\(products)]\(syncedThrough.map { ",\"syncedThrough\":\($0)" } ?? "")}\n"
 }
+
+/// Kills a process and every process it started, children first (a host that runs
+/// `basket-sync wait` leaves it blocked when only the host is killed).
+func killTree(_ pid: Int32) {
+    kill(pid, SIGSTOP)
+    for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
+        guard let child = Int32(entry),
+              let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { continue }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        if fields.count > 1, Int32(fields[1]) == pid { killTree(child) }
+    }
+    kill(pid, SIGKILL)
+}
