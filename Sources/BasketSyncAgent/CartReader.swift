@@ -8,7 +8,8 @@ struct CartReader {
     enum Reading {
         /// No cart file: a missing cart is not an empty cart.
         case missing
-        /// The same bytes as the last version read.
+        /// The same bytes as the last version read, or a version that changes nothing (the same
+        /// lines and acknowledgement): nothing was sent.
         case unchanged
         /// Not readable as a cart: rejected whole; `bytes` is what was read (empty when nothing).
         case unreadable(AgentError, bytes: [UInt8])
@@ -71,7 +72,8 @@ extension SyncEngine {
         case unchanged
         /// Not valid: rejected whole, the last good cart kept.
         case rejected(AgentError)
-        /// Taken: the library saw it (a notification follows when the Mealz list changed).
+        /// Taken: it changed what basket-sync knows of the cart (a notification follows when the
+        /// Mealz list changed).
         case taken
     }
 
@@ -86,7 +88,8 @@ extension SyncEngine {
         var outcome = CartOutcome.unchanged
         var rejected: (AgentError, [UInt8])?
         var taken: [UInt8]?
-        try step { (machine, now) throws(AgentError) in
+        var changed = false
+        try step({ (machine, now) throws(AgentError) in
             let bytes: [UInt8]
             let identity: [Int64]
             switch try cartReader.read(path, configuration: configuration) {
@@ -116,14 +119,24 @@ extension SyncEngine {
             } catch {
                 throw AgentError.badData(path: path, line: 1, column: 1, reason: error.description)
             }
-        }
+        }, record: { (summary) throws(AgentError) in
+            // What status tells of the last cart read: when, and what it produced.
+            let at = Timestamp.text(Date())
+            if let (error, _) = rejected {
+                try store.setNote("cartRead", "\(at)\trejected\t\(error.description)")
+            } else if taken != nil {
+                changed = summary.stateChanged || summary.notified != nil
+                try store.setNote("cartRead", "\(at)\t\(changed ? "taken" : "unchanged")\t")
+                if changed { try store.setNote("cartTaken", "\(at)\t\(summary.notified.map { "notified #\($0)" } ?? "no new notification")\t") }
+            }
+        })
         if let (error, bytes) = rejected {
             if cartReader.remember(bytes, rejected: true) { reportError(error) }
             return .rejected(error)
         }
         if let taken {
             _ = cartReader.remember(taken, rejected: false)
-            return .taken
+            return changed ? .taken : .unchanged
         }
         return outcome
     }

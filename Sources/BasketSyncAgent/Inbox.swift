@@ -266,6 +266,8 @@ extension SyncEngine {
         try step({ (machine, now) throws(AgentError) in
             if try store.inboxOutcome(id: event.id) != nil {
                 duplicate = true
+                // Counted for status: cur/ holds one file per delivery, the inbox table one row per id.
+                try store.setNote("inboxDuplicates", String((Int(try store.note("inboxDuplicates") ?? "") ?? 0) + 1))
                 return []
             }
             do throws(SyncInputError) { return try machine.receive(event.event, source: event.id, at: now) } catch {

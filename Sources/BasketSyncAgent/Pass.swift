@@ -1,4 +1,5 @@
 import BasketSync
+import BasketSyncWire
 
 extension SyncEngine {
     /// The parts of a pass, taken in one fixed order.
@@ -41,6 +42,10 @@ extension SyncEngine {
         if scope.contains(.inbox) { summary.inbox = try takeInbox(seen: inboxSeen) }
         if scope.contains(.cart) { summary.cart = try takeCart() }
         if scope.contains(.expire) { try expireWindows() }
+        if scope == .everything {
+            // A whole pass went through: status says the errors before it are resolved.
+            try store.withTransaction { () throws(AgentError) in try store.setNote("passOK", Timestamp.text(Date())) }
+        }
         return summary
     }
 }

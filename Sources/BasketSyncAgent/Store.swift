@@ -172,6 +172,17 @@ final class Store {
         _ = try statement.step()
     }
 
+    /// A small text kept beside the state (what `status` tells of the last cart, the last good
+    /// pass, counts the library does not keep); nil when never set.
+    func note(_ key: String) throws(AgentError) -> String? {
+        try metaBlob("note." + key).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// Sets a note (inside the caller's transaction).
+    func setNote(_ key: String, _ text: String) throws(AgentError) {
+        try setMeta("note." + key, Array(text.utf8))
+    }
+
     private var statements: [String: SQLiteConnection.Statement] = [:]
 
     /// A prepared statement kept for the life of the connection.

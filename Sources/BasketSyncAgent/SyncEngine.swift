@@ -59,6 +59,10 @@ public final class SyncEngine {
         var duplicateTransfer = false
         /// The projections that got new lines.
         var touched: Set<Projection> = []
+        /// The notification written, if any.
+        var notified: UInt64?
+        /// Whether the state changed (something settled, a cart or a claim taken that differs).
+        var stateChanged = false
         /// What to log, and keep for `status`.
         var reports: [(level: Logger.Level, message: String)] = []
     }
@@ -78,7 +82,8 @@ public final class SyncEngine {
                 isSynchronizerRegistered: isSynchronizerRegistered)
             let before = machine.state
             var deadline = machine.nextDeadline
-            let summary = try run(try body(&machine, now), deadline: &deadline)
+            var summary = try run(try body(&machine, now), deadline: &deadline)
+            summary.stateChanged = machine.state != before
             if let batch = summary.outbox.first(where: { $0.type == .updateBasket }) { try observeCart(atBatch: batch.seq) }
             for report in summary.reports { try store.report(level: report.level.rawValue, message: report.message, at: now) }
             try record(summary)
@@ -103,6 +108,7 @@ public final class SyncEngine {
             case let .notify(notification):
                 try store.insert(.notifications, seq: notification.seq, line: RecordFormat.line(notification))
                 summary.touched.insert(.notifications)
+                summary.notified = notification.seq
             case let .payment(payment):
                 try store.insert(.payments, seq: payment.seq, line: RecordFormat.line(payment))
                 summary.touched.insert(.payments)

@@ -215,7 +215,8 @@ struct OptionReader {
 
     /// The remaining arguments that are not options (a leading '-' is a sign after `=`).
     mutating func operands() throws(AgentError) -> [String] {
-        if let option = arguments.first(where: { $0.hasPrefix("-") }) {
+        // A lone "-" is standard input, an operand.
+        if let option = arguments.first(where: { $0.hasPrefix("-") && $0 != "-" }) {
             throw .usage("\(command): unknown option \(option); see basket-sync \(command) --help")
         }
         defer { arguments = []; trailing = [] }

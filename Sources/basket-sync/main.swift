@@ -74,9 +74,10 @@ func run() throws(AgentError) -> Int32 {
     case let .validate(files, kind):
         var invalid = false
         for file in files {
-            let problems = try Commands.validate(path: file, kind: kind ?? Commands.guessKind(of: file), directory: directory)
+            let problems = try Commands.validate(path: file, kind: kind ?? Commands.guessKind(of: file), directory: directory,
+                                                 enteredDirectory: invocation.directory == nil ? nil : directory)
             if problems.isEmpty {
-                emit("\(file): valid")
+                emit("\(file == "-" ? "standard input" : file): valid")
             } else {
                 invalid = true
                 for problem in problems { emit(problem) }

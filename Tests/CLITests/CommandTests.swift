@@ -7,7 +7,7 @@ import Testing
         let version = try basketSync(["--version"])
         #expect(version.status == 0)
         #expect(version.stdout.hasPrefix("basket-sync 0."))
-        for command in ["init", "watch", "sync", "push", "status", "apply", "payment-started", "handle-payment", "set-store", "validate"] {
+        for command in ["init", "watch", "sync", "push", "status", "apply", "payment-started", "handle-payment", "set-store", "validate", "wait"] {
             let help = try basketSync([command, "--help"])
             #expect(help.status == 0)
             #expect(help.stdout.contains("usage: basket-sync [-C DIR] \(command)"))
@@ -89,6 +89,63 @@ import Testing
         #expect((json["pending"] as! [[String: Any]]).map { $0["seq"] as! Int } == [1])
         #expect((json["records"] as! [String: Int])["outbox"] == 1)
         #expect(json["syncedThrough"] as? Int == 0)
+    }
+
+    /// Issue 12 finding 4: status tells when the last cart was taken and what it produced,
+    /// whether the last error still holds, and counts redelivered ids; sync says unchanged.
+    @Test func statusTellsTheTruthOfNow() throws {
+        let playground = try Playground()
+        func run(_ arguments: [String]) throws -> Run { try basketSync(["-C", playground.path] + arguments) }
+        func status() throws -> [String: Any] {
+            try JSONSerialization.jsonObject(with: Data(try run(["status", "--json"]).stdout.utf8)) as! [String: Any]
+        }
+        _ = try run(["init"])
+        try playground.write("cart.json", "{\"products\": [{\"id\": \"X\", \"quantity\": \"two\"}]}")
+        #expect(try run(["sync"]).status == 65)
+        var human = try run(["status"]).stdout
+        #expect(human.contains("cart: none taken yet; rejected at "), "\(human)")
+        #expect(human.contains("must be a whole number, not a string (still current: no valid cart read since)"), "\(human)")
+        #expect((try status()["lastError"] as? [String: Any])?["current"] as? Bool == true)
+
+        try playground.write("cart.json", "{\"products\": [{\"id\": \"X\", \"quantity\": 2}]}")
+        #expect(try run(["sync", "--json"]).stdout.hasPrefix("{\"cart\":\"taken\""))
+        #expect(try run(["sync", "--json"]).stdout.hasPrefix("{\"cart\":\"unchanged\""), "the same cart again changes nothing")
+        try playground.write("cart.json", "{\"products\": [ {\"quantity\": 2, \"id\": \"X\"} ], \"note\": \"reformatted\"}")
+        #expect(try run(["sync"]).stdout.hasPrefix("cart unchanged;"), "other bytes, the same lines: nothing new")
+        human = try run(["status"]).stdout
+        #expect(human.range(of: #"cart: last taken at \S+, notified #1; read again at \S+, unchanged"#, options: .regularExpression) != nil, "\(human)")
+        #expect(human.range(of: #"\(resolved at \S+: a valid cart was read since\)"#, options: .regularExpression) != nil, "\(human)")
+        let json = try status()
+        #expect((json["lastError"] as? [String: Any])?["current"] as? Bool == false)
+        #expect((json["cart"] as? [String: Any])?["produced"] as? String == "notified #1")
+        #expect((json["cart"] as? [String: Any])?["read"] as? String == "unchanged")
+
+        // A redelivered id: acknowledged, not done again, and counted.
+        _ = try run(["push", "--id", "e1", "A=+1"])
+        _ = try run(["sync"])
+        _ = try run(["push", "--id", "e1", "A=+1"])
+        #expect(try run(["sync"]).stdout.contains("inbox: 0 taken, 1 duplicates"))
+        let inbox = try status()["inbox"] as! [String: Any]
+        #expect(inbox["taken"] as? Int == 1)
+        #expect(inbox["duplicates"] as? Int == 1)
+        #expect(playground.names("inbox/cur").count == 2, "cur/ holds both deliveries: taken + duplicates")
+        #expect(try run(["status"]).stdout.contains("inbox: 1 taken, 1 duplicate deliveries"))
+    }
+
+    /// Issue 12 finding 5: `validate --cart -` reads standard input; a path under -C says it is
+    /// relative to the sync directory.
+    @Test func validateReadsStandardInputAndSaysWherePathsAreRelativeTo() throws {
+        let playground = try Playground()
+        _ = try basketSync(["-C", playground.path, "init"])
+        let piped = try basketSync(["-c", "printf '{\"products\": [{\"id\": \"A\", \"quantity\": -1}]}' | \"$0\" -C \"$1\" validate --cart -", binary.path, playground.path], executable: "/bin/sh")
+        #expect(piped.status == 65, "\(piped.stderr)")
+        #expect(piped.stdout.contains("standard input:1:"), "\(piped.stdout)")
+        let valid = try basketSync(["-c", "echo '[]' | \"$0\" -C \"$1\" validate -", binary.path, playground.path], executable: "/bin/sh")
+        #expect(valid.status == 0, "\(valid.stderr)")
+        #expect(valid.stdout == "standard input: valid\n")
+        let relative = try basketSync(["-C", playground.path, "validate", playground.path.dropFirst() + "/cart.json"])
+        #expect(relative.status == 66)
+        #expect(relative.stderr.contains("relative to the sync directory \(playground.path) (as with git -C)"), "\(relative.stderr)")
     }
 
     @Test func sighupReloadsTheConfigurationAndJsonLogsAreOneObjectPerLine() async throws {

@@ -4,6 +4,8 @@ import BasketSyncWire
 /// `status`: the state of a sync directory at a glance, for people and (`--json`) for scripts.
 public struct StatusReport {
     let directory: String
+    /// The cart's path relative to the directory (the default when the configuration is broken).
+    let cart: String
     let state: SyncState
     let view: [ExactID: Int]
     let lastLines: [Projection: [UInt8]]
@@ -17,22 +19,42 @@ public struct StatusReport {
     let databaseBehind: [String]
     let errors: [(at: String, level: String, message: String)]
     let now: Date
+    /// The last cart version read: when, how ("taken", "unchanged", "rejected"), and the error
+    /// of a rejection.
+    let lastCartRead: (at: String, produced: String, error: String)?
+    /// The last cart version that changed something: when, and what it produced ("notified #5").
+    let lastCartTaken: (at: String, produced: String, error: String)?
+    /// When the last whole pass (start of the agent, a retry, `sync`) went through.
+    let lastGoodPass: String?
+    /// Deliveries of an event id taken before: acknowledged, not done again.
+    let inboxDuplicates: Int
 
     /// Reads the state of `directory` as committed now.
     public init(directory: String) throws(AgentError) {
         // It only reads: it works on a read-only file system too.
         let store = try Store(directory: directory, create: false, readOnly: true)
         self.directory = directory
+        cart = ((try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()).cart
         var lastLines: [Projection: [UInt8]] = [:]
         var counts: [Projection: UInt64] = [:]
+        var notes: [String: String] = [:]
         (state, lastLines, counts, inboxTaken, errors) = try store.withTransaction { () throws(AgentError) in
             for projection in Projection.allCases {
                 let last = try store.lastSeq(projection)
                 counts[projection] = last
                 if last > 0, let line = try store.lines(projection, after: last - 1).first { lastLines[projection] = line.line }
             }
+            for key in ["cartRead", "cartTaken", "passOK", "inboxDuplicates"] { notes[key] = try store.note(key) }
             return (try store.loadState(), lastLines, counts, try store.inboxCount(), try store.reports(limit: 5))
         }
+        func cartNote(_ key: String) -> (String, String, String)? {
+            let fields = notes[key].map { $0.split(separator: "\t", maxSplits: 2, omittingEmptySubsequences: false).map(String.init) } ?? []
+            return fields.count == 3 ? (fields[0], fields[1], fields[2]) : nil
+        }
+        lastCartRead = cartNote("cartRead")
+        lastCartTaken = cartNote("cartTaken")
+        lastGoodPass = notes["passOK"]
+        inboxDuplicates = notes["inboxDuplicates"].flatMap { Int($0) } ?? 0
         self.lastLines = lastLines
         self.counts = counts
         databaseBehind = Projection.allCases.compactMap { projection in
@@ -51,6 +73,37 @@ public struct StatusReport {
         }
         inboxBad = Posix.listDirectory("\(directory)/inbox/bad").filter { !$0.hasSuffix(".error") }.count
         now = Date()
+    }
+
+    /// Whether the last error still holds, as far as basket-sync can tell: a cart error is
+    /// resolved by a cart taken since, a failed pass by a whole pass that went through since; an
+    /// event set aside in `inbox/bad/` stays there for a person to look at.
+    private func standing(of error: (at: String, level: String, message: String)) -> (current: Bool, note: String) {
+        let cartPath = "\(directory)/\(cart)"
+        if error.message.hasPrefix(cartPath + ":") || error.message.hasPrefix("the cart says") {
+            if error.message.hasPrefix("the cart says syncedThrough"), (state.hostClaim ?? 0) > state.lastOutboxSeq {
+                return (true, "still current: the cart's syncedThrough is beyond the outbox")
+            }
+            if let read = lastCartRead, read.produced != "rejected", read.at > error.at {
+                return (false, "resolved at \(read.at): a valid cart was read since")
+            }
+            return (true, "still current: no valid cart read since")
+        }
+        if error.message.hasPrefix("\(directory)/inbox/") {
+            return (false, "an inbox entry set aside in inbox/bad/ with a .error file")
+        }
+        if let lastGoodPass, lastGoodPass > error.at {
+            return (false, "resolved at \(lastGoodPass): a whole pass went through since")
+        }
+        return (true, "still current: no whole pass has gone through since")
+    }
+
+    private var cartLine: String {
+        var line = lastCartTaken.map { "cart: last taken at \($0.at), \($0.produced)" } ?? "cart: none taken yet"
+        if let read = lastCartRead, read.at != lastCartTaken?.at {
+            line += read.produced == "rejected" ? "; rejected at \(read.at): \(read.error)" : "; read again at \(read.at), unchanged (nothing new for Mealz)"
+        }
+        return line
     }
 
     private var mealzIds: [ExactID] {
@@ -86,7 +139,8 @@ public struct StatusReport {
         for batch in state.pending {
             let change = batch.products.map { "\($0.id) \($0.quantity > 0 ? "+" : "")\($0.quantity)" }.joined(separator: ", ")
             let wait = batch.deadline.map { "window closes in \(seconds($0.timeIntervalSince(now)))" } ?? "waits for syncedThrough ≥ \(batch.seq)"
-            lines.append("  #\(batch.seq) {\(change)}, age \(seconds(now.timeIntervalSince(batch.at))), \(wait)")
+            // A clock set back makes no negative age.
+            lines.append("  #\(batch.seq) {\(change)}, age \(seconds(max(0, now.timeIntervalSince(batch.at)))), \(wait)")
         }
         if let last = lastLines[.notifications] {
             lines.append("last notification: \(String(decoding: last.dropLast(), as: UTF8.self))")
@@ -94,14 +148,15 @@ public struct StatusReport {
             lines.append("last notification: none yet (no cart taken)")
         }
         lines.append("outbox: \(counts[.outbox] ?? 0) records, notifications: \(counts[.notifications] ?? 0), payments: \(counts[.payments] ?? 0)")
-        lines.append("inbox: \(inboxTaken) taken, \(inboxWaiting) waiting in new/, \(inboxBad) in bad/")
+        lines.append(cartLine)
+        lines.append("inbox: \(inboxTaken) taken, \(inboxDuplicates) duplicate deliveries (acknowledged, not done again), \(inboxWaiting) waiting in new/, \(inboxBad) in bad/")
         if let inboxProblem { lines.append("inbox unusable: \(inboxProblem)") }
         for problem in databaseBehind { lines.append("database behind the files: \(problem)") }
         let c = state.counters
         lines.append("counters: \(c.updateBaskets) updateBasket, \(c.redirects) redirects, \(c.settled) settled, \(c.rolledBack) rolled back, \(c.ignored) ignored (no synchronizer), \(c.paymentsRecorded) payments recorded, \(c.paymentsSkipped) skipped, \(c.duplicatePayments) duplicate payments, \(c.duplicateTransfers) duplicate transfers")
         lines.append("anomalies: \(c.lateEchoes) late echoes, \(c.lateAcknowledgements) late acknowledgements, \(c.acknowledgementsBeyondOutbox) acknowledgements beyond the outbox, \(c.acknowledgementsWentBack) acknowledgements going back")
         if let error = errors.first(where: { $0.level == "error" }) {
-            lines.append("last error: \(error.at) \(error.message)")
+            lines.append("last error: \(error.at) \(error.message) (\(standing(of: error).note))")
         } else {
             lines.append("last error: none")
         }
@@ -135,7 +190,7 @@ public struct StatusReport {
                 writer.array(state.pending) { writer, batch in
                     writer.object { line in
                         line.member("seq", batch.seq)
-                        line.member("ageSeconds") { $0.raw(String(now.timeIntervalSince(batch.at))) }
+                        line.member("ageSeconds") { $0.raw(String(max(0, now.timeIntervalSince(batch.at)))) }
                         line.member("deadline", batch.deadline.map(Timestamp.text))
                         line.member("products", products: batch.products)
                     }
@@ -154,6 +209,7 @@ public struct StatusReport {
             object.member("inbox") { writer in
                 writer.object { inbox in
                     inbox.member("taken", inboxTaken)
+                    inbox.member("duplicates", inboxDuplicates)
                     inbox.member("waiting", inboxWaiting)
                     inbox.member("bad", inboxBad)
                     inbox.member("problem", inboxProblem)
@@ -181,11 +237,24 @@ public struct StatusReport {
             }
             object.member("lastError") { writer in
                 guard let lastError else { return writer.raw("null") }
+                let standing = standing(of: lastError)
                 writer.object { error in
                     error.member("at", lastError.at)
                     error.member("message", lastError.message)
+                    error.member("current", standing.current)
+                    error.member("standing", standing.note)
                 }
             }
+            object.member("cart") { writer in
+                writer.object { cart in
+                    cart.member("takenAt", lastCartTaken?.at)
+                    cart.member("produced", lastCartTaken?.produced)
+                    cart.member("readAt", lastCartRead?.at)
+                    cart.member("read", lastCartRead?.produced)
+                    cart.member("error", lastCartRead.flatMap { $0.error.isEmpty ? nil : $0.error })
+                }
+            }
+            object.member("lastWholePass", lastGoodPass)
         }
         writer.raw("\n")
         return writer.text

@@ -19,7 +19,8 @@ extension Commands {
     }
 
     /// `validate`: every problem of a file as `path:line:column: reason`; empty when valid.
-    public static func validate(path: String, kind: FileKind, directory: String) throws(AgentError) -> [String] {
+    /// `enteredDirectory` is the sync directory when `-C` made relative paths relative to it.
+    public static func validate(path: String, kind: FileKind, directory: String, enteredDirectory: String? = nil) throws(AgentError) -> [String] {
         let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
         let bytes: [UInt8]
         if path == "-" {
@@ -28,6 +29,9 @@ extension Commands {
             do throws(AgentError) {
                 // A path given on the command line is the user's: a link is followed, a FIFO refused.
                 guard let read = try Posix.readFile(path, limit: configuration.limits.maxFileBytes, follow: true) else {
+                    if let enteredDirectory, !path.hasPrefix("/") {
+                        throw AgentError.missingInput("\(path): no such file; with -C, paths are relative to the sync directory \(enteredDirectory) (as with git -C): give a path from there, or an absolute one")
+                    }
                     throw AgentError.missingInput("\(path): no such file; check the path")
                 }
                 bytes = read
