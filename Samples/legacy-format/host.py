@@ -76,8 +76,11 @@ def main(argv):
         return 64
     directory = argv[0]
     cart_path = os.path.join(directory, "cart.json")
-    with open(os.path.join(directory, "catalogue.json"), encoding="utf-8") as f:
-        catalogue = json.load(f)
+    try:
+        with open(os.path.join(directory, "catalogue.json"), encoding="utf-8") as f:
+            catalogue = json.load(f)
+    except FileNotFoundError:
+        catalogue = {}  # new lines are labelled by their SKU
     while True:
         # wait prints the records after the cart's progress, as JSON Lines; 75: none (--timeout 0).
         waited = subprocess.run([tool, "-C", directory, "wait"] + (["--timeout", "0"] if once else []),

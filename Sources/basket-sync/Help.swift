@@ -21,6 +21,7 @@ enum Help {
           set-store         select the store and the mode (setSelectedStoreWithExternalId)
           validate  check a cart, inbox event or configuration file
           wait      block until the outbox has records for the host, print them
+          check-host        check a host's own apply command against scripted scenarios
 
         basket-sync COMMAND --help tells more. Exit codes follow sysexits: 0 ok, 64 usage,
         65 bad data, 66 missing input, 73 cannot create output, 74 I/O error, 75 busy or
@@ -190,6 +191,28 @@ enum Help {
 
                 example:
                   basket-sync validate cart.json basket-sync.json
+
+                """
+        case "check-host":
+            return """
+                usage: basket-sync [-C DIR] check-host [--scenarios LIST] [--seed N] -- CMD ARG…
+
+                The conformance kit: runs your host's one-shot apply command (CMD, no shell) against
+                scripted scenarios, each in a scratch sync directory of its own with the settings of
+                DIR (key names, cart path). CMD runs there, with that directory in $BASKET_SYNC_DIR;
+                it must apply what the outbox holds after the cart's syncedThrough, then exit.
+                Scenarios: new-and-existing (deltas on new and existing lines), past-zero (removals
+                past 0), many (40 records), redirect, replay (run again: nothing applied twice),
+                arriving (records appended while it runs), crash (SIGKILL at random instants, then
+                a rerun). For each rule it prints ok, or what the host did wrong with the record and
+                the cart it left: it applies a record twice or out of order, skips one, does not
+                clamp at 0, loses other lines or fields, writes the cart in place, never reports
+                syncedThrough, or reports it too far. Exits 0 when every rule holds, else 65 (the
+                scratch directories are then kept, with the host's output in host.log). A run is
+                stopped after 30 s. --seed replays the random parts of a report.
+
+                example:
+                  basket-sync -C /srv/shop check-host -- ./host.py --once .
 
                 """
         case "wait":

@@ -18,12 +18,13 @@ struct Invocation {
         case setStore(externalId: String, mode: SyncMode?, json: Bool)
         case validate(files: [String], kind: Commands.FileKind?)
         case wait(after: UInt64?, timeout: Double?)
+        case checkHost(command: [String], scenarios: [String]?, seed: UInt64?)
     }
 
     var directory: String?
     var command: Command
 
-    static let commands = ["init", "watch", "sync", "push", "status", "apply", "payment-started", "handle-payment", "set-store", "validate", "wait"]
+    static let commands = ["init", "watch", "sync", "push", "status", "apply", "payment-started", "handle-payment", "set-store", "validate", "wait", "check-host"]
 
     /// Parses `basket-sync [-C DIR] COMMAND [OPTIONS]`; `--` ends the options.
     init(arguments: ArraySlice<String>) throws(AgentError) {
@@ -101,6 +102,21 @@ struct Invocation {
             if kind == .delta && lines.isEmpty { throw .usage("push needs products: basket-sync push sku-1=+2 sku-9=-1") }
             let products = try lines.map { (line) throws(AgentError) in try Invocation.product(line, signed: kind == .delta) }
             command = .push(kind: kind, products: products, id: id)
+        case "check-host":
+            let scenarioText = try options.value("--scenarios")
+            let seedText = try options.value("--seed")
+            let host = options.afterDoubleDash
+            try options.finish(allowingAfterDoubleDash: true)
+            guard !host.isEmpty else {
+                throw .usage("check-host needs the host's apply command after --: basket-sync check-host -- ./my-host apply")
+            }
+            var seed: UInt64?
+            if let seedText {
+                guard let value = UInt64(seedText) else { throw .usage("--seed \(seedText) is not a seed; give the number a report printed") }
+                seed = value
+            }
+            let scenarios = scenarioText.map { $0.split(separator: ",").map { String($0.filter { $0 != " " }) } }
+            command = .checkHost(command: host, scenarios: scenarios, seed: seed)
         case "wait":
             let afterText = try options.value("--after")
             let timeoutText = try options.value("--timeout")
@@ -194,6 +210,9 @@ struct OptionReader {
 
     private var trailing: [String]
 
+    /// The arguments after `--`: a command line given whole (check-host's host command).
+    var afterDoubleDash: [String] { trailing }
+
     mutating func flag(_ name: String) -> Bool {
         guard let index = arguments.firstIndex(of: name) else { return false }
         arguments.remove(at: index)
@@ -223,8 +242,8 @@ struct OptionReader {
         return arguments + trailing
     }
 
-    func finish() throws(AgentError) {
-        if let extra = (arguments + trailing).first {
+    func finish(allowingAfterDoubleDash: Bool = false) throws(AgentError) {
+        if let extra = (arguments + (allowingAfterDoubleDash ? [] : trailing)).first {
             throw .usage("\(command): unexpected \(extra); see basket-sync \(command) --help")
         }
     }

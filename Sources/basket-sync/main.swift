@@ -65,6 +65,10 @@ func run() throws(AgentError) -> Int32 {
             emit("basket-sync: the completion \(then[0]) exited with status \(status); the payment stays recorded, and a retry of handle-payment runs the completion again", to: .error)
             return status
         }
+    case let .checkHost(command, scenarios, seed):
+        let report = try HostCheck.run(directory: directory, command: command, scenarios: scenarios, seed: seed)
+        emit(report.human)
+        if !report.passed { return 65 }
     case let .wait(after, timeout):
         let result = try Commands.wait(directory: directory, after: after, timeout: timeout)
         emit(String(decoding: result.lines.joined(), as: UTF8.self))

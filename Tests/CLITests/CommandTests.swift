@@ -7,7 +7,7 @@ import Testing
         let version = try basketSync(["--version"])
         #expect(version.status == 0)
         #expect(version.stdout.hasPrefix("basket-sync 0."))
-        for command in ["init", "watch", "sync", "push", "status", "apply", "payment-started", "handle-payment", "set-store", "validate", "wait"] {
+        for command in ["init", "watch", "sync", "push", "status", "apply", "payment-started", "handle-payment", "set-store", "validate", "wait", "check-host"] {
             let help = try basketSync([command, "--help"])
             #expect(help.status == 0)
             #expect(help.stdout.contains("usage: basket-sync [-C DIR] \(command)"))

@@ -1,0 +1,103 @@
+import Glibc
+
+/// Another program run and watched: `check-host` runs a host's apply command in a directory of
+/// its own, may kill it at any instant, and must not leave its children behind.
+final class SpawnedProcess {
+    let pid: pid_t
+    /// Its exit status, once reaped.
+    private var reaped: Int32?
+
+    private typealias ChangeDirectory = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) -> Int32
+    private typealias CloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+    // glibc ≥ 2.34 has both; the Glibc module does not show them.
+    private static let changeDirectory = dlsym(dlopen(nil, RTLD_NOW), "posix_spawn_file_actions_addchdir_np").map { unsafeBitCast($0, to: ChangeDirectory.self) }
+    private static let closeFrom = dlsym(dlopen(nil, RTLD_NOW), "posix_spawn_file_actions_addclosefrom_np").map { unsafeBitCast($0, to: CloseFrom.self) }
+
+    /// Starts `argv` (searched on the PATH, no shell) in `directory`, in a process group of its
+    /// own, with `environment` added to this process's, stdin from /dev/null and its output
+    /// appended to `log`.
+    init(_ argv: [String], directory: String, environment: [String: String], log: String) throws(SystemError) {
+        guard let changeDirectory = SpawnedProcess.changeDirectory else {
+            throw SystemError(operation: "run (this C library cannot start a program in a directory)", path: argv[0], code: ENOSYS)
+        }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0o600)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        if let closeFrom = SpawnedProcess.closeFrom { _ = closeFrom(&actions, 3) }
+        _ = changeDirectory(&actions, directory)
+
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        for signal in [SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGCHLD] { sigaddset(&defaults, signal) }
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setpgroup(&attributes, 0)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP))
+
+        var variables: [String] = []
+        var index = 0
+        while let entry = environ[index] {
+            let text = String(cString: entry)
+            if let name = text.split(separator: "=", maxSplits: 1).first, environment[String(name)] == nil { variables.append(text) }
+            index += 1
+        }
+        variables += environment.map { "\($0.key)=\($0.value)" }
+        var cArguments: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
+        var cEnvironment: [UnsafeMutablePointer<CChar>?] = variables.map { strdup($0) } + [nil]
+        defer {
+            for pointer in cArguments { free(pointer) }
+            for pointer in cEnvironment { free(pointer) }
+        }
+        var pid = pid_t()
+        let result = posix_spawnp(&pid, argv[0], &actions, &attributes, &cArguments, &cEnvironment)
+        guard result == 0 else { throw SystemError(operation: "run", path: argv[0], code: result) }
+        self.pid = pid
+    }
+
+    /// Its exit status (128 + the signal that killed it) once it has ended, without waiting; nil
+    /// while it runs.
+    func exitStatus() -> Int32? {
+        if let reaped { return reaped }
+        var status: Int32 = 0
+        while true {
+            let result = waitpid(pid, &status, WNOHANG)
+            if result == pid {
+                let signal = status & 0x7F
+                reaped = signal == 0 ? (status >> 8) & 0xFF : 128 + signal
+                return reaped
+            }
+            if result == -1, errno == EINTR { continue }
+            return nil
+        }
+    }
+
+    /// Kills it and everything it started (its process group), and reaps it.
+    func killAll() {
+        kill(-pid, SIGKILL)
+        guard reaped == nil else { return }
+        kill(pid, SIGKILL)
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) == -1, errno == EINTR {}
+        reaped = 128 + SIGKILL
+    }
+}
+
+extension Posix {
+    /// A new directory of mode 0700 with a unique name, from `template` ending in XXXXXX.
+    static func makeTemporaryDirectory(_ template: String) throws(SystemError) -> String {
+        var bytes = Array(template.utf8CString)
+        guard mkdtemp(&bytes) != nil else { throw .last("create a temporary directory", template) }
+        return String(decoding: bytes.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// Sleeps `microseconds` (a few milliseconds at most, between two looks at a running program).
+    static func pause(microseconds: UInt32) { usleep(microseconds) }
+}

@@ -1,0 +1,94 @@
+import Foundation
+import Testing
+
+/// `check-host`, the conformance kit: every sample host holds every rule, and a host broken in
+/// one way is caught for that rule and nothing else.
+@Suite struct CheckHostTests {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    func path(_ relative: String) -> String { Self.root.appendingPathComponent(relative).path }
+
+    /// Runs check-host with the built binaries first on the PATH (the samples call basket-sync).
+    func checkHost(_ arguments: [String]) throws -> Run {
+        let pathVariable = binary.deletingLastPathComponent().path + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")
+        return try basketSync(arguments, environment: ["PATH": pathVariable])
+    }
+
+    /// The rules the report says are broken.
+    func brokenRules(_ report: String) -> [String] {
+        report.split(separator: "\n").filter { $0.hasPrefix("  FAIL  ") }.map { line in
+            let text = line.dropFirst("  FAIL  ".count)
+            return String(text[..<(text.lastIndex(of: "(").map { text.index(before: $0) } ?? text.endIndex)])
+        }
+    }
+
+    /// Where a failing report says it kept its scratch directories.
+    func keptDirectory(_ report: String) -> String? {
+        guard let range = report.range(of: "kept in ") else { return nil }
+        return String(report[range.upperBound...].prefix { $0 != " " })
+    }
+
+    @Test func theReferenceAndTheSampleHostsHoldEveryRule() throws {
+        let playground = try Playground()
+        let hosts: [(String, [String], String)] = [
+            ("basket-sync apply", [binary.path, "apply"], playground.path),
+            ("Samples/shell-host", [path("Samples/shell-host/host.sh"), "sync"], playground.path),
+            ("Samples/legacy-format", ["python3", path("Samples/legacy-format/host.py"), "--once", "."], path("Samples/legacy-format")),
+        ]
+        for (name, command, settings) in hosts {
+            let run = try checkHost(["-C", settings, "check-host", "--"] + command)
+            #expect(run.status == 0, "\(name):\n\(run.stdout)\n\(run.stderr)")
+            #expect(run.stdout.contains("every rule holds in 7 scenario(s)"), "\(name):\n\(run.stdout)")
+            #expect(brokenRules(run.stdout).isEmpty)
+        }
+    }
+
+    @Test(arguments: [
+        ("twice", "applies each record once"),
+        ("noclamp", "clamps a line at 0"),
+        ("losefields", "keeps other lines and fields"),
+        ("inplace", "writes the cart atomically (a temp file renamed over it)"),
+        ("nosynced", "reports syncedThrough"),
+        ("toofar", "reports syncedThrough no further than what it applied"),
+        ("reverse", "applies records in seq order"),
+        ("skip", "skips no record"),
+    ])
+    func aBrokenHostIsCaughtForItsRuleAndNothingElse(mode: String, rule: String) throws {
+        let playground = try Playground()
+        let run = try checkHost(["-C", playground.path, "check-host", "--", "python3", path("Tests/Support/broken-host.py"), mode])
+        #expect(run.status == 65, "\(mode): \(run.stderr)")
+        #expect(brokenRules(run.stdout) == [rule], "\(mode) (the report's first line has the seed to replay):\n\(run.stdout)")
+        let kept = keptDirectory(run.stdout)
+        #expect(kept.map { FileManager.default.fileExists(atPath: $0) } == true, "the scratch directories are kept for a look")
+        if let kept { try? FileManager.default.removeItem(atPath: kept) }
+    }
+
+    @Test func theSameSeedReplaysTheSameReport() throws {
+        let playground = try Playground()
+        let arguments = ["-C", playground.path, "check-host", "--seed", "7", "--scenarios", "many", "--", "python3", path("Tests/Support/broken-host.py"), "reverse"]
+        let first = try checkHost(arguments)
+        let second = try checkHost(arguments)
+        func findings(_ run: Run) -> [String] { run.stdout.split(separator: "\n").filter { $0.hasPrefix("FAIL ") }.map(String.init) }
+        #expect(!findings(first).isEmpty)
+        #expect(findings(first) == findings(second), "the many scenario's records come from the seed")
+        for run in [first, second] {
+            if let kept = keptDirectory(run.stdout) { try? FileManager.default.removeItem(atPath: kept) }
+        }
+    }
+
+    @Test func usageErrors() throws {
+        let playground = try Playground()
+        let noCommand = try checkHost(["-C", playground.path, "check-host"])
+        #expect(noCommand.status == 64)
+        #expect(noCommand.stderr.contains("check-host needs the host's apply command after --"))
+        let unknown = try checkHost(["-C", playground.path, "check-host", "--scenarios", "many,nope", "--", "true"])
+        #expect(unknown.status == 64)
+        #expect(unknown.stderr.contains("no scenario \"nope\"; the scenarios are new-and-existing, past-zero, many, redirect, replay, arriving, crash"))
+        let missing = try checkHost(["-C", playground.path, "check-host", "--scenarios", "redirect", "--", playground.path + "/no-such-host"])
+        #expect(missing.status == 66, "\(missing.stderr)")
+        #expect(missing.stderr.contains("cannot run \(playground.path)/no-such-host"))
+        let silent = try checkHost(["-C", playground.path, "check-host", "--scenarios", "redirect", "--", "true"])
+        #expect(silent.status == 65)
+        #expect(silent.stdout.contains("FAIL  redirect: skips no record: after its run, \"syncedThrough\" is 0 but the outbox ends at 3"), "a host that does nothing: \(silent.stdout)")
+        if let kept = keptDirectory(silent.stdout) { try? FileManager.default.removeItem(atPath: kept) }
+    }
+}

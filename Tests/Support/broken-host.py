@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""A one-shot host apply for check-host's tests, correct but for the one rule MODE breaks.
+
+usage: broken-host.py MODE   (run in the sync directory; default key names)
+MODE: good, twice, noclamp, losefields, inplace, nosynced, toofar, reverse, skip
+"""
+import json
+import os
+import sys
+
+mode = sys.argv[1]
+with open("cart.json", encoding="utf-8") as f:
+    cart = json.load(f)
+progress_file = ".host-progress"
+if mode == "nosynced":
+    # It keeps its progress to itself, and never tells basket-sync.
+    done = int(open(progress_file).read()) if os.path.exists(progress_file) else 0
+else:
+    done = 0 if mode == "twice" else cart.get("syncedThrough", 0)
+records = []
+with open("outbox.jsonl", encoding="utf-8") as f:
+    for line in f:
+        if line.endswith("\n"):
+            record = json.loads(line)
+            if record["seq"] > done:
+                records.append(record)
+if mode == "reverse":
+    records.reverse()
+lines = cart["products"]
+for record in records:
+    if record["type"] != "updateBasket" or (mode == "skip" and record["seq"] == 2):
+        continue
+    for delta in record["products"]:
+        line = next((l for l in lines if l["id"] == delta["id"]), None)
+        if line is None:
+            if delta["quantity"] > 0 or mode == "noclamp":
+                lines.append({"id": delta["id"], "quantity": delta["quantity"]})
+            continue
+        line["quantity"] += delta["quantity"]
+        if mode != "noclamp":
+            line["quantity"] = max(0, line["quantity"])
+cart["products"] = [l for l in lines if l["quantity"] != 0]
+last = max([r["seq"] for r in records], default=done)
+if mode == "losefields":
+    cart = {"products": [{"id": l["id"], "quantity": l["quantity"]} for l in cart["products"]]}
+if mode == "nosynced":
+    cart.pop("syncedThrough", None)
+    with open(progress_file, "w") as f:
+        f.write(str(last))
+elif mode == "toofar":
+    cart["syncedThrough"] = last + 1
+else:
+    cart["syncedThrough"] = max(last, cart.get("syncedThrough", 0))
+text = json.dumps(cart, ensure_ascii=False)
+if mode == "inplace":
+    with open("cart.json", "w", encoding="utf-8") as f:
+        for i in range(0, len(text), 16):
+            f.write(text[i:i + 16])
+            f.flush()
+else:
+    with open(".cart.tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(".cart.tmp", "cart.json")
