@@ -167,6 +167,10 @@ import TestSupport
             configuration.keys.products = Self.id(&rng)
             configuration.keys.id = Self.id(&rng)
             configuration.keys.quantity = Self.id(&rng)
+            configuration.keys.syncedThrough = Self.id(&rng)
+            // Keys that clash are refused (a test of their own): the round trip takes distinct ones.
+            while configuration.keys.quantity.utf8.elementsEqual(configuration.keys.id.utf8) { configuration.keys.quantity += "q" }
+            while configuration.keys.syncedThrough.utf8.elementsEqual(configuration.keys.products.utf8) { configuration.keys.syncedThrough += "s" }
             configuration.limits.maxFileBytes = Int.random(in: 1...Int(Int32.max), using: &rng)
             configuration.limits.maxQuantity = Int.random(in: 1...1_000_000_000, using: &rng)
             configuration.limits.maxIdBytes = Int.random(in: 1...4096, using: &rng)
