@@ -225,7 +225,9 @@ enum Help {
                 syncedThrough (its configured key), or what the database knows the host applied.
                 It sleeps on inotify, never polls, and writes nothing: it works beside the agent,
                 beside sync run from cron, and on a read-only file system. A shell host loops on it
-                instead of polling the outbox.
+                instead of polling the outbox. A host that does not write syncedThrough keeps its
+                own progress and gives it with --after (else it is shown the same records until
+                basket-sync sees them echoed in its cart).
 
                 example:
                   while basket-sync wait; do basket-sync apply; done
