@@ -158,7 +158,8 @@ enum Help {
                 duplicate; its completion runs again only if it never exited 0 (a crash or a failure
                 before), never after it succeeded (it may clear a cart the shopper filled since). A
                 retry whose total, or whose --products list, differs from the recorded payment is
-                refused with exit 65 naming both. Concurrent retries wait for each other.
+                refused with exit 65 naming both. Concurrent retries wait for each other (so a
+                completion must not itself run handle-payment: it would wait for ever).
                 --json prints {"duplicate":…,"seq":…,"payment":{the record},"completion":…}, where
                 completion is null (no --then), {"ran":true,"status":N} or
                 {"ran":false,"finishedAt":"…"}.

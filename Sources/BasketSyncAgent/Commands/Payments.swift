@@ -51,8 +51,13 @@ extension Commands {
             } else if let record {
                 lines.append(Commands.describe(record))
             }
-            if case let .finishedBefore(at) = completion {
+            switch completion {
+            case let .finishedBefore(at):
                 lines.append("its completion finished at \(at): not run again (it may clear a cart filled since)")
+            case let .ran(status) where duplicate:
+                lines.append("its completion had never exited 0: run again, exit status \(status)")
+            default:
+                break
             }
             return lines.joined(separator: "\n")
         }
