@@ -39,6 +39,28 @@ import Testing
         #expect(try run(playground, ["validate", "cart.json"]).status == 0, "apply writes a valid cart")
     }
 
+    /// Review of issue 12, H1: apply settled its batches without taking the cart it wrote, so the
+    /// WebView's basis fell back to the old cart and a basketState repeating it pushed them again.
+    @Test func applyTakesTheCartItWroteSoTheWebViewBasisFollows() throws {
+        let playground = try syncDirectory()
+        try playground.write("cart.json", cartJSON([("A", 1)], syncedThrough: 0))
+        _ = try run(playground, ["sync"])
+        _ = try run(playground, ["push", "A=+2"])
+        _ = try run(playground, ["sync"])
+        #expect(try run(playground, ["apply"]).status == 0)
+        let status = try JSONSerialization.jsonObject(with: Data(try run(playground, ["status", "--json"]).stdout.utf8)) as! [String: Any]
+        let line = (status["mealz"] as! [[String: Any]]).first { $0["id"] as? String == "A" }
+        #expect(line?["basis"] as? Int == 3, "the WebView shows what the cart holds: \(status)")
+        #expect(playground.records("notifications.jsonl").last.map(products) == ["A": 3])
+        // The WebView reports exactly what it was shown: nothing to push.
+        _ = try run(playground, ["push", "--state", "A=3"])
+        _ = try run(playground, ["sync"])
+        #expect(playground.records("outbox.jsonl").count == 1, "\(playground.read("outbox.jsonl"))")
+        _ = try run(playground, ["apply"])
+        #expect(try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as? [String: Any] != nil)
+        #expect(playground.read("cart.json").contains("\"quantity\":3"), "\(playground.read("cart.json"))")
+    }
+
     @Test func applyTurnsABareArrayCartIntoAnObjectAndRefusesABrokenCart() throws {
         let playground = try syncDirectory()
         try playground.write("cart.json", "[{\"id\": \"A\", \"quantity\": 1}]")

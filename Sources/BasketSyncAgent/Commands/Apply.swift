@@ -118,6 +118,10 @@ extension Commands {
                 do throws(SystemError) { try Posix.writeFileAtomically(pinned, encoded) } catch { throw .system(error) }
             }
         }
+        // The cart written is taken at once, in one step: its notification becomes the WebView's
+        // basis as the batches it applied settle (settled without it, the basis would fall back to
+        // the old cart, and a basketState repeating what the WebView shows would push them again).
+        _ = try engine.takeCart()
         // What apply applied is known for sure: acknowledged as such (the cart's number alone may
         // equal a claim once made beyond the outbox, which acknowledges nothing new).
         let through = summary.syncedThrough
