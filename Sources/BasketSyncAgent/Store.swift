@@ -333,6 +333,29 @@ final class Store {
         return fd
     }
 
+    /// Locks `orderId`'s byte of `payments.lock` (an open-file-description lock), waiting for it;
+    /// `waiting` is called first when another process holds it. Other orders are not held up.
+    func lockOrder(_ orderId: String, waiting: () -> Void) throws(AgentError) -> Int32 {
+        let path = "\(stateDirectory)/payments.lock"
+        let fd: Int32
+        do { fd = try Posix.open(path, [.readWrite, .create], mode: 0o600) } catch { throw .system(error) }
+        // FNV-1a of the id's bytes: two orders share a byte (and wait for each other) only by a
+        // 1 in 2^46 chance.
+        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
+        for byte in orderId.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3 }
+        let offset = Int64(hash & 0x3FFF_FFFF_FFFF)
+        do {
+            if try !Posix.lockByte(fd, at: offset, wait: false, path: path) {
+                waiting()
+                _ = try Posix.lockByte(fd, at: offset, wait: true, path: path)
+            }
+        } catch {
+            Posix.close(fd)
+            throw .system(error)
+        }
+        return fd
+    }
+
     // MARK: Payment completions
 
     /// When the completion of `handle-payment` for `orderId` finished successfully; nil when it

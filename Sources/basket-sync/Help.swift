@@ -158,8 +158,10 @@ enum Help {
                 duplicate; its completion runs again only if it never exited 0 (a crash or a failure
                 before), never after it succeeded (it may clear a cart the shopper filled since). A
                 retry whose total, or whose --products list, differs from the recorded payment is
-                refused with exit 65 naming both. Concurrent retries wait for each other (so a
-                completion must not itself run handle-payment: it would wait for ever).
+                refused with exit 65 naming both. Concurrent retries of one order wait for each
+                other, and for a completion still running after its basket-sync was killed (so a
+                completion must not run handle-payment for its own order: it would wait for ever).
+                While the completion runs, handle-payment waits for it whatever signal comes.
                 --json prints {"duplicate":…,"seq":…,"payment":{the record},"completion":…}, where
                 completion is null (no --then), {"ran":true,"status":N} or
                 {"ran":false,"finishedAt":"…"}.

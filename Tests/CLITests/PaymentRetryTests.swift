@@ -131,14 +131,69 @@ import Testing
         let first = try retry()
         try await eventually("the first retry runs its completion") { runs(playground) == 1 }
         let second = try retry()
-        try await eventually("the second retry waits for the first") {
-            ((try? String(contentsOfFile: "/proc/\(second.processIdentifier)/wchan", encoding: .utf8)) ?? "").contains("lock_inode_wait")
-        }
+        try await eventually("the second retry waits for the first") { waitsOnALock(second) }
         _ = FileManager.default.createFile(atPath: go, contents: nil)
         first.waitUntilExit()
         second.waitUntilExit()
         #expect(first.terminationStatus == 0 && second.terminationStatus == 0)
         #expect(runs(playground) == 1, "the completion ran once for two retries at once")
+    }
+
+    /// Blocked in the kernel on a file lock (fcntl or flock).
+    func waitsOnALock(_ child: Child) -> Bool {
+        let channel = (try? String(contentsOfFile: "/proc/\(child.processIdentifier)/wchan", encoding: .utf8)) ?? ""
+        return channel.contains("setlk") || channel.contains("lock_inode_wait")
+    }
+
+    /// A completion that logs its start and end and holds until `go` exists.
+    func heldCompletion(_ playground: Playground, name: String, go: String) -> [String] {
+        ["/bin/sh", "-c", "echo \"start $3\" >> \"$1\"; i=0; while [ ! -e \"$2\" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done; echo \"end $3\" >> \"$1\"",
+         "sh", playground.path + "/runs", go, name]
+    }
+
+    func started(_ playground: Playground, _ arguments: [String]) throws -> Child {
+        let child = Child()
+        child.executableURL = binary
+        child.arguments = ["-C", playground.path] + arguments
+        child.standardOutput = FileHandle.nullDevice
+        child.standardError = FileHandle.nullDevice
+        child.standardInput = FileHandle.nullDevice
+        try child.run()
+        return child
+    }
+
+    /// Review of issue 12, M1: killed while its completion runs, basket-sync let a second retry
+    /// start another completion beside the first. The completion keeps the order's lock.
+    @Test func aRetryWaitsForTheCompletionOfAKilledAttempt() async throws {
+        let playground = try paidReadyDirectory()
+        let go = playground.path + "/go"
+        let first = try started(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--then"] + heldCompletion(playground, name: "first", go: go))
+        try await eventually("the first completion runs") { playground.read("runs").contains("start first") }
+        kill(first.processIdentifier, SIGKILL)
+        first.waitUntilExit()
+        let second = try started(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--then"] + heldCompletion(playground, name: "second", go: go))
+        try await eventually("the retry waits for the completion still running") { waitsOnALock(second) }
+        #expect(!playground.read("runs").contains("start second"))
+        _ = FileManager.default.createFile(atPath: go, contents: nil)
+        second.waitUntilExit()
+        #expect(second.terminationStatus == 0)
+        #expect(playground.read("runs") == "start first\nend first\nstart second\nend second\n", "one completion at a time: \(playground.read("runs"))")
+    }
+
+    /// Review of issue 12, M2: one lock for every order made a slow completion hold up every
+    /// payment, and a completion that records another order wait for ever.
+    @Test func otherOrdersAreNotHeldUpByACompletion() async throws {
+        let playground = try paidReadyDirectory()
+        let go = playground.path + "/go"
+        let slow = try started(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--then"] + heldCompletion(playground, name: "o-1", go: go))
+        try await eventually("o-1's completion runs") { playground.read("runs").contains("start o-1") }
+        let other = try basketSync(["-C", playground.path, "handle-payment", "--total", "7", "--order-id", "o-2", "--then",
+                                    binary.path, "-C", playground.path, "handle-payment", "--total", "8", "--order-id", "o-3"], killAfter: 60)
+        #expect(other?.status == 0, "o-2, whose completion records o-3, went through while o-1's completion runs: \(String(describing: other))")
+        _ = FileManager.default.createFile(atPath: go, contents: nil)
+        slow.waitUntilExit()
+        #expect(slow.terminationStatus == 0)
+        #expect(Set(playground.records("payments.jsonl").compactMap { $0["orderId"] as? String }) == ["o-1", "o-2", "o-3"])
     }
 
     @Test func paymentStartedForAnOrderAlreadyPaidRecordsNothing() throws {

@@ -129,8 +129,12 @@ extension Commands {
         // (restored, its WAL deleted) is found here (74) before anything more is written.
         try engine.publishAll()
         try checkIdentifier(orderId, "handle-payment: the order id", limits: engine.configuration.limits)
-        // Held until the completion has run: a second retry waits, then finds it finished.
-        let lock = try engine.store.lock("payments.lock")
+        // This order's lock, held until the completion has run — by the completion itself, which
+        // inherits it: killed, basket-sync does not let a second retry start another completion
+        // while the first still runs. A retry waits, then finds it finished.
+        let lock = try engine.store.lockOrder(orderId) {
+            logger.log(.info, "another handle-payment of order \(JSONWriter.quoted(orderId)) is running (or its completion is): waiting for it")
+        }
         defer { Posix.close(lock) }
 
         var outcome: PaymentOutcome
@@ -177,7 +181,9 @@ extension Commands {
             outcome.completion = .finishedBefore(at: finished)
             return outcome
         }
+        Posix.setInherited(lock, true)
         let status = try runCompletion(then)
+        Posix.setInherited(lock, false)
         outcome.completion = .ran(status: status)
         if status == 0 {
             let seq = outcome.seq

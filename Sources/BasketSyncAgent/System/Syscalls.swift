@@ -228,6 +228,28 @@ enum Posix {
         throw .last("flock", path)
     }
 
+    /// Takes an exclusive lock on one byte at `offset` of the file (an open-file-description lock:
+    /// kept by a child that inherits the descriptor, released when the last holder closes it or
+    /// dies). False when `wait` is false and another holds it.
+    static func lockByte(_ fd: Int32, at offset: Int64, wait: Bool, path: String) throws(SystemError) -> Bool {
+        // F_OFD_SETLK and F_OFD_SETLKW (Linux ≥ 3.15); the Glibc module does not show them.
+        let command: Int32 = wait ? 38 : 37
+        var lock = flock()
+        lock.l_type = Int16(F_WRLCK)
+        lock.l_whence = Int16(SEEK_SET)
+        lock.l_start = off_t(offset)
+        lock.l_len = 1
+        lock.l_pid = 0
+        if retrying({ fcntl(fd, command, &lock) }) == 0 { return true }
+        if errno == EAGAIN || errno == EACCES { return false }
+        throw .last("lock", path)
+    }
+
+    /// Whether a child started from now on inherits `fd` (it is closed on exec otherwise).
+    static func setInherited(_ fd: Int32, _ inherited: Bool) {
+        _ = fcntl(fd, F_SETFD, inherited ? 0 : FD_CLOEXEC)
+    }
+
     /// Opens the folder `name` inside the directory `parent` is open on, without following a link
     /// and without blocking. `path` names it in errors: one of the wrong shape (a link, a file)
     /// says what it is; a missing one is an error whose `isMissing` is true.
@@ -380,7 +402,20 @@ enum Posix {
         var pid = pid_t()
         var cStrings: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
         defer { for pointer in cStrings { free(pointer) } }
-        let spawned = posix_spawnp(&pid, argv[0], nil, nil, &cStrings, environ)
+        // As system(3): while the child runs, this process waits for it whatever signal comes (a
+        // Ctrl-C reaches the child, in the same process group); the child gets the defaults.
+        let waitedThrough = [SIGINT, SIGQUIT, SIGTERM, SIGHUP]
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        for signal in waitedThrough { sigaddset(&defaults, signal) }
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF))
+        let previous = waitedThrough.map { Glibc.signal($0, SIG_IGN) }
+        defer { for (signal, handler) in zip(waitedThrough, previous) { _ = Glibc.signal(signal, handler) } }
+        let spawned = posix_spawnp(&pid, argv[0], nil, &attributes, &cStrings, environ)
         guard spawned == 0 else { throw SystemError(operation: "run", path: argv[0], code: spawned) }
         var status: Int32 = 0
         if retrying({ waitpid(pid, &status, 0) }) < 0 { throw .last("waitpid", argv[0]) }
