@@ -46,7 +46,7 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
         case let .missingInput(message): return message
         case let .database(path, message): return "\(path): \(message)"
         case let .directoryGone(path):
-            return "\(path): the sync directory or its .basket-sync/ was removed or moved away, and the state with it; restore it and start the agent again"
+            return "\(path): the sync directory or its .basket-sync/ was removed or moved away, and the state with it; restore it, then start again"
         case let .databaseGone(path):
             return "\(path): deleted or replaced while basket-sync had the database open; nothing more is acknowledged. Restore .basket-sync/ from a backup, then start again"
         case let .databaseBehind(path, fileSeq, databaseSeq):

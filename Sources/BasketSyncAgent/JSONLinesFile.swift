@@ -218,6 +218,24 @@ final class JSONLinesFile {
         return found
     }
 
+    /// The whole record lines after `seq` at the end of the file, in order (with their newline),
+    /// read backwards until a record at or below `seq`: what a reader of the file has to take.
+    func recordLines(after seq: UInt64, isRecord: ([UInt8]) -> Bool) -> [[UInt8]] {
+        guard let fd = try? Posix.open(path, [.readOnly]) else { return [] }
+        defer { Posix.close(fd) }
+        guard let info = try? Posix.fileInfo(fd, path: path), let tail = try? readTail(fd, size: info.size) else { return [] }
+        var found: [[UInt8]] = []
+        try? linesBackward(fd, end: tail.completeSize) { (start, length) throws(AgentError) in
+            let lineSeq = RecordFormat.seq(ofLine: try read(fd, at: start, count: min(length, 32)))
+            guard lineSeq > 0 else { return true }
+            guard lineSeq > seq else { return false }
+            let line = try read(fd, at: start, count: length + 1)
+            if isRecord(line), found.last.map({ RecordFormat.seq(ofLine: $0) > lineSeq }) ?? true { found.append(line) }
+            return true
+        }
+        return found.reversed()
+    }
+
     /// Calls `visit` with the offset and length (without its newline) of each complete line
     /// before `end`, the last first, until it returns false. Every byte is read once: a long
     /// line costs its length, not its square.

@@ -93,6 +93,87 @@ import Testing
         #expect(agent.stop() == 0)
     }
 
+    @discardableResult
+    func mountCommand(_ arguments: [String], program: String = "/bin/mount") -> Bool {
+        guard let process = try? Child.run(URL(fileURLWithPath: program), arguments: arguments) else { return false }
+        process.waitUntilExit()
+        return process.terminationStatus == 0
+    }
+
+    /// Review of issue 12, M3: on a read-only file system, a connection kept open read the same
+    /// snapshot for ever; wait now opens one per look.
+    @Test func onAReadOnlyViewItSeesWhatIsCommittedElsewhere() async throws {
+        let playground = try syncDirectory()
+        let view = playground.root.deletingLastPathComponent().appendingPathComponent("ro-view-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: view, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(atPath: view) }
+        guard mountCommand(["--bind", playground.path, view]) else {
+            Issue.record("cannot bind-mount here: this test needs root, as CI has")
+            return
+        }
+        defer { mountCommand(["-l", view], program: "/bin/umount") }
+        #expect(mountCommand(["-o", "remount,bind,ro", view]))
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let output = playground.root.deletingLastPathComponent().appendingPathComponent("ro-wait-\(UUID().uuidString).out")
+        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
+        defer { try? FileManager.default.removeItem(at: output) }
+        let readOnly = Child()
+        readOnly.executableURL = binary
+        readOnly.arguments = ["-C", view, "wait", "--after", "1", "--timeout", "120"]
+        readOnly.standardOutput = try FileHandle(forWritingTo: output)
+        readOnly.standardError = FileHandle.nullDevice
+        readOnly.standardInput = FileHandle.nullDevice
+        try readOnly.run()
+        defer { if readOnly.isRunning { kill(readOnly.processIdentifier, SIGKILL) }; readOnly.waitUntilExit() }
+        try await eventually("wait on the read-only view is asleep") {
+            ((try? String(contentsOfFile: "/proc/\(readOnly.processIdentifier)/wchan", encoding: .utf8)) ?? "").contains("poll")
+        }
+        #expect(try basketSync(["-C", playground.path, "push", "B=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        readOnly.waitUntilExit()
+        #expect(readOnly.terminationStatus == 0)
+        let printed = ((try? String(contentsOf: output, encoding: .utf8)) ?? "").split(separator: "\n")
+        #expect(printed.count == 1 && printed[0].hasPrefix("{\"seq\":2,"), "record 2, committed through the read-write path, is seen through the read-only one: \(printed)")
+    }
+
+    /// Review of issue 12, M4 and low 7: the directory removed under wait ends it (66); a
+    /// database behind the outbox stops it (74), as it stops the commands that write.
+    @Test func aRemovedDirectoryOrADatabaseBehindTheOutboxEndsIt() async throws {
+        let playground = try syncDirectory()
+        let directory = playground.path + "/gone"
+        #expect(try basketSync(["-C", directory, "init"]).status == 0)
+        let child = Child()
+        child.executableURL = binary
+        child.arguments = ["-C", directory, "wait"]
+        child.standardOutput = FileHandle.nullDevice
+        child.standardError = FileHandle.nullDevice
+        child.standardInput = FileHandle.nullDevice
+        try child.run()
+        defer { if child.isRunning { kill(child.processIdentifier, SIGKILL) }; child.waitUntilExit() }
+        try await eventually("wait is asleep") {
+            ((try? String(contentsOfFile: "/proc/\(child.processIdentifier)/wchan", encoding: .utf8)) ?? "").contains("poll")
+        }
+        let remove = try Child.run(URL(fileURLWithPath: "/bin/rm"), arguments: ["-rf", directory])
+        remove.waitUntilExit()
+        try await eventually("wait ends") { !child.isRunning }
+        #expect(child.terminationStatus == 66)
+
+        // A database restored from before record 2.
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let backup = playground.root.deletingLastPathComponent().appendingPathComponent("backup-\(UUID().uuidString)").path
+        try FileManager.default.copyItem(atPath: playground.path + "/.basket-sync", toPath: backup)
+        defer { try? FileManager.default.removeItem(atPath: backup) }
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
+        try FileManager.default.copyItem(atPath: backup, toPath: playground.path + "/.basket-sync")
+        let behind = try basketSync(["-C", playground.path, "wait", "--after", "1", "--timeout", "5"])
+        #expect(behind.status == 74, "\(behind.stderr)")
+        #expect(behind.stderr.contains("outbox.jsonl"), "\(behind.stderr)")
+    }
+
     @Test func aTimeoutExits75AndBadArgumentsAreUsageErrors() throws {
         let playground = try syncDirectory()
         let timedOut = try basketSync(["-C", playground.path, "wait", "--timeout", "0.2"])

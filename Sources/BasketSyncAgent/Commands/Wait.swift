@@ -16,29 +16,50 @@ extension Commands {
     /// writes nothing: it works beside the agent, beside `sync` from cron, and on a read-only file
     /// system. Throws `.busy` (75) when `timeout` seconds pass first.
     public static func wait(directory: String, after: UInt64?, timeout: Double?) throws(AgentError) -> WaitResult {
-        let store = try Store(directory: directory, create: false, readOnly: true)
         let configuration = try AgentConfiguration.load(directory: directory)
         // The watches first: a record committed after this is seen by the reads below, or wakes us.
+        // Every look opens a connection of its own and closes it: on a read-only file system
+        // SQLite cannot share the WAL index, and a connection kept open (or any other of this
+        // process, which SQLite would share it with) would read the same snapshot for ever.
         let inotify: Inotify
-        do {
-            inotify = try Inotify(path: directory)
-            try inotify.watch(directory, [.modify, .closeWrite, .movedTo, .create, .onlyDirectory])
-            try inotify.watch(store.stateDirectory, [.closeWrite, .onlyDirectory])
-        } catch {
-            throw .system(error)
-        }
         let start: UInt64
-        if let after {
-            start = after
-        } else {
-            let state = try store.withTransaction { () throws(AgentError) in try store.loadState() }
-            start = hostProgress(state: state, claim: cartClaim(directory: directory, configuration: configuration) ?? 0)
+        do {
+            let store = try Store(directory: directory, create: false, readOnly: true)
+            do {
+                inotify = try Inotify(path: directory)
+                try inotify.watch(directory, [.modify, .closeWrite, .movedTo, .create, .deleteSelf, .moveSelf, .onlyDirectory])
+                try inotify.watch(store.stateDirectory, [.closeWrite, .deleteSelf, .moveSelf, .onlyDirectory])
+            } catch {
+                throw .system(error)
+            }
+            if let after {
+                start = after
+            } else {
+                let state = try store.withTransaction { () throws(AgentError) in try store.loadState() }
+                start = hostProgress(state: state, claim: cartClaim(directory: directory, configuration: configuration) ?? 0)
+            }
         }
         let deadline = timeout.map { Date().addingTimeInterval($0) }
         var look = true
+        let outboxPath = "\(directory)/\(Projection.outbox.fileName)"
         while true {
             if look {
-                let lines = try store.withTransaction { () throws(AgentError) in try store.lines(.outbox, after: start) }
+                // A connection of its own per look: on a read-only file system SQLite cannot share
+                // the WAL index, and a connection kept open would read the same snapshot for ever.
+                let (lines, last) = try outboxNow(directory: directory, after: start)
+                // A database restored from an older backup: the outbox holds what it does not. A
+                // record commits before it is appended: one committed since the read above is
+                // read again before the database is called behind.
+                if let beyond = JSONLinesFile(path: outboxPath).recordBeyond(databaseSeq: last, isRecord: Projection.outbox.isRecord),
+                   beyond > (try outboxNow(directory: directory, after: nil).last) {
+                    // On a read-only file system SQLite reads only what was checkpointed into the
+                    // database file: the outbox, appended after each commit, is the fresher one.
+                    guard Posix.isReadOnlyFileSystem(directory) else {
+                        throw .databaseBehind(path: outboxPath, fileSeq: beyond, databaseSeq: last)
+                    }
+                    let fresher = JSONLinesFile(path: outboxPath).recordLines(after: start, isRecord: Projection.outbox.isRecord)
+                    if !fresher.isEmpty { return WaitResult(after: start, lines: fresher) }
+                }
                 if !lines.isEmpty { return WaitResult(after: start, lines: lines.map(\.line)) }
             }
             var milliseconds: Int32 = -1
@@ -52,16 +73,28 @@ extension Commands {
             // Only the outbox file changing, or a commit signalled, is worth a look at the
             // database; SQLite closing its own files (a reader such as status) is not.
             look = false
+            var events: [InotifyEvent] = []
             do {
-                if try Posix.waitReadable([inotify.fd], timeout: milliseconds)[0] {
-                    look = try inotify.events().contains { event in
-                        event.watch < 0 || event.mask.contains(.overflow)
-                            || event.name == Projection.outbox.fileName || event.name == Store.commitSignalName
-                    }
-                }
+                if try Posix.waitReadable([inotify.fd], timeout: milliseconds)[0] { events = try inotify.events() }
             } catch {
                 throw .system(error)
             }
+            if events.contains(where: { !$0.mask.isDisjoint(with: [.deleteSelf, .moveSelf]) }) {
+                throw .directoryGone(path: directory)
+            }
+            look = events.contains { event in
+                event.watch < 0 || event.mask.contains(.overflow)
+                    || event.name == Projection.outbox.fileName || event.name == Store.commitSignalName
+            }
+        }
+    }
+
+    /// The outbox records after `seq`, and its last seq, through a connection opened and closed
+    /// for this read alone.
+    private static func outboxNow(directory: String, after seq: UInt64?) throws(AgentError) -> (lines: [(seq: UInt64, line: [UInt8])], last: UInt64) {
+        let reader = try Store(directory: directory, create: false, readOnly: true)
+        return try reader.withTransaction { () throws(AgentError) in
+            (try seq.map { (after) throws(AgentError) in try reader.lines(.outbox, after: after) } ?? [], try reader.lastSeq(.outbox))
         }
     }
 

@@ -101,3 +101,11 @@ extension Posix {
     /// Sleeps `microseconds` (a few milliseconds at most, between two looks at a running program).
     static func pause(microseconds: UInt32) { usleep(microseconds) }
 }
+
+extension Posix {
+    /// Whether `path` is on a file system mounted read-only.
+    static func isReadOnlyFileSystem(_ path: String) -> Bool {
+        var info = statvfs()
+        return statvfs(path, &info) == 0 && info.f_flag & UInt(ST_RDONLY) != 0
+    }
+}
