@@ -233,7 +233,7 @@ enum Help {
                 basket-sync sees them echoed in its cart).
 
                 example:
-                  while basket-sync wait; do basket-sync apply; done
+                  while basket-sync wait >/dev/null; do basket-sync apply || exit; done
 
                 """
         default:

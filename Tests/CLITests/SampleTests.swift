@@ -135,7 +135,9 @@ import Testing
         let service = try String(contentsOfFile: path("Samples/systemd/basket-sync-host@.service"), encoding: .utf8)
         let start = try #require(service.split(separator: "\n").first { $0.hasPrefix("ExecStart=") }).dropFirst("ExecStart=".count)
         #expect(start.hasPrefix("/bin/sh -c '") && start.hasSuffix("'"))
-        let script = String(start.dropFirst("/bin/sh -c '".count).dropLast()).replacingOccurrences(of: "/usr/local/bin/basket-sync", with: binary.path)
+        // As systemd reads it: "$$" is a "$" for the shell.
+        let script = String(start.dropFirst("/bin/sh -c '".count).dropLast())
+            .replacingOccurrences(of: "$$", with: "$").replacingOccurrences(of: "/usr/local/bin/basket-sync", with: binary.path)
         let playground = try Playground()
         #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
         try playground.write("cart.json", cartJSON([("X", 1)], syncedThrough: 0))
@@ -146,6 +148,11 @@ import Testing
         let cart = try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as! [String: Any]
         #expect(cart["syncedThrough"] as? Int == 2)
         #expect(try basketSync(["-c", script], in: playground.path, executable: "/bin/sh").status == 0, "nothing to apply is not a failure")
+        // Review of issue 12, M8: a failure of wait (here a broken configuration) fails the unit, with its message.
+        try playground.write("basket-sync.json", "{\"bogus\": 1}")
+        let broken = try basketSync(["-c", script], in: playground.path, executable: "/bin/sh")
+        #expect(broken.status == 78, "\(broken.stderr)")
+        #expect(broken.stderr.contains("basket-sync.json:1:11: unknown setting \"bogus\""), "\(broken.stderr)")
         if FileManager.default.isExecutableFile(atPath: "/usr/bin/systemd-analyze") {
             for unit in ["basket-sync-host@.path", "basket-sync-host@.service"] {
                 let verify = try sample("/usr/bin/systemd-analyze", ["verify", path("Samples/systemd/" + unit)])
