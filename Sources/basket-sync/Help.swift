@@ -198,7 +198,7 @@ enum Help {
                 """
         case "check-host":
             return """
-                usage: basket-sync [-C DIR] check-host [--scenarios LIST] [--seed N] -- CMD ARG…
+                usage: basket-sync [-C DIR] check-host [--scenarios LIST] [--seed N] [--limit SECONDS] -- CMD ARG…
 
                 The conformance kit: runs your host's one-shot apply command (CMD, no shell) against
                 scripted scenarios, each in a scratch sync directory of its own with the settings of
@@ -212,7 +212,11 @@ enum Help {
                 clamp at 0, loses other lines or fields, writes the cart in place, never reports
                 syncedThrough, or reports it too far. Exits 0 when every rule holds, else 65 (the
                 scratch directories are then kept, with the host's output in host.log). A run is
-                stopped after 30 s. --seed replays the random parts of a report.
+                stopped after 30 s (--limit), and a host that never exits ends the check. What a run
+                leaves running in its process group is stopped with it. A host that rejects records
+                (processes them without applying them) is reported: check-host expects every record
+                applied. --seed replays the random parts of a report. A relative CMD is relative to
+                DIR (as with git -C).
 
                 example:
                   basket-sync -C /srv/shop check-host -- ./host.py --once .

@@ -18,7 +18,7 @@ struct Invocation {
         case setStore(externalId: String, mode: SyncMode?, json: Bool)
         case validate(files: [String], kind: Commands.FileKind?)
         case wait(after: UInt64?, timeout: Double?)
-        case checkHost(command: [String], scenarios: [String]?, seed: UInt64?)
+        case checkHost(command: [String], scenarios: [String]?, seed: UInt64?, limit: Double?)
     }
 
     var directory: String?
@@ -105,6 +105,7 @@ struct Invocation {
         case "check-host":
             let scenarioText = try options.value("--scenarios")
             let seedText = try options.value("--seed")
+            let limitText = try options.value("--limit")
             let host = options.afterDoubleDash
             try options.finish(allowingAfterDoubleDash: true)
             guard !host.isEmpty else {
@@ -116,7 +117,14 @@ struct Invocation {
                 seed = value
             }
             let scenarios = scenarioText.map { $0.split(separator: ",").map { String($0.filter { $0 != " " }) } }
-            command = .checkHost(command: host, scenarios: scenarios, seed: seed)
+            var limit: Double?
+            if let limitText {
+                guard let seconds = Double(limitText), seconds.isFinite, seconds > 0, seconds <= 86_400 else {
+                    throw .usage("--limit \(limitText) is not a number of seconds; give one above 0 and at most 86400, such as --limit 120")
+                }
+                limit = seconds
+            }
+            command = .checkHost(command: host, scenarios: scenarios, seed: seed, limit: limit)
         case "wait":
             let afterText = try options.value("--after")
             let timeoutText = try options.value("--timeout")
@@ -129,7 +137,7 @@ struct Invocation {
             var timeout: Double?
             if let timeoutText {
                 guard let seconds = Double(timeoutText), seconds.isFinite, seconds >= 0, seconds < 1e9 else {
-                    throw .usage("--timeout \(timeoutText) is not a number of seconds; give 0 or more, such as --timeout 30 or --timeout 0.5")
+                    throw .usage("--timeout \(timeoutText) is not a number of seconds; give 0 to 999999999, such as --timeout 30 or --timeout 0.5")
                 }
                 timeout = seconds
             }

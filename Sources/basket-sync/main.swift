@@ -65,8 +65,8 @@ func run() throws(AgentError) -> Int32 {
             emit("basket-sync: the completion \(then[0]) exited with status \(status); the payment stays recorded, and a retry of handle-payment runs the completion again", to: .error)
             return status
         }
-    case let .checkHost(command, scenarios, seed):
-        let report = try HostCheck.run(directory: directory, command: command, scenarios: scenarios, seed: seed)
+    case let .checkHost(command, scenarios, seed, limit):
+        let report = try HostCheck.run(directory: directory, command: command, scenarios: scenarios, seed: seed, limit: limit)
         emit(report.human)
         if !report.passed { return 65 }
     case let .wait(after, timeout):

@@ -51,12 +51,17 @@ import Testing
         ("toofar", "reports syncedThrough no further than what it applied"),
         ("reverse", "applies records in seq order"),
         ("skip", "skips no record"),
+        // Review of issue 12, M5: records now arrive all through the run.
+        ("raceack", "reports syncedThrough no further than what it applied"),
+        // Review of issue 12, low 3: a cart that is a link out of the directory is not followed.
+        ("linkout", "leaves a cart basket-sync can read"),
     ])
     func aBrokenHostIsCaughtForItsRuleAndNothingElse(mode: String, rule: String) throws {
         let playground = try Playground()
         let run = try checkHost(["-C", playground.path, "check-host", "--", "python3", path("Tests/Support/broken-host.py"), mode])
         #expect(run.status == 65, "\(mode): \(run.stderr)")
         #expect(brokenRules(run.stdout) == [rule], "\(mode) (the report's first line has the seed to replay):\n\(run.stdout)")
+        #expect(!run.stdout.contains("SECRET-XYZ"), "nothing outside is read into the report")
         let kept = keptDirectory(run.stdout)
         #expect(kept.map { FileManager.default.fileExists(atPath: $0) } == true, "the scratch directories are kept for a look")
         if let kept { try? FileManager.default.removeItem(atPath: kept) }
@@ -73,6 +78,23 @@ import Testing
         for run in [first, second] {
             if let kept = keptDirectory(run.stdout) { try? FileManager.default.removeItem(atPath: kept) }
         }
+    }
+
+    /// Review of issue 12, M6, low 4 and low 5: a relative command is relative to -C's
+    /// directory; what a host leaves running is stopped; a host that never exits ends the check.
+    @Test func aRelativeHostItsChildrenAndAHostThatNeverExits() throws {
+        let playground = try Playground()
+        try FileManager.default.copyItem(atPath: path("Tests/Support/broken-host.py"), toPath: playground.path + "/my-host.py")
+        let relative = try checkHost(["-C", playground.path, "check-host", "--scenarios", "new-and-existing,replay", "--", "./my-host.py", "background"])
+        #expect(relative.status == 0, "\(relative.stdout)\n\(relative.stderr)")
+        let leftovers = try basketSync(["-f", "sleep 299.5"], executable: "/usr/bin/pgrep")
+        #expect(leftovers.stdout.isEmpty, "the host's background children are stopped with it: \(leftovers.stdout)")
+
+        let forever = try checkHost(["-C", playground.path, "check-host", "--limit", "0.5", "--", "sleep", "600"])
+        #expect(forever.status == 65)
+        #expect(forever.stdout.contains("FAIL  new-and-existing: runs to its end (exit 0) within the time limit: it was still running after"), "\(forever.stdout)")
+        #expect(!forever.stdout.contains("past-zero"), "the check ends at the first run that never exits: \(forever.stdout)")
+        if let kept = keptDirectory(forever.stdout) { try? FileManager.default.removeItem(atPath: kept) }
     }
 
     @Test func usageErrors() throws {

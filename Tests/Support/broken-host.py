@@ -2,8 +2,12 @@
 """A one-shot host apply for check-host's tests, correct but for the one rule MODE breaks.
 
 usage: broken-host.py MODE   (run in the sync directory; default key names)
-MODE: good, twice, noclamp, losefields, inplace, nosynced, toofar, reverse, skip
+MODE: good, twice, noclamp, losefields, inplace, nosynced, toofar, reverse, skip,
+      raceack (claims what the outbox holds when it writes, not what it read), background (good,
+      but leaves a child running), linkout (makes the cart a link to a file outside)
 """
+import subprocess
+import time
 import json
 import os
 import sys
@@ -48,11 +52,25 @@ if mode == "nosynced":
     with open(progress_file, "w") as f:
         f.write(str(last))
 elif mode == "toofar":
-    cart["syncedThrough"] = last + 1
+    # Far beyond: one record more than it read would look like one record skipped.
+    cart["syncedThrough"] = last + 1000
 else:
     cart["syncedThrough"] = max(last, cart.get("syncedThrough", 0))
 text = json.dumps(cart, ensure_ascii=False)
-if mode == "inplace":
+if mode == "raceack":
+    time.sleep(0.3)
+    with open("outbox.jsonl", encoding="utf-8") as f:
+        cart["syncedThrough"] = max([json.loads(l)["seq"] for l in f if l.endswith("\n")], default=0)
+    text = json.dumps(cart, ensure_ascii=False)
+if mode == "background":
+    subprocess.Popen(["sleep", "299.5"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+if mode == "linkout":
+    secret = os.path.join(os.path.dirname(os.getcwd()), "..", "secret-outside.json")
+    with open(secret, "w") as f:
+        f.write('{"products": [{"id": "SECRET-XYZ", "quantity": 1}], "syncedThrough": 0}')
+    os.unlink("cart.json")
+    os.symlink(os.path.abspath(secret), "cart.json")
+elif mode == "inplace":
     with open("cart.json", "w", encoding="utf-8") as f:
         for i in range(0, len(text), 16):
             f.write(text[i:i + 16])

@@ -64,12 +64,22 @@ public enum HostCheck {
         }
     }
 
-    /// The limit on one run of the host's command.
-    static let runLimitSeconds = 30.0
+    /// What stops a check that SIGINT or SIGTERM interrupted (the host stopped, the scratch removed).
+    static let interrupted = AgentError.busy("check-host was interrupted: the host was stopped and the scratch directories removed")
+
+    /// The limit on one run of the host's command, unless `--limit` says otherwise.
+    nonisolated(unsafe) static var runLimitSeconds = 30.0
 
     /// Runs the scenarios against `command`, with the settings of `directory` (its
     /// `basket-sync.json`, when it has one).
-    public static func run(directory: String, command: [String], scenarios: [String]?, seed: UInt64?) throws(AgentError) -> Report {
+    public static func run(directory: String, command: [String], scenarios: [String]?, seed: UInt64?, limit: Double? = nil) throws(AgentError) -> Report {
+        if let limit { runLimitSeconds = limit }
+        var command = command
+        // As with git -C, a relative path is relative to where the command runs (the sync
+        // directory with -C), not to the scratch directory the host runs in.
+        if command[0].contains("/"), !command[0].hasPrefix("/") {
+            command[0] = FileManager.default.currentDirectoryPath + "/" + command[0]
+        }
         let chosen = scenarios ?? scenarioNames
         for name in chosen where !scenarioNames.contains(name) {
             throw .usage("check-host: no scenario \(JSONWriter.quoted(name)); the scenarios are \(scenarioNames.joined(separator: ", "))")
@@ -84,12 +94,17 @@ public enum HostCheck {
         let inotify: Inotify
         do { inotify = try Inotify(path: scratch) } catch { throw .system(error) }
         var random = SplitMix(seed: seed)
+        Interruption.catchSignals()
         do {
             for name in chosen {
                 var check = try ScenarioRun(name: name, root: scratch, settings: settings, configuration: configuration,
                                             command: command, inotify: inotify)
                 try check.play(random: &random)
                 report.findings += check.findings
+                if check.neverExits {
+                    report.scenarios = Array(chosen.prefix { $0 != name }) + [name]
+                    break
+                }
             }
         } catch {
             // The check itself could not go on (the command cannot run, the disk is full): no report.
@@ -144,6 +159,8 @@ private struct ScenarioRun {
     let settings: [UInt8]?
     /// The cart's syncedThrough when the last run started: what it should have skipped.
     var claimBefore: UInt64 = 0
+    /// A run went past the time limit: the other scenarios would only wait it out again.
+    var neverExits = false
     var findings: [HostCheck.Finding] = []
     /// The cart the scenario starts from: quantities, labels, other fields.
     var initial = LeftCart()
@@ -202,16 +219,28 @@ private struct ScenarioRun {
                 fail(.once, "run again with nothing new, it changed the cart from \(before.shown) to \(after.shown) (syncedThrough \(before.syncedThrough.map(String.init) ?? "none") → \(after.syncedThrough.map(String.init) ?? "none")); a host skips the records up to its syncedThrough")
             }
         case "arriving":
+            // How long a run takes, on a twin directory made the same way.
+            var twin = try ScenarioRun(name: "arriving-measure", root: Posix.dirname(of: directory), settings: settings,
+                                       configuration: configuration, command: command, inotify: inotify)
+            try twin.start(["X": 1])
+            for _ in 0..<5 { try twin.push([("A", 1)]) }
+            let measured = try twin.measureRun()
             try start(["X": 1])
             for _ in 0..<5 { try push([("A", 1)]) }
-            // More records while it runs: whatever it takes of them, its syncedThrough must say so.
+            // More records while it runs, spread over its whole run (a host that reads, then
+            // claims what the outbox holds when it writes, is caught): whatever it takes of them,
+            // its syncedThrough must say so.
             let process = try spawn()
+            let interval = UInt32(min(max(measured / 12, 0.001), 2) * 1_000_000)
             var added = 0
-            var status: Int32?
-            while status == nil, added < 20 {
+            while process.exitStatus() == nil, added < 24 {
                 try push([("B", 1)])
                 added += 1
-                status = process.exitStatus()
+                var slept: UInt32 = 0
+                while slept < interval, process.exitStatus() == nil {
+                    Posix.pause(microseconds: min(500, interval - slept))
+                    slept += 500
+                }
             }
             guard try finish(process) else { return }
             guard try check(after: "its first run, with records arriving") else { return }
@@ -315,12 +344,16 @@ private struct ScenarioRun {
         let deadline = Date().addingTimeInterval(HostCheck.runLimitSeconds)
         var status = process.exitStatus()
         while status == nil, Date() < deadline {
+            if Interruption.requested { process.killAll(); throw HostCheck.interrupted }
             Posix.pause(microseconds: 1_000)
             status = process.exitStatus()
         }
+        // What it left running in its process group (a child in the background) goes with it.
+        process.killAll()
+        capLog()
         guard let status else {
-            process.killAll()
-            fail(.exits, "it was still running after \(Int(HostCheck.runLimitSeconds)) s; check-host runs a host's one-shot apply (apply what waits, then exit), not a loop")
+            fail(.exits, "it was still running after \(HostCheck.runLimitSeconds) s; check-host runs a host's one-shot apply (apply what waits, then exit), not a loop")
+            neverExits = true
             return false
         }
         checkWrites()
@@ -332,6 +365,18 @@ private struct ScenarioRun {
     }
 
     mutating func runOnce() throws(AgentError) -> Bool { try finish(try spawn()) }
+
+    /// Keeps the last MiB of what the host printed: a chatty host does not fill the disk.
+    func capLog() {
+        let path = "\(directory)/host.log"
+        guard let info = Posix.info(path), info.size > 1 << 20,
+              let fd = try? Posix.open(path, [.readWrite]) else { return }
+        defer { Posix.close(fd) }
+        if let tail = try? Posix.read(fd, at: info.size - (1 << 20), count: 1 << 20, path: path) {
+            _ = try? Posix.truncate(fd, to: 0, path: path)
+            _ = try? Posix.writeAll(fd, Array("[check-host: the host printed \(info.size) bytes; the last MiB follows]\n".utf8) + tail, at: 0, path: path)
+        }
+    }
 
     /// Runs once and checks the cart against every record.
     @discardableResult
@@ -346,9 +391,11 @@ private struct ScenarioRun {
         let process = try spawn()
         let deadline = started.addingTimeInterval(HostCheck.runLimitSeconds)
         while process.exitStatus() == nil {
-            if Date() > deadline { process.killAll(); break }
+            if Interruption.requested { process.killAll(); throw HostCheck.interrupted }
+            if Date() > deadline { break }
             Posix.pause(microseconds: 500)
         }
+        process.killAll()
         return max(0.005, Date().timeIntervalSince(started))
     }
 
@@ -371,7 +418,7 @@ private struct ScenarioRun {
 
     /// The cart as the rules look at it; nil when it cannot be read (a finding is made).
     func leftCart() throws(AgentError) -> LeftCart? {
-        guard let bytes = try? Posix.readFile(cartPath, limit: configuration.limits.maxFileBytes, follow: true) else { return nil }
+        guard let bytes = try? Posix.readFile(cartPath, limit: configuration.limits.maxFileBytes, follow: configuration.followSymlinks) else { return nil }
         guard let root = try? JSONParser.parse(bytes) else { return nil }
         var cart = LeftCart()
         var lines: [JSONNode] = []
@@ -448,6 +495,10 @@ private struct ScenarioRun {
         let last = all.last?.seq ?? 0
         let before = findings.count
         guard let cart = try leftCart() else {
+            if Posix.linkInfo(cartPath).map({ $0.kind != .regular }) == true {
+                fail(.valid, "after \(moment), \(configuration.cart) is not a regular file (a link, a FIFO…): basket-sync reads a cart that is a file\(configuration.followSymlinks ? "" : " (a link only with \"followSymlinks\")")")
+                return false
+            }
             if killed {
                 fail(.atomic, "\(moment), it left a cart that does not parse as JSON: write a temp file and rename it over the cart, so that a crash leaves the old cart or the new one")
             } else {
@@ -459,7 +510,7 @@ private struct ScenarioRun {
             fail(.clamp, "after \(moment), line \(id) is at \(quantity): a host clamps at 0 when asked to remove more than it has (and may remove the line)")
             return false
         }
-        if let bytes = try? Posix.readFile(cartPath, limit: configuration.limits.maxFileBytes, follow: true),
+        if let bytes = try? Posix.readFile(cartPath, limit: configuration.limits.maxFileBytes, follow: configuration.followSymlinks),
            case let .failure(error) = Result(catching: { () throws(DecodingFailure) in try CartFormat.decode(bytes, keys: keys, limits: configuration.limits) }) {
             fail(.valid, "after \(moment), basket-sync rejects the cart: \(error.descriptions(path: configuration.cart, bytes: bytes).first ?? "invalid")")
             return false
@@ -503,7 +554,7 @@ private struct ScenarioRun {
         let before = applied.filter { $0.seq <= claimBefore }
         let since = applied.filter { $0.seq > claimBefore }
         if model(applied + applied) == left || (!before.isEmpty && model(before + applied) == left) {
-            return fail(.once, "after \(moment), \(leftText): records it had applied before (up to \(claimBefore)) were applied again; \(wanted)")
+            return fail(.once, "after \(moment), \(leftText): records were applied again\(before.isEmpty ? "" : " (it had applied 1…\(claimBefore) before)"); \(wanted)")
         }
         if model(before + since.reversed()) == left || model(applied.reversed()) == left {
             return fail(.order, "after \(moment), \(leftText): the records were applied out of seq order; \(wanted)")
@@ -516,6 +567,11 @@ private struct ScenarioRun {
             let record = applied[first]
             let alike = missing.count > 1 ? " (or any of records \(missing.dropFirst().prefix(5).map { "#\(applied[$0].seq)" }.joined(separator: ", ")): leaving out any of them gives this cart)" : ""
             return fail(.skip, "after \(moment), \(leftText): record #\(record.seq) (\(record.products.map { "\($0.id) \($0.quantity > 0 ? "+" : "")\($0.quantity)" }.joined(separator: ", ")))\(alike) is missing; \(wanted)")
+        }
+        // One record applied twice (after the skip: when both explain the cart, a skip is the
+        // likelier mistake).
+        if let twice = applied.first(where: { $0.type == .updateBasket && model(applied + [$0]) == left }) {
+            return fail(.once, "after \(moment), \(leftText): record #\(twice.seq) was applied twice; \(wanted)")
         }
         // Several records missing at the end: it claims more than it applied.
         for count in stride(from: applied.count - 1, through: 0, by: -1) where model(Array(applied.prefix(count))) == left {

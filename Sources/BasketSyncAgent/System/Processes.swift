@@ -109,3 +109,21 @@ extension Posix {
         return statvfs(path, &info) == 0 && info.f_flag & UInt(ST_RDONLY) != 0
     }
 }
+
+import Synchronization
+
+/// SIGINT and SIGTERM turned into a flag a long-running command looks at between steps, so that
+/// it can stop what it started and clean up before it exits.
+enum Interruption {
+    private static let flag = Atomic<Bool>(false)
+
+    /// From now on SIGINT and SIGTERM set the flag instead of ending the process.
+    static func catchSignals() {
+        for signal in [SIGINT, SIGTERM] {
+            _ = Glibc.signal(signal) { _ in Interruption.flag.store(true, ordering: .relaxed) }
+        }
+    }
+
+    /// Whether SIGINT or SIGTERM came.
+    static var requested: Bool { flag.load(ordering: .relaxed) }
+}
