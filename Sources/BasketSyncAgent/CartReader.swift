@@ -44,6 +44,8 @@ struct CartReader {
             read = file
         } catch {
             if case .tooLarge = error { return .unreadable(error, bytes: []) }
+            // A folder on the way to the cart that is not there (yet, or being replaced): no cart.
+            if case let .system(failure) = error, failure.isMissing { return .missing }
             if case let .system(failure) = error, let reason = failure.shapeReason {
                 return .unreadable(.badData(path: path, line: 1, column: 1, reason: reason), bytes: [])
             }

@@ -62,8 +62,14 @@ public struct AgentConfiguration: Equatable, Sendable {
                 configuration.pendingTimeoutSeconds = seconds
             case "cart":
                 let cart = try string(node, key)
-                guard !cart.hasPrefix("/"), !cart.split(separator: "/").contains(".."), !cart.hasSuffix("/") else {
+                let components = cart.split(separator: "/", omittingEmptySubsequences: false)
+                guard !cart.hasPrefix("/"), !components.contains(where: { $0 == ".." || $0 == "." || $0.isEmpty }) else {
                     throw fail(node.offset, "\"cart\" must be a file path inside the sync directory, such as \"cart.json\"")
+                }
+                // basket-sync's own files are not the host's cart (apply would write over them).
+                let own = ["basket-sync.json", "outbox.jsonl", "notifications.jsonl", "payments.jsonl"]
+                if let first = components.first, own.contains(String(first)) && components.count == 1 || first == ".basket-sync" || first == "inbox" {
+                    throw fail(node.offset, "\"cart\" names one of basket-sync's own files or folders (\(JSONWriter.quoted(cart))); give the host's cart, such as \"cart.json\" or \"host/cart.json\"")
                 }
                 configuration.cart = cart
             case "keys":

@@ -123,6 +123,23 @@ import Testing
         #expect(clash.stderr.contains("\"keys\" names products and syncedThrough both \"products\""), "\(clash.stderr)")
     }
 
+    /// Review of issue 12, low 10: the cart setting cannot name basket-sync's own files; a cart
+    /// whose folder is not there is a missing cart, not an error.
+    @Test func theCartSettingNamesTheHostsCartOnly() throws {
+        let playground = try syncDirectory()
+        for cart in ["outbox.jsonl", "payments.jsonl", "basket-sync.json", ".basket-sync/state.db", "inbox/new/c.json", ".", "a//b", "./cart.json"] {
+            try playground.write("basket-sync.json", "{\"cart\": \"\(cart)\"}")
+            let run = try run(playground, ["sync"])
+            #expect(run.status == 78, "\(cart): \(run.stderr)")
+        }
+        try playground.write("basket-sync.json", "{\"cart\": \"host/cart.json\"}")
+        let missing = try run(playground, ["sync"])
+        #expect(missing.status == 0, "\(missing.stderr)")
+        #expect(missing.stdout.hasPrefix("cart missing;"))
+        let products = try run(playground, ["payment-started", "--total", "1", "--products", "nowhere.json"])
+        #expect(products.stderr.contains("with -C, a relative FILE is relative to the sync directory") || products.stdout.contains("skipped"), "\(products.stderr)")
+    }
+
     @Test func paymentsNeedRetailerModeAndAStoreAndAreRecordedOncePerOrder() throws {
         let playground = try syncDirectory()
         try playground.write("cart.json", cartJSON([("X", 1)], syncedThrough: 0))

@@ -12,7 +12,7 @@ extension Commands {
         } else {
             // A path given on the command line is the user's: a link is followed, a FIFO still refused.
             guard let read = try Posix.readFile(path, limit: engine.configuration.limits.maxFileBytes, follow: file != nil || engine.configuration.followSymlinks) else {
-                throw .missingInput("\(path): no such file; give the products bought with --products FILE (or - for standard input)")
+                throw .missingInput("\(path): no such file; give the products bought with --products FILE (or - for standard input); with -C, a relative FILE is relative to the sync directory (as with git -C)")
             }
             bytes = read
         }
