@@ -118,20 +118,13 @@ import Testing
         // The completion holds until the test says go, so that the second retry comes while it runs.
         let go = playground.path + "/go"
         let slow = ["/bin/sh", "-c", "echo run >> \"$1\"; i=0; while [ ! -e \"$2\" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done", "sh", playground.path + "/runs", go]
-        func retry() throws -> Child {
-            let child = Child()
-            child.executableURL = binary
-            child.arguments = ["-C", playground.path, "handle-payment", "--total", "5", "--order-id", "o-1", "--then"] + slow
-            child.standardOutput = FileHandle.nullDevice
-            child.standardError = FileHandle.nullDevice
-            child.standardInput = FileHandle.nullDevice
-            try child.run()
-            return child
+        func retry(_ name: String) throws -> Child {
+            try started(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--then"] + slow, name: name)
         }
-        let first = try retry()
+        let first = try retry("first")
         try await eventually("the first retry runs its completion") { runs(playground) == 1 }
-        let second = try retry()
-        try await eventually("the second retry waits for the first") { waitsOnALock(second) }
+        let second = try retry("second")
+        try await waitsForTheLock(second, playground, name: "second")
         _ = FileManager.default.createFile(atPath: go, contents: nil)
         first.waitUntilExit()
         second.waitUntilExit()
@@ -139,10 +132,13 @@ import Testing
         #expect(runs(playground) == 1, "the completion ran once for two retries at once")
     }
 
-    /// Blocked in the kernel on a file lock (fcntl or flock).
-    func waitsOnALock(_ child: Child) -> Bool {
-        let channel = (try? String(contentsOfFile: "/proc/\(child.processIdentifier)/wchan", encoding: .utf8)) ?? ""
-        return channel.contains("setlk") || channel.contains("lock_inode_wait")
+    /// Waits until `child` says it waits for the order's lock (it says so just before it blocks
+    /// on it), and checks it is still running then.
+    func waitsForTheLock(_ child: Child, _ playground: Playground, name: String) async throws {
+        try await eventually("\(name) waits for the order's lock (its stderr: \(playground.read("stderr-\(name)")))") {
+            playground.read("stderr-\(name)").contains("is running (or its completion is): waiting for it") || !child.isRunning
+        }
+        #expect(child.isRunning, "\(name) did not wait: \(playground.read("stderr-\(name)"))")
     }
 
     /// A completion that logs its start and end and holds until `go` exists.
@@ -151,12 +147,14 @@ import Testing
          "sh", playground.path + "/runs", go, name]
     }
 
-    func started(_ playground: Playground, _ arguments: [String]) throws -> Child {
+    /// Starts basket-sync in the background, its stderr in `stderr-NAME` beside the sync directory's files.
+    func started(_ playground: Playground, _ arguments: [String], name: String = "child") throws -> Child {
         let child = Child()
         child.executableURL = binary
         child.arguments = ["-C", playground.path] + arguments
-        child.standardOutput = FileHandle.nullDevice
-        child.standardError = FileHandle.nullDevice
+        _ = FileManager.default.createFile(atPath: playground.path + "/stderr-\(name)", contents: nil)
+        child.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: "/dev/null"))
+        child.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: playground.path + "/stderr-\(name)"))
         child.standardInput = FileHandle.nullDevice
         try child.run()
         return child
@@ -167,12 +165,12 @@ import Testing
     @Test func aRetryWaitsForTheCompletionOfAKilledAttempt() async throws {
         let playground = try paidReadyDirectory()
         let go = playground.path + "/go"
-        let first = try started(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--then"] + heldCompletion(playground, name: "first", go: go))
+        let first = try started(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--then"] + heldCompletion(playground, name: "first", go: go), name: "first")
         try await eventually("the first completion runs") { playground.read("runs").contains("start first") }
         kill(first.processIdentifier, SIGKILL)
         first.waitUntilExit()
-        let second = try started(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--then"] + heldCompletion(playground, name: "second", go: go))
-        try await eventually("the retry waits for the completion still running") { waitsOnALock(second) }
+        let second = try started(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--then"] + heldCompletion(playground, name: "second", go: go), name: "second")
+        try await waitsForTheLock(second, playground, name: "second")
         #expect(!playground.read("runs").contains("start second"))
         _ = FileManager.default.createFile(atPath: go, contents: nil)
         second.waitUntilExit()
@@ -185,7 +183,7 @@ import Testing
     @Test func otherOrdersAreNotHeldUpByACompletion() async throws {
         let playground = try paidReadyDirectory()
         let go = playground.path + "/go"
-        let slow = try started(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--then"] + heldCompletion(playground, name: "o-1", go: go))
+        let slow = try started(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--then"] + heldCompletion(playground, name: "o-1", go: go), name: "o-1")
         try await eventually("o-1's completion runs") { playground.read("runs").contains("start o-1") }
         let other = try basketSync(["-C", playground.path, "handle-payment", "--total", "7", "--order-id", "o-2", "--then",
                                     binary.path, "-C", playground.path, "handle-payment", "--total", "8", "--order-id", "o-3"], killAfter: 60)
