@@ -122,6 +122,7 @@ import Testing
         let status = try basketSync(["-C", dir, "status"])
         #expect(status.status == 0)
         #expect(status.stdout.contains("database behind the files: \(dir)/outbox.jsonl holds record 2 but the database ends at 1"), "\(status.stdout)")
+        #expect(status.stdout.contains("last error: the database is behind the files (above): still current"), "\(status.stdout)")
         // The agent stops (74) instead of retrying for ever.
         let agent = try basketSync(["-C", dir, "watch"], killAfter: 20)
         #expect(agent?.status == 74, "\(agent?.stderr ?? "hung")")

@@ -199,7 +199,7 @@ extension Commands {
     public static func runCompletion(_ argv: [String]) throws(AgentError) -> Int32 {
         do { return try Posix.spawnAndWait(argv) } catch {
             guard error.operation == "run" else { throw .system(error) }
-            throw .missingInput("cannot run the completion \(argv[0]): \(error.reason); give a command on the PATH or a path to one")
+            throw .missingInput("cannot run the completion \(argv[0]): \(error.reason); give a command on the PATH or a path to one (with -C, a relative path is relative to the sync directory)")
         }
     }
 

@@ -155,7 +155,9 @@ public struct StatusReport {
         let c = state.counters
         lines.append("counters: \(c.updateBaskets) updateBasket, \(c.redirects) redirects, \(c.settled) settled, \(c.rolledBack) rolled back, \(c.ignored) ignored (no synchronizer), \(c.paymentsRecorded) payments recorded, \(c.paymentsSkipped) skipped, \(c.duplicatePayments) duplicate payments, \(c.duplicateTransfers) duplicate transfers")
         lines.append("anomalies: \(c.lateEchoes) late echoes, \(c.lateAcknowledgements) late acknowledgements, \(c.acknowledgementsBeyondOutbox) acknowledgements beyond the outbox, \(c.acknowledgementsWentBack) acknowledgements going back")
-        if let error = errors.first(where: { $0.level == "error" }) {
+        if !databaseBehind.isEmpty {
+            lines.append("last error: the database is behind the files (above): still current")
+        } else if let error = errors.first(where: { $0.level == "error" }) {
             lines.append("last error: \(error.at) \(error.message) (\(standing(of: error).note))")
         } else {
             lines.append("last error: none")
