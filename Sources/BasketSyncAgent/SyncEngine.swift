@@ -186,7 +186,13 @@ public final class SyncEngine {
         for projection in Projection.allCases {
             let databaseSeq = try store.lastSeq(projection)
             if let seq = files[projection]!.recordBeyond(databaseSeq: databaseSeq, isRecord: projection.isRecord) {
-                throw .databaseBehind(path: files[projection]!.path, fileSeq: seq, databaseSeq: databaseSeq)
+                // Another process (the agent) may have committed and appended between the two
+                // reads: a record is committed before it is appended, so the database read again
+                // now holds every line the file showed, unless it really is behind.
+                let databaseNow = try store.lastSeq(projection)
+                if seq > databaseNow {
+                    throw .databaseBehind(path: files[projection]!.path, fileSeq: seq, databaseSeq: databaseNow)
+                }
             }
         }
     }

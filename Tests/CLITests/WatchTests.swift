@@ -343,6 +343,30 @@ import Testing
         #expect(agent.stop() == 0)
     }
 
+    /// Second review of issue 12, finding 1: a command beside a busy agent read the database,
+    /// then found in a file a record the agent committed and appended meanwhile, and called the
+    /// database lost (74). Pushes from one process, syncs and applies from another, the agent busy.
+    @Test func commandsBesideABusyAgentNeverCallTheDatabaseBehind() async throws {
+        let playground = try Playground()
+        let agent = try await started(playground)
+        try playground.write("cart.json", cartJSON([], syncedThrough: 0))
+        let pusher = try Child.run(URL(fileURLWithPath: "/bin/sh"), arguments: [
+            "-c", "for i in $(seq 300); do \"$0\" -C \"$1\" push A=+1 >/dev/null || exit 1; done", binary.path, playground.path])
+        var runs = 0
+        var failures: [String] = []
+        while pusher.isRunning || runs < 20 {
+            let command = runs % 3 == 2 ? "apply" : "sync"
+            let run = try basketSync(["-C", playground.path, command])
+            if run.status != 0 && run.status != 65 { failures.append("\(command) \(run.status): \(run.stderr)") }
+            runs += 1
+        }
+        pusher.waitUntilExit()
+        #expect(pusher.terminationStatus == 0)
+        #expect(failures.isEmpty, "\(failures.count) of \(runs) commands failed: \(failures.prefix(3))")
+        try await eventually("every event reaches the outbox") { playground.records("outbox.jsonl").count == 300 }
+        #expect(agent.stop() == 0)
+    }
+
     @Test(arguments: ["move", "rm -rf"])
     func theSyncDirectoryGoneStopsTheAgentWithAClearError(how: String) async throws {
         let playground = try Playground()
