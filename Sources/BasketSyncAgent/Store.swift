@@ -339,6 +339,11 @@ final class Store {
         let path = "\(stateDirectory)/payments.lock"
         let fd: Int32
         do { fd = try Posix.open(path, [.readWrite, .create], mode: 0o600) } catch { throw .system(error) }
+        // A second name for it would be a file elsewhere that this lock writes to.
+        if let info = try? Posix.fileInfo(fd, path: path), info.links > 1 {
+            Posix.close(fd)
+            throw .refused("\(path): has another name (a hard link); remove it, basket-sync makes it again")
+        }
         // FNV-1a of the id's bytes: two orders share a byte (and wait for each other) only by a
         // 1 in 2^46 chance.
         var hash: UInt64 = 0xCBF2_9CE4_8422_2325

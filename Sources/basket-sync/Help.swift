@@ -162,6 +162,9 @@ enum Help {
                 other, and for a completion still running after its basket-sync was killed (so a
                 completion must not run handle-payment for its own order: it would wait for ever).
                 While the completion runs, handle-payment waits for it whatever signal comes.
+                The completion gets the order's lock as descriptor 3 (and no other file of
+                basket-sync's): a process it leaves running should close it (exec 3>&-), or the
+                order's retries wait for that process.
                 --json prints {"duplicate":…,"seq":…,"payment":{the record},"completion":…}, where
                 completion is null (no --then), {"ran":true,"status":N} or
                 {"ran":false,"finishedAt":"…"}.

@@ -194,6 +194,20 @@ import Testing
         #expect(Set(playground.records("payments.jsonl").compactMap { $0["orderId"] as? String }) == ["o-1", "o-2", "o-3"])
     }
 
+    /// Second review of issue 12, finding 3: the completion inherited the database and the JSON
+    /// Lines files. It gets stdin, stdout, stderr and the order's lock as descriptor 3, nothing else.
+    @Test func theCompletionGetsTheOrdersLockAsDescriptor3AndNothingElse() throws {
+        let playground = try paidReadyDirectory()
+        let paid = try run(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--then",
+                                        "/bin/sh", "-c", "for fd in /proc/$$/fd/*; do echo \"${fd##*/} $(readlink $fd)\"; done > \"$0\"", playground.path + "/fds"])
+        #expect(paid.status == 0, "\(paid.stderr)")
+        let open = playground.read("fds").split(separator: "\n").map(String.init)
+        #expect(open.contains { $0.hasPrefix("3 ") && $0.hasSuffix("/.basket-sync/payments.lock") }, "\(open)")
+        #expect(!open.contains { $0.contains("state.db") || $0.contains(".jsonl") }, "\(open)")
+        // Beyond 0-3, only the shell's own pipes (its command substitution).
+        #expect(open.filter { !["0 ", "1 ", "2 ", "3 "].contains(String($0.prefix(2))) && !$0.contains(" pipe:") }.isEmpty, "\(open)")
+    }
+
     @Test func paymentStartedForAnOrderAlreadyPaidRecordsNothing() throws {
         let playground = try paidReadyDirectory()
         let started = try run(playground, ["payment-started", "--total", "5", "--order-id", "o-1", "--json"])

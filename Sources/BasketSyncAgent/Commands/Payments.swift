@@ -181,9 +181,7 @@ extension Commands {
             outcome.completion = .finishedBefore(at: finished)
             return outcome
         }
-        Posix.setInherited(lock, true)
-        let status = try runCompletion(then)
-        Posix.setInherited(lock, false)
+        let status = try runCompletion(then, passing: lock)
         outcome.completion = .ran(status: status)
         if status == 0 {
             let seq = outcome.seq
@@ -196,8 +194,8 @@ extension Commands {
 
     /// Runs a completion (`handle-payment --then CMD ARG…`) as an argv, without a shell, and
     /// returns its exit status (128 + the signal when killed by one).
-    public static func runCompletion(_ argv: [String]) throws(AgentError) -> Int32 {
-        do { return try Posix.spawnAndWait(argv) } catch {
+    public static func runCompletion(_ argv: [String], passing lock: Int32? = nil) throws(AgentError) -> Int32 {
+        do { return try Posix.spawnAndWait(argv, passing: lock) } catch {
             guard error.operation == "run" else { throw .system(error) }
             throw .missingInput("cannot run the completion \(argv[0]): \(error.reason); give a command on the PATH or a path to one (with -C, a relative path is relative to the sync directory)")
         }

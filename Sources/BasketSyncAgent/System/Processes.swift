@@ -13,6 +13,11 @@ final class SpawnedProcess {
     private static let changeDirectory = dlsym(dlopen(nil, RTLD_NOW), "posix_spawn_file_actions_addchdir_np").map { unsafeBitCast($0, to: ChangeDirectory.self) }
     private static let closeFrom = dlsym(dlopen(nil, RTLD_NOW), "posix_spawn_file_actions_addclosefrom_np").map { unsafeBitCast($0, to: CloseFrom.self) }
 
+    /// Adds "close every descriptor from `first` on" to `actions`, where the C library can.
+    static func closeDescriptors(from first: Int32, in actions: inout posix_spawn_file_actions_t) {
+        if let closeFrom { _ = closeFrom(&actions, first) }
+    }
+
     /// Starts `argv` (searched on the PATH, no shell) in `directory`, in a process group of its
     /// own, with `environment` added to this process's, stdin from /dev/null and its output
     /// appended to `log`.

@@ -245,11 +245,6 @@ enum Posix {
         throw .last("lock", path)
     }
 
-    /// Whether a child started from now on inherits `fd` (it is closed on exec otherwise).
-    static func setInherited(_ fd: Int32, _ inherited: Bool) {
-        _ = fcntl(fd, F_SETFD, inherited ? 0 : FD_CLOEXEC)
-    }
-
     /// Opens the folder `name` inside the directory `parent` is open on, without following a link
     /// and without blocking. `path` names it in errors: one of the wrong shape (a link, a file)
     /// says what it is; a missing one is an error whose `isMissing` is true.
@@ -398,8 +393,15 @@ enum Posix {
 
     /// Runs `argv` without a shell (nothing in data is ever executed) and waits for it: its exit
     /// status, or 128 + the signal that killed it.
-    static func spawnAndWait(_ argv: [String]) throws(SystemError) -> Int32 {
+    static func spawnAndWait(_ argv: [String], passing inherited: Int32? = nil) throws(SystemError) -> Int32 {
         var pid = pid_t()
+        // The child gets stdin, stdout, stderr and, as descriptor 3, `inherited`: nothing else of
+        // this process (its database, its files) stays open in it or in what it leaves running.
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        if let inherited { posix_spawn_file_actions_adddup2(&actions, inherited, 3) }
+        SpawnedProcess.closeDescriptors(from: inherited == nil ? 3 : 4, in: &actions)
         var cStrings: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
         defer { for pointer in cStrings { free(pointer) } }
         // As system(3): while the child runs, this process waits for it whatever signal comes (a
@@ -415,7 +417,7 @@ enum Posix {
         posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF))
         let previous = waitedThrough.map { Glibc.signal($0, SIG_IGN) }
         defer { for (signal, handler) in zip(waitedThrough, previous) { _ = Glibc.signal(signal, handler) } }
-        let spawned = posix_spawnp(&pid, argv[0], nil, &attributes, &cStrings, environ)
+        let spawned = posix_spawnp(&pid, argv[0], &actions, &attributes, &cStrings, environ)
         guard spawned == 0 else { throw SystemError(operation: "run", path: argv[0], code: spawned) }
         var status: Int32 = 0
         if retrying({ waitpid(pid, &status, 0) }) < 0 { throw .last("waitpid", argv[0]) }
