@@ -167,11 +167,32 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: backup) }
         #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
         #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        try FileManager.default.copyItem(atPath: playground.path + "/.basket-sync", toPath: backup + "-later")
+        defer { try? FileManager.default.removeItem(atPath: backup + "-later") }
         try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
         try FileManager.default.copyItem(atPath: backup, toPath: playground.path + "/.basket-sync")
         let behind = try basketSync(["-C", playground.path, "wait", "--after", "1", "--timeout", "5"])
         #expect(behind.status == 74, "\(behind.stderr)")
         #expect(behind.stderr.contains("outbox.jsonl"), "\(behind.stderr)")
+
+        // Second review, finding 2: the backup copied over the database under a blocked wait.
+        try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
+        try FileManager.default.copyItem(atPath: backup + "-later", toPath: playground.path + "/.basket-sync")
+        let blocked = Child()
+        blocked.executableURL = binary
+        blocked.arguments = ["-C", playground.path, "wait", "--after", "2"]
+        blocked.standardOutput = FileHandle.nullDevice
+        blocked.standardError = FileHandle.nullDevice
+        blocked.standardInput = FileHandle.nullDevice
+        try blocked.run()
+        defer { if blocked.isRunning { kill(blocked.processIdentifier, SIGKILL) }; blocked.waitUntilExit() }
+        try await eventually("wait is asleep") {
+            ((try? String(contentsOfFile: "/proc/\(blocked.processIdentifier)/wchan", encoding: .utf8)) ?? "").contains("poll")
+        }
+        let copy = try Child.run(URL(fileURLWithPath: "/bin/cp"), arguments: [backup + "/state.db", playground.path + "/.basket-sync/state.db"])
+        copy.waitUntilExit()
+        try await eventually("wait sees the database restored under it") { !blocked.isRunning }
+        #expect(blocked.terminationStatus == 74)
     }
 
     @Test func aTimeoutExits75AndBadArgumentsAreUsageErrors() throws {

@@ -28,7 +28,7 @@ extension Commands {
             do {
                 inotify = try Inotify(path: directory)
                 try inotify.watch(directory, [.modify, .closeWrite, .movedTo, .create, .deleteSelf, .moveSelf, .onlyDirectory])
-                try inotify.watch(store.stateDirectory, [.closeWrite, .deleteSelf, .moveSelf, .onlyDirectory])
+                try inotify.watch(store.stateDirectory, [.closeWrite, .movedTo, .create, .deleteSelf, .moveSelf, .onlyDirectory])
             } catch {
                 throw .system(error)
             }
@@ -85,6 +85,8 @@ extension Commands {
             look = events.contains { event in
                 event.watch < 0 || event.mask.contains(.overflow)
                     || event.name == Projection.outbox.fileName || event.name == Store.commitSignalName
+                    // The database written over or replaced (a backup restored): looked at again.
+                    || event.name == Store.databaseName
             }
         }
     }
