@@ -28,6 +28,9 @@ struct CartReader {
         if !configuration.followSymlinks, let link = Posix.linkOnTheWay(from: String(path.dropLast(configuration.cart.utf8.count + 1)), to: configuration.cart) {
             return .unreadable(.badData(path: path, line: 1, column: 1, reason: "the way to the cart passes through a symbolic link (\(link)); set \"followSymlinks\": true in basket-sync.json to follow it"), bytes: [])
         }
+        if configuration.followSymlinks, let own = CartReader.ownFile(behind: path, directory: String(path.dropLast(configuration.cart.utf8.count + 1))) {
+            return .unreadable(.badData(path: path, line: 1, column: 1, reason: "the cart leads to \(own), one of basket-sync's own files; the cart must be the host's file"), bytes: [])
+        }
         let read: (bytes: [UInt8], info: FileInfo)
         do {
             let limit = configuration.limits.maxFileBytes
@@ -52,6 +55,17 @@ struct CartReader {
             throw error
         }
         return read.bytes == lastBytes ? .unchanged : .new(read.bytes, identity: read.info.identity)
+    }
+
+    /// basket-sync's own file (or folder) a cart path leads to through links, if it does.
+    static func ownFile(behind cartPath: String, directory: String) -> String? {
+        guard let target = Posix.resolved(cartPath), let base = Posix.resolved(directory) else { return nil }
+        for name in [Projection.outbox.fileName, Projection.notifications.fileName, Projection.payments.fileName, AgentConfiguration.fileName]
+            where target == "\(base)/\(name)" { return name }
+        for folder in [Store.stateDirectoryName, "inbox"] where target.hasPrefix("\(base)/\(folder)/") || target == "\(base)/\(folder)" {
+            return "\(folder)/"
+        }
+        return nil
     }
 
     /// The identity of the cart file now, without reading it; nil when there is none.

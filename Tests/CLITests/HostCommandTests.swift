@@ -136,6 +136,21 @@ import Testing
         let missing = try run(playground, ["sync"])
         #expect(missing.status == 0, "\(missing.stderr)")
         #expect(missing.stdout.hasPrefix("cart missing;"))
+        // Second review, finding 4: with followSymlinks, a cart that is a link to basket-sync's own file.
+        try playground.write("basket-sync.json", "{\"followSymlinks\": true}")
+        _ = try run(playground, ["push", "A=+1"])
+        _ = try run(playground, ["sync"])
+        let outbox = playground.read("outbox.jsonl")
+        for target in ["outbox.jsonl", ".basket-sync/state.db", "inbox/new"] {
+            try? FileManager.default.removeItem(atPath: playground.path + "/cart.json")
+            try FileManager.default.createSymbolicLink(atPath: playground.path + "/cart.json", withDestinationPath: playground.path + "/" + target)
+            let sync = try run(playground, ["sync"])
+            #expect(sync.status == 65 && sync.stderr.contains("one of basket-sync's own files"), "\(target): \(sync.stderr)")
+            let apply = try run(playground, ["apply"])
+            #expect(apply.status == 65 && apply.stderr.contains("apply writes only the host's cart"), "\(target): \(apply.stderr)")
+        }
+        #expect(playground.read("outbox.jsonl") == outbox, "the outbox is never read or written as a cart")
+        try FileManager.default.removeItem(atPath: playground.path + "/cart.json")
         let products = try run(playground, ["payment-started", "--total", "1", "--products", "nowhere.json"])
         #expect(products.stderr.contains("with -C, a relative FILE is relative to the sync directory") || products.stdout.contains("skipped"), "\(products.stderr)")
     }

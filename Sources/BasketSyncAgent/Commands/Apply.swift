@@ -65,6 +65,9 @@ extension Commands {
         _ = try engine.takeCart()
 
         let cartPath = engine.cartPath
+        if configuration.followSymlinks, let own = CartReader.ownFile(behind: cartPath, directory: directory) {
+            throw .badData(path: cartPath, line: 1, column: 1, reason: "the cart leads to \(own), one of basket-sync's own files; apply writes only the host's cart")
+        }
         if !configuration.followSymlinks, let link = Posix.linkOnTheWay(from: directory, to: configuration.cart) {
             throw .badData(path: cartPath, line: 1, column: 1, reason: "the way to the cart passes through a symbolic link (\(link)); set \"followSymlinks\": true in basket-sync.json to follow it")
         }
