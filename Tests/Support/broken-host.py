@@ -3,7 +3,8 @@
 
 usage: broken-host.py MODE   (run in the sync directory; default key names)
 MODE: good, twice, noclamp, losefields, inplace, nosynced, toofar, reverse, skip,
-      raceack (claims what the outbox holds when it writes, not what it read), background (good,
+      raceack (claims what the outbox holds when it writes, not what it read), noredirect (does
+      not count a redirect in syncedThrough), background (good,
       but leaves a child running), linkout (makes the cart a link to a file outside)
 """
 import subprocess
@@ -44,7 +45,7 @@ for record in records:
         if mode != "noclamp":
             line["quantity"] = max(0, line["quantity"])
 cart["products"] = [l for l in lines if l["quantity"] != 0]
-last = max([r["seq"] for r in records], default=done)
+last = max([r["seq"] for r in records if mode != "noredirect" or r["type"] == "updateBasket"], default=done)
 if mode == "losefields":
     cart = {"products": [{"id": l["id"], "quantity": l["quantity"]} for l in cart["products"]]}
 if mode == "nosynced":

@@ -117,18 +117,19 @@ extension Posix {
 
 import Synchronization
 
-/// SIGINT and SIGTERM turned into a flag a long-running command looks at between steps, so that
+/// SIGINT, SIGTERM and SIGHUP turned into a flag a long-running command looks at between steps, so that
 /// it can stop what it started and clean up before it exits.
 enum Interruption {
     private static let flag = Atomic<Bool>(false)
 
-    /// From now on SIGINT and SIGTERM set the flag instead of ending the process.
+    /// From now on SIGINT, SIGTERM and SIGHUP (the terminal closed) set the flag instead of
+    /// ending the process.
     static func catchSignals() {
-        for signal in [SIGINT, SIGTERM] {
+        for signal in [SIGINT, SIGTERM, SIGHUP] {
             _ = Glibc.signal(signal) { _ in Interruption.flag.store(true, ordering: .relaxed) }
         }
     }
 
-    /// Whether SIGINT or SIGTERM came.
+    /// Whether SIGINT, SIGTERM or SIGHUP came.
     static var requested: Bool { flag.load(ordering: .relaxed) }
 }
