@@ -230,8 +230,9 @@ extension SyncEngine {
                 continue
             }
             let duplicate: Bool
+            let sameFile: Bool
             do {
-                duplicate = try takeEvent(event, name: name, path: path)
+                (duplicate, sameFile) = try takeEvent(event, name: name, path: path)
             } catch {
                 guard case .badData = error else { throw error }
                 if try quarantine(name, error, in: inbox) { summary.bad += 1 }
@@ -240,8 +241,12 @@ extension SyncEngine {
             if duplicate {
                 // Its records were committed before; the file must hold them before the ack.
                 try publish(.outbox)
-                summary.duplicates += 1
-                logger.log(.info, "\(path): event \(event.id) was already taken; acknowledged without doing it again")
+                if sameFile {
+                    logger.log(.info, "\(path): event \(event.id) was taken by another basket-sync process meanwhile")
+                } else {
+                    summary.duplicates += 1
+                    logger.log(.info, "\(path): event \(event.id) was already taken; acknowledged without doing it again")
+                }
             } else {
                 summary.taken += 1
             }
@@ -261,13 +266,20 @@ extension SyncEngine {
 
     /// One event in one transaction: dedupe by id, the library's effects, the inbox row. True
     /// when the id was taken before (nothing done again).
-    private func takeEvent(_ event: InboxEvent, name: String, path: String) throws(AgentError) -> Bool {
+    private func takeEvent(_ event: InboxEvent, name: String, path: String) throws(AgentError) -> (duplicate: Bool, sameFile: Bool) {
         var duplicate = false
+        var sameFile = false
         try step({ (machine, now) throws(AgentError) in
-            if try store.inboxOutcome(id: event.id) != nil {
+            if let takenFrom = try store.inboxFile(id: event.id) {
                 duplicate = true
-                // Counted for status: cur/ holds one file per delivery, the inbox table one row per id.
-                try store.setNote("inboxDuplicates", String((Int(try store.note("inboxDuplicates") ?? "") ?? 0) + 1))
+                // A redelivery (another file with the same id) is counted for status: cur/ holds
+                // one file per delivery, the inbox table one row per id. This very file taken by
+                // another process meanwhile (the agent and a sync racing) is not a redelivery.
+                if takenFrom != name {
+                    try store.setNote("inboxDuplicates", String((Int(try store.note("inboxDuplicates") ?? "") ?? 0) + 1))
+                } else {
+                    sameFile = true
+                }
                 return []
             }
             do throws(SyncInputError) { return try machine.receive(event.event, source: event.id, at: now) } catch {
@@ -279,7 +291,7 @@ extension SyncEngine {
                 ?? (summary.ignored ? "ignored: no synchronizer" : summary.duplicateTransfer ? "duplicate transfer" : "nothing to send")
             try store.recordInbox(id: event.id, file: name, outcome: outcome, at: Date())
         })
-        return duplicate
+        return (duplicate, sameFile)
     }
 
     /// Sets a malformed or unreadable event aside in `inbox/bad/` and reports why. False when

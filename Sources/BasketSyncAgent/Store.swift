@@ -307,6 +307,13 @@ final class Store {
         return try statement.step() ? statement.text(0) : nil
     }
 
+    /// The inbox file name an event id was taken from, if it was taken.
+    func inboxFile(id: String) throws(AgentError) -> String? {
+        let statement = try connection.prepare("SELECT file FROM inbox WHERE id = ?")
+        statement.bind(1, id)
+        return try statement.step() ? statement.text(0) : nil
+    }
+
     func recordInbox(id: String, file: String, outcome: String, at: Date) throws(AgentError) {
         let statement = try connection.prepare("INSERT INTO inbox(id, file, outcome, at) VALUES(?, ?, ?, ?)")
         statement.bind(1, id)

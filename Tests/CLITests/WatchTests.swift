@@ -364,6 +364,9 @@ import Testing
         #expect(pusher.terminationStatus == 0)
         #expect(failures.isEmpty, "\(failures.count) of \(runs) commands failed: \(failures.prefix(3))")
         try await eventually("every event reaches the outbox") { playground.records("outbox.jsonl").count == 300 }
+        // Nothing was delivered twice: the agent and a sync taking the same file are no redelivery.
+        let status = try JSONSerialization.jsonObject(with: Data(try basketSync(["-C", playground.path, "status", "--json"]).stdout.utf8)) as! [String: Any]
+        #expect((status["inbox"] as? [String: Any])?["duplicates"] as? Int == 0, "\(String(describing: status["inbox"]))")
         #expect(agent.stop() == 0)
     }
 
