@@ -147,7 +147,9 @@ import Testing
         #expect(applied.status == 0, "\(applied.stderr)")
         let cart = try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as! [String: Any]
         #expect(cart["syncedThrough"] as? Int == 2)
-        #expect(try basketSync(["-c", script], in: playground.path, executable: "/bin/sh").status == 0, "nothing to apply is not a failure")
+        let idle = try basketSync(["-c", script], in: playground.path, executable: "/bin/sh")
+        #expect(idle.status == 0, "nothing to apply is not a failure")
+        #expect(idle.stderr.isEmpty, "nothing to apply says nothing in the journal: \(idle.stderr)")
         // Review of issue 12, M8: a failure of wait (here a broken configuration) fails the unit, with its message.
         try playground.write("basket-sync.json", "{\"bogus\": 1}")
         let broken = try basketSync(["-c", script], in: playground.path, executable: "/bin/sh")
