@@ -61,6 +61,27 @@ import Testing
         #expect(playground.read("cart.json").contains("\"quantity\":3"), "\(playground.read("cart.json"))")
     }
 
+    /// Second review of issue 12, finding 5: apply made a cart from the new records alone when the
+    /// cart had gone away (and failed otherwise when its folder had). The first cart is made from
+    /// nothing; a cart that went away is not started again.
+    @Test func applyMakesTheFirstCartButNeverRestartsOneThatWentAway() throws {
+        let playground = try syncDirectory()
+        _ = try run(playground, ["push", "A=+1"])
+        _ = try run(playground, ["sync"])
+        #expect(try run(playground, ["apply"]).status == 0, "no cart ever: the first is made")
+        #expect(playground.read("cart.json").contains("\"syncedThrough\": 1"))
+        try FileManager.default.removeItem(atPath: playground.path + "/cart.json")
+        _ = try run(playground, ["push", "B=+1"])
+        _ = try run(playground, ["sync"])
+        let gone = try run(playground, ["apply"])
+        #expect(gone.status == 66, "\(gone.stderr)")
+        #expect(gone.stderr.contains("a missing cart is not an empty cart"), "\(gone.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: playground.path + "/cart.json"), "nothing written")
+        try playground.write("basket-sync.json", "{\"cart\": \"host/cart.json\"}")
+        let folder = try run(playground, ["apply"])
+        #expect(folder.status == 66 && folder.stderr.contains("a missing cart is not an empty cart"), "a missing folder is a missing cart: \(folder.stderr)")
+    }
+
     @Test func applyTurnsABareArrayCartIntoAnObjectAndRefusesABrokenCart() throws {
         let playground = try syncDirectory()
         try playground.write("cart.json", "[{\"id\": \"A\", \"quantity\": 1}]")

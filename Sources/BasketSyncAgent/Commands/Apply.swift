@@ -71,20 +71,29 @@ extension Commands {
         if !configuration.followSymlinks, let link = Posix.linkOnTheWay(from: directory, to: configuration.cart) {
             throw .badData(path: cartPath, line: 1, column: 1, reason: "the way to the cart passes through a symbolic link (\(link)); set \"followSymlinks\": true in basket-sync.json to follow it")
         }
-        let bytes: [UInt8]
+        var found: [UInt8]?
         do {
             let limit = configuration.limits.maxFileBytes
-            bytes = try (configuration.followSymlinks
+            found = try configuration.followSymlinks
                 ? Posix.readFile(cartPath, limit: limit, follow: true)
                 : Posix.withPinnedFolders(base: directory, relative: configuration.cart) { (pinned) throws(AgentError) in
                     try Posix.readFile(pinned, limit: limit, follow: false)
-                }) ?? Array("[]".utf8)
+                }
         } catch {
             if case let .system(failure) = error, let reason = failure.shapeReason {
                 throw .badData(path: cartPath, line: 1, column: 1, reason: configuration.followSymlinks ? reason : reason + "; set \"followSymlinks\": true in basket-sync.json to follow a cart that is a link")
             }
-            throw error
+            // A folder on the way that is not there: no cart, as for the readers.
+            guard case let .system(failure) = error, failure.isMissing else { throw error }
+            found = nil
         }
+        // No cart: the first one is made from nothing; but a missing cart is not an empty cart, and
+        // one that went away (the host replacing it, deleting it) is never started again from the
+        // new records alone.
+        if found == nil, try engine.currentState().hostCart != nil {
+            throw .missingInput("\(cartPath): missing; a missing cart is not an empty cart, and apply does not start a new one over a cart that went away; write the host's cart again (an empty one is {\"\(configuration.keys.products)\": []}), then run apply")
+        }
+        let bytes = found ?? Array("[]".utf8)
         var document: CartDocument
         do { document = try CartDocument(bytes, keys: configuration.keys, limits: configuration.limits) } catch {
             throw error.badData(path: cartPath, bytes: bytes)
