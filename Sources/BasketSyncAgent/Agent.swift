@@ -23,6 +23,8 @@ public final class Agent {
         self.logger = logger
         self.logFormat = logFormat
         engine = try SyncEngine(directory: directory, isSynchronizerRegistered: isSynchronizerRegistered, logger: logger)
+        // A person following the agent sees one line per record it makes.
+        engine.logsActivity = true
         logger.format = logFormat ?? engine.configuration.logFormat
     }
 
@@ -62,7 +64,7 @@ public final class Agent {
         // Said once the start pass is over: from here on the agent reads only what inotify reports,
         // so a host (or a test) that waits for this line never races the start pass.
         if fatal == nil {
-            logger.log(.info, "watching \(engine.directory) (cart \(engine.configuration.cart), pid \(Posix.processId)\(engine.isSynchronizerRegistered ? "" : ", no synchronizer registered: Mealz deltas are ignored"))")
+            logger.log(.info, "watching \(engine.directory) (cart \(engine.configuration.cart), pid \(Posix.processId)\(engine.isSynchronizerRegistered ? "" : ", no synchronizer registered: Mealz deltas are ignored"))", evenWhenQuiet: true)
         }
 
         while true {

@@ -147,7 +147,7 @@ extension SyncEngine {
             }
         })
         if let (error, bytes) = rejected {
-            if cartReader.remember(bytes, rejected: true) { reportError(error) }
+            if cartReader.remember(bytes, rejected: true) { reportError(error, logAs: "cart rejected: ") }
             return .rejected(error)
         }
         if let taken {

@@ -26,8 +26,18 @@ public final class Logger: Sendable {
         set { currentFormat.withLock { $0 = newValue } }
     }
 
-    /// Writes one line, whole (a log that cannot be written is not worth failing for).
-    public func log(_ level: Level, _ message: String) {
+    private let quiet = Mutex(false)
+
+    /// Whether info lines are left out (`watch --quiet`): warnings and errors only.
+    public var isQuiet: Bool {
+        get { quiet.withLock { $0 } }
+        set { quiet.withLock { $0 = newValue } }
+    }
+
+    /// Writes one line, whole (a log that cannot be written is not worth failing for). `record`
+    /// is the JSON line of the record the message is about: the JSON format carries it whole.
+    public func log(_ level: Level, _ message: String, record: [UInt8]? = nil, evenWhenQuiet: Bool = false) {
+        if level == .info, isQuiet, !evenWhenQuiet { return }
         let line: [UInt8]
         switch format {
         case .human:
@@ -38,6 +48,7 @@ public final class Logger: Sendable {
                 object.member("at", Timestamp.text(Date()))
                 object.member("level", level.rawValue)
                 object.member("message", message)
+                if let record { object.member("record") { $0.raw(String(decoding: record.last == 0x0A ? record.dropLast() : record[...], as: UTF8.self)) } }
             }
             writer.raw("\n")
             line = writer.bytes

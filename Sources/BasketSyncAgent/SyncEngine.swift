@@ -21,6 +21,8 @@ public final class SyncEngine {
     /// The next pending-window deadline, as the machine's timer effects last said; another
     /// process's commit makes it stale until ``refreshDeadline()``.
     public private(set) var nextDeadline: Date?
+    /// Whether each record made is logged (the agent's log, for a person following it).
+    public var logsActivity = false
 
     /// Opens the sync directory's database (creating it when `create`) and reads the configuration.
     public init(directory: String, isSynchronizerRegistered: Bool, logger: Logger, create: Bool = false) throws(AgentError) {
@@ -65,6 +67,8 @@ public final class SyncEngine {
         var stateChanged = false
         /// What to log, and keep for `status`.
         var reports: [(level: Logger.Level, message: String)] = []
+        /// One line per record made, for a person following the agent's log (not kept).
+        var activity: [(message: String, record: [UInt8])] = []
     }
 
     /// Runs one input in one transaction: loads the state, runs `body` on the machine, runs its
@@ -92,6 +96,7 @@ public final class SyncEngine {
             return summary
         }
         for report in summary.reports { logger.log(report.level, report.message) }
+        if logsActivity { for line in summary.activity { logger.log(.info, line.message, record: line.record) } }
         for projection in Projection.allCases where summary.touched.contains(projection) { try publish(projection) }
         return summary
     }
@@ -102,15 +107,24 @@ public final class SyncEngine {
         for effect in effects {
             switch effect {
             case let .outbox(record):
-                try store.insert(.outbox, seq: record.seq, line: RecordFormat.line(record))
+                let line = RecordFormat.line(record)
+                let what = record.type == .updateBasket ? "updateBasket " + SyncEngine.shown(record.products, signed: true) : record.type.rawValue
+                summary.activity.append(("outbox #\(record.seq) \(what)\(record.source.map { " from \($0)" } ?? "")", line))
+                try store.insert(.outbox, seq: record.seq, line: line)
                 summary.touched.insert(.outbox)
                 summary.outbox.append(record)
             case let .notify(notification):
-                try store.insert(.notifications, seq: notification.seq, line: RecordFormat.line(notification))
+                let line = RecordFormat.line(notification)
+                let lines = notification.products.isEmpty ? "(no Mealz line)" : notification.products.map { "\($0.id)=\($0.quantity)" }.joined(separator: " ")
+                summary.activity.append(("notify #\(notification.seq) \(lines)\(notification.syncedThrough.map { " st \($0)" } ?? "")", line))
+                try store.insert(.notifications, seq: notification.seq, line: line)
                 summary.touched.insert(.notifications)
                 summary.notified = notification.seq
             case let .payment(payment):
-                try store.insert(.payments, seq: payment.seq, line: RecordFormat.line(payment))
+                let line = RecordFormat.line(payment)
+                let status = payment.status == .recorded ? "recorded" : "skipped (\(payment.reason?.rawValue ?? ""))"
+                summary.activity.append(("payment #\(payment.seq) \(payment.type.rawValue) \(status)\(payment.orderId.map { " \($0)" } ?? "") \(payment.totalPrice)", line))
+                try store.insert(.payments, seq: payment.seq, line: line)
                 summary.touched.insert(.payments)
                 summary.payment = payment
             case .settled, .basketClosed, .storeChanged:
@@ -198,8 +212,8 @@ public final class SyncEngine {
     }
 
     /// Records an error for `status` and logs it.
-    func reportError(_ error: AgentError) {
-        logger.log(.error, error.description)
+    func reportError(_ error: AgentError, logAs prefix: String = "") {
+        logger.log(.error, prefix + error.description)
         _ = try? store.withTransaction { () throws(AgentError) in
             try store.report(level: Logger.Level.error.rawValue, message: error.description, at: Date())
         }
@@ -226,6 +240,11 @@ public final class SyncEngine {
     func paymentRecord(seq: UInt64) throws(AgentError) -> PaymentRecord? {
         guard let line = try store.withTransaction({ () throws(AgentError) in try store.line(.payments, seq: seq) }) else { return nil }
         return try? RecordFormat.payment(line)
+    }
+
+    /// Lines for a log: `sku-1 +2, sku-9 -1` (signed) or `sku-1=2`.
+    static func shown(_ products: [RetailerProduct], signed: Bool) -> String {
+        products.map { signed ? "\($0.id) \($0.quantity > 0 ? "+" : "")\($0.quantity)" : "\($0.id)=\($0.quantity)" }.joined(separator: ", ")
     }
 
     /// Tells a running agent that this process committed.

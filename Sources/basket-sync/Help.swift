@@ -51,7 +51,7 @@ enum Help {
                 """
         case "watch":
             return """
-                usage: basket-sync [-C DIR] watch [--no-synchronizer] [--log-format human|json]
+                usage: basket-sync [-C DIR] watch [--no-synchronizer] [--log-format human|json] [--quiet]
 
                 Runs the agent: each new version of cart.json becomes a notifyRetailerBasketChanged in
                 notifications.jsonl; each Mealz event in inbox/new/ becomes updateBasket deltas in
@@ -61,6 +61,11 @@ enum Help {
                   --no-synchronizer     register no synchronizer: Mealz deltas are ignored (and
                                         counted), as the SDK does without one
                   --log-format FORMAT   human (default) or json, one object per line on stderr
+                  --quiet               warnings and errors only (and the "watching" line); by
+                                        default each record made is a line: "outbox #17
+                                        updateBasket sku-1 +2 from evt-42", "notify #5 sku-1=2 st
+                                        17", "payment #2 handlePayment recorded order-123 42.50";
+                                        in json the record rides along as "record"
 
                 example:
                   basket-sync -C /srv/cart-sync watch --log-format json

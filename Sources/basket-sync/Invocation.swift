@@ -8,7 +8,7 @@ struct Invocation {
         case help(String?)
         case version
         case initialize(adopt: Bool)
-        case watch(noSynchronizer: Bool, logFormat: LogFormat?)
+        case watch(noSynchronizer: Bool, logFormat: LogFormat?, quiet: Bool)
         case sync(noSynchronizer: Bool, json: Bool)
         case push(kind: Commands.PushKind, products: [RetailerProduct], id: String?)
         case status(json: Bool)
@@ -72,6 +72,7 @@ struct Invocation {
             command = .initialize(adopt: adopt)
         case "watch":
             let noSynchronizer = options.flag("--no-synchronizer")
+            let quiet = options.flag("--quiet")
             let format = try options.value("--log-format")
             try options.finish()
             var logFormat: LogFormat?
@@ -79,7 +80,7 @@ struct Invocation {
                 guard let parsed = LogFormat(rawValue: format) else { throw .usage("--log-format is human or json, not \(format)") }
                 logFormat = parsed
             }
-            command = .watch(noSynchronizer: noSynchronizer, logFormat: logFormat)
+            command = .watch(noSynchronizer: noSynchronizer, logFormat: logFormat, quiet: quiet)
         case "sync":
             let noSynchronizer = options.flag("--no-synchronizer")
             let json = options.flag("--json")

@@ -12,8 +12,9 @@ func logger(for directory: String) throws(AgentError) -> Logger {
 
 /// The agent. The error that stops it (from the start: a directory that is not a sync directory)
 /// is a line of its log, in the log's format.
-func watch(_ invocation: Invocation, directory: String, isSynchronizerRegistered: Bool, logFormat: LogFormat?) -> Int32 {
+func watch(_ invocation: Invocation, directory: String, isSynchronizerRegistered: Bool, logFormat: LogFormat?, quiet: Bool) -> Int32 {
     let logger = Logger(format: logFormat ?? .human)
+    logger.isQuiet = quiet
     do {
         if invocation.directory != nil { try Terminal.enter(directory) }
         let agent = try Agent(directory: directory, isSynchronizerRegistered: isSynchronizerRegistered, logFormat: logFormat, logger: logger)
@@ -28,8 +29,8 @@ func watch(_ invocation: Invocation, directory: String, isSynchronizerRegistered
 func run() throws(AgentError) -> Int32 {
     let invocation = try Invocation(arguments: try Terminal.arguments()[...])
     let directory = Terminal.syncDirectory(option: invocation.directory)
-    if case let .watch(noSynchronizer, logFormat) = invocation.command {
-        return watch(invocation, directory: directory, isSynchronizerRegistered: !noSynchronizer, logFormat: logFormat)
+    if case let .watch(noSynchronizer, logFormat, quiet) = invocation.command {
+        return watch(invocation, directory: directory, isSynchronizerRegistered: !noSynchronizer, logFormat: logFormat, quiet: quiet)
     }
     // As `git -C`: the other paths on the command line are relative to the sync directory.
     if invocation.directory != nil, !invocation.command.isInitialize { try Terminal.enter(directory) }
@@ -42,7 +43,7 @@ func run() throws(AgentError) -> Int32 {
         let created = try Commands.initialize(directory: directory, adopt: adopt)
         emit(created.isEmpty ? "\(directory) is already a sync directory; nothing to create" : created.map { "created \($0)" }.joined(separator: "\n"))
     case .watch:
-        break  // run by watch(_:directory:isSynchronizerRegistered:logFormat:)
+        break  // run by watch(_:directory:isSynchronizerRegistered:logFormat:quiet:)
     case let .sync(noSynchronizer, json):
         let summary = try Commands.syncOnce(directory: directory, isSynchronizerRegistered: !noSynchronizer, logger: try logger(for: directory))
         emit(json ? summary.json : summary.human)

@@ -370,6 +370,40 @@ import Testing
         #expect(agent.stop() == 0)
     }
 
+    /// Issue 13 (a log a person can follow): one line per record the agent makes; --quiet keeps
+    /// warnings and errors; the JSON format carries the record.
+    @Test func theLogSaysWhatTheAgentDid() async throws {
+        let playground = try Playground()
+        let agent = try await started(playground)
+        _ = try basketSync(["-C", playground.path, "push", "--id", "evt-42", "A=+2", "B=-1"])
+        try await eventually("the event is in the log") { agent.log.contains("basket-sync: outbox #1 updateBasket A +2, B -1 from evt-42\n") }
+        try playground.writeAtomically("cart.json", cartJSON([("A", 2)], syncedThrough: 1))
+        try await eventually("the notification is in the log") { agent.log.contains("basket-sync: notify #1 A=2 st 1\n") }
+        try playground.writeAtomically("cart.json", "{\"products\": 3}")
+        try await eventually("the rejection is in the log") { agent.log.contains("basket-sync: error: cart rejected: \(playground.path)/cart.json:1:14:") }
+        #expect(agent.stop() == 0)
+
+        let quietPlace = try Playground()
+        let quiet = try await started(quietPlace, arguments: ["--quiet"])
+        _ = try basketSync(["-C", quietPlace.path, "push", "A=+1"])
+        try await eventually("the event is taken") { quietPlace.records("outbox.jsonl").count == 1 }
+        try quietPlace.writeAtomically("cart.json", "{\"products\": 3}")
+        try await eventually("the rejection is in the log") { quiet.log.contains("cart rejected:") }
+        #expect(!quiet.log.contains("outbox #1"), "--quiet: no info lines: \(quiet.log)")
+        #expect(quiet.log.contains("watching "), "the line that says it is ready stays")
+        #expect(quiet.stop() == 0)
+
+        let jsonPlace = try Playground()
+        let json = try await started(jsonPlace, arguments: ["--log-format", "json"])
+        _ = try basketSync(["-C", jsonPlace.path, "push", "--id", "e-1", "A=+1"])
+        try await eventually("the event is in the log") { json.log.contains("outbox #1") }
+        let line = try #require(json.log.split(separator: "\n").first { $0.contains("outbox #1") })
+        let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as! [String: Any]
+        let record = try #require(object["record"] as? [String: Any])
+        #expect(record["seq"] as? Int == 1 && record["source"] as? String == "e-1" && record["type"] as? String == "updateBasket")
+        #expect(json.stop() == 0)
+    }
+
     @Test(arguments: ["move", "rm -rf"])
     func theSyncDirectoryGoneStopsTheAgentWithAClearError(how: String) async throws {
         let playground = try Playground()
