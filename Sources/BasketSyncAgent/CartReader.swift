@@ -50,11 +50,18 @@ struct CartReader {
             // A folder on the way to the cart that is not there (yet, or being replaced): no cart.
             if case let .system(failure) = error, failure.isMissing { return .missing }
             if case let .system(failure) = error, let reason = failure.shapeReason {
-                return .unreadable(.badData(path: path, line: 1, column: 1, reason: reason), bytes: [])
+                return .unreadable(.badData(path: path, line: 1, column: 1, reason: CartReader.folderReason(failure, cartPath: path) ?? reason), bytes: [])
             }
             throw error
         }
         return read.bytes == lastBytes ? .unchanged : .new(read.bytes, identity: read.info.identity)
+    }
+
+    /// For a folder on the way to the cart that is not a directory: a reason naming that folder
+    /// (the cart's path alone would not say which one). Nil for the cart file itself.
+    static func folderReason(_ failure: SystemError, cartPath: String) -> String? {
+        guard failure.expectsDirectory, let shape = failure.shape, failure.path != cartPath else { return nil }
+        return "its folder \(failure.path) is \(shape), not a directory; make it a directory (or set \"cart\" in basket-sync.json to where the cart is)\(shape == FileInfo.Kind.symbolicLink.name ? ", or set \"followSymlinks\": true to follow the link" : "")"
     }
 
     /// basket-sync's own file (or folder) a cart path leads to through links, if it does.

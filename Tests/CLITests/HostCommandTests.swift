@@ -157,6 +157,11 @@ import Testing
         let missing = try run(playground, ["sync"])
         #expect(missing.status == 0, "\(missing.stderr)")
         #expect(missing.stdout.hasPrefix("cart missing;"))
+        // Second review, low: a file where the cart's folder should be is named as such.
+        try playground.write("host", "not a folder")
+        let notFolder = try run(playground, ["sync"])
+        #expect(notFolder.status == 65 && notFolder.stderr.contains("its folder \(playground.path)/host is a regular file, not a directory"), "\(notFolder.stderr)")
+        try FileManager.default.removeItem(atPath: playground.path + "/host")
         // Second review, finding 4: with followSymlinks, a cart that is a link to basket-sync's own file.
         try playground.write("basket-sync.json", "{\"followSymlinks\": true}")
         _ = try run(playground, ["push", "A=+1"])

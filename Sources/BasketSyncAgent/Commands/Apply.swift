@@ -81,6 +81,9 @@ extension Commands {
                 }
         } catch {
             if case let .system(failure) = error, let reason = failure.shapeReason {
+                if let folder = CartReader.folderReason(failure, cartPath: cartPath) {
+                    throw .badData(path: cartPath, line: 1, column: 1, reason: folder)
+                }
                 throw .badData(path: cartPath, line: 1, column: 1, reason: configuration.followSymlinks ? reason : reason + "; set \"followSymlinks\": true in basket-sync.json to follow a cart that is a link")
             }
             // A folder on the way that is not there: no cart, as for the readers.
