@@ -40,7 +40,12 @@ final class JSONLinesFile {
         var restarted = false
         /// The last line is not a record: left alone.
         var foreignTail = false
+        /// The file was rotated after the append: nil when not; "" when done; else why it failed.
+        var rotated: String?
     }
+
+    /// Rotation past a size (`"rotate"` in basket-sync.json); nil: never.
+    var rotation: AgentConfiguration.Rotation?
 
     init(path: String) { self.path = path }
 
@@ -194,7 +199,29 @@ final class JSONLinesFile {
         given = Given(device: info.device, inode: info.inode, size: size + Int64(bytes.count), seq: newLast)
         try saveGiven(given!)
         outcome.appended = records.count
+        if let rotation, given!.size > Int64(rotation.maxBytes) {
+            outcome.rotated = rotate(keep: rotation.keep) ?? ""
+        }
         return outcome
+    }
+
+    /// Rotates the file, under its lock, after an append took it past `maxBytes`: NAME.keep-1 →
+    /// NAME.keep (the oldest dropped), …, NAME → NAME.1. The next catch-up finds the path gone and
+    /// starts a new file with the next record (what the database remembers names the rotated
+    /// file). Renames never follow a link. A failure is said, not thrown: the records are safe.
+    private func rotate(keep: Int) -> String? {
+        do {
+            if keep > 1 {
+                for index in stride(from: keep - 1, through: 1, by: -1) where Posix.linkInfo("\(path).\(index)") != nil {
+                    try Posix.rename("\(path).\(index)", "\(path).\(index + 1)")
+                }
+            }
+            try Posix.rename(path, "\(path).1")
+        } catch {
+            return error.description
+        }
+        close()
+        return nil
     }
 
     /// The seq of a whole record beyond `databaseSeq` in the file, past lines that are not

@@ -170,6 +170,7 @@ public final class SyncEngine {
     /// Catches one JSON Lines file up with the database.
     func publish(_ projection: Projection) throws(AgentError) {
         let file = files[projection]!
+        file.rotation = configuration.rotate
         let outcome = try file.catchUp(
             loadGiven: { () throws(AgentError) in try store.given(projection) },
             saveGiven: { (given) throws(AgentError) in try store.setGiven(projection, given) },
@@ -182,6 +183,13 @@ public final class SyncEngine {
         }
         if outcome.restarted, outcome.appended > 0 {
             logger.log(.info, "\(file.path): not the file given before (moved away, truncated or deleted): started again with record \(file.given!.seq - UInt64(outcome.appended) + 1)")
+        }
+        if let rotated = outcome.rotated {
+            if rotated.isEmpty {
+                logger.log(.info, "\(file.path): rotated to \(projection.fileName).1 past \(configuration.rotate?.maxBytes ?? 0) bytes; the next record starts a new file")
+            } else {
+                logger.log(.warning, "\(file.path): could not be rotated (\(rotated)); it grows until the next append tries again")
+            }
         }
         if outcome.foreignTail, outcome.appended > 0 {
             logger.log(.warning, "\(file.path): its last line is not a record of basket-sync; left alone, the next records follow it")

@@ -22,6 +22,23 @@ public struct AgentConfiguration: Equatable, Sendable {
     public var logFormat = LogFormat.human
     /// Whether a `cart.json` that is a symbolic link is followed.
     public var followSymlinks = false
+    /// Rotation of the JSON Lines files, as logrotate's `create` mode; nil: never rotated.
+    public var rotate: Rotation?
+
+    /// When a JSON Lines file is rotated: past `maxBytes`, NAME becomes NAME.1 (NAME.1 becomes
+    /// NAME.2 …, NAME.`keep` is dropped) and the next record starts a new NAME.
+    public struct Rotation: Equatable, Sendable {
+        /// The size past which the file is rotated after an append.
+        public var maxBytes: Int
+        /// How many rotated files are kept.
+        public var keep: Int
+
+        /// A rotation rule.
+        public init(maxBytes: Int, keep: Int) {
+            self.maxBytes = maxBytes
+            self.keep = keep
+        }
+    }
 
     /// The defaults.
     public init() {}
@@ -108,6 +125,23 @@ public struct AgentConfiguration: Equatable, Sendable {
             case "followSymlinks":
                 guard case let .bool(value) = node.value else { throw fail(node.offset, "\"followSymlinks\" must be true or false") }
                 configuration.followSymlinks = value
+            case "rotate":
+                if case .null = node.value {
+                    configuration.rotate = nil
+                    continue
+                }
+                guard case let .object(names) = node.value else { throw fail(node.offset, "\"rotate\" must be an object such as {\"maxBytes\": 67108864, \"keep\": 5}, or null") }
+                var rotation = Rotation(maxBytes: 64 * 1024 * 1024, keep: 5)
+                for (name, value) in names {
+                    switch name {
+                    case "maxBytes": rotation.maxBytes = try positive(value, "rotate.maxBytes")
+                    case "keep":
+                        rotation.keep = try positive(value, "rotate.keep")
+                        guard rotation.keep <= 1000 else { throw fail(value.offset, "\"rotate.keep\" must be at most 1000") }
+                    default: throw fail(value.offset, "unknown key \(JSONWriter.quoted("rotate." + name)); the keys are maxBytes and keep")
+                    }
+                }
+                configuration.rotate = rotation
             default:
                 throw fail(node.offset, "unknown setting \(JSONWriter.quoted(key)); see the comments that basket-sync init writes")
             }
@@ -150,7 +184,12 @@ public struct AgentConfiguration: Equatable, Sendable {
               "logFormat": \(quoted(logFormat.rawValue)),
 
               // Whether a cart file that is a symbolic link is followed.
-              "followSymlinks": \(followSymlinks)
+              "followSymlinks": \(followSymlinks),
+
+              // Rotation of outbox.jsonl, notifications.jsonl and payments.jsonl: past maxBytes,
+              // NAME becomes NAME.1 (NAME.1 becomes NAME.2 …, beyond keep dropped) and the next
+              // record starts a new NAME. null: never; or {"maxBytes": 67108864, "keep": 5}.
+              "rotate": \(rotate.map { "{ \"maxBytes\": \($0.maxBytes), \"keep\": \($0.keep) }" } ?? "null")
             }
 
             """

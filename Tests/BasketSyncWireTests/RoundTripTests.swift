@@ -176,6 +176,8 @@ import TestSupport
             configuration.limits.maxIdBytes = Int.random(in: 1...4096, using: &rng)
             configuration.logFormat = Bool.random(using: &rng) ? .human : .json
             configuration.followSymlinks = Bool.random(using: &rng)
+            configuration.rotate = Bool.random(using: &rng) ? nil
+                : AgentConfiguration.Rotation(maxBytes: Int.random(in: 1...(1 << 40), using: &rng), keep: Int.random(in: 1...1000, using: &rng))
             let text = configuration.fileText
             #expect(try AgentConfiguration.parse(Array(text.utf8)) == configuration, "seed \(seed): \(text)")
         }

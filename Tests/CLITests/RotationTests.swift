@@ -1,0 +1,55 @@
+import Foundation
+import Testing
+
+/// Issue 13: `"rotate"` — past maxBytes a JSON Lines file becomes NAME.1 (… NAME.keep), and the
+/// next record starts a new NAME: `keep` files kept, no seq ever written twice or lost across them.
+@Suite struct RotationTests {
+    func seqs(_ playground: Playground, _ name: String) -> [Int] {
+        playground.read(name).split(separator: "\n").compactMap { line in
+            (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["seq"] as? Int
+        }
+    }
+
+    @Test(arguments: [false, true])
+    func rotatedFilesKeepEveryRecordOnceAndOnlyKeepFiles(agentRunning: Bool) async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.write("basket-sync.json", "{\"rotate\": {\"maxBytes\": 600, \"keep\": 2}}")
+        let agent = agentRunning ? try AgentProcess(directory: playground.path) : nil
+        if let agent { try await agent.waitUntilWatching() }
+        for index in 1...30 {
+            #expect(try basketSync(["-C", playground.path, "push", "--id", "e\(index)", "A=+1"]).status == 0)
+            if agent == nil { #expect(try basketSync(["-C", playground.path, "sync"]).status == 0) }
+        }
+        try await eventually("every record is in a file") {
+            (seqs(playground, "outbox.jsonl.2") + seqs(playground, "outbox.jsonl.1") + seqs(playground, "outbox.jsonl")).last == 30
+        }
+        if let agent { #expect(agent.stop() == 0) }
+        let rotated = seqs(playground, "outbox.jsonl.2") + seqs(playground, "outbox.jsonl.1")
+        let all = rotated + seqs(playground, "outbox.jsonl")
+        #expect(!all.isEmpty && all == Array(all.first!...30), "in order, each once, none missing from the oldest kept: \(all)")
+        #expect(all.first! > 1, "older files beyond keep are dropped: \(all.first!)")
+        #expect(!FileManager.default.fileExists(atPath: playground.path + "/outbox.jsonl.3"), "keep is 2")
+        for name in ["outbox.jsonl.1", "outbox.jsonl.2"] {
+            let size = (try? FileManager.default.attributesOfItem(atPath: playground.path + "/" + name)[.size] as? Int) ?? 0
+            #expect(size > 600 && size < 600 + 400, "\(name) was rotated just past maxBytes: \(size)")
+        }
+        // The commands and the agent read on from the new file: nothing more is written again.
+        _ = try basketSync(["-C", playground.path, "push", "--id", "e31", "A=+1"])
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let after = seqs(playground, "outbox.jsonl.2") + seqs(playground, "outbox.jsonl.1") + seqs(playground, "outbox.jsonl")
+        #expect(after.last == 31 && Set(after).count == after.count, "\(after)")
+        #expect(try basketSync(["-C", playground.path, "status"]).status == 0)
+    }
+
+    @Test func aBadRotateSettingIsAConfigurationError() throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        for bad in ["{\"rotate\": 5}", "{\"rotate\": {\"maxBytes\": 0}}", "{\"rotate\": {\"keep\": 0}}", "{\"rotate\": {\"size\": 1}}"] {
+            try playground.write("basket-sync.json", bad)
+            #expect(try basketSync(["-C", playground.path, "sync"]).status == 78, "\(bad)")
+        }
+        try playground.write("basket-sync.json", "{\"rotate\": null}")
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+    }
+}
