@@ -117,7 +117,10 @@ import Testing
         #expect(try run(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--then", "false"]).status == 1)
         // The completion holds until the test says go, so that the second retry comes while it runs.
         let go = playground.path + "/go"
-        let slow = ["/bin/sh", "-c", "echo run >> \"$1\"; i=0; while [ ! -e \"$2\" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done", "sh", playground.path + "/runs", go]
+        // Released whatever happens: a held completion waits for this file (for ten minutes at
+        // most: under a full suite this test's task may wait long for a thread).
+        defer { _ = FileManager.default.createFile(atPath: go, contents: nil) }
+        let slow = ["/bin/sh", "-c", "echo run >> \"$1\"; i=0; while [ ! -e \"$2\" ] && [ $i -lt 60000 ]; do sleep 0.01; i=$((i+1)); done", "sh", playground.path + "/runs", go]
         func retry(_ name: String) throws -> Child {
             try started(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--then"] + slow, name: name)
         }
@@ -143,7 +146,7 @@ import Testing
 
     /// A completion that logs its start and end and holds until `go` exists.
     func heldCompletion(_ playground: Playground, name: String, go: String) -> [String] {
-        ["/bin/sh", "-c", "echo \"start $3\" >> \"$1\"; i=0; while [ ! -e \"$2\" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done; echo \"end $3\" >> \"$1\"",
+        ["/bin/sh", "-c", "echo \"start $3\" >> \"$1\"; i=0; while [ ! -e \"$2\" ] && [ $i -lt 60000 ]; do sleep 0.01; i=$((i+1)); done; echo \"end $3\" >> \"$1\"",
          "sh", playground.path + "/runs", go, name]
     }
 
@@ -165,6 +168,9 @@ import Testing
     @Test func aRetryWaitsForTheCompletionOfAKilledAttempt() async throws {
         let playground = try paidReadyDirectory()
         let go = playground.path + "/go"
+        // Released whatever happens: a held completion waits for this file (for ten minutes at
+        // most: under a full suite this test's task may wait long for a thread).
+        defer { _ = FileManager.default.createFile(atPath: go, contents: nil) }
         let first = try started(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--then"] + heldCompletion(playground, name: "first", go: go), name: "first")
         try await eventually("the first completion runs") { playground.read("runs").contains("start first") }
         kill(first.processIdentifier, SIGKILL)
@@ -183,6 +189,9 @@ import Testing
     @Test func otherOrdersAreNotHeldUpByACompletion() async throws {
         let playground = try paidReadyDirectory()
         let go = playground.path + "/go"
+        // Released whatever happens: a held completion waits for this file (for ten minutes at
+        // most: under a full suite this test's task may wait long for a thread).
+        defer { _ = FileManager.default.createFile(atPath: go, contents: nil) }
         let slow = try started(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--then"] + heldCompletion(playground, name: "o-1", go: go), name: "o-1")
         try await eventually("o-1's completion runs") { playground.read("runs").contains("start o-1") }
         let other = try basketSync(["-C", playground.path, "handle-payment", "--total", "7", "--order-id", "o-2", "--then",
