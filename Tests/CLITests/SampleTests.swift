@@ -163,6 +163,38 @@ import Testing
         }
     }
 
+    /// The logrotate sample's options, run for real between records: every record in one file.
+    @Test func logrotate() throws {
+        let sample = try String(contentsOfFile: path("Samples/logrotate/basket-sync"), encoding: .utf8)
+        let options = sample.split(separator: "\n").drop { !$0.hasSuffix("{") }.dropFirst().prefix { $0 != "}" }
+            .filter { !$0.contains(" su ") && !$0.hasPrefix("    su ") }
+        #expect(options.contains("    nocreate") && !options.contains { $0.contains("copytruncate") })
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        let config = playground.root.deletingLastPathComponent().appendingPathComponent("logrotate-\(UUID().uuidString).conf").path
+        let state = config + ".state"
+        defer { try? FileManager.default.removeItem(atPath: config); try? FileManager.default.removeItem(atPath: state) }
+        try Data(("\(playground.path)/outbox.jsonl {\n" + options.map { $0 + "\n" }.joined() + "}\n").utf8).write(to: URL(fileURLWithPath: config))
+        func seqs(_ name: String) -> [Int] {
+            playground.read(name).split(separator: "\n").compactMap { (try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])?["seq"] as? Int }
+        }
+        for round in 0..<3 {
+            for index in 0..<2 {
+                #expect(try basketSync(["-C", playground.path, "push", "--id", "r\(round)-\(index)", "A=+1"]).status == 0)
+                #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+            }
+            let rotate = try Child.run(URL(fileURLWithPath: "/usr/sbin/logrotate"), arguments: ["-f", "-s", state, config])
+            rotate.waitUntilExit()
+            #expect(rotate.terminationStatus == 0)
+        }
+        #expect(try basketSync(["-C", playground.path, "push", "--id", "last", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        // .1 uncompressed (delaycompress), older ones compressed: count what can be read plainly.
+        let plain = seqs("outbox.jsonl.1") + seqs("outbox.jsonl")
+        #expect(plain == [5, 6, 7], "the last rotated file and the new one: \(plain)")
+        #expect(FileManager.default.fileExists(atPath: playground.path + "/outbox.jsonl.2.gz"), "older files compressed")
+    }
+
     @Test func sandbox() throws {
         let playground = try Playground()
         let run = try sample(path("Samples/sandbox/sandbox.sh"), [playground.path + "/sandbox"])
