@@ -120,12 +120,6 @@ import Testing
         return path
     }
 
-    @discardableResult
-    func mountCommand(_ arguments: [String], program: String = "/bin/mount") -> Bool {
-        guard let process = try? Child.run(URL(fileURLWithPath: program), arguments: arguments) else { return false }
-        process.waitUntilExit()
-        return process.terminationStatus == 0
-    }
 
     @Test func aFullDiskIsReportedRetriedAndRecoveredFrom() async throws {
         let playground = try Playground()

@@ -152,15 +152,7 @@ import Testing
 
     /// Starts basket-sync in the background, its stderr in `stderr-NAME` beside the sync directory's files.
     func started(_ playground: Playground, _ arguments: [String], name: String = "child") throws -> Child {
-        let child = Child()
-        child.executableURL = binary
-        child.arguments = ["-C", playground.path] + arguments
-        _ = FileManager.default.createFile(atPath: playground.path + "/stderr-\(name)", contents: nil)
-        child.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: "/dev/null"))
-        child.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: playground.path + "/stderr-\(name)"))
-        child.standardInput = FileHandle.nullDevice
-        try child.run()
-        return child
+        try startedInBackground(["-C", playground.path] + arguments, errors: playground.path + "/stderr-\(name)")
     }
 
     /// Review of issue 12, M1: killed while its completion runs, basket-sync let a second retry

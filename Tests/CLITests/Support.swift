@@ -188,3 +188,34 @@ func killTree(_ pid: Int32) {
     }
     kill(pid, SIGKILL)
 }
+
+/// Starts `basket-sync` in the background, stdin from /dev/null, its output and errors appended
+/// to the files given (created when missing), or to /dev/null.
+func startedInBackground(_ arguments: [String], output: String? = nil, errors: String? = nil) throws -> Child {
+    func sink(_ path: String?) throws -> FileHandle {
+        guard let path else { return try FileHandle(forWritingTo: URL(fileURLWithPath: "/dev/null")) }
+        if !FileManager.default.fileExists(atPath: path) { _ = FileManager.default.createFile(atPath: path, contents: nil) }
+        return try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+    }
+    let child = Child()
+    child.executableURL = binary
+    child.arguments = arguments
+    child.standardOutput = try sink(output)
+    child.standardError = try sink(errors)
+    child.standardInput = FileHandle.nullDevice
+    try child.run()
+    return child
+}
+
+/// Whether the process sleeps in the kernel in a `poll` (an agent or a `wait` waiting for events).
+func sleepsInPoll(_ child: Child) -> Bool {
+    ((try? String(contentsOfFile: "/proc/\(child.processIdentifier)/wchan", encoding: .utf8)) ?? "").contains("poll")
+}
+
+/// Runs mount(8) or umount(8); whether it succeeded (the tests that mount need root, as CI has).
+@discardableResult
+func mountCommand(_ arguments: [String], program: String = "/bin/mount") -> Bool {
+    guard let process = try? Child.run(URL(fileURLWithPath: program), arguments: arguments) else { return false }
+    process.waitUntilExit()
+    return process.terminationStatus == 0
+}

@@ -5,18 +5,12 @@ import Testing
 @Suite struct WaitTests {
     /// A `wait` running in the background, its output in a file.
     final class Waiting {
-        let child = Child()
+        let child: Child
         let output: URL
 
         init(_ playground: Playground, _ arguments: [String]) throws {
             output = playground.root.deletingLastPathComponent().appendingPathComponent("wait-\(UUID().uuidString).out")
-            _ = FileManager.default.createFile(atPath: output.path, contents: nil)
-            child.executableURL = binary
-            child.arguments = ["-C", playground.path, "wait"] + arguments
-            child.standardOutput = try FileHandle(forWritingTo: output)
-            child.standardError = FileHandle.nullDevice
-            child.standardInput = FileHandle.nullDevice
-            try child.run()
+            child = try startedInBackground(["-C", playground.path, "wait"] + arguments, output: output.path)
         }
 
         deinit {
@@ -32,9 +26,7 @@ import Testing
         }
 
         /// Blocked in the kernel, on inotify: the channel it sleeps in is a poll.
-        var isAsleep: Bool {
-            ((try? String(contentsOfFile: "/proc/\(child.processIdentifier)/wchan", encoding: .utf8)) ?? "").contains("poll")
-        }
+        var isAsleep: Bool { sleepsInPoll(child) }
 
         var contextSwitches: Int {
             let status = (try? String(contentsOfFile: "/proc/\(child.processIdentifier)/status", encoding: .utf8)) ?? ""
@@ -93,13 +85,6 @@ import Testing
         #expect(agent.stop() == 0)
     }
 
-    @discardableResult
-    func mountCommand(_ arguments: [String], program: String = "/bin/mount") -> Bool {
-        guard let process = try? Child.run(URL(fileURLWithPath: program), arguments: arguments) else { return false }
-        process.waitUntilExit()
-        return process.terminationStatus == 0
-    }
-
     /// Review of issue 12, M3: on a read-only file system, a connection kept open read the same
     /// snapshot for ever; wait now opens one per look.
     @Test func onAReadOnlyViewItSeesWhatIsCommittedElsewhere() async throws {
@@ -118,17 +103,9 @@ import Testing
         let output = playground.root.deletingLastPathComponent().appendingPathComponent("ro-wait-\(UUID().uuidString).out")
         _ = FileManager.default.createFile(atPath: output.path, contents: nil)
         defer { try? FileManager.default.removeItem(at: output) }
-        let readOnly = Child()
-        readOnly.executableURL = binary
-        readOnly.arguments = ["-C", view, "wait", "--after", "1", "--timeout", "120"]
-        readOnly.standardOutput = try FileHandle(forWritingTo: output)
-        readOnly.standardError = FileHandle.nullDevice
-        readOnly.standardInput = FileHandle.nullDevice
-        try readOnly.run()
+        let readOnly = try startedInBackground(["-C", view, "wait", "--after", "1", "--timeout", "120"], output: output.path)
         defer { if readOnly.isRunning { kill(readOnly.processIdentifier, SIGKILL) }; readOnly.waitUntilExit() }
-        try await eventually("wait on the read-only view is asleep") {
-            ((try? String(contentsOfFile: "/proc/\(readOnly.processIdentifier)/wchan", encoding: .utf8)) ?? "").contains("poll")
-        }
+        try await eventually("wait on the read-only view is asleep") { sleepsInPoll(readOnly) }
         #expect(try basketSync(["-C", playground.path, "push", "B=+1"]).status == 0)
         #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
         readOnly.waitUntilExit()
@@ -143,17 +120,9 @@ import Testing
         let playground = try syncDirectory()
         let directory = playground.path + "/gone"
         #expect(try basketSync(["-C", directory, "init"]).status == 0)
-        let child = Child()
-        child.executableURL = binary
-        child.arguments = ["-C", directory, "wait"]
-        child.standardOutput = FileHandle.nullDevice
-        child.standardError = FileHandle.nullDevice
-        child.standardInput = FileHandle.nullDevice
-        try child.run()
+        let child = try startedInBackground(["-C", directory, "wait"])
         defer { if child.isRunning { kill(child.processIdentifier, SIGKILL) }; child.waitUntilExit() }
-        try await eventually("wait is asleep") {
-            ((try? String(contentsOfFile: "/proc/\(child.processIdentifier)/wchan", encoding: .utf8)) ?? "").contains("poll")
-        }
+        try await eventually("wait is asleep") { sleepsInPoll(child) }
         let remove = try Child.run(URL(fileURLWithPath: "/bin/rm"), arguments: ["-rf", directory])
         remove.waitUntilExit()
         try await eventually("wait ends") { !child.isRunning }
@@ -178,17 +147,9 @@ import Testing
         // Second review, finding 2: the backup copied over the database under a blocked wait.
         try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
         try FileManager.default.copyItem(atPath: backup + "-later", toPath: playground.path + "/.basket-sync")
-        let blocked = Child()
-        blocked.executableURL = binary
-        blocked.arguments = ["-C", playground.path, "wait", "--after", "2"]
-        blocked.standardOutput = FileHandle.nullDevice
-        blocked.standardError = FileHandle.nullDevice
-        blocked.standardInput = FileHandle.nullDevice
-        try blocked.run()
+        let blocked = try startedInBackground(["-C", playground.path, "wait", "--after", "2"])
         defer { if blocked.isRunning { kill(blocked.processIdentifier, SIGKILL) }; blocked.waitUntilExit() }
-        try await eventually("wait is asleep") {
-            ((try? String(contentsOfFile: "/proc/\(blocked.processIdentifier)/wchan", encoding: .utf8)) ?? "").contains("poll")
-        }
+        try await eventually("wait is asleep") { sleepsInPoll(blocked) }
         let copy = try Child.run(URL(fileURLWithPath: "/bin/cp"), arguments: [backup + "/state.db", playground.path + "/.basket-sync/state.db"])
         copy.waitUntilExit()
         try await eventually("wait sees the database restored under it") { !blocked.isRunning }

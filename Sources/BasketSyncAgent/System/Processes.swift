@@ -29,42 +29,13 @@ final class SpawnedProcess {
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0o600)
+        posix_spawn_file_actions_addopen(&actions, 1, log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0o600)
         posix_spawn_file_actions_adddup2(&actions, 1, 2)
-        if let closeFrom = SpawnedProcess.closeFrom { _ = closeFrom(&actions, 3) }
+        SpawnedProcess.closeDescriptors(from: 3, in: &actions)
         _ = changeDirectory(&actions, directory)
 
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        var empty = sigset_t()
-        sigemptyset(&empty)
-        var defaults = sigset_t()
-        sigemptyset(&defaults)
-        for signal in [SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGCHLD] { sigaddset(&defaults, signal) }
-        posix_spawnattr_setsigmask(&attributes, &empty)
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
-        posix_spawnattr_setpgroup(&attributes, 0)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP))
-
-        var variables: [String] = []
-        var index = 0
-        while let entry = environ[index] {
-            let text = String(cString: entry)
-            if let name = text.split(separator: "=", maxSplits: 1).first, environment[String(name)] == nil { variables.append(text) }
-            index += 1
-        }
-        variables += environment.map { "\($0.key)=\($0.value)" }
-        var cArguments: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
-        var cEnvironment: [UnsafeMutablePointer<CChar>?] = variables.map { strdup($0) } + [nil]
-        defer {
-            for pointer in cArguments { free(pointer) }
-            for pointer in cEnvironment { free(pointer) }
-        }
-        var pid = pid_t()
-        let result = posix_spawnp(&pid, argv[0], &actions, &attributes, &cArguments, &cEnvironment)
-        guard result == 0 else { throw SystemError(operation: "run", path: argv[0], code: result) }
-        self.pid = pid
+        pid = try Posix.spawn(argv, actions: &actions, defaults: [SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGCHLD],
+                              ownGroup: true, environment: environment)
     }
 
     /// Its exit status (128 + the signal that killed it) once it has ended, without waiting; nil
@@ -96,6 +67,44 @@ final class SpawnedProcess {
 }
 
 extension Posix {
+    /// Starts `argv` (searched on the PATH, no shell) with `actions`: the child gets an empty
+    /// signal mask, the default action for `defaults`, a process group of its own when
+    /// `ownGroup`, and this process's environment with `environment` set over it.
+    static func spawn(_ argv: [String], actions: inout posix_spawn_file_actions_t, defaults: [Int32],
+                      ownGroup: Bool = false, environment: [String: String] = [:]) throws(SystemError) -> pid_t {
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        var defaultSet = sigset_t()
+        sigemptyset(&defaultSet)
+        for signal in defaults { sigaddset(&defaultSet, signal) }
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        posix_spawnattr_setsigdefault(&attributes, &defaultSet)
+        if ownGroup { posix_spawnattr_setpgroup(&attributes, 0) }
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | (ownGroup ? POSIX_SPAWN_SETPGROUP : 0)))
+
+        var variables: [String] = []
+        var index = 0
+        while let entry = environ[index] {
+            let text = String(cString: entry)
+            if let name = text.split(separator: "=", maxSplits: 1).first, environment[String(name)] == nil { variables.append(text) }
+            index += 1
+        }
+        variables += environment.map { "\($0.key)=\($0.value)" }
+        var cArguments: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
+        var cEnvironment: [UnsafeMutablePointer<CChar>?] = variables.map { strdup($0) } + [nil]
+        defer {
+            for pointer in cArguments { free(pointer) }
+            for pointer in cEnvironment { free(pointer) }
+        }
+        var pid = pid_t()
+        let result = posix_spawnp(&pid, argv[0], &actions, &attributes, &cArguments, &cEnvironment)
+        guard result == 0 else { throw SystemError(operation: "run", path: argv[0], code: result) }
+        return pid
+    }
+
     /// A new directory of mode 0700 with a unique name, from `template` ending in XXXXXX.
     static func makeTemporaryDirectory(_ template: String) throws(SystemError) -> String {
         var bytes = Array(template.utf8CString)

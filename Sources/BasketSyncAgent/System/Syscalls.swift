@@ -394,7 +394,6 @@ enum Posix {
     /// Runs `argv` without a shell (nothing in data is ever executed) and waits for it: its exit
     /// status, or 128 + the signal that killed it.
     static func spawnAndWait(_ argv: [String], passing inherited: Int32? = nil) throws(SystemError) -> Int32 {
-        var pid = pid_t()
         // The child gets stdin, stdout, stderr and, as descriptor 3, `inherited`: nothing else of
         // this process (its database, its files) stays open in it or in what it leaves running.
         var actions = posix_spawn_file_actions_t()
@@ -402,23 +401,12 @@ enum Posix {
         defer { posix_spawn_file_actions_destroy(&actions) }
         if let inherited { posix_spawn_file_actions_adddup2(&actions, inherited, 3) }
         SpawnedProcess.closeDescriptors(from: inherited == nil ? 3 : 4, in: &actions)
-        var cStrings: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
-        defer { for pointer in cStrings { free(pointer) } }
         // As system(3): while the child runs, this process waits for it whatever signal comes (a
         // Ctrl-C reaches the child, in the same process group); the child gets the defaults.
         let waitedThrough = [SIGINT, SIGQUIT, SIGTERM, SIGHUP]
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        var defaults = sigset_t()
-        sigemptyset(&defaults)
-        for signal in waitedThrough { sigaddset(&defaults, signal) }
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF))
         let previous = waitedThrough.map { Glibc.signal($0, SIG_IGN) }
         defer { for (signal, handler) in zip(waitedThrough, previous) { _ = Glibc.signal(signal, handler) } }
-        let spawned = posix_spawnp(&pid, argv[0], &actions, &attributes, &cStrings, environ)
-        guard spawned == 0 else { throw SystemError(operation: "run", path: argv[0], code: spawned) }
+        let pid = try spawn(argv, actions: &actions, defaults: waitedThrough)
         var status: Int32 = 0
         if retrying({ waitpid(pid, &status, 0) }) < 0 { throw .last("waitpid", argv[0]) }
         let signal = status & 0x7F
