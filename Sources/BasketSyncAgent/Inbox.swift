@@ -141,9 +141,9 @@ struct Inbox {
 
     /// Moves an entry to `bad/` with a `.error` file beside it saying why. An entry whose name is
     /// too long for its `.error`, or that `bad/` cannot take under its name, goes there under a
-    /// name of its own: it never blocks the entries behind it. False when another process took it
-    /// meanwhile.
-    func quarantine(_ name: String, because error: AgentError) throws(SystemError) -> Bool {
+    /// name of its own: it never blocks the entries behind it. Returns its name in `bad/`; nil
+    /// when another process took it meanwhile.
+    func quarantine(_ name: String, because error: AgentError) throws(SystemError) -> String? {
         let bad = folder("bad")
         let message = Array("\(error.description)\nFix the event and deliver it again through inbox/tmp/ and inbox/new/.\n".utf8)
         try Posix.makeDirectory(bad, mode: 0o755)
@@ -152,18 +152,18 @@ struct Inbox {
             do {
                 try Posix.writeFileAtomically("\(bad)/\(base).error", message, replacing: true)
                 try Posix.rename(path(of: name), "\(bad)/\(base)")
-                return true
+                return base
             } catch {
                 if error.isMissing, Posix.linkInfo(path(of: name)) == nil {
                     Posix.unlink("\(bad)/\(base).error")
-                    return false
+                    return nil
                 }
                 if attempt == 1 { throw error }
                 Posix.unlink("\(bad)/\(base).error")
                 base = "renamed.\(Posix.randomName())"
             }
         }
-        return true
+        return base
     }
 
     /// Delivers an event the Maildir way: written in `tmp/` under a unique name, fsynced, renamed
@@ -269,12 +269,15 @@ extension SyncEngine {
     private func takeEvent(_ event: InboxEvent, name: String, path: String) throws(AgentError) -> (duplicate: Bool, sameFile: Bool) {
         var duplicate = false
         var sameFile = false
-        try step({ (machine, now) throws(AgentError) in
+        var transfer: String?
+        if case let .basketTransfer(_, transferId) = event.event { transfer = transferId }
+        try step(transfer: transfer, { (machine, now) throws(AgentError) in
             if let takenFrom = try store.inboxFile(id: event.id) {
                 duplicate = true
                 // A redelivery (another file with the same id) is counted for status: cur/ holds
                 // one file per delivery, the inbox table one row per id. This very file taken by
                 // another process meanwhile (the agent and a sync racing) is not a redelivery.
+                try store.recordSettled(folder: "cur", name: name, at: now)
                 if takenFrom != name {
                     try store.setNote("inboxDuplicates", String((Int(try store.note("inboxDuplicates") ?? "") ?? 0) + 1))
                 } else {
@@ -290,6 +293,7 @@ extension SyncEngine {
             let outcome = summary.outbox.first.map { "outbox #\($0.seq)" }
                 ?? (summary.ignored ? "ignored: no synchronizer" : summary.duplicateTransfer ? "duplicate transfer" : "nothing to send")
             try store.recordInbox(id: event.id, file: name, outcome: outcome, at: Date())
+            try store.recordSettled(folder: "cur", name: name, at: Date())
         })
         return (duplicate, sameFile)
     }
@@ -297,9 +301,12 @@ extension SyncEngine {
     /// Sets a malformed or unreadable event aside in `inbox/bad/` and reports why. False when
     /// another process took it meanwhile.
     private func quarantine(_ name: String, _ error: AgentError, in inbox: Inbox) throws(AgentError) -> Bool {
-        let moved: Bool
+        let moved: String?
         do { moved = try inbox.quarantine(name, because: error) } catch { throw .system(inbox.shown(error)) }
-        if moved { reportError(error) }
-        return moved
+        guard let moved else { return false }
+        reportError(error)
+        // Kept there until retention removes it (if it is set).
+        _ = try? store.withTransaction { () throws(AgentError) in try store.recordSettled(folder: "bad", name: moved, at: Date()) }
+        return true
     }
 }

@@ -42,6 +42,14 @@ extension SyncEngine {
         if scope.contains(.inbox) { summary.inbox = try takeInbox(seen: inboxSeen) }
         if scope.contains(.cart) { summary.cart = try takeCart() }
         if scope.contains(.expire) { try expireWindows() }
+        if let retention = configuration.retention {
+            // A slice of old history goes (bounded, and looked for at most every tenth of the
+            // retention); failing, it never holds up the sync itself.
+            do { try retain() } catch {
+                logger.log(.warning, "retention: \(error.description); tried again in a minute")
+                retentionDue = Date().addingTimeInterval(min(retention.seconds / 10, 60))
+            }
+        }
         if scope == .everything {
             // A whole pass went through: status says the errors before it are resolved.
             try store.withTransaction { () throws(AgentError) in try store.setNote("passOK", Timestamp.text(Date())) }

@@ -88,8 +88,13 @@ final class Store {
         databaseIdentity = Posix.linkInfo(databasePath)?.identity ?? []
         connection.setBusyTimeout(milliseconds: busyTimeoutMilliseconds)
         if readOnly { return }
+        // Pages freed by retention go back to the file system (SQLite can set it only on a new
+        // database; an older one is converted once, see ``useIncrementalVacuum()``).
+        try connection.execute("PRAGMA auto_vacuum=INCREMENTAL")
         try connection.execute("PRAGMA journal_mode=WAL")
         try connection.execute("PRAGMA synchronous=FULL")
+        // The write-ahead log is cut back to this after a checkpoint, not left at its largest.
+        try connection.execute("PRAGMA journal_size_limit=8388608")
         try connection.execute("""
             CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
             CREATE TABLE IF NOT EXISTS outbox(seq INTEGER PRIMARY KEY, line BLOB NOT NULL);
@@ -98,7 +103,15 @@ final class Store {
             CREATE TABLE IF NOT EXISTS inbox(id TEXT PRIMARY KEY, file TEXT NOT NULL, outcome TEXT NOT NULL, at TEXT NOT NULL);
             CREATE TABLE IF NOT EXISTS reports(n INTEGER PRIMARY KEY, at TEXT NOT NULL, level TEXT NOT NULL, message TEXT NOT NULL);
             CREATE TABLE IF NOT EXISTS completions(order_id TEXT PRIMARY KEY, payment INTEGER NOT NULL, at TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS orders(id TEXT PRIMARY KEY, seq INTEGER NOT NULL, at TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS transfers(id TEXT PRIMARY KEY, at TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS settled(folder TEXT NOT NULL, name TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(folder, name)) WITHOUT ROWID;
+            CREATE INDEX IF NOT EXISTS inbox_at ON inbox(at);
+            CREATE INDEX IF NOT EXISTS orders_at ON orders(at);
+            CREATE INDEX IF NOT EXISTS transfers_at ON transfers(at);
+            CREATE INDEX IF NOT EXISTS settled_at ON settled(at);
             """)
+        try migrate()
         if create {
             try withTransaction { () throws(AgentError) in
                 if try self.metaBlob("state") == nil {
@@ -114,6 +127,28 @@ final class Store {
         let value = generator.next() as UInt64
         let hex = String(value, radix: 16)
         return String(repeating: "0", count: 16 - hex.count) + hex
+    }
+
+    /// The layout this version writes: 2 keeps the ids of orders and transfers in tables, and the
+    /// host cart beside the state, not in it.
+    static let schemaVersion: Int64 = 2
+
+    /// Brings a database written by an older version to ``schemaVersion``, once.
+    private func migrate() throws(AgentError) {
+        guard (try connection.scalar("PRAGMA user_version") ?? 0) < Store.schemaVersion else { return }
+        try withTransaction { () throws(AgentError) in
+            // The ids the state blob carried move to their tables (saveState moves them).
+            if try metaBlob("state") != nil { try saveState(try loadState()) }
+            // The files already set aside are known to retention by their age.
+            for folder in ["cur", "bad"] {
+                let path = "\(directory)/inbox/\(folder)"
+                for name in Posix.listDirectory(path) where !(folder == "bad" && name.hasSuffix(".error")) {
+                    let modified = Posix.linkInfo("\(path)/\(name)")?.modified ?? 0
+                    try recordSettled(folder: folder, name: name, at: Date(timeIntervalSince1970: Double(modified) / 1e9))
+                }
+            }
+            try connection.execute("PRAGMA user_version=\(Store.schemaVersion)")
+        }
     }
 
     // MARK: Transactions
@@ -150,6 +185,7 @@ final class Store {
         } catch {
             try? connection.execute("ROLLBACK")
             cachedState = nil
+            savedHostCart = nil
             throw error
         }
     }
@@ -200,14 +236,24 @@ final class Store {
     }
 
     /// The library state, read again only when another process committed since (`data_version`).
+    /// Its `recordedOrders` and `landedTransfers` are empty: those ids live in tables (see
+    /// ``orderSeq(_:)``, ``transferLanded(_:)``); the host cart is kept beside it.
     func loadState() throws(AgentError) -> SyncState {
         let version = try dataVersion()
         if let cachedState, version == cachedDataVersion { return cachedState }
         guard let blob = try metaBlob("state") else {
             throw .database(path: stateDirectory, message: "the database has no state; run basket-sync init again")
         }
-        do {
-            let state = try StateFormat.decode(blob)
+        let cart = try metaBlob("hostCart")
+        do throws(JSONProblem) {
+            var state = try StateFormat.decode(blob)
+            // A state written before schema 2 carries the cart (and the ids) itself.
+            if let cart {
+                state.hostCart = try StateFormat.decodeQuantities(cart)
+                savedHostCart = .some(state.hostCart)
+            } else {
+                savedHostCart = nil
+            }
             cachedState = state
             cachedDataVersion = version
             return state
@@ -216,10 +262,77 @@ final class Store {
         }
     }
 
+    /// The host cart as saved beside the state, to write it again only when it changed; nil
+    /// when not known to be saved there.
+    private var savedHostCart: [ExactID: Int]??
+
+    /// Saves the state: ids of orders and transfers it holds go to their tables (kept), the host
+    /// cart is written only when it changed, the rest — bounded by the cart's Mealz lines and the
+    /// pending batches — as one blob.
     func saveState(_ state: SyncState) throws(AgentError) {
-        try setMeta("state", StateFormat.encode(state))
-        cachedState = state
+        let at = Timestamp.text(Date())
+        for (order, seq) in state.recordedOrders { try recordOrder(order.string, seq: seq, at: at) }
+        for transfer in state.landedTransfers { try recordTransfer(transfer.string, at: at) }
+        var blob = state
+        blob.recordedOrders = [:]
+        blob.landedTransfers = []
+        blob.hostCart = nil
+        if savedHostCart == nil || savedHostCart! != state.hostCart {
+            let statement = try cached("INSERT INTO meta(key, value) VALUES('hostCart', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+            defer { statement.reset() }
+            statement.bind(1, state.hostCart.map(StateFormat.encodeQuantities) ?? Array("null".utf8))
+            _ = try statement.step()
+        }
+        try setMeta("state", StateFormat.encode(blob))
+        blob.hostCart = state.hostCart
+        cachedState = blob
+        savedHostCart = .some(state.hostCart)
         cachedDataVersion = try dataVersion()
+    }
+
+    // MARK: Ids kept for deduplication
+
+    /// The payment seq `handlePayment` recorded for an order, if it did (and retention kept it).
+    func orderSeq(_ orderId: String) throws(AgentError) -> UInt64? {
+        let statement = try cached("SELECT seq FROM orders WHERE id = ?")
+        defer { statement.reset() }
+        statement.bind(1, orderId)
+        return try statement.step() ? UInt64(statement.int64(0)) : nil
+    }
+
+    private func recordOrder(_ orderId: String, seq: UInt64, at: String) throws(AgentError) {
+        let statement = try cached("INSERT OR IGNORE INTO orders(id, seq, at) VALUES(?, ?, ?)")
+        defer { statement.reset() }
+        statement.bind(1, orderId)
+        statement.bind(2, Int64(seq))
+        statement.bind(3, at)
+        _ = try statement.step()
+    }
+
+    /// Whether a `basketTransfer` with this id landed (and retention kept it).
+    func transferLanded(_ transferId: String) throws(AgentError) -> Bool {
+        let statement = try cached("SELECT 1 FROM transfers WHERE id = ?")
+        defer { statement.reset() }
+        statement.bind(1, transferId)
+        return try statement.step()
+    }
+
+    private func recordTransfer(_ transferId: String, at: String) throws(AgentError) {
+        let statement = try cached("INSERT OR IGNORE INTO transfers(id, at) VALUES(?, ?)")
+        defer { statement.reset() }
+        statement.bind(1, transferId)
+        statement.bind(2, at)
+        _ = try statement.step()
+    }
+
+    /// Remembers that a file was moved to `inbox/cur/` or `inbox/bad/`, for retention.
+    func recordSettled(folder: String, name: String, at: Date) throws(AgentError) {
+        let statement = try cached("INSERT OR REPLACE INTO settled(folder, name, at) VALUES(?, ?, ?)")
+        defer { statement.reset() }
+        statement.bind(1, folder)
+        statement.bind(2, name)
+        statement.bind(3, Timestamp.text(at))
+        _ = try statement.step()
     }
 
     // MARK: The cart at the batches
@@ -296,6 +409,86 @@ final class Store {
     /// The highest seq stored for a projection (0 when none).
     func lastSeq(_ projection: Projection) throws(AgentError) -> UInt64 {
         UInt64(try connection.scalar("SELECT COALESCE(MAX(seq), 0) FROM \(projection.rawValue)") ?? 0)
+    }
+
+    // MARK: Retention
+
+    /// Removes up to `limit` records below `bound`, lowest first, while `removable` says so (it
+    /// stops at the first one it refuses: records are in seq order, and so in time). Returns how
+    /// many it removed.
+    func removeRecords(_ projection: Projection, below bound: UInt64, limit: Int, removable: (UInt64, [UInt8]) -> Bool) throws(AgentError) -> Int {
+        let select = try cached("SELECT seq, line FROM \(projection.rawValue) WHERE seq < ? ORDER BY seq LIMIT ?")
+        defer { select.reset() }
+        select.bind(1, Int64(bound))
+        select.bind(2, Int64(limit))
+        var through: Int64?
+        var count = 0
+        while try select.step() {
+            let seq = select.int64(0)
+            guard removable(UInt64(seq), select.blob(1)) else { break }
+            through = seq
+            count += 1
+        }
+        select.reset()
+        guard let through else { return 0 }
+        let delete = try cached("DELETE FROM \(projection.rawValue) WHERE seq <= ?")
+        defer { delete.reset() }
+        delete.bind(1, through)
+        _ = try delete.step()
+        return count
+    }
+
+    /// Forgets up to `limit` ids of each kind (inbox events, transfers, orders and their
+    /// completions) recorded before `cutoff`.
+    func forgetIds(olderThan cutoff: String, limit: Int) throws(AgentError) -> (count: Int, more: Bool) {
+        var count = 0
+        var more = false
+        for (table, key) in [("inbox", "rowid"), ("transfers", "rowid"), ("orders", "rowid"), ("completions", "rowid")] {
+            let statement = try cached("DELETE FROM \(table) WHERE \(key) IN (SELECT \(key) FROM \(table) WHERE at < ? ORDER BY at LIMIT ?)")
+            defer { statement.reset() }
+            statement.bind(1, cutoff)
+            statement.bind(2, Int64(limit))
+            _ = try statement.step()
+            let changed = connection.changes
+            count += changed
+            if changed == limit { more = true }
+        }
+        return (count, more)
+    }
+
+    /// Files moved to `inbox/cur/` or `inbox/bad/` before `cutoff`, oldest first, at most `limit`.
+    func settledFiles(olderThan cutoff: String, limit: Int) throws(AgentError) -> [(folder: String, name: String)] {
+        let statement = try cached("SELECT folder, name FROM settled WHERE at < ? ORDER BY at LIMIT ?")
+        defer { statement.reset() }
+        statement.bind(1, cutoff)
+        statement.bind(2, Int64(limit))
+        var files: [(folder: String, name: String)] = []
+        while try statement.step() { files.append((statement.text(0), statement.text(1))) }
+        return files
+    }
+
+    /// Forgets files retention removed.
+    func forgetSettled(_ files: [(folder: String, name: String)]) throws(AgentError) {
+        let statement = try cached("DELETE FROM settled WHERE folder = ? AND name = ?")
+        for file in files {
+            statement.bind(1, file.folder)
+            statement.bind(2, file.name)
+            _ = try statement.step()
+            statement.reset()
+        }
+    }
+
+    /// Gives the pages retention freed back to the file system (inside the caller's transaction).
+    func vacuumFreePages() throws(AgentError) {
+        try connection.execute("PRAGMA incremental_vacuum")
+    }
+
+    /// Converts a database made before `auto_vacuum=INCREMENTAL` (SQLite sets it only on a new
+    /// one, or by rebuilding it with `VACUUM`), once, so that retention can shrink it.
+    func useIncrementalVacuum() throws(AgentError) {
+        guard !readOnly, try connection.scalar("PRAGMA auto_vacuum") != 2 else { return }
+        try connection.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        try connection.execute("VACUUM")
     }
 
     // MARK: Inbox

@@ -23,6 +23,8 @@ public final class SyncEngine {
     public private(set) var nextDeadline: Date?
     /// Whether each record made is logged (the agent's log, for a person following it).
     public var logsActivity = false
+    /// When retention looks again for what is due (nil: at the next pass).
+    var retentionDue: Date?
 
     /// Opens the sync directory's database (creating it when `create`) and reads the configuration.
     public init(directory: String, isSynchronizerRegistered: Bool, logger: Logger, create: Bool = false) throws(AgentError) {
@@ -74,15 +76,23 @@ public final class SyncEngine {
     /// Runs one input in one transaction: loads the state, runs `body` on the machine, runs its
     /// effects, lets `record` store what belongs with them, saves the state and commits; then
     /// appends the projections and logs.
+    ///
+    /// The ids of past orders and transfers live in indexed tables, not in the state: the one an
+    /// input may repeat (`order`, `transfer`) is looked up and put in the state the machine sees,
+    /// and the ones it adds go back to their tables when the state is saved.
     @discardableResult
     func step(
+        order: String? = nil, transfer: String? = nil,
         _ body: (inout SyncStateMachine, Date) throws(AgentError) -> [SyncEffect],
         record: (StepSummary) throws(AgentError) -> Void = { _ in }
     ) throws(AgentError) -> StepSummary {
         let now = Date()
         let summary = try store.withTransaction { () throws(AgentError) in
+            var state = try store.loadState()
+            if let order, let seq = try store.orderSeq(order) { state.recordedOrders = [ExactID(order): seq] }
+            if let transfer, try store.transferLanded(transfer) { state.landedTransfers = [ExactID(transfer)] }
             var machine = SyncStateMachine(
-                state: try store.loadState(), configuration: configuration.syncConfiguration,
+                state: state, configuration: configuration.syncConfiguration,
                 isSynchronizerRegistered: isSynchronizerRegistered)
             let before = machine.state
             var deadline = machine.nextDeadline
@@ -242,6 +252,11 @@ public final class SyncEngine {
     /// The state as committed now.
     public func currentState() throws(AgentError) -> SyncState {
         try store.withTransaction { () throws(AgentError) in try store.loadState() }
+    }
+
+    /// The payment seq recorded for an order by `handlePayment`, if any (and retention kept it).
+    func recordedPayment(orderId: String) throws(AgentError) -> UInt64? {
+        try store.withTransaction { () throws(AgentError) in try store.orderSeq(orderId) }
     }
 
     /// The payment record `seq` as the database holds it; nil when it holds no such line.

@@ -40,6 +40,23 @@ public struct AgentConfiguration: Equatable, Sendable {
         }
     }
 
+    /// How long settled history is kept; nil: for ever.
+    public var retention: Retention?
+
+    /// What is removed once older than `days`: acknowledged records (never a pending batch nor a
+    /// record the host has not acknowledged), the ids of events, transfers and orders, and the
+    /// files of `inbox/cur/` and `inbox/bad/`.
+    public struct Retention: Equatable, Sendable {
+        /// The age, in days (fractional allowed), past which settled history is removed.
+        public var days: Double
+
+        /// A retention rule.
+        public init(days: Double) { self.days = days }
+
+        /// The age in seconds.
+        public var seconds: Double { days * 86_400 }
+    }
+
     /// The defaults.
     public init() {}
 
@@ -142,6 +159,24 @@ public struct AgentConfiguration: Equatable, Sendable {
                     }
                 }
                 configuration.rotate = rotation
+            case "retention":
+                if case .null = node.value {
+                    configuration.retention = nil
+                    continue
+                }
+                guard case let .object(names) = node.value else { throw fail(node.offset, "\"retention\" must be an object such as {\"days\": 30}, or null") }
+                var retention = Retention(days: 30)
+                for (name, value) in names {
+                    switch name {
+                    case "days":
+                        guard case let .number(text) = value.value, let days = Double(text), days > 0, days <= 36_500 else {
+                            throw fail(value.offset, "\"retention.days\" must be a number of days above 0 (fractions allowed), such as 30")
+                        }
+                        retention.days = days
+                    default: throw fail(value.offset, "unknown key \(JSONWriter.quoted("retention." + name)); the key is days")
+                    }
+                }
+                configuration.retention = retention
             default:
                 throw fail(node.offset, "unknown setting \(JSONWriter.quoted(key)); see the comments that basket-sync init writes")
             }
@@ -152,6 +187,11 @@ public struct AgentConfiguration: Equatable, Sendable {
     /// The file `basket-sync init` writes: every setting at its default, with what it does.
     public static let defaultFileText = AgentConfiguration().fileText
 
+    /// A number as a person writes it: `10`, not `10.0`.
+    private static func number(_ value: Double) -> String {
+        value.rounded() == value && abs(value) < 1e15 ? String(Int64(value)) : String(value)
+    }
+
     /// This configuration as a `basket-sync.json`: every setting, with a comment saying what it does.
     public var fileText: String {
         func quoted(_ text: String) -> String {
@@ -159,8 +199,7 @@ public struct AgentConfiguration: Equatable, Sendable {
             writer.string(text)
             return String(decoding: writer.bytes, as: UTF8.self)
         }
-        let seconds = pendingTimeoutSeconds.rounded() == pendingTimeoutSeconds && pendingTimeoutSeconds < 1e15
-            ? String(Int64(pendingTimeoutSeconds)) : String(pendingTimeoutSeconds)
+        let seconds = Self.number(pendingTimeoutSeconds)
         return """
             // basket-sync configuration. JSON with // comments; `basket-sync init` writes every setting at its default.
             // The agent reloads this file on SIGHUP.
@@ -189,7 +228,13 @@ public struct AgentConfiguration: Equatable, Sendable {
               // Rotation of outbox.jsonl, notifications.jsonl and payments.jsonl: past maxBytes,
               // NAME becomes NAME.1 (NAME.1 becomes NAME.2 …, beyond keep dropped) and the next
               // record starts a new NAME. null: never; or {"maxBytes": 67108864, "keep": 5}.
-              "rotate": \(rotate.map { "{ \"maxBytes\": \($0.maxBytes), \"keep\": \($0.keep) }" } ?? "null")
+              "rotate": \(rotate.map { "{ \"maxBytes\": \($0.maxBytes), \"keep\": \($0.keep) }" } ?? "null"),
+
+              // How long settled history is kept: acknowledged records, the ids of events, transfers
+              // and orders (one redelivered later is taken again), and the files of inbox/cur/ and
+              // inbox/bad/. Never a pending batch nor a record the host has not acknowledged.
+              // null: for ever; or {"days": 30} (fractions allowed).
+              "retention": \(retention.map { "{ \"days\": \(Self.number($0.days)) }" } ?? "null")
             }
 
             """

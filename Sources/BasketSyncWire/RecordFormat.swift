@@ -68,6 +68,25 @@ package enum RecordFormat {
         return value
     }
 
+    /// The `at` of a record line, as written (`2026-11-30T09:30:00.123Z`, which sorts as it
+    /// reads), without parsing the line: every record writes it before any field a user gives.
+    /// Nil when the line does not start that way.
+    package static func at(ofLine line: [UInt8]) -> String? {
+        let marker = Array(",\"at\":\"".utf8)
+        let window = min(line.count, 160)
+        guard window >= marker.count + 24 else { return nil }
+        var index = 0
+        while index + marker.count + 24 <= window {
+            if line[index] == marker[0], Array(line[index..<index + marker.count]) == marker {
+                let start = index + marker.count
+                let text = String(decoding: line[start..<start + 24], as: UTF8.self)
+                return Timestamp.date(text) == nil ? nil : text
+            }
+            index += 1
+        }
+        return nil
+    }
+
     /// Reads an outbox line back (with or without its newline).
     package static func outboxRecord(_ line: [UInt8]) throws(JSONProblem) -> OutboxRecord {
         let reader = try RecordReader(line)

@@ -56,6 +56,27 @@ package enum StateFormat {
          ("acknowledgementsWentBack", \.acknowledgementsWentBack)]
     }
 
+    /// A map of quantities by id (the host cart, kept beside the state) as a JSON object.
+    package static func encodeQuantities(_ map: [ExactID: Int]) -> [UInt8] {
+        var writer = JSONWriter()
+        quantities(map, &writer)
+        return writer.bytes
+    }
+
+    /// Reads a map written by ``encodeQuantities(_:)``; `null` is nil.
+    package static func decodeQuantities(_ bytes: [UInt8]) throws(JSONProblem) -> [ExactID: Int]? {
+        let root = try JSONParser.parse(bytes)
+        if root.isNull { return nil }
+        guard case let .object(members) = root.value else { throw JSONProblem(offset: root.offset, reason: "quantities must be an object") }
+        var map: [ExactID: Int] = [:]
+        map.reserveCapacity(members.count)
+        for (id, member) in members {
+            guard let quantity = member.integer else { throw JSONProblem(offset: member.offset, reason: "a quantity must be a whole number") }
+            map[ExactID(id)] = quantity
+        }
+        return map
+    }
+
     private static func quantities(_ map: [ExactID: Int], _ writer: inout JSONWriter) {
         writer.object { object in
             for (id, quantity) in map { object.member(named: id.string) { $0.integer(quantity) } }

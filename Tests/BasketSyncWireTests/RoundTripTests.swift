@@ -178,6 +178,8 @@ import TestSupport
             configuration.followSymlinks = Bool.random(using: &rng)
             configuration.rotate = Bool.random(using: &rng) ? nil
                 : AgentConfiguration.Rotation(maxBytes: Int.random(in: 1...(1 << 40), using: &rng), keep: Int.random(in: 1...1000, using: &rng))
+            configuration.retention = Bool.random(using: &rng) ? nil
+                : AgentConfiguration.Retention(days: Double(Int.random(in: 1...36_500_000, using: &rng)) / 1000)
             let text = configuration.fileText
             #expect(try AgentConfiguration.parse(Array(text.utf8)) == configuration, "seed \(seed): \(text)")
         }

@@ -79,10 +79,21 @@ private func started(_ arguments: [String], environment: [String: String], in di
 /// Runs `basket-sync` with arguments to completion.
 func basketSync(_ arguments: [String], environment: [String: String] = [:], in directory: String? = nil, executable: String? = nil) throws -> Run {
     let (process, out, err) = try started(arguments, environment: environment, in: directory, executable: executable)
+    // Both pipes drained at once: a child that fills one while the other is read would wait for ever.
+    let errors = Drained()
+    let thread = Thread { errors.data = err.fileHandleForReading.readDataToEndOfFile(); errors.done.signal() }
+    thread.start()
     let stdout = out.fileHandleForReading.readDataToEndOfFile()
-    let stderr = err.fileHandleForReading.readDataToEndOfFile()
+    errors.done.wait()
+    let stderr = errors.data
     process.waitUntilExit()
     return Run(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self), stderr: String(decoding: stderr, as: UTF8.self))
+}
+
+/// What a thread read from a pipe, handed over once `done` is signalled.
+private final class Drained: @unchecked Sendable {
+    var data = Data()
+    let done = DispatchSemaphore(value: 0)
 }
 
 /// The arguments that run `basket-sync` as `user` (through `setpriv`), or as the test runs.

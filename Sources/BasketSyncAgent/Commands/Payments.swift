@@ -102,7 +102,7 @@ extension Commands {
         do { products = try Commands.products(productsFile, engine: engine) } catch {
             logger.log(.warning, "\(error.description); the payment is recorded as skipped")
         }
-        let summary = try engine.step { (machine, now) throws(AgentError) in
+        let summary = try engine.step(order: orderId) { (machine, now) throws(AgentError) in
             machine.paymentStarted(totalPrice: total, productList: products, orderId: orderId, at: now)
         }
         engine.signalCommit()
@@ -138,7 +138,7 @@ extension Commands {
         defer { Posix.close(lock) }
 
         var outcome: PaymentOutcome
-        if let seq = try engine.currentState().recordedOrders[ExactID(orderId)] {
+        if let seq = try engine.recordedPayment(orderId: orderId) {
             let earlier = try engine.paymentRecord(seq: seq)
             if let earlier {
                 let given = try productsFile.map { (file) throws(AgentError) in try Commands.products(file, engine: engine) }
@@ -147,7 +147,7 @@ extension Commands {
                 }
             }
             // Counted (status shows duplicates), nothing recorded.
-            _ = try engine.step { (machine, now) throws(AgentError) in
+            _ = try engine.step(order: orderId) { (machine, now) throws(AgentError) in
                 (try? machine.handlePayment(totalPrice: total, productList: [], orderId: orderId, at: now)) ?? []
             }
             outcome = PaymentOutcome(record: earlier, duplicate: true, orderId: orderId, seq: seq)
@@ -155,7 +155,7 @@ extension Commands {
             // The products are the cart's: the cart is taken first, so that the payment counts what it acknowledges.
             if productsFile == nil { _ = try? engine.takeCart() }
             let products = try Commands.products(productsFile, engine: engine)
-            let summary = try engine.step { (machine, now) throws(AgentError) in
+            let summary = try engine.step(order: orderId) { (machine, now) throws(AgentError) in
                 do throws(PaymentError) {
                     return try machine.handlePayment(totalPrice: total, productList: products, orderId: orderId, at: now)
                 } catch {

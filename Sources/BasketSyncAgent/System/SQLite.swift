@@ -63,6 +63,9 @@ final class SQLiteConnection {
     }
 
     /// Waits up to `milliseconds` for a lock held by another process before failing as busy.
+    /// Rows changed by the last statement.
+    var changes: Int { Int(sqlite3_changes(handle)) }
+
     func setBusyTimeout(milliseconds: Int32) { sqlite3_busy_timeout(handle, milliseconds) }
 
     /// A prepared statement, kept for reuse.

@@ -300,6 +300,12 @@ enum Posix {
 
     static func unlink(_ path: String) { _ = Glibc.unlink(path) }
 
+    /// Removes a file, a link (not what it leads to) or an empty folder; false when nothing was removed.
+    static func remove(_ path: String) -> Bool {
+        if Glibc.unlink(path) == 0 { return true }
+        return (errno == EISDIR || errno == EPERM) && rmdir(path) == 0
+    }
+
     static func makeDirectory(_ path: String, mode: UInt32) throws(SystemError) {
         if mkdir(path, mode_t(mode)) != 0, errno != EEXIST { throw .last("mkdir", path) }
     }

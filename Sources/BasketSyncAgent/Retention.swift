@@ -1,0 +1,86 @@
+import BasketSync
+import BasketSyncWire
+
+/// What one slice of retention removed.
+public struct RetentionSlice: Equatable, Sendable {
+    /// Records removed from the database, per projection.
+    public var records: [String: Int] = [:]
+    /// Inbox event ids, transfer ids and order ids (with their completions) forgotten.
+    public var ids = 0
+    /// Files removed from `inbox/cur/` and `inbox/bad/` (a `.error` beside counts with its entry).
+    public var files = 0
+    /// Whether a limit was reached: more is due at the next wake-up.
+    public var more = false
+
+    /// Whether nothing was removed.
+    public var isEmpty: Bool { records.values.allSatisfy { $0 == 0 } && ids == 0 && files == 0 }
+}
+
+extension SyncEngine {
+    /// The most rows (and files) of each kind one slice removes: the cost of a wake-up stays
+    /// bounded however much history is due.
+    static let retentionSliceLimit = 1000
+
+    /// One bounded slice of retention (SPEC §9), in one transaction, when `"retention"` is set:
+    /// records older than the retention that the host acknowledged (outbox: through what it
+    /// acknowledged or echoed, never a pending batch) and that their file was given, ids of
+    /// events, transfers and orders, and the files of `inbox/cur/` and `inbox/bad/`. The last
+    /// record of each projection always stays (the files' catch-up and `wait` compare with it).
+    /// The freed pages go back to the file system (`auto_vacuum=INCREMENTAL`).
+    @discardableResult
+    public func retain(now: Date = Date()) throws(AgentError) -> RetentionSlice {
+        var slice = RetentionSlice()
+        guard let retention = configuration.retention else { return slice }
+        if let due = retentionDue, now < due { return slice }
+        let cutoff = Timestamp.text(now.addingTimeInterval(-retention.seconds))
+        let limit = Self.retentionSliceLimit
+        let inbox: Inbox?
+        do { inbox = try self.inbox.pinned() } catch { inbox = nil }  // files wait for a usable inbox
+        try store.useIncrementalVacuum()
+        slice = try store.withTransaction { () throws(AgentError) in
+            var slice = RetentionSlice()
+            let state = try store.loadState()
+            let acknowledged = max(state.hostSyncedThrough ?? 0, state.echoedThrough ?? 0)
+            let pending = Set(state.pending.map(\.seq))
+            for projection in Projection.allCases {
+                // Below what the file was given, and below the last record.
+                let bound = min(try store.given(projection)?.seq ?? 0, try store.lastSeq(projection))
+                let removed = try store.removeRecords(projection, below: bound, limit: limit) { seq, line in
+                    guard let at = RecordFormat.at(ofLine: line), at < cutoff else { return false }
+                    return projection != .outbox || (seq <= acknowledged && !pending.contains(seq))
+                }
+                slice.records[projection.rawValue] = removed
+                if removed == limit { slice.more = true }
+            }
+            let ids = try store.forgetIds(olderThan: cutoff, limit: limit)
+            slice.ids = ids.count
+            if ids.more { slice.more = true }
+            if let inbox {
+                let files = try store.settledFiles(olderThan: cutoff, limit: limit)
+                for file in files {
+                    let path = "\(inbox.folder(file.folder))/\(file.name)"
+                    if Posix.remove(path) { slice.files += 1 }
+                    if file.folder == "bad" { _ = Posix.remove(path + ".error") }
+                }
+                try store.forgetSettled(files)
+                if files.count == limit { slice.more = true }
+            }
+            try store.vacuumFreePages()
+            return slice
+        }
+        // Nothing more due now: look again after a tenth of the retention (at most a minute), at
+        // an ordinary wake-up — no timer is armed for it.
+        retentionDue = slice.more ? nil : now.addingTimeInterval(min(retention.seconds / 10, 60))
+        if !slice.isEmpty {
+            let records = Projection.allCases.map { "\(slice.records[$0.rawValue] ?? 0) \($0.rawValue)" }.joined(separator: ", ")
+            logger.log(.info, "retention: removed records older than \(SyncEngine.shownDays(retention.days)) (\(records)), \(slice.ids) ids, \(slice.files) inbox files")
+        }
+        return slice
+    }
+
+    /// `30 days`, `0.5 days`.
+    static func shownDays(_ days: Double) -> String {
+        let text = days.rounded() == days && days < 1e15 ? String(Int64(days)) : String(days)
+        return "\(text) day\(days == 1 ? "" : "s")"
+    }
+}

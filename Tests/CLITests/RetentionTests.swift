@@ -1,0 +1,260 @@
+import CSQLite
+import Foundation
+import Testing
+import TestSupport
+
+/// Issue 13: `"retention"` — history older than the retention goes, in bounded slices, and only
+/// what the rules allow (SPEC §9): never a pending batch, never a record the host has not
+/// acknowledged, never the last record of a file; ids forgotten, so that one redelivered later is
+/// taken again; `inbox/cur/` and `inbox/bad/` emptied of old files; the database shrinks back.
+@Suite struct RetentionTests {
+    /// Rows of a read-only query on the sync directory's database, each column as text.
+    func query(_ playground: Playground, _ sql: String) -> [[String]] {
+        var handle: OpaquePointer?
+        guard sqlite3_open_v2(playground.path + "/.basket-sync/state.db", &handle, SQLITE_OPEN_READONLY, nil) == SQLITE_OK else { return [] }
+        defer { sqlite3_close(handle) }
+        var statement: OpaquePointer?
+        guard sqlite3_prepare_v2(handle, sql, -1, &statement, nil) == SQLITE_OK else { return [] }
+        defer { sqlite3_finalize(statement) }
+        var rows: [[String]] = []
+        while sqlite3_step(statement) == SQLITE_ROW {
+            rows.append((0..<sqlite3_column_count(statement)).map { column in
+                sqlite3_column_text(statement, column).map { String(cString: $0) } ?? ""
+            })
+        }
+        return rows
+    }
+
+    func seqs(_ playground: Playground, _ table: String) -> [Int] {
+        query(playground, "SELECT seq FROM \(table) ORDER BY seq").compactMap { Int($0[0]) }
+    }
+
+    func run(_ playground: Playground, _ arguments: [String]) throws -> Run {
+        try basketSync(["-C", playground.path] + arguments)
+    }
+
+    /// What a record's age says at a retention pass that ran between `start` and `end`: gone for
+    /// sure (older than the retention at the pass's start), kept for sure (younger at its end),
+    /// or either (its age crossed the retention while the pass ran).
+    enum Age { case old, young, either }
+    func age(_ at: String, start: Date, end: Date, retention: Double) -> Age {
+        guard let date = try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(at) else { return .either }
+        if date < start.addingTimeInterval(-retention) { return .old }
+        if date >= end.addingTimeInterval(-retention) { return .young }
+        return .either
+    }
+
+    /// A seeded mix of events, transfers, carts that acknowledge part of the outbox, payments and
+    /// malformed events, in two waves with the retention between them; then one `sync`, checked
+    /// against the rules record by record.
+    /// With `acknowledging` the host writes `syncedThrough`; without, its batches wait for an
+    /// echo a short while and roll back: records neither pending nor acknowledged, which stay.
+    @Test(arguments: [true, false])
+    func retentionRemovesExactlyWhatTheRulesAllow(acknowledging: Bool) async throws {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        let context = "seed \(seed) (replay: BASKET_SYNC_SEED=\(seed))"
+        let retention = 2.0
+        let playground = try Playground()
+        #expect(try run(playground, ["init"]).status == 0)
+        try playground.write("basket-sync.json", "{\"retention\": {\"days\": \(retention / 86_400)}, \"pendingTimeoutSeconds\": 0.2}")
+        #expect(try run(playground, ["set-store", "store-1", "--mode", "retailer"]).status == 0)
+        try playground.writeAtomically("cart.json", cartJSON([("sku-1", 1)]))
+
+        var events: [String] = []
+        var transfers: [String] = []
+        var orders: [String] = []
+        var acknowledged = 0
+        var counter = 0
+        func deliver(_ text: String, as name: String) throws {
+            try playground.write("inbox/tmp/\(name)", text)
+            try FileManager.default.moveItem(atPath: playground.path + "/inbox/tmp/\(name)", toPath: playground.path + "/inbox/new/\(name)")
+        }
+        func wave(_ name: String) throws {
+            for _ in 0..<Int.random(in: 15...30, using: &rng) {
+                counter += 1
+                switch Int.random(in: 0..<10, using: &rng) {
+                case 0..<4:
+                    // Delivered as the Mealz side does, under a name this test can find in cur/.
+                    let id = "\(name)-e\(counter)"
+                    try deliver("{\"id\": \"\(id)\", \"type\": \"basketDelta\", \"products\": [{\"id\": \"sku-\(counter % 5)\", \"quantity\": 1}]}", as: id)
+                    events.append(id)
+                case 4:
+                    let id = "\(name)-t\(counter)"
+                    #expect(try run(playground, ["push", "--transfer", id, "--id", "\(id)-event", "sku-9=1"]).status == 0, "\(context)")
+                    transfers.append(id)
+                case 5..<7:
+                    // The host acknowledges part of what was sent (a random point, never back).
+                    let last = seqs(playground, "outbox").last ?? 0
+                    acknowledged = max(acknowledged, Int.random(in: 0...last, using: &rng))
+                    try playground.writeAtomically("cart.json", cartJSON([("sku-1", counter)], syncedThrough: acknowledging ? acknowledged : nil))
+                case 7:
+                    let id = "\(name)-o\(counter)"
+                    let paid = try run(playground, ["handle-payment", "--total", "1.00", "--order-id", id])
+                    #expect(paid.status == 0, "\(context): \(paid.stderr)")
+                    orders.append(id)
+                case 8:
+                    try deliver("{ not json", as: "\(name)-bad\(counter)")
+                default:
+                    #expect(try run(playground, ["sync"]).status == 0, "\(context)")
+                }
+            }
+            #expect(try run(playground, ["sync"]).status == 0, "\(context)")
+        }
+        func rows(_ table: String) -> [(seq: Int, at: String)] {
+            query(playground, "SELECT seq, line FROM \(table) ORDER BY seq").compactMap { row in
+                guard let seq = Int(row[0]), let object = try? JSONSerialization.jsonObject(with: Data(row[1].utf8)) as? [String: Any],
+                      let at = object["at"] as? String else { return nil }
+                return (seq, at)
+            }
+        }
+        func snapshotNow() -> [String: [(seq: Int, at: String)]] {
+            Dictionary(uniqueKeysWithValues: ["outbox", "notifications", "payments"].map { ($0, rows($0)) })
+        }
+        try wave("old")
+        let snapshot = snapshotNow()
+        let oldEnd = Date()
+        try await eventually("the first wave is older than the retention") { Date() > oldEnd.addingTimeInterval(retention + 0.2) }
+        try wave("new")
+
+        // Every record made, with its instant: the second wave's passes may have removed some of
+        // the first wave's already (each pass removes what is due then; what is due only grows).
+        var before = snapshot.mapValues { Dictionary(uniqueKeysWithValues: $0.map { ($0.seq, $0.at) }) }
+        for (table, records) in snapshotNow() { for record in records { before[table, default: [:]][record.seq] = record.at } }
+        // What the host acknowledged (or echoed), and the batches pending, as the state says.
+        let state = query(playground, "SELECT value FROM meta WHERE key = 'state'").first.flatMap {
+            try? JSONSerialization.jsonObject(with: Data($0[0].utf8)) as? [String: Any]
+        } ?? [:]
+        acknowledged = max(state["hostSyncedThrough"] as? Int ?? 0, state["echoedThrough"] as? Int ?? 0)
+        let pending = Set(((state["pending"] as? [[String: Any]]) ?? []).compactMap { $0["seq"] as? Int })
+        let start = Date()
+        #expect(try run(playground, ["sync"]).status == 0, "\(context)")
+        let end = Date()
+
+        var removedChecked = 0
+        for (table, made) in before {
+            let records = made.sorted { $0.key < $1.key }.map { (seq: $0.key, at: $0.value) }
+            let kept = Set(seqs(playground, table))
+            let last = records.last?.seq ?? 0
+            // The rule walks up from the oldest and stops at the first record it must keep.
+            var mayGo = true
+            for record in records {
+                let allowed = record.seq < last && (table != "outbox" || (record.seq <= acknowledged && !pending.contains(record.seq)))
+                switch (allowed && mayGo) ? age(record.at, start: start, end: end, retention: retention) : .young {
+                case .old:
+                    removedChecked += 1
+                    #expect(!kept.contains(record.seq), "\(context): \(table) #\(record.seq) (\(record.at)) is old and allowed to go")
+                case .young:
+                    mayGo = false
+                    #expect(kept.contains(record.seq), "\(context): \(table) #\(record.seq) must stay (last \(last), acknowledged \(acknowledged), pending \(pending.sorted()))")
+                case .either: mayGo = false
+                }
+            }
+        }
+        #expect(removedChecked > 0, "\(context): the first wave left records old enough to go")
+        #expect(seqs(playground, "outbox").last == before["outbox"]?.keys.max(), "\(context): the last record stays")
+
+        // Old ids are forgotten: redelivered, an old event is taken again; a new one is not.
+        let outboxBefore = seqs(playground, "outbox").last ?? 0
+        if let old = events.first(where: { $0.hasPrefix("old-e") }) {
+            try deliver("{\"id\": \"\(old)\", \"type\": \"basketDelta\", \"products\": [{\"id\": \"sku-7\", \"quantity\": 1}]}", as: "again-\(old)")
+            #expect(try run(playground, ["sync"]).status == 0)
+            #expect((seqs(playground, "outbox").last ?? 0) == outboxBefore + 1, "\(context): \(old), past the retention, is taken again")
+        }
+        if let young = events.last(where: { $0.hasPrefix("new-e") }) {
+            let last = seqs(playground, "outbox").last ?? 0
+            try deliver("{\"id\": \"\(young)\", \"type\": \"basketDelta\", \"products\": [{\"id\": \"sku-7\", \"quantity\": 1}]}", as: "again-\(young)")
+            #expect(try run(playground, ["sync"]).status == 0)
+            #expect((seqs(playground, "outbox").last ?? 0) == last, "\(context): \(young), within the retention, is a duplicate")
+        }
+        let remembered = Set(query(playground, "SELECT id FROM orders").map { $0[0] } + query(playground, "SELECT id FROM transfers").map { $0[0] })
+        for id in orders + transfers {
+            if id.hasPrefix("old-") { #expect(!remembered.contains(id), "\(context): \(id) is forgotten") }
+            else { #expect(remembered.contains(id), "\(context): \(id) is remembered") }
+        }
+        // Old files of cur/ and bad/ are gone (a bad entry with its .error); new ones stay.
+        for folder in ["inbox/cur", "inbox/bad"] {
+            let names = playground.names(folder)
+            #expect(!names.contains { $0.hasPrefix("old-") }, "\(context): \(folder) keeps old files: \(names)")
+        }
+        let newBad = playground.names("inbox/bad").filter { $0.hasPrefix("new-") && !$0.hasSuffix(".error") }
+        for name in newBad { #expect(playground.names("inbox/bad").contains(name + ".error"), "\(context): \(name) keeps its .error") }
+        let cur = Set(playground.names("inbox/cur"))
+        for id in events where id.hasPrefix("new-") { #expect(cur.contains(id), "\(context): \(id) stays in cur/") }
+        #expect(try run(playground, ["status"]).status == 0)
+    }
+}
+
+extension RetentionTests {
+    /// A database full of history shrinks back once retention removed it (`auto_vacuum`), and
+    /// the agent keeps the write-ahead log bounded too.
+    @Test func theDatabaseShrinksBack() async throws {
+        let playground = try Playground()
+        #expect(try run(playground, ["init"]).status == 0)
+        let retention = 1.0
+        let padding = String(repeating: "x", count: 200)
+        for index in 0..<1200 {
+            let name = "e\(index)"
+            try playground.write("inbox/tmp/\(name)", "{\"id\": \"\(name)-\(padding)\", \"type\": \"basketDelta\", \"products\": [{\"id\": \"sku-\(index % 10)\", \"quantity\": 1}]}")
+            try FileManager.default.moveItem(atPath: playground.path + "/inbox/tmp/\(name)", toPath: playground.path + "/inbox/new/\(name)")
+        }
+        #expect(try run(playground, ["sync"]).status == 0)
+        // The host applies everything.
+        let applied = try run(playground, ["apply"])
+        #expect(applied.status == 0, "\(applied.stderr)")
+        #expect(try run(playground, ["sync"]).status == 0)
+        func size() -> Int {
+            ["", "-wal"].reduce(0) { total, suffix in
+                total + ((try? FileManager.default.attributesOfItem(atPath: playground.path + "/.basket-sync/state.db" + suffix)[.size] as? Int) ?? 0)
+            }
+        }
+        let full = size()
+        #expect(full > 500_000, "1,200 events of 200-byte ids fill the database: \(full) bytes")
+        // Retention set once the history is made (making it takes longer than the retention).
+        try playground.write("basket-sync.json", "{\"retention\": {\"days\": \(retention / 86_400)}}")
+        let madeAt = Date()
+        try await eventually("the history is older than the retention") { Date() > madeAt.addingTimeInterval(retention + 0.2) }
+        // One slice removes at most 1,000 of each kind: two passes remove everything due.
+        #expect(try run(playground, ["sync"]).status == 0)
+        #expect(try run(playground, ["sync"]).status == 0)
+        let after = size()
+        #expect(after < full / 4, "the database gave the space back: \(full) → \(after) bytes")
+        #expect(playground.names("inbox/cur").isEmpty, "\(playground.names("inbox/cur").count) files left in cur/")
+        #expect(query(playground, "SELECT COUNT(*) FROM inbox").first == ["0"])
+        #expect(query(playground, "SELECT COUNT(*) FROM outbox").first == ["1"], "the last record stays")
+        #expect(query(playground, "PRAGMA freelist_count").first == ["0"], "no free page left in the file")
+    }
+
+    /// A database written before the ids moved out of the state (schema 1: orders and transfers
+    /// in the state blob) is migrated when opened: a retried order is still a duplicate.
+    @Test func anOlderDatabaseKeepsItsOrdersAndTransfers() throws {
+        let playground = try Playground()
+        #expect(try run(playground, ["init"]).status == 0)
+        #expect(try run(playground, ["set-store", "store-1", "--mode", "retailer"]).status == 0)
+        try playground.writeAtomically("cart.json", cartJSON([("sku-1", 1)]))
+        #expect(try run(playground, ["handle-payment", "--total", "2.00", "--order-id", "o-1"]).status == 0)
+        #expect(try run(playground, ["push", "--transfer", "t-1", "sku-2=1"]).status == 0)
+        #expect(try run(playground, ["sync"]).status == 0)
+        let outboxBefore = query(playground, "SELECT COUNT(*) FROM outbox").first
+        // Back to what schema 1 kept: the ids in the state, no tables for them.
+        var handle: OpaquePointer?
+        #expect(sqlite3_open(playground.path + "/.basket-sync/state.db", &handle) == SQLITE_OK)
+        let blob = query(playground, "SELECT value FROM meta WHERE key = 'state'").first?[0] ?? ""
+        var state = (try? JSONSerialization.jsonObject(with: Data(blob.utf8)) as? [String: Any]) ?? [:]
+        state["recordedOrders"] = ["o-1": 1]
+        state["landedTransfers"] = ["t-1"]
+        let text = String(decoding: try JSONSerialization.data(withJSONObject: state), as: UTF8.self).replacingOccurrences(of: "'", with: "''")
+        for sql in ["DELETE FROM orders", "DELETE FROM transfers", "UPDATE meta SET value = CAST('\(text)' AS BLOB) WHERE key = 'state'", "PRAGMA user_version = 1"] {
+            #expect(sqlite3_exec(handle, sql, nil, nil, nil) == SQLITE_OK, "\(sql)")
+        }
+        sqlite3_close(handle)
+
+        let retry = try run(playground, ["handle-payment", "--total", "2.00", "--order-id", "o-1"])
+        #expect(retry.status == 0 && retry.stdout.contains("duplicate"), "\(retry.stdout) \(retry.stderr)")
+        #expect(try run(playground, ["push", "--transfer", "t-1", "sku-2=1"]).status == 0)
+        #expect(try run(playground, ["sync"]).status == 0)
+        #expect(query(playground, "SELECT COUNT(*) FROM outbox").first == outboxBefore, "the transfer did not land twice")
+        #expect(query(playground, "SELECT id FROM orders").map { $0[0] } == ["o-1"])
+        #expect(query(playground, "PRAGMA user_version").first == ["2"])
+    }
+}
