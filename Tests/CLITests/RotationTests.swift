@@ -52,4 +52,40 @@ import Testing
         try playground.write("basket-sync.json", "{\"rotate\": null}")
         #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
     }
+
+    /// A record committed but never appended (the append's fsync failed, as a crash between the
+    /// commit and the append leaves it) reaches the file after a rotation — basket-sync's own, or
+    /// logrotate's moving the file away meanwhile — once, in order, never twice across files.
+    @Test(arguments: [false, true])
+    func aRecordLeftUnpublishedReachesTheNewFileAfterARotation(movedAway: Bool) async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.write("basket-sync.json", "{\"rotate\": {\"maxBytes\": 600, \"keep\": 50}}")
+        for index in 1...3 {
+            #expect(try basketSync(["-C", playground.path, "push", "--id", "e\(index)", "A=+1"]).status == 0)
+            #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        }
+        let flag = playground.path + "/fault-on"
+        try playground.write("fault-on", "")
+        #expect(try basketSync(["-C", playground.path, "push", "--id", "lost", "A=+1"]).status == 0)
+        let failed = try basketSync(["-C", playground.path, "sync"], environment: [
+            "LD_PRELOAD": FaultTests.shim, "FAULTSHIM_EIO": "outbox.jsonl", "FAULTSHIM_WHILE": flag,
+        ])
+        #expect(failed.status != 0 && failed.stderr.contains("Input/output error"), "\(failed.stderr)")
+        #expect(!playground.read("outbox.jsonl").contains("\"lost\""), "committed, not in the file")
+        try FileManager.default.removeItem(atPath: flag)
+        if movedAway {
+            try FileManager.default.moveItem(atPath: playground.path + "/outbox.jsonl", toPath: playground.path + "/outbox.jsonl.1")
+        }
+        for index in 5...20 {
+            #expect(try basketSync(["-C", playground.path, "push", "--id", "e\(index)", "A=+1"]).status == 0)
+            #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        }
+        let files = (1...50).reversed().map { "outbox.jsonl.\($0)" }.filter { FileManager.default.fileExists(atPath: playground.path + "/" + $0) } + ["outbox.jsonl"]
+        #expect(files.count > 2, "rotated: \(files)")
+        let records = files.flatMap { playground.records($0) }
+        let seqs = records.compactMap { $0["seq"] as? Int }
+        #expect(seqs == Array(1...20), "every seq once, in order, across \(files): \(seqs)")
+        #expect(records.filter { $0["source"] as? String == "lost" }.count == 1, "the unpublished record reached a file once")
+    }
 }
