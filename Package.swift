@@ -15,8 +15,9 @@ let package = Package(
         // C libraries from Debian -dev packages, each behind one module map.
         .systemLibrary(name: "CInotifyTools", path: "Sources/CInotifyTools"),
         .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
+        .systemLibrary(name: "CMalloc", path: "Sources/CMalloc"),
         // The imperative shell: files, inotify, SQLite, signals.
-        .target(name: "BasketSyncAgent", dependencies: ["BasketSync", "BasketSyncWire", "CInotifyTools", "CSQLite"]),
+        .target(name: "BasketSyncAgent", dependencies: ["BasketSync", "BasketSyncWire", "CInotifyTools", "CSQLite", "CMalloc"]),
         // Argument parsing and command dispatch only.
         .executableTarget(name: "basket-sync", dependencies: ["BasketSyncAgent", "BasketSyncWire", "BasketSync"]),
         // The benchmark: `swift run -c release basket-sync-bench`.

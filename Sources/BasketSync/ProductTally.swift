@@ -10,6 +10,8 @@ struct ProductTally: Equatable {
 
     /// Sums the lines per SKU (the same id twice adds up).
     init(_ products: [RetailerProduct]) {
+        order.reserveCapacity(products.count)
+        quantities.reserveCapacity(products.count)
         for product in products { add(ExactID(product.id), product.quantity) }
     }
 

@@ -283,7 +283,8 @@ public struct SyncStateMachine: Sendable {
         // hold what the batch adds).
         let echoable = echoableThrough ?? state.lastOutboxSeq
         let previousCart = state.hostCart ?? [:]
-        let newCart = cart.quantities.filter { $0.value > 0 }
+        // Lines at 0 are not kept (most carts have none: the tally is taken as it is).
+        let newCart = cart.quantities.values.contains(0) ? cart.quantities.filter { $0.value > 0 } : cart.quantities
         state.hostCart = newCart
 
         let settleCount: Int

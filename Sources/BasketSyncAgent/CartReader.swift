@@ -1,3 +1,4 @@
+import CMalloc
 import BasketSync
 import BasketSyncWire
 
@@ -159,6 +160,8 @@ extension SyncEngine {
         }
         if let taken {
             _ = cartReader.remember(taken, rejected: false)
+            // A large cart's parse freed megabytes: given back, the agent's resident memory falls back.
+            if taken.count > 1 << 20 { _ = malloc_trim(0) }
             return changed ? .taken : .unchanged
         }
         return outcome

@@ -269,7 +269,9 @@ final class Store {
     /// Saves the state: ids of orders and transfers it holds go to their tables (kept), the host
     /// cart is written only when it changed, the rest — bounded by the cart's Mealz lines and the
     /// pending batches — as one blob.
-    func saveState(_ state: SyncState) throws(AgentError) {
+    /// `hostCartChanged` is what the caller knows from comparing with the state it loaded (nil:
+    /// compared here).
+    func saveState(_ state: SyncState, hostCartChanged: Bool? = nil) throws(AgentError) {
         let at = Timestamp.text(Date())
         for (order, seq) in state.recordedOrders { try recordOrder(order.string, seq: seq, at: at) }
         for transfer in state.landedTransfers { try recordTransfer(transfer.string, at: at) }
@@ -277,7 +279,7 @@ final class Store {
         blob.recordedOrders = [:]
         blob.landedTransfers = []
         blob.hostCart = nil
-        if savedHostCart == nil || savedHostCart! != state.hostCart {
+        if savedHostCart == nil || (hostCartChanged ?? (savedHostCart! != state.hostCart)) {
             let statement = try cached("INSERT INTO meta(key, value) VALUES('hostCart', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
             defer { statement.reset() }
             statement.bind(1, state.hostCart.map(StateFormat.encodeQuantities) ?? Array("null".utf8))

@@ -97,11 +97,16 @@ public final class SyncEngine {
             let before = machine.state
             var deadline = machine.nextDeadline
             var summary = try run(try body(&machine, now), deadline: &deadline)
-            summary.stateChanged = machine.state != before
+            // The host cart (as large as the cart) is compared once; the rest of the state is small.
+            let cartChanged = machine.state.hostCart != before.hostCart
+            var rest = machine.state, restBefore = before
+            rest.hostCart = nil
+            restBefore.hostCart = nil
+            summary.stateChanged = cartChanged || rest != restBefore
             if let batch = summary.outbox.first(where: { $0.type == .updateBasket }) { try observeCart(atBatch: batch.seq) }
             for report in summary.reports { try store.report(level: report.level.rawValue, message: report.message, at: now) }
             try record(summary)
-            if machine.state != before { try store.saveState(machine.state) }
+            if summary.stateChanged { try store.saveState(machine.state, hostCartChanged: cartChanged) }
             nextDeadline = deadline
             return summary
         }

@@ -18,8 +18,10 @@ package struct HostCart: Equatable, Sendable {
 /// of the host, keeping every other line and field as it is.
 package enum CartFormat {
     /// Parses and validates a cart; every problem is reported, with its position.
+    /// The common shape is read in one pass (``CartStream``); anything else by the tree decoder.
     package static func decode(_ bytes: [UInt8], keys: CartKeys, limits: InputLimits) throws(DecodingFailure) -> HostCart {
-        try CartDocument(bytes, keys: keys, limits: limits).cart
+        if let cart = CartStream.decode(bytes, keys: keys, limits: limits) { return cart }
+        return try CartDocument(bytes, keys: keys, limits: limits).cart
     }
 
     /// A cart file for `cart`, as a host would write it (one product line per line).

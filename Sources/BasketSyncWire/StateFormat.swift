@@ -56,15 +56,57 @@ package enum StateFormat {
          ("acknowledgementsWentBack", \.acknowledgementsWentBack)]
     }
 
-    /// A map of quantities by id (the host cart, kept beside the state) as a JSON object.
+    /// A map of quantities by id (the host cart, kept beside the state), compactly: a 0x01 byte,
+    /// then per entry the id's length (LEB128), its bytes, and the quantity (zigzag LEB128). A
+    /// 100,000-line cart is written and read back in a few milliseconds, unlike JSON.
     package static func encodeQuantities(_ map: [ExactID: Int]) -> [UInt8] {
-        var writer = JSONWriter()
-        quantities(map, &writer)
-        return writer.bytes
+        var bytes: [UInt8] = [0x01]
+        bytes.reserveCapacity(1 + map.count * 16)
+        func leb(_ value: UInt64) {
+            var rest = value
+            while rest >= 0x80 {
+                bytes.append(UInt8(rest & 0x7F) | 0x80)
+                rest >>= 7
+            }
+            bytes.append(UInt8(rest))
+        }
+        for (id, quantity) in map {
+            let utf8 = id.string.utf8
+            leb(UInt64(utf8.count))
+            bytes.append(contentsOf: utf8)
+            leb(UInt64(bitPattern: Int64((quantity << 1) ^ (quantity >> 63))))
+        }
+        return bytes
     }
 
-    /// Reads a map written by ``encodeQuantities(_:)``; `null` is nil.
+    /// Reads a map written by ``encodeQuantities(_:)`` (or a JSON object, as version 2 first
+    /// wrote it); `null` is nil.
     package static func decodeQuantities(_ bytes: [UInt8]) throws(JSONProblem) -> [ExactID: Int]? {
+        if bytes.first == 0x01 {
+            var map: [ExactID: Int] = [:]
+            var index = 1
+            func leb() throws(JSONProblem) -> UInt64 {
+                var value: UInt64 = 0
+                var shift: UInt64 = 0
+                while index < bytes.count, shift < 64 {
+                    let byte = bytes[index]
+                    index += 1
+                    value |= UInt64(byte & 0x7F) << shift
+                    if byte < 0x80 { return value }
+                    shift += 7
+                }
+                throw JSONProblem(offset: index, reason: "the saved cart is cut short")
+            }
+            while index < bytes.count {
+                let length = Int(try leb())
+                guard length <= bytes.count - index else { throw JSONProblem(offset: index, reason: "the saved cart is cut short") }
+                let id = bytes.withUnsafeBufferPointer { String(decoding: UnsafeBufferPointer(rebasing: $0[index..<index + length]), as: UTF8.self) }
+                index += length
+                let zigzag = try leb()
+                map[ExactID(id)] = Int(Int64(bitPattern: (zigzag >> 1) ^ (0 &- (zigzag & 1))))
+            }
+            return map
+        }
         let root = try JSONParser.parse(bytes)
         if root.isNull { return nil }
         guard case let .object(members) = root.value else { throw JSONProblem(offset: root.offset, reason: "quantities must be an object") }
