@@ -113,9 +113,11 @@ final class WriteWatch {
 
     deinit { close(fd) }
 
-    /// True when `name` was written within `timeout` seconds, and is now durable.
-    func wait(timeout: Double = 30) -> Bool {
+    /// True when `name` was written within `timeout` seconds, and is now durable (unless
+    /// `durable` is false: written is enough).
+    func wait(timeout: Double = 30, durable: Bool = true) -> Bool {
         guard written(timeout: timeout) else { return false }
+        if !durable { return true }
         let file = open(path, O_RDONLY | O_CLOEXEC)
         guard file >= 0 else { return false }
         defer { close(file) }
@@ -221,6 +223,17 @@ let executableDirectory: String = {
 }()
 let basketSync = "\(executableDirectory)/basket-sync"
 guard access(basketSync, X_OK) == 0 else { fail("\(basketSync) is missing: build the basket-sync product first") }
+
+// `--soak N [--retention-seconds S] [--rotate-bytes B]`: the long-running check instead (Soak.swift).
+if let flag = CommandLine.arguments.firstIndex(of: "--soak") {
+    func option(_ name: String, _ fallback: Double) -> Double {
+        CommandLine.arguments.firstIndex(of: name).flatMap { $0 + 1 < CommandLine.arguments.count ? Double(CommandLine.arguments[$0 + 1]) : nil } ?? fallback
+    }
+    guard flag + 1 < CommandLine.arguments.count, let count = Int(CommandLine.arguments[flag + 1]), count > 0 else {
+        fail("usage: basket-sync-bench --soak N [--retention-seconds S] [--rotate-bytes B]")
+    }
+    runSoak(count: count, retentionSeconds: option("--retention-seconds", 30), rotateBytes: Int(option("--rotate-bytes", 1_048_576)))
+}
 
 /// A sync directory with the agent running and A made Mealz-related: every cart changes A.
 func startAgent(_ directory: String) -> pid_t {

@@ -17,3 +17,22 @@ import Testing
         #expect(run.stdout.contains("| 100 | "))
     }
 }
+
+extension BenchmarkTests {
+    /// `--soak N` runs N events and N cart versions through one agent with retention and rotation
+    /// on, and reports sizes at ten points; with rotation the JSON Lines files stay within
+    /// (keep + 1) × maxBytes each, whatever N (no timing asserted).
+    @Test func theSoakSettingReportsTenPointsAndBoundedFiles() throws {
+        let bench = binary.deletingLastPathComponent().appendingPathComponent("basket-sync-bench").path
+        let run = try basketSync(["--soak", "200", "--retention-seconds", "0.5", "--rotate-bytes", "8000"], executable: bench)
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(run.stdout.contains("## basket-sync soak: 200 events and 200 cart versions"))
+        #expect(run.stdout.contains("p50 of the first tenth"))
+        let rows = run.stdout.split(separator: "\n").filter { $0.hasPrefix("| ") && !$0.hasPrefix("| after") }
+        #expect(rows.count == 10, "\(run.stdout)")
+        // The JSON Lines column of the last row: three files, each at most keep + 1 = 3 parts past 8,000 bytes.
+        let lines = rows.last.map { $0.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) } } ?? []
+        let kib = lines.count > 3 ? Int(lines[3].split(separator: " ").first ?? "") ?? .max : .max
+        #expect(kib <= 3 * 3 * (8_000 + 2_000) / 1024, "JSON Lines files bounded by rotation: \(kib) KiB")
+    }
+}
