@@ -28,13 +28,17 @@ public struct StatusReport {
     let lastGoodPass: String?
     /// Deliveries of an event id taken before: acknowledged, not done again.
     let inboxDuplicates: Int
+    /// The retention in force, if any: the counts of ids are of those kept.
+    let retentionDays: Double?
 
     /// Reads the state of `directory` as committed now.
     public init(directory: String) throws(AgentError) {
         // It only reads: it works on a read-only file system too.
         let store = try Store(directory: directory, create: false, readOnly: true)
         self.directory = directory
-        cart = ((try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()).cart
+        let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
+        cart = configuration.cart
+        retentionDays = configuration.retention?.days
         var lastLines: [Projection: [UInt8]] = [:]
         var counts: [Projection: UInt64] = [:]
         var notes: [String: String] = [:]
@@ -149,7 +153,8 @@ public struct StatusReport {
         }
         lines.append("outbox: \(counts[.outbox] ?? 0) records, notifications: \(counts[.notifications] ?? 0), payments: \(counts[.payments] ?? 0)")
         lines.append(cartLine)
-        lines.append("inbox: \(inboxTaken) taken, \(inboxDuplicates) duplicate deliveries (acknowledged, not done again), \(inboxWaiting) waiting in new/, \(inboxBad) in bad/")
+        let taken = retentionDays.map { "\(inboxTaken) taken within the retention (\(SyncEngine.shownDays($0)))" } ?? "\(inboxTaken) taken"
+        lines.append("inbox: \(taken), \(inboxDuplicates) duplicate deliveries (acknowledged, not done again), \(inboxWaiting) waiting in new/, \(inboxBad) in bad/")
         if let inboxProblem { lines.append("inbox unusable: \(inboxProblem)") }
         for problem in databaseBehind { lines.append("database behind the files: \(problem)") }
         let c = state.counters
