@@ -142,7 +142,8 @@ final class Store {
             // The files already set aside are known to retention by their age.
             for folder in ["cur", "bad"] {
                 let path = "\(directory)/inbox/\(folder)"
-                for name in Posix.listDirectory(path) where !(folder == "bad" && name.hasSuffix(".error")) {
+                // Read without following a link: a folder that is one is none of basket-sync's.
+                for name in (try? Posix.entries(of: path)) ?? [] where !(folder == "bad" && name.hasSuffix(".error")) {
                     let modified = Posix.linkInfo("\(path)/\(name)")?.modified ?? 0
                     try recordSettled(folder: folder, name: name, at: Date(timeIntervalSince1970: Double(modified) / 1e9))
                 }
