@@ -40,12 +40,16 @@ extension SyncEngine {
         slice = try store.withTransaction { () throws(AgentError) in
             var slice = RetentionSlice()
             let state = try store.loadState()
-            let acknowledged = max(state.hostSyncedThrough ?? 0, state.echoedThrough ?? 0)
+            // The host acknowledged through its syncedThrough; a host without one, through the
+            // highest batch its cart echoed — except the batches rolled back and never echoed
+            // since, which the store passes over.
+            let synced = state.hostSyncedThrough ?? 0
+            let acknowledged = max(synced, state.echoedThrough ?? 0)
             let pending = Set(state.pending.map(\.seq))
             for projection in Projection.allCases {
                 // Below what the file was given, and below the last record.
                 let bound = min(try store.given(projection)?.seq ?? 0, try store.lastSeq(projection))
-                let removed = try store.removeRecords(projection, below: bound, limit: limit) { seq, line in
+                let removed = try store.removeRecords(projection, below: bound, acknowledgedThrough: synced, limit: limit) { seq, line in
                     guard let at = RecordFormat.at(ofLine: line), at < cutoff else { return false }
                     return projection != .outbox || (seq <= acknowledged && !pending.contains(seq))
                 }

@@ -105,6 +105,8 @@ final class Store {
             CREATE TABLE IF NOT EXISTS completions(order_id TEXT PRIMARY KEY, payment INTEGER NOT NULL, at TEXT NOT NULL);
             CREATE TABLE IF NOT EXISTS orders(id TEXT PRIMARY KEY, seq INTEGER NOT NULL, at TEXT NOT NULL);
             CREATE TABLE IF NOT EXISTS transfers(id TEXT PRIMARY KEY, at TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS unsettled(seq INTEGER PRIMARY KEY);
+            CREATE TABLE IF NOT EXISTS unfinished(order_id TEXT PRIMARY KEY, at TEXT NOT NULL);
             CREATE TABLE IF NOT EXISTS settled(folder TEXT NOT NULL, name TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(folder, name)) WITHOUT ROWID;
             CREATE INDEX IF NOT EXISTS inbox_at ON inbox(at);
             CREATE INDEX IF NOT EXISTS orders_at ON orders(at);
@@ -138,7 +140,12 @@ final class Store {
         guard (try connection.scalar("PRAGMA user_version") ?? 0) < Store.schemaVersion else { return }
         try withTransaction { () throws(AgentError) in
             // The ids the state blob carried move to their tables (saveState moves them).
-            if try metaBlob("state") != nil { try saveState(try loadState()) }
+            if try metaBlob("state") != nil {
+                let state = try loadState()
+                try saveState(state)
+                // The batches rolled back and not settled since, as far as the state remembers.
+                for batch in state.rolledBack { try markUnsettled(batch.seq) }
+            }
             // The files already set aside are known to retention by their age.
             for folder in ["cur", "bad"] {
                 let path = "\(directory)/inbox/\(folder)"
@@ -328,6 +335,23 @@ final class Store {
         _ = try statement.step()
     }
 
+    /// Remembers a batch rolled back: the host has not applied it, as far as basket-sync knows,
+    /// so retention keeps its record until a late echo or an acknowledgement covers it.
+    func markUnsettled(_ seq: UInt64) throws(AgentError) {
+        let statement = try cached("INSERT OR IGNORE INTO unsettled(seq) VALUES(?)")
+        defer { statement.reset() }
+        statement.bind(1, Int64(seq))
+        _ = try statement.step()
+    }
+
+    /// A rolled-back batch the host applied after all (a late echo or acknowledgement).
+    func markSettled(_ seq: UInt64) throws(AgentError) {
+        let statement = try cached("DELETE FROM unsettled WHERE seq = ?")
+        defer { statement.reset() }
+        statement.bind(1, Int64(seq))
+        _ = try statement.step()
+    }
+
     /// Remembers that a file was moved to `inbox/cur/` or `inbox/bad/`, for retention.
     func recordSettled(folder: String, name: String, at: Date) throws(AgentError) {
         let statement = try cached("INSERT OR REPLACE INTO settled(folder, name, at) VALUES(?, ?, ?)")
@@ -419,26 +443,40 @@ final class Store {
     /// Removes up to `limit` records below `bound`, lowest first, while `removable` says so (it
     /// stops at the first one it refuses: records are in seq order, and so in time). Returns how
     /// many it removed.
-    func removeRecords(_ projection: Projection, below bound: UInt64, limit: Int, removable: (UInt64, [UInt8]) -> Bool) throws(AgentError) -> Int {
-        let select = try cached("SELECT seq, line FROM \(projection.rawValue) WHERE seq < ? ORDER BY seq LIMIT ?")
+    ///
+    /// Outbox records of batches rolled back and never settled (``markUnsettled(_:)``) are passed
+    /// over, unless the host acknowledged through them (`acknowledgedThrough`, its `syncedThrough`).
+    func removeRecords(
+        _ projection: Projection, below bound: UInt64, acknowledgedThrough: UInt64 = 0, limit: Int,
+        removable: (UInt64, [UInt8]) -> Bool
+    ) throws(AgentError) -> Int {
+        let unsettled = projection == .outbox ? " AND (seq <= ? OR seq NOT IN (SELECT seq FROM unsettled))" : ""
+        let select = try cached("SELECT seq, line FROM \(projection.rawValue) WHERE seq < ?\(unsettled) ORDER BY seq LIMIT ?")
         defer { select.reset() }
         select.bind(1, Int64(bound))
-        select.bind(2, Int64(limit))
-        var through: Int64?
-        var count = 0
+        if projection == .outbox { select.bind(2, Int64(acknowledgedThrough)) }
+        select.bind(projection == .outbox ? 3 : 2, Int64(limit))
+        var removed: [Int64] = []
         while try select.step() {
             let seq = select.int64(0)
             guard removable(UInt64(seq), select.blob(1)) else { break }
-            through = seq
-            count += 1
+            removed.append(seq)
         }
         select.reset()
-        guard let through else { return 0 }
-        let delete = try cached("DELETE FROM \(projection.rawValue) WHERE seq <= ?")
-        defer { delete.reset() }
-        delete.bind(1, through)
-        _ = try delete.step()
-        return count
+        let delete = try cached("DELETE FROM \(projection.rawValue) WHERE seq = ?")
+        for seq in removed {
+            delete.bind(1, seq)
+            _ = try delete.step()
+            delete.reset()
+        }
+        if projection == .outbox, let last = removed.last {
+            // Unsettled marks at or below an acknowledgement are moot.
+            let moot = try cached("DELETE FROM unsettled WHERE seq <= ?")
+            defer { moot.reset() }
+            moot.bind(1, min(last, Int64(acknowledgedThrough)))
+            _ = try moot.step()
+        }
+        return removed.count
     }
 
     /// Forgets up to `limit` ids of each kind (inbox events, transfers, orders and their

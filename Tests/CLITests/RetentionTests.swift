@@ -125,8 +125,11 @@ import TestSupport
         let state = query(playground, "SELECT value FROM meta WHERE key = 'state'").first.flatMap {
             try? JSONSerialization.jsonObject(with: Data($0[0].utf8)) as? [String: Any]
         } ?? [:]
-        acknowledged = max(state["hostSyncedThrough"] as? Int ?? 0, state["echoedThrough"] as? Int ?? 0)
+        let synced = state["hostSyncedThrough"] as? Int ?? 0
+        acknowledged = max(synced, state["echoedThrough"] as? Int ?? 0)
         let pending = Set(((state["pending"] as? [[String: Any]]) ?? []).compactMap { $0["seq"] as? Int })
+        // Rolled back and never echoed since: not acknowledged, unless syncedThrough covers them.
+        let unsettled = Set(((state["rolledBack"] as? [[String: Any]]) ?? []).compactMap { $0["seq"] as? Int })
         let start = Date()
         #expect(try run(playground, ["sync"]).status == 0, "\(context)")
         let end = Date()
@@ -139,6 +142,10 @@ import TestSupport
             // The rule walks up from the oldest and stops at the first record it must keep.
             var mayGo = true
             for record in records {
+                if table == "outbox", unsettled.contains(record.seq), record.seq > synced {
+                    #expect(kept.contains(record.seq), "\(context): outbox #\(record.seq) was rolled back and never echoed: it stays")
+                    continue
+                }
                 let allowed = record.seq < last && (table != "outbox" || (record.seq <= acknowledged && !pending.contains(record.seq)))
                 switch (allowed && mayGo) ? age(record.at, start: start, end: end, retention: retention) : .young {
                 case .old:
@@ -256,5 +263,44 @@ extension RetentionTests {
         #expect(query(playground, "SELECT COUNT(*) FROM outbox").first == outboxBefore, "the transfer did not land twice")
         #expect(query(playground, "SELECT id FROM orders").map { $0[0] } == ["o-1"])
         #expect(query(playground, "PRAGMA user_version").first == ["2"])
+    }
+}
+
+extension RetentionTests {
+    /// The black-box review's case: a legacy host (no syncedThrough) lets two batches roll back,
+    /// then its cart echoes only the second, late. The first was never applied: it stays, whatever
+    /// its age, and `wait --after 0` still shows it.
+    @Test func aBatchRolledBackAndNeverEchoedStays() async throws {
+        let playground = try Playground()
+        #expect(try run(playground, ["init"]).status == 0)
+        let retention = 1.0
+        try playground.write("basket-sync.json", "{\"pendingTimeoutSeconds\": 0.2, \"retention\": {\"days\": \(retention / 86_400)}}")
+        try playground.writeAtomically("cart.json", cartJSON([("x", 1)]))
+        #expect(try run(playground, ["sync"]).status == 0)
+        #expect(try run(playground, ["push", "sku-1=+1"]).status == 0)
+        #expect(try run(playground, ["push", "sku-2=+2"]).status == 0)
+        #expect(try run(playground, ["sync"]).status == 0)
+        let pushed = Date()
+        try await eventually("both windows are over") { Date() > pushed.addingTimeInterval(0.4) }
+        #expect(try run(playground, ["sync"]).status == 0)
+        try playground.writeAtomically("cart.json", cartJSON([("x", 1), ("sku-2", 2)]))
+        #expect(try run(playground, ["sync"]).status == 0)
+        let echoed = Date()
+        try await eventually("the records are older than the retention") { Date() > echoed.addingTimeInterval(retention + 0.2) }
+        #expect(try run(playground, ["push", "sku-3=+1"]).status == 0)
+        #expect(try run(playground, ["sync"]).status == 0)
+        #expect(seqs(playground, "outbox").contains(1), "#1 was never applied: \(seqs(playground, "outbox"))")
+        #expect(!seqs(playground, "outbox").contains(2), "#2 was echoed (late): it goes")
+        let waited = try run(playground, ["wait", "--after", "0", "--timeout", "0"])
+        #expect(waited.stdout.contains("\"seq\":1,"), "\(waited.stdout)")
+        // A syncedThrough covering it acknowledges it: then it goes too.
+        try playground.writeAtomically("cart.json", cartJSON([("x", 1), ("sku-2", 2)], syncedThrough: 3))
+        #expect(try run(playground, ["sync"]).status == 0)
+        #expect(try run(playground, ["push", "sku-4=+1"]).status == 0)
+        #expect(try run(playground, ["sync"]).status == 0)
+        let acknowledged = Date()
+        try await eventually("older than the retention again") { Date() > acknowledged.addingTimeInterval(retention + 0.2) }
+        #expect(try run(playground, ["sync"]).status == 0)
+        #expect(!seqs(playground, "outbox").contains(1), "acknowledged by syncedThrough 3: \(seqs(playground, "outbox"))")
     }
 }
