@@ -1,7 +1,8 @@
 #!/bin/sh
 # A retail host written in POSIX shell and jq. It keeps its own cart in cart.json, applies the
-# Mealz deltas of outbox.jsonl itself (not through `basket-sync apply`), reports how far it got
-# with "syncedThrough", and calls the payment commands at checkout.
+# Mealz deltas itself (not through `basket-sync apply`) — the outbox records after its
+# "syncedThrough", as `basket-sync wait` prints them from the database (so that a rotation of
+# outbox.jsonl never hides one) — reports how far it got, and calls the payment commands at checkout.
 #
 #   host.sh sync                  apply the outbox records after syncedThrough, atomically
 #   host.sh add SKU N             the shopper adds N units in the host's own UI
@@ -26,14 +27,17 @@ write_cart() {
     mv "$tmp" "$cart"
 }
 
-# The complete lines of a JSON Lines file: a torn last line (no newline yet) is not taken.
-complete_lines() {
-    [ -f "$1" ] || return 0
-    if [ -s "$1" ] && [ "$(tail -c 1 "$1" | od -An -tx1 | tr -d ' \n')" != "0a" ]; then
-        sed '$d' "$1"
-    else
-        cat "$1"
+# The outbox records after seq $1, one per line (none: nothing); another failure stops the host.
+records_after() {
+    err="$dir/.wait.err.$$"
+    rc=0
+    "$bs" -C "$dir" wait --after "$1" --timeout 0 2>"$err" || rc=$?
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 75 ]; then  # 75: no record after it yet
+        cat "$err" >&2
+        rm -f "$err"
+        exit "$rc"
     fi
+    rm -f "$err"
 }
 
 # Adds a signed delta to one line, clamped at 0; a line at 0 leaves the cart.
@@ -46,7 +50,8 @@ DELTA='def delta($id; $n):
 
 case "${1:-}" in
 sync)
-    records=$(complete_lines "$dir/outbox.jsonl" | jq -c -s '.')
+    lines=$(records_after "$(jq '.syncedThrough // 0' "$cart")")
+    records=$(printf '%s\n' "$lines" | jq -c -s '.')
     jq --argjson records "$records" "$DELTA"'
         (.syncedThrough // 0) as $done
         | reduce ($records[] | select(.seq > $done)) as $r (.;

@@ -172,7 +172,12 @@ final class JSONLinesFile {
                 // or written to by someone else — the next record follows what was given, or our
                 // last record in the file if that is further.
                 start = max(given?.seq ?? 0, lastOurs)
-                outcome.restarted = given != nil && !sameFile
+                // Not said when the file given before is NAME.1 now: rotated (by basket-sync, or
+                // logrotate), which is what rotation does, not an interference.
+                let rotated = given.map { given in
+                    Posix.linkInfo("\(path).1").map { $0.device == given.device && $0.inode == given.inode } ?? false
+                } ?? false
+                outcome.restarted = given != nil && !sameFile && !rotated
             }
         }
 
