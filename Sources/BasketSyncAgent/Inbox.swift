@@ -166,6 +166,28 @@ struct Inbox {
         return base
     }
 
+    /// Sets aside the entries of `new/` whose names are not UTF-8 (no `String` can name them, so
+    /// they could be neither read nor moved by name): each goes to `bad/` under a name of its own
+    /// with a `.error` beside it. Returns each one's name as shown and its name in `bad/`.
+    func setAsideUnnamable() -> [(shown: String, moved: String)] {
+        let new = folder("new")
+        var moved: [(shown: String, moved: String)] = []
+        for name in Posix.nonUTF8Names(in: new + "/.") {
+            let shown = "\(shownFolder("new"))/\(Posix.shownBytes(name))"
+            let base = "renamed.\(Posix.randomName())"
+            let message = Array("\(shown): the name is not UTF-8; set aside as bad/\(base). Deliver the event again under a UTF-8 name.\n".utf8)
+            do {
+                try Posix.makeDirectory(folder("bad"), mode: 0o755)
+                try Posix.writeFileAtomically("\(folder("bad"))/\(base).error", message, replacing: true)
+                try Posix.renameRaw(in: new, name, to: "\(folder("bad"))/\(base)")
+                moved.append((shown, base))
+            } catch {
+                Posix.unlink("\(folder("bad"))/\(base).error")
+            }
+        }
+        return moved
+    }
+
     /// Delivers an event the Maildir way: written in `tmp/` under a unique name, fsynced, renamed
     /// into `new/`, the directory fsynced.
     func deliver(_ bytes: [UInt8], name: String) throws(SystemError) {
@@ -205,6 +227,12 @@ extension SyncEngine {
         // The folders opened once for the pass: never followed if swapped for a link meanwhile.
         let inbox: Inbox
         do { inbox = try self.inbox.pinned() } catch { throw .system(error) }
+        // A name no String can hold could be neither read nor moved by name: set aside first.
+        for entry in inbox.setAsideUnnamable() {
+            summary.bad += 1
+            reportError(.badData(path: entry.shown, line: 1, column: 1, reason: "the name is not UTF-8; set aside as inbox/bad/\(entry.moved): deliver the event again under a UTF-8 name"))
+            _ = try? store.withTransaction { () throws(AgentError) in try store.recordSettled(folder: "bad", name: entry.moved, at: Date()) }
+        }
         let waiting: [String]
         do { waiting = try inbox.waiting(seen: seen) } catch { throw .system(inbox.shown(error)) }
         for name in waiting {

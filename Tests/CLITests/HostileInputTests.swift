@@ -416,3 +416,37 @@ import Testing
         #expect(seqs(playground, "payments.jsonl") == [1])
     }
 }
+
+extension HostileInputTests {
+    /// An inbox entry whose name is not UTF-8 (no Swift string can name it) was neither taken nor
+    /// set aside, silently, for ever — one could fill the disk with them (black-box review M2).
+    /// It goes to bad/ under a name of its own, with a .error, and is reported; the events around
+    /// it are taken.
+    @Test(arguments: ["ev\\xff1", "\\xed\\xa0\\x80x", "\\xc3"])
+    func anEntryNamedInBytesThatAreNotUTF8IsSetAsideAndReported(name: String) throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        let script = """
+            import os, sys
+            d = sys.argv[1].encode()
+            for name, id in [(b"a-first", "e1"), (b"\(name)", "e2"), (b"z-last", "e3")]:
+                open(d + b"/inbox/tmp/t", "w").write('{"id":"%s","type":"basketDelta","products":[{"id":"A","quantity":1}]}' % id)
+                os.rename(d + b"/inbox/tmp/t", d + b"/inbox/new/" + name)
+            """
+        let python = Child()
+        python.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        python.arguments = ["python3", "-c", script, playground.path]
+        try python.run()
+        python.waitUntilExit()
+        #expect(python.terminationStatus == 0)
+        let sync = try basketSync(["-C", playground.path, "sync"])
+        #expect(sync.status == 0, "\(sync.stderr)")
+        #expect(sync.stderr.contains("the name is not UTF-8"), "\(sync.stderr)")
+        #expect(sync.stdout.contains("2 taken") && sync.stdout.contains("1 bad"), "\(sync.stdout)")
+        #expect(playground.names("inbox/new").isEmpty, "\(playground.names("inbox/new"))")
+        let bad = playground.names("inbox/bad")
+        #expect(bad.count == 2 && bad.contains { $0.hasPrefix("renamed.") && $0.hasSuffix(".error") }, "\(bad)")
+        let status = try basketSync(["-C", playground.path, "status", "--json"])
+        #expect(status.stdout.contains("not UTF-8"), "the error is kept for status: \(status.stdout)")
+    }
+}

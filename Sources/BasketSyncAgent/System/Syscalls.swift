@@ -358,6 +358,36 @@ enum Posix {
         return names(in: directory)
     }
 
+    /// The names in a directory that are not UTF-8, as bytes (a `String` cannot name them: they
+    /// are set aside by ``renameRaw(in:_:to:)``); empty when it cannot be read.
+    static func nonUTF8Names(in path: String) -> [[UInt8]] {
+        guard let directory = opendir(path) else { return [] }
+        defer { closedir(directory) }
+        let nameOffset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
+        var names: [[UInt8]] = []
+        while let entry = readdir(directory) {
+            let pointer = UnsafeRawPointer(entry).advanced(by: nameOffset).assumingMemoryBound(to: CChar.self)
+            if String(validatingCString: pointer) == nil {
+                names.append(Array(UnsafeBufferPointer(start: UnsafeRawPointer(pointer).assumingMemoryBound(to: UInt8.self), count: strlen(pointer))))
+            }
+        }
+        return names
+    }
+
+    /// Renames the entry named by the bytes `name` in `directory` to `target` (never following a link).
+    static func renameRaw(in directory: String, _ name: [UInt8], to target: String) throws(SystemError) {
+        let path = Array(directory.utf8) + [0x2F] + name + [0]
+        let result = path.withUnsafeBufferPointer { buffer in
+            buffer.withMemoryRebound(to: CChar.self) { Glibc.rename($0.baseAddress!, target) }
+        }
+        if result != 0 { throw .last("rename to \(target)", directory + "/" + shownBytes(name)) }
+    }
+
+    /// Bytes that are not UTF-8, shown: printable ASCII as is, any other byte as `\xNN`.
+    static func shownBytes(_ bytes: [UInt8]) -> String {
+        bytes.map { (0x20..<0x7F).contains($0) && $0 != 0x5C ? String(UnicodeScalar($0)) : "\\x" + String($0, radix: 16, uppercase: true).leftPadded(2) }.joined()
+    }
+
     /// Reads and closes `directory`. Each name is read in place: copying `d_name` whole reads past
     /// a short entry (the crash of swift-corelibs-foundation#5472).
     private static func names(in directory: OpaquePointer) -> [String] {
@@ -429,4 +459,8 @@ enum Posix {
         }
         return polled.map { $0.revents != 0 }
     }
+}
+
+private extension String {
+    func leftPadded(_ width: Int) -> String { String(repeating: "0", count: max(0, width - count)) + self }
 }
