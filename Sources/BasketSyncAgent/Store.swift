@@ -450,7 +450,10 @@ final class Store {
         _ projection: Projection, below bound: UInt64, acknowledgedThrough: UInt64 = 0, limit: Int,
         removable: (UInt64, [UInt8]) -> Bool
     ) throws(AgentError) -> Int {
-        let unsettled = projection == .outbox ? " AND (seq <= ? OR seq NOT IN (SELECT seq FROM unsettled))" : ""
+        // Passed over: batches rolled back and never settled (unless acknowledged), and the payment
+        // of an order whose completion never finished (a retry is still to come).
+        let unsettled = projection == .outbox ? " AND (seq <= ? OR seq NOT IN (SELECT seq FROM unsettled))"
+            : projection == .payments ? " AND seq NOT IN (SELECT seq FROM orders WHERE id IN (SELECT order_id FROM unfinished))" : ""
         let select = try cached("SELECT seq, line FROM \(projection.rawValue) WHERE seq < ?\(unsettled) ORDER BY seq LIMIT ?")
         defer { select.reset() }
         select.bind(1, Int64(bound))
@@ -484,8 +487,9 @@ final class Store {
     func forgetIds(olderThan cutoff: String, limit: Int) throws(AgentError) -> (count: Int, more: Bool) {
         var count = 0
         var more = false
-        for (table, key) in [("inbox", "rowid"), ("transfers", "rowid"), ("orders", "rowid"), ("completions", "rowid")] {
-            let statement = try cached("DELETE FROM \(table) WHERE \(key) IN (SELECT \(key) FROM \(table) WHERE at < ? ORDER BY at LIMIT ?)")
+        for (table, keep) in [("inbox", ""), ("transfers", ""), ("orders", " AND id NOT IN (SELECT order_id FROM unfinished)"), ("completions", "")] {
+            // An order whose completion never finished is kept: its retry must find it.
+            let statement = try cached("DELETE FROM \(table) WHERE rowid IN (SELECT rowid FROM \(table) WHERE at < ?\(keep) ORDER BY at LIMIT ?)")
             defer { statement.reset() }
             statement.bind(1, cutoff)
             statement.bind(2, Int64(limit))
@@ -612,8 +616,20 @@ final class Store {
         return try statement.step() ? statement.text(0) : nil
     }
 
+    /// Remembers that the completion for `orderId` is about to run: until it exits 0, retention
+    /// keeps the order (and its payment record), so that a retry still finds it.
+    func markUnfinished(orderId: String, at: Date) throws(AgentError) {
+        let statement = try connection.prepare("INSERT OR IGNORE INTO unfinished(order_id, at) VALUES(?, ?)")
+        statement.bind(1, orderId)
+        statement.bind(2, Timestamp.text(at))
+        _ = try statement.step()
+    }
+
     /// Records that the completion for `orderId` (payment `payment`) exited 0: it never runs again.
     func recordCompletion(orderId: String, payment: UInt64, at: Date) throws(AgentError) {
+        let finished = try connection.prepare("DELETE FROM unfinished WHERE order_id = ?")
+        finished.bind(1, orderId)
+        _ = try finished.step()
         let statement = try connection.prepare("INSERT OR IGNORE INTO completions(order_id, payment, at) VALUES(?, ?, ?)")
         statement.bind(1, orderId)
         statement.bind(2, Int64(payment))

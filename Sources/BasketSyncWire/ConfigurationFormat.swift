@@ -170,7 +170,7 @@ public struct AgentConfiguration: Equatable, Sendable {
                     switch name {
                     case "days":
                         guard case let .number(text) = value.value, let days = Double(text), days > 0, days <= 36_500 else {
-                            throw fail(value.offset, "\"retention.days\" must be a number of days above 0 (fractions allowed), such as 30")
+                            throw fail(value.offset, "\"retention.days\" must be a number of days above 0 and at most 36500 (fractions allowed), such as 30")
                         }
                         retention.days = days
                     default: throw fail(value.offset, "unknown key \(JSONWriter.quoted("retention." + name)); the key is days")

@@ -304,3 +304,31 @@ extension RetentionTests {
         #expect(!seqs(playground, "outbox").contains(1), "acknowledged by syncedThrough 3: \(seqs(playground, "outbox"))")
     }
 }
+
+extension RetentionTests {
+    /// An order whose completion failed (or never ran to its end) is the one whose retry must
+    /// still come: retention keeps it and its payment record (black-box review M4); an order whose
+    /// completion finished is forgotten as documented.
+    @Test func anOrderWhoseCompletionNeverFinishedIsKept() async throws {
+        let playground = try Playground()
+        #expect(try run(playground, ["init"]).status == 0)
+        let retention = 1.0
+        try playground.write("basket-sync.json", "{\"retention\": {\"days\": \(retention / 86_400)}}")
+        #expect(try run(playground, ["set-store", "s1", "--mode", "retailer"]).status == 0)
+        try playground.writeAtomically("cart.json", cartJSON([("sku-1", 2)]))
+        #expect(try run(playground, ["handle-payment", "--total", "5.00", "--order-id", "failed", "--then", "/bin/sh", "-c", "exit 3"]).status == 3)
+        #expect(try run(playground, ["handle-payment", "--total", "6.00", "--order-id", "finished", "--then", "/bin/true"]).status == 0)
+        #expect(try run(playground, ["push", "sku-1=+1"]).status == 0)
+        let paid = Date()
+        try await eventually("older than the retention") { Date() > paid.addingTimeInterval(retention + 0.2) }
+        #expect(try run(playground, ["sync"]).status == 0)
+        let orders = query(playground, "SELECT id FROM orders").map { $0[0] }
+        #expect(orders == ["failed"], "\(orders)")
+        let retry = try run(playground, ["handle-payment", "--total", "5.00", "--order-id", "failed", "--json", "--then", "/bin/true"])
+        #expect(retry.status == 0 && retry.stdout.contains("\"duplicate\":true"), "\(retry.stdout) \(retry.stderr)")
+        let recorded = query(playground, "SELECT line FROM payments").filter { $0[0].contains("\"orderId\":\"failed\"") }
+        #expect(recorded.count == 1, "recorded once: \(recorded)")
+        // Its completion finished now: the next slice may forget it.
+        #expect(query(playground, "SELECT order_id FROM unfinished").isEmpty)
+    }
+}

@@ -181,6 +181,7 @@ extension Commands {
             outcome.completion = .finishedBefore(at: finished)
             return outcome
         }
+        try engine.store.withTransaction { () throws(AgentError) in try engine.store.markUnfinished(orderId: orderId, at: Date()) }
         let status = try runCompletion(then, passing: lock)
         outcome.completion = .ran(status: status)
         if status == 0 {
