@@ -311,8 +311,11 @@ public struct SyncStateMachine: Sendable {
         }
 
         let related = mealzRelatedIds
+        // Few Mealz lines (the usual case) are found along the cart by comparing bytes, which is
+        // cheaper than hashing every line of a large cart.
+        let few = related.count <= 16 ? Array(related) : nil
         let list = cart.order.compactMap { id -> RetailerProduct? in
-            guard related.contains(id), let quantity = newCart[id] else { return nil }
+            guard few?.contains(id) ?? related.contains(id), let quantity = newCart[id] else { return nil }
             return RetailerProduct(id: id.string, quantity: quantity)
         }
         let listMap = Dictionary(uniqueKeysWithValues: list.map { (ExactID($0.id), $0.quantity) })
