@@ -16,11 +16,11 @@ struct ProductTally: Equatable {
     }
 
     mutating func add(_ id: ExactID, _ quantity: Int) {
-        if let current = quantities[id] {
+        // One hash for a new id (the usual case); a repeated id pays a second one.
+        if let current = quantities.updateValue(quantity, forKey: id) {
             quantities[id] = current.saturatingAdd(quantity)
         } else {
             order.append(id)
-            quantities[id] = quantity
         }
     }
 
