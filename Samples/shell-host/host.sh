@@ -20,12 +20,19 @@ cart="$dir/cart.json"
 
 [ -f "$cart" ] || printf '{"products":[],"syncedThrough":0}\n' > "$cart"
 
-# Replaces the cart with stdin the careful way: a temp file beside it, then a rename.
-write_cart() {
+# Runs jq (its arguments, then the cart) and replaces the cart with the result the careful way — a
+# temp file beside it, then a rename — only when jq succeeded: a failure leaves the cart as it was.
+edit_cart() {
     tmp="$dir/.cart.json.$$"
-    cat > "$tmp"
-    mv "$tmp" "$cart"
+    if jq "$@" "$cart" > "$tmp"; then
+        mv "$tmp" "$cart"
+    else
+        rm -f "$tmp"
+        echo "host: the cart was left as it was" >&2
+        exit 1
+    fi
 }
+trap 'rm -f "$dir/.cart.json.$$" "$dir/.records.$$" "$dir/.wait.err.$$"' EXIT
 
 # The outbox records after seq $1, one per line (none: nothing); another failure stops the host.
 records_after() {
@@ -50,24 +57,25 @@ DELTA='def delta($id; $n):
 
 case "${1:-}" in
 sync)
-    lines=$(records_after "$(jq '.syncedThrough // 0' "$cart")")
-    records=$(printf '%s\n' "$lines" | jq -c -s '.')
-    jq --argjson records "$records" "$DELTA"'
+    done=$(jq '.syncedThrough // 0' "$cart")
+    # The records go through a file: however many there are (a host down for a while), no
+    # argument grows past what the kernel takes.
+    records="$dir/.records.$$"
+    records_after "$done" > "$records"
+    edit_cart --slurpfile records "$records" "$DELTA"'
         (.syncedThrough // 0) as $done
         | reduce ($records[] | select(.seq > $done)) as $r (.;
             (if $r.type == "updateBasket" then reduce $r.products[] as $p (.; delta($p.id; $p.quantity)) else . end)
-            | .syncedThrough = $r.seq)' "$cart" | write_cart
-    for seq in $(printf '%s' "$records" | jq -r --argjson done "$(jq '.syncedThrough' "$cart")" \
-            '.[] | select(.type == "redirectToCart") | .seq'); do
-        echo "redirectToCart (seq $seq): the shopper wants to see the cart"
-    done
+            | .syncedThrough = $r.seq)'
+    jq -r --argjson done "$done" 'select(.type == "redirectToCart" and .seq > $done) | .seq' "$records" |
+        while read -r seq; do echo "redirectToCart (seq $seq): the shopper wants to see the cart"; done
     echo "host: cart synced through $(jq '.syncedThrough' "$cart")"
     ;;
 add|remove)
     [ $# -eq 3 ] || { echo "usage: host.sh $1 SKU N" >&2; exit 64; }
     n=$3
     [ "$1" = remove ] && n=$((-$3))
-    jq --arg id "$2" --argjson n "$n" "$DELTA"' delta($id; $n)' "$cart" | write_cart
+    edit_cart --arg id "$2" --argjson n "$n" "$DELTA"' delta($id; $n)'
     ;;
 checkout)
     [ $# -eq 3 ] || { echo "usage: host.sh checkout ORDER_ID TOTAL" >&2; exit 64; }
@@ -75,7 +83,7 @@ checkout)
     "$bs" -C "$dir" handle-payment --total "$3" --order-id "$2" --then "$0" clear
     ;;
 clear)
-    jq '.products = []' "$cart" | write_cart
+    edit_cart '.products = []'
     echo "host: order paid, cart emptied"
     ;;
 *)
