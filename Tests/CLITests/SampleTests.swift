@@ -28,6 +28,39 @@ import Testing
         #expect(cart["syncedThrough"] as? Int == 2)
     }
 
+    /// The shell host back after a long while: 1,200 records wait (past what one argument can
+    /// carry), with rotation at 300 bytes keeping 1 (most of them in no file any more). It applies
+    /// every one, keeps the shopper's line, and announces the redirect (second review F1).
+    @Test func shellHostAfterALongAbsence() throws {
+        let playground = try Playground()
+        let host = path("Samples/shell-host/host.sh")
+        let environment = ["BASKET_SYNC_DIR": playground.path]
+        func runHost(_ arguments: [String]) throws -> Run {
+            let searchPath = binary.deletingLastPathComponent().path + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")
+            return try basketSync(arguments, environment: environment.merging(["PATH": searchPath]) { $1 }, executable: host)
+        }
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.write("basket-sync.json", "{\"rotate\": {\"maxBytes\": 300, \"keep\": 1}}")
+        #expect(try runHost(["add", "bread", "2"]).status == 0)
+        for index in 0..<1_200 {
+            let name = "e\(index)"
+            try playground.write("inbox/tmp/\(name)", "{\"id\":\"\(name)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"S\(index % 7)\",\"quantity\":1}]}")
+            try FileManager.default.moveItem(atPath: playground.path + "/inbox/tmp/\(name)", toPath: playground.path + "/inbox/new/\(name)")
+        }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "push", "--redirect"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let synced = try runHost(["sync"])
+        #expect(synced.status == 0, "\(synced.stderr)")
+        #expect(synced.stdout.contains("redirectToCart (seq 1201)"), "\(synced.stdout)")
+        let cart = try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as? [String: Any]
+        let lines = (cart?["products"] as? [[String: Any]]) ?? []
+        let quantities = Dictionary(uniqueKeysWithValues: lines.map { ($0["id"] as! String, $0["quantity"] as! Int) })
+        #expect(quantities["bread"] == 2, "the shopper's line stays: \(quantities)")
+        #expect((0..<7).map { quantities["S\($0)"] ?? 0 }.reduce(0, +) == 1_200, "every record applied once: \(quantities)")
+        #expect(cart?["syncedThrough"] as? Int == 1_201)
+    }
+
     /// The fixed-format Python host: its own keys, its labels, driven by `wait` — once (cron) and
     /// as a loop beside the agent.
     @Test func legacyFormatHost() async throws {
