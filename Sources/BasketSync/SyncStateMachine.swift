@@ -417,11 +417,19 @@ public struct SyncStateMachine: Sendable {
     /// Mealz's after all (reported).
     private mutating func lateEchoes(previousCart: [ExactID: Int], newCart: [ExactID: Int], through echoable: UInt64) -> [SyncEffect] {
         var effects: [SyncEffect] = []
+        // In seq order, each batch is judged on the cart as the host had it after the earlier
+        // ones it applied: two equal batches are not both echoed by a cart that shows one.
+        var applied: [ExactID: Int] = [:]
         state.rolledBack.removeAll { batch in
             let echoed = batch.seq <= echoable && batch.products.allSatisfy { line in
-                (newCart[ExactID(line.id)] ?? 0) == RetailerProduct.applying(delta: line.quantity, to: previousCart[ExactID(line.id)] ?? 0)
+                let id = ExactID(line.id)
+                return (newCart[id] ?? 0) == RetailerProduct.applying(delta: line.quantity, to: applied[id] ?? previousCart[id] ?? 0)
             }
             guard echoed else { return false }
+            for line in batch.products {
+                let id = ExactID(line.id)
+                applied[id] = RetailerProduct.applying(delta: line.quantity, to: applied[id] ?? previousCart[id] ?? 0)
+            }
             Self.settle(batch, into: &state.confirmed)
             state.echoedThrough = max(state.echoedThrough ?? 0, batch.seq)
             effects.append(.lateEcho(seq: batch.seq))

@@ -3,6 +3,24 @@ import Testing
 
 /// Each rule of SPEC §4, and the cases that broke real Mealz SDKs, as short transcripts.
 @Suite struct RuleTests {
+    /// Two equal batches rolled back: a cart that shows one of them applied echoes the first only
+    /// (each batch is judged on the cart after the earlier ones the host applied); the second is
+    /// echoed when a cart shows it too (second black-box review, F2).
+    @Test func twoEqualRolledBackBatchesAreNotBothEchoedByACartThatShowsOne() throws {
+        var s = Transcript()
+        _ = try s.cart(0, lines(("X", 1)))
+        _ = try s.delta(1, lines(("A", 1)))
+        _ = try s.delta(2, lines(("A", 1)))
+        _ = s.tick(20)
+        #expect(s.machine.state.rolledBack.map(\.seq) == [1, 2])
+        let first = try s.cart(21, lines(("X", 1), ("A", 1)))
+        #expect(first.contains(.lateEcho(seq: 1)) && !first.contains(.lateEcho(seq: 2)), "\(first)")
+        #expect(s.machine.state.rolledBack.map(\.seq) == [2])
+        let second = try s.cart(22, lines(("X", 1), ("A", 2)))
+        #expect(second.contains(.lateEcho(seq: 2)), "\(second)")
+        #expect(s.confirmed == ["A": 2])
+    }
+
     @Test func oneSkuPushedByTwoRecipesThenOneRecipeRemoved() throws {
         var s = Transcript()
         _ = try s.cart(0, [], syncedThrough: 0)
