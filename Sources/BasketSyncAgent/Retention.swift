@@ -63,8 +63,10 @@ extension SyncEngine {
                 let files = try store.settledFiles(olderThan: cutoff, limit: limit)
                 for file in files {
                     let path = "\(inbox.folder(file.folder))/\(file.name)"
-                    if Posix.remove(path) { slice.files += 1 }
-                    if file.folder == "bad" { _ = Posix.remove(path + ".error") }
+                    let removed = Posix.remove(path)
+                    if removed { slice.files += 1 }
+                    // A directory set aside that is not empty stays, and its .error with it.
+                    if file.folder == "bad", removed || Posix.linkInfo(path) == nil { _ = Posix.remove(path + ".error") }
                 }
                 try store.forgetSettled(files)
                 if files.count == limit { slice.more = true }
