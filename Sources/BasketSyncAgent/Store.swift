@@ -87,6 +87,10 @@ final class Store {
         self.databasePath = databasePath
         databaseIdentity = Posix.linkInfo(databasePath)?.identity ?? []
         connection.setBusyTimeout(milliseconds: busyTimeoutMilliseconds)
+        // A layout this version does not know would be read wrong, or written over.
+        if let version = try connection.scalar("PRAGMA user_version"), version > Store.schemaVersion {
+            throw .database(path: databasePath, message: "written by a newer basket-sync (database layout \(version), this one knows up to \(Store.schemaVersion)); run that version, or restore .basket-sync/ from a backup made by this one")
+        }
         if readOnly { return }
         // Pages freed by retention go back to the file system (SQLite can set it only on a new
         // database; an older one is converted once, see ``useIncrementalVacuum()``).

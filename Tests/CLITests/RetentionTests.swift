@@ -263,6 +263,15 @@ extension RetentionTests {
         #expect(query(playground, "SELECT COUNT(*) FROM outbox").first == outboxBefore, "the transfer did not land twice")
         #expect(query(playground, "SELECT id FROM orders").map { $0[0] } == ["o-1"])
         #expect(query(playground, "PRAGMA user_version").first == ["2"])
+
+        // A database of a later layout is refused, not read wrong nor written over.
+        #expect(sqlite3_open(playground.path + "/.basket-sync/state.db", &handle) == SQLITE_OK)
+        #expect(sqlite3_exec(handle, "PRAGMA user_version = 3", nil, nil, nil) == SQLITE_OK)
+        sqlite3_close(handle)
+        for command in [["sync"], ["status"]] {
+            let refused = try run(playground, command)
+            #expect(refused.status == 74 && refused.stderr.contains("written by a newer basket-sync"), "\(command): \(refused.status) \(refused.stderr)")
+        }
     }
 }
 
