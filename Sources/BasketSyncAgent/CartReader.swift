@@ -1,4 +1,3 @@
-import CMalloc
 import BasketSync
 import BasketSyncWire
 
@@ -161,7 +160,7 @@ extension SyncEngine {
         if let taken {
             _ = cartReader.remember(taken, rejected: false)
             // A large cart's parse freed megabytes: given back, the agent's resident memory falls back.
-            if taken.count > 1 << 20 { _ = malloc_trim(0) }
+            if taken.count > 1 << 20 { Posix.releaseFreedMemory() }
             return changed ? .taken : .unchanged
         }
         return outcome

@@ -1,4 +1,5 @@
 import Glibc
+import CMalloc
 
 /// How a file is opened: the `open(2)` flags the agent uses, without libc in the callers.
 struct OpenOptions: OptionSet {
@@ -299,6 +300,10 @@ enum Posix {
     }
 
     static func unlink(_ path: String) { _ = Glibc.unlink(path) }
+
+    /// Gives the heap glibc keeps after freeing back to the system (`malloc_trim`): after a large
+    /// cart, the resident memory falls back.
+    static func releaseFreedMemory() { _ = malloc_trim(0) }
 
     /// Removes a file, a link (not what it leads to) or an empty folder; false when nothing was removed.
     static func remove(_ path: String) -> Bool {
