@@ -235,7 +235,27 @@ extension SyncEngine {
         }
         let waiting: [String]
         do { waiting = try inbox.waiting(seen: seen) } catch { throw .system(inbox.shown(error)) }
-        for name in waiting {
+        // Group commit: the events of a group share one transaction (one database fsync) and one
+        // append per JSON Lines file (one fsync each), all before any of them is acknowledged.
+        var start = 0
+        while start < waiting.count {
+            let group = waiting[start..<min(start + SyncEngine.inboxGroupSize, waiting.count)]
+            start = group.endIndex
+            try takeGroup(group, from: inbox, into: &summary)
+        }
+        return summary
+    }
+
+    /// The most events one transaction takes: a group holds the database's write lock for its
+    /// length (other processes wait for it), and is one fsync of the database and of each file.
+    static let inboxGroupSize = 256
+
+    /// Takes a group of waiting entries in delivery order: read and checked first (a bad one set
+    /// aside), then every event in one transaction — each under a savepoint, so that one the
+    /// library refuses is set aside alone — then the appends, then the acknowledgements.
+    private func takeGroup(_ names: ArraySlice<String>, from inbox: Inbox, into summary: inout InboxSummary) throws(AgentError) {
+        var events: [(name: String, path: String, event: InboxEvent)] = []
+        for name in names {
             let path = inbox.shown(name)
             let bytes: [UInt8]
             do {
@@ -252,37 +272,52 @@ extension SyncEngine {
                 if try quarantine(name, error, in: inbox) { summary.bad += 1 }
                 continue
             }
-            let event: InboxEvent
-            do { event = try decodeEvent(bytes, path: path) } catch {
+            do { events.append((name, path, try decodeEvent(bytes, path: path))) } catch {
                 if try quarantine(name, error, in: inbox) { summary.bad += 1 }
-                continue
-            }
-            let duplicate: Bool
-            let sameFile: Bool
-            do {
-                (duplicate, sameFile) = try takeEvent(event, name: name, path: path)
-            } catch {
-                guard case .badData = error else { throw error }
-                if try quarantine(name, error, in: inbox) { summary.bad += 1 }
-                continue
-            }
-            if duplicate {
-                // Its records were committed before; the file must hold them before the ack.
-                try publish(.outbox)
-                if sameFile {
-                    logger.log(.info, "\(path): event \(event.id) was taken by another basket-sync process meanwhile")
-                } else {
-                    summary.duplicates += 1
-                    logger.log(.info, "\(path): event \(event.id) was already taken; acknowledged without doing it again")
-                }
-            } else {
-                summary.taken += 1
-            }
-            if let failure = inbox.acknowledge(name) {
-                logger.log(.warning, "\(path): taken, but cannot be moved to cur/ (\(inbox.shown(failure))); it will be acknowledged again, not done again")
             }
         }
-        return summary
+        guard !events.isEmpty else { return }
+        enum Taken { case taken(duplicate: Bool, sameFile: Bool), refused(AgentError) }
+        var outcomes: [Taken] = []
+        var summaries: [StepSummary] = []
+        try store.withTransaction { () throws(AgentError) in
+            outcomes = []
+            summaries = []
+            for entry in events {
+                do throws(AgentError) {
+                    let (duplicate, sameFile, step) = try store.withSavepoint { () throws(AgentError) in
+                        try takeEvent(entry.event, name: entry.name, path: entry.path)
+                    }
+                    outcomes.append(.taken(duplicate: duplicate, sameFile: sameFile))
+                    summaries.append(step)
+                } catch {
+                    guard case .badData = error else { throw error }
+                    outcomes.append(.refused(error))
+                }
+            }
+        }
+        // Committed: the files get the records (a duplicate's were committed before) before any ack.
+        try finish(summaries)
+        if outcomes.contains(where: { if case .taken(true, _) = $0 { true } else { false } }) { try publish(.outbox) }
+        for (entry, outcome) in zip(events, outcomes) {
+            switch outcome {
+            case let .refused(error):
+                if try quarantine(entry.name, error, in: inbox) { summary.bad += 1 }
+                continue
+            case let .taken(duplicate, sameFile):
+                if !duplicate {
+                    summary.taken += 1
+                } else if sameFile {
+                    logger.log(.info, "\(entry.path): event \(entry.event.id) was taken by another basket-sync process meanwhile")
+                } else {
+                    summary.duplicates += 1
+                    logger.log(.info, "\(entry.path): event \(entry.event.id) was already taken; acknowledged without doing it again")
+                }
+            }
+            if let failure = inbox.acknowledge(entry.name) {
+                logger.log(.warning, "\(entry.path): taken, but cannot be moved to cur/ (\(inbox.shown(failure))); it will be acknowledged again, not done again")
+            }
+        }
     }
 
     /// Parses and validates an inbox event.
@@ -292,14 +327,14 @@ extension SyncEngine {
         }
     }
 
-    /// One event in one transaction: dedupe by id, the library's effects, the inbox row. True
-    /// when the id was taken before (nothing done again).
-    private func takeEvent(_ event: InboxEvent, name: String, path: String) throws(AgentError) -> (duplicate: Bool, sameFile: Bool) {
+    /// One event, inside the group's transaction: dedupe by id, the library's effects, the inbox
+    /// row. `duplicate` when the id was taken before (nothing done again).
+    private func takeEvent(_ event: InboxEvent, name: String, path: String) throws(AgentError) -> (duplicate: Bool, sameFile: Bool, step: StepSummary) {
         var duplicate = false
         var sameFile = false
         var transfer: String?
         if case let .basketTransfer(_, transferId) = event.event { transfer = transferId }
-        try step(transfer: transfer, { (machine, now) throws(AgentError) in
+        let step = try stepInTransaction(transfer: transfer, { (machine, now) throws(AgentError) in
             if let takenFrom = try store.inboxFile(id: event.id) {
                 duplicate = true
                 // A redelivery (another file with the same id) is counted for status: cur/ holds
@@ -323,7 +358,7 @@ extension SyncEngine {
             try store.recordInbox(id: event.id, file: name, outcome: outcome, at: Date())
             try store.recordSettled(folder: "cur", name: name, at: Date())
         })
-        return (duplicate, sameFile)
+        return (duplicate, sameFile, step)
     }
 
     /// Sets a malformed or unreadable event aside in `inbox/bad/` and reports why. False when

@@ -202,6 +202,23 @@ final class Store {
         }
     }
 
+    /// Runs `body` inside the caller's transaction under a savepoint: undone alone when it throws
+    /// (one input of a group that fails does not undo the others).
+    func withSavepoint<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
+        try connection.execute("SAVEPOINT step")
+        do {
+            let result = try body()
+            try connection.execute("RELEASE step")
+            return result
+        } catch {
+            try? connection.execute("ROLLBACK TO step")
+            try? connection.execute("RELEASE step")
+            cachedState = nil
+            savedHostCart = nil
+            throw error
+        }
+    }
+
     // MARK: State
 
     private func metaBlob(_ key: String) throws(AgentError) -> [UInt8]? {

@@ -86,34 +86,55 @@ public final class SyncEngine {
         _ body: (inout SyncStateMachine, Date) throws(AgentError) -> [SyncEffect],
         record: (StepSummary) throws(AgentError) -> Void = { _ in }
     ) throws(AgentError) -> StepSummary {
-        let now = Date()
         let summary = try store.withTransaction { () throws(AgentError) in
-            var state = try store.loadState()
-            if let order, let seq = try store.orderSeq(order) { state.recordedOrders = [ExactID(order): seq] }
-            if let transfer, try store.transferLanded(transfer) { state.landedTransfers = [ExactID(transfer)] }
-            var machine = SyncStateMachine(
-                state: state, configuration: configuration.syncConfiguration,
-                isSynchronizerRegistered: isSynchronizerRegistered)
-            let before = machine.state
-            var deadline = machine.nextDeadline
-            var summary = try run(try body(&machine, now), deadline: &deadline)
-            // The host cart (as large as the cart) is compared once; the rest of the state is small.
-            let cartChanged = machine.state.hostCart != before.hostCart
-            var rest = machine.state, restBefore = before
-            rest.hostCart = nil
-            restBefore.hostCart = nil
-            summary.stateChanged = cartChanged || rest != restBefore
-            if let batch = summary.outbox.first(where: { $0.type == .updateBasket }) { try observeCart(atBatch: batch.seq) }
-            for report in summary.reports { try store.report(level: report.level.rawValue, message: report.message, at: now) }
-            try record(summary)
-            if summary.stateChanged { try store.saveState(machine.state, hostCartChanged: cartChanged) }
-            nextDeadline = deadline
-            return summary
+            try stepInTransaction(order: order, transfer: transfer, body, record: record)
         }
-        for report in summary.reports { logger.log(report.level, report.message) }
-        if logsActivity { for line in summary.activity { logger.log(.info, line.message, record: line.record) } }
-        for projection in Projection.allCases where summary.touched.contains(projection) { try publish(projection) }
+        try finish([summary])
         return summary
+    }
+
+    /// The part of a step inside the caller's transaction: loads the state, runs the input and its
+    /// effects, stores what belongs with them and saves the state. Nothing is logged or appended
+    /// yet: ``finish(_:)`` does that once the transaction committed.
+    func stepInTransaction(
+        order: String? = nil, transfer: String? = nil,
+        _ body: (inout SyncStateMachine, Date) throws(AgentError) -> [SyncEffect],
+        record: (StepSummary) throws(AgentError) -> Void = { _ in }
+    ) throws(AgentError) -> StepSummary {
+        let now = Date()
+        var state = try store.loadState()
+        if let order, let seq = try store.orderSeq(order) { state.recordedOrders = [ExactID(order): seq] }
+        if let transfer, try store.transferLanded(transfer) { state.landedTransfers = [ExactID(transfer)] }
+        var machine = SyncStateMachine(
+            state: state, configuration: configuration.syncConfiguration,
+            isSynchronizerRegistered: isSynchronizerRegistered)
+        let before = machine.state
+        var deadline = machine.nextDeadline
+        var summary = try run(try body(&machine, now), deadline: &deadline)
+        // The host cart (as large as the cart) is compared once; the rest of the state is small.
+        let cartChanged = machine.state.hostCart != before.hostCart
+        var rest = machine.state, restBefore = before
+        rest.hostCart = nil
+        restBefore.hostCart = nil
+        summary.stateChanged = cartChanged || rest != restBefore
+        if let batch = summary.outbox.first(where: { $0.type == .updateBasket }) { try observeCart(atBatch: batch.seq) }
+        for report in summary.reports { try store.report(level: report.level.rawValue, message: report.message, at: now) }
+        try record(summary)
+        if summary.stateChanged { try store.saveState(machine.state, hostCartChanged: cartChanged) }
+        nextDeadline = deadline
+        return summary
+    }
+
+    /// After the steps' transaction committed: their logs, then one append (and fsync) per JSON
+    /// Lines file they gave new lines to.
+    func finish(_ summaries: [StepSummary]) throws(AgentError) {
+        var touched: Set<Projection> = []
+        for summary in summaries {
+            for report in summary.reports { logger.log(report.level, report.message) }
+            if logsActivity { for line in summary.activity { logger.log(.info, line.message, record: line.record) } }
+            touched.formUnion(summary.touched)
+        }
+        for projection in Projection.allCases where touched.contains(projection) { try publish(projection) }
     }
 
     /// Runs the effects, in order, inside the step's transaction: every effect is decided here.

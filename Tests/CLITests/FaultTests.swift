@@ -41,17 +41,21 @@ import Testing
         #expect(order.count > 10, "the seam saw the calls: \(order.count)")
 
         // Each event: database commit (WAL fdatasync) → outbox write → outbox fsync → rename to cur/.
+        // The five events are one group: one commit, one append, one fsync, then five renames.
         let acknowledgements = order.indices.filter { order[$0].call == "rename" && order[$0].detail.contains("/inbox/cur/") }
         #expect(acknowledgements.count == 5)
-        var previous = -1
         for ack in acknowledgements {
-            let before = order[(previous + 1)..<ack]
+            let before = order[..<ack]
             let commit = before.lastIndex { $0.call == "fdatasync" && $0.path.hasSuffix("state.db-wal") }
             let write = before.lastIndex { $0.call == "write" && $0.path.hasSuffix("outbox.jsonl") }
             let fsync = before.lastIndex { $0.call == "fsync" && $0.path.hasSuffix("outbox.jsonl") }
             #expect(commit != nil && write != nil && fsync != nil, "an acknowledgement without its durable steps: \(Array(before))")
             if let commit, let write, let fsync { #expect(commit < write && write < fsync) }
-            previous = ack
+        }
+        if let first = acknowledgements.first, let last = acknowledgements.last {
+            let outboxWrites = order[..<first].filter { $0.call == "write" && $0.path.hasSuffix("outbox.jsonl") }
+            #expect(outboxWrites.count == 1, "one append for the group: \(outboxWrites.count)")
+            #expect(!order[first...last].contains { $0.path.hasSuffix("outbox.jsonl") || $0.path.hasSuffix("state.db-wal") }, "nothing between the acknowledgements")
         }
         // The notification: committed, then written and fsynced.
         let notify = try #require(order.lastIndex { $0.call == "fsync" && $0.path.hasSuffix("notifications.jsonl") })
