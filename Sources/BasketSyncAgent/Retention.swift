@@ -42,14 +42,16 @@ extension SyncEngine {
             let state = try store.loadState()
             // The host acknowledged through its syncedThrough; a host without one, through the
             // highest batch its cart echoed — except the batches rolled back and never echoed
-            // since, which the store passes over.
+            // since (the library keeps the last ones it can still confirm late), passed over
+            // unless a syncedThrough covers them.
             let synced = state.hostSyncedThrough ?? 0
             let acknowledged = max(synced, state.echoedThrough ?? 0)
             let pending = Set(state.pending.map(\.seq))
+            let unechoed = Set(state.rolledBack.map(\.seq).filter { $0 > synced })
             for projection in Projection.allCases {
                 // Below what the file was given, and below the last record.
                 let bound = min(try store.given(projection)?.seq ?? 0, try store.lastSeq(projection))
-                let removed = try store.removeRecords(projection, below: bound, acknowledgedThrough: synced, limit: limit) { seq, line in
+                let removed = try store.removeRecords(projection, below: bound, keeping: projection == .outbox ? unechoed : [], limit: limit) { seq, line in
                     guard let at = RecordFormat.at(ofLine: line), at < cutoff else { return false }
                     return projection != .outbox || (seq <= acknowledged && !pending.contains(seq))
                 }

@@ -109,7 +109,6 @@ final class Store {
             CREATE TABLE IF NOT EXISTS completions(order_id TEXT PRIMARY KEY, payment INTEGER NOT NULL, at TEXT NOT NULL);
             CREATE TABLE IF NOT EXISTS orders(id TEXT PRIMARY KEY, seq INTEGER NOT NULL, at TEXT NOT NULL);
             CREATE TABLE IF NOT EXISTS transfers(id TEXT PRIMARY KEY, at TEXT NOT NULL);
-            CREATE TABLE IF NOT EXISTS unsettled(seq INTEGER PRIMARY KEY);
             CREATE TABLE IF NOT EXISTS unfinished(order_id TEXT PRIMARY KEY, at TEXT NOT NULL);
             CREATE TABLE IF NOT EXISTS settled(folder TEXT NOT NULL, name TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(folder, name)) WITHOUT ROWID;
             CREATE INDEX IF NOT EXISTS inbox_at ON inbox(at);
@@ -144,12 +143,7 @@ final class Store {
         guard (try connection.scalar("PRAGMA user_version") ?? 0) < Store.schemaVersion else { return }
         try withTransaction { () throws(AgentError) in
             // The ids the state blob carried move to their tables (saveState moves them).
-            if try metaBlob("state") != nil {
-                let state = try loadState()
-                try saveState(state)
-                // The batches rolled back and not settled since, as far as the state remembers.
-                for batch in state.rolledBack { try markUnsettled(batch.seq) }
-            }
+            if try metaBlob("state") != nil { try saveState(try loadState()) }
             // The files already set aside are known to retention by their age.
             for folder in ["cur", "bad"] {
                 let path = "\(directory)/inbox/\(folder)"
@@ -356,23 +350,6 @@ final class Store {
         _ = try statement.step()
     }
 
-    /// Remembers a batch rolled back: the host has not applied it, as far as basket-sync knows,
-    /// so retention keeps its record until a late echo or an acknowledgement covers it.
-    func markUnsettled(_ seq: UInt64) throws(AgentError) {
-        let statement = try cached("INSERT OR IGNORE INTO unsettled(seq) VALUES(?)")
-        defer { statement.reset() }
-        statement.bind(1, Int64(seq))
-        _ = try statement.step()
-    }
-
-    /// A rolled-back batch the host applied after all (a late echo or acknowledgement).
-    func markSettled(_ seq: UInt64) throws(AgentError) {
-        let statement = try cached("DELETE FROM unsettled WHERE seq = ?")
-        defer { statement.reset() }
-        statement.bind(1, Int64(seq))
-        _ = try statement.step()
-    }
-
     /// Remembers that a file was moved to `inbox/cur/` or `inbox/bad/`, for retention.
     func recordSettled(folder: String, name: String, at: Date) throws(AgentError) {
         let statement = try cached("INSERT OR REPLACE INTO settled(folder, name, at) VALUES(?, ?, ?)")
@@ -465,24 +442,21 @@ final class Store {
     /// stops at the first one it refuses: records are in seq order, and so in time). Returns how
     /// many it removed.
     ///
-    /// Outbox records of batches rolled back and never settled (``markUnsettled(_:)``) are passed
-    /// over, unless the host acknowledged through them (`acknowledgedThrough`, its `syncedThrough`).
+    /// `keeping` are passed over (outbox: the batches rolled back and never echoed since; payments:
+    /// those of orders whose completion never finished, found here).
     func removeRecords(
-        _ projection: Projection, below bound: UInt64, acknowledgedThrough: UInt64 = 0, limit: Int,
+        _ projection: Projection, below bound: UInt64, keeping: Set<UInt64> = [], limit: Int,
         removable: (UInt64, [UInt8]) -> Bool
     ) throws(AgentError) -> Int {
-        // Passed over: batches rolled back and never settled (unless acknowledged), and the payment
-        // of an order whose completion never finished (a retry is still to come).
-        let unsettled = projection == .outbox ? " AND (seq <= ? OR seq NOT IN (SELECT seq FROM unsettled))"
-            : projection == .payments ? " AND seq NOT IN (SELECT seq FROM orders WHERE id IN (SELECT order_id FROM unfinished))" : ""
-        let select = try cached("SELECT seq, line FROM \(projection.rawValue) WHERE seq < ?\(unsettled) ORDER BY seq LIMIT ?")
+        let unfinished = projection == .payments ? " AND seq NOT IN (SELECT seq FROM orders WHERE id IN (SELECT order_id FROM unfinished))" : ""
+        let select = try cached("SELECT seq, line FROM \(projection.rawValue) WHERE seq < ?\(unfinished) ORDER BY seq LIMIT ?")
         defer { select.reset() }
         select.bind(1, Int64(bound))
-        if projection == .outbox { select.bind(2, Int64(acknowledgedThrough)) }
-        select.bind(projection == .outbox ? 3 : 2, Int64(limit))
+        select.bind(2, Int64(limit + keeping.count))
         var removed: [Int64] = []
-        while try select.step() {
+        while try select.step(), removed.count < limit {
             let seq = select.int64(0)
+            if keeping.contains(UInt64(seq)) { continue }
             guard removable(UInt64(seq), select.blob(1)) else { break }
             removed.append(seq)
         }
@@ -492,13 +466,6 @@ final class Store {
             delete.bind(1, seq)
             _ = try delete.step()
             delete.reset()
-        }
-        if projection == .outbox, let last = removed.last {
-            // Unsettled marks at or below an acknowledgement are moot.
-            let moot = try cached("DELETE FROM unsettled WHERE seq <= ?")
-            defer { moot.reset() }
-            moot.bind(1, min(last, Int64(acknowledgedThrough)))
-            _ = try moot.step()
         }
         return removed.count
     }

@@ -167,13 +167,10 @@ public final class SyncEngine {
                 // The state holds them (Mealz's share, the basket number, the store); `status` shows them.
                 break
             case let .rolledBack(batch):
-                try store.markUnsettled(batch.seq)
                 summary.reports.append((.warning, "batch #\(batch.seq) rolled back: the host did not echo it within \(configuration.pendingTimeoutSeconds) s; write syncedThrough in the cart to be waited for"))
             case let .lateEcho(seq):
-                try store.markSettled(seq)
                 summary.reports.append((.warning, "the host applied batch #\(seq) after its window: settled late; write syncedThrough in the cart to be waited for"))
             case let .lateAcknowledgement(seq):
-                try store.markSettled(seq)
                 summary.reports.append((.warning, "the host acknowledged batch #\(seq) after its window: settled late"))
             case let .ignored(batch):
                 summary.ignored = true

@@ -150,7 +150,7 @@ import TestSupport
                 switch (allowed && mayGo) ? age(record.at, start: start, end: end, retention: retention) : .young {
                 case .old:
                     removedChecked += 1
-                    #expect(!kept.contains(record.seq), "\(context): \(table) #\(record.seq) (\(record.at)) is old and allowed to go")
+                    #expect(!kept.contains(record.seq), "\(context): \(table) #\(record.seq) (\(record.at)) is old and allowed to go (acknowledged \(acknowledged), synced \(synced), rolled back \(unsettled.sorted()), unsettled in the database \(query(playground, "SELECT seq FROM unsettled").map { $0[0] }), pending \(pending.sorted()))")
                 case .young:
                     mayGo = false
                     #expect(kept.contains(record.seq), "\(context): \(table) #\(record.seq) must stay (last \(last), acknowledged \(acknowledged), pending \(pending.sorted()))")
