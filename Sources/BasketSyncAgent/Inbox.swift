@@ -131,12 +131,18 @@ struct Inbox {
     }
 
     /// Moves a taken entry from `new/` to `cur/`; another process may have moved it already.
-    /// Returns why it could not be moved, if it could not.
-    func acknowledge(_ name: String) -> SystemError? {
-        do { try Posix.rename(path(of: name), "\(folder("cur"))/\(name)") } catch {
-            return error.isMissing ? nil : error
+    /// A name `cur/` holds already (a Maildir name used again, or anything else there) is not
+    /// replaced: the entry goes there under a name of its own. Returns why it could not be moved,
+    /// if it could not, and the name it has in `cur/` when not its own.
+    func acknowledge(_ name: String) -> (failure: SystemError?, renamed: String?) {
+        var target = name
+        if Posix.linkInfo("\(folder("cur"))/\(name)") != nil {
+            target = name.utf8.count > 200 ? "long-name.\(Posix.randomName())" : "\(name).again.\(Posix.randomName())"
         }
-        return nil
+        do { try Posix.rename(path(of: name), "\(folder("cur"))/\(target)") } catch {
+            return (error.isMissing ? nil : error, nil)
+        }
+        return (nil, target == name ? nil : target)
     }
 
     /// Moves an entry to `bad/` with a `.error` file beside it saying why. An entry whose name is
@@ -314,8 +320,14 @@ extension SyncEngine {
                     logger.log(.info, "\(entry.path): event \(entry.event.id) was already taken; acknowledged without doing it again")
                 }
             }
-            if let failure = inbox.acknowledge(entry.name) {
+            let (failure, renamed) = inbox.acknowledge(entry.name)
+            if let failure {
                 logger.log(.warning, "\(entry.path): taken, but cannot be moved to cur/ (\(inbox.shown(failure))); it will be acknowledged again, not done again")
+            }
+            if let renamed {
+                // cur/ held that name already: kept under its own, and known to retention by it.
+                logger.log(.info, "\(entry.path): cur/ holds that name already; moved there as \(renamed)")
+                _ = try? store.withTransaction { () throws(AgentError) in try store.recordSettled(folder: "cur", name: renamed, at: Date()) }
             }
         }
     }

@@ -450,3 +450,32 @@ extension HostileInputTests {
         #expect(status.stdout.contains("not UTF-8"), "the error is kept for status: \(status.stdout)")
     }
 }
+
+extension HostileInputTests {
+    /// A Maildir name used again replaced the file `cur/` archived under it, and a directory of
+    /// that name in `cur/` kept the entry in `new/` for ever, "acknowledged again" at every pass
+    /// (third review F3, F4): now the entry goes to `cur/` under a name of its own.
+    @Test func aNameCurHoldsAlreadyIsNotReplaced() throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        func deliver(_ name: String, id: String) throws {
+            try playground.write("inbox/tmp/\(name)", "{\"id\": \"\(id)\", \"type\": \"basketDelta\", \"products\": [{\"id\": \"A\", \"quantity\": 1}]}")
+            try FileManager.default.moveItem(atPath: playground.path + "/inbox/tmp/\(name)", toPath: playground.path + "/inbox/new/\(name)")
+        }
+        try deliver("ev1", id: "first")
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        try deliver("ev1", id: "second")
+        try FileManager.default.createDirectory(atPath: playground.path + "/inbox/cur/evX", withIntermediateDirectories: false)
+        try deliver("evX", id: "third")
+        let sync = try basketSync(["-C", playground.path, "sync"])
+        #expect(sync.status == 0 && sync.stdout.contains("2 taken"), "\(sync.stdout) \(sync.stderr)")
+        #expect(playground.names("inbox/new").isEmpty, "\(playground.names("inbox/new"))")
+        let cur = playground.names("inbox/cur")
+        let contents = cur.map { playground.read("inbox/cur/" + $0) }
+        #expect(contents.filter { $0.contains("\"first\"") }.count == 1 && contents.filter { $0.contains("\"second\"") }.count == 1, "both archived: \(cur)")
+        #expect(cur.contains { $0.hasPrefix("evX.again.") }, "\(cur)")
+        #expect(playground.records("outbox.jsonl").compactMap { $0["source"] as? String } == ["first", "second", "third"])
+        let again = try basketSync(["-C", playground.path, "sync"])
+        #expect(!again.stderr.contains("acknowledged again"), "\(again.stderr)")
+    }
+}
