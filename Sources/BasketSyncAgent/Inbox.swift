@@ -246,8 +246,7 @@ extension SyncEngine {
         var start = 0
         while start < waiting.count {
             let group = waiting[start..<min(start + SyncEngine.inboxGroupSize, waiting.count)]
-            start = group.endIndex
-            try takeGroup(group, from: inbox, into: &summary)
+            start += try takeGroup(group, from: inbox, into: &summary)
         }
         return summary
     }
@@ -259,9 +258,16 @@ extension SyncEngine {
     /// Takes a group of waiting entries in delivery order: read and checked first (a bad one set
     /// aside), then every event in one transaction — each under a savepoint, so that one the
     /// library refuses is set aside alone — then the appends, then the acknowledgements.
-    private func takeGroup(_ names: ArraySlice<String>, from inbox: Inbox, into summary: inout InboxSummary) throws(AgentError) {
+    ///
+    /// A group also ends once the events read reach `maxFileBytes` together: its decoded events are
+    /// held until the commit. Returns how many of `names` it went through.
+    private func takeGroup(_ names: ArraySlice<String>, from inbox: Inbox, into summary: inout InboxSummary) throws(AgentError) -> Int {
         var events: [(name: String, path: String, event: InboxEvent)] = []
+        var consumed = 0
+        var bytesRead = 0
         for name in names {
+            if bytesRead >= configuration.limits.maxFileBytes { break }
+            consumed += 1
             let path = inbox.shown(name)
             let bytes: [UInt8]
             do {
@@ -278,11 +284,12 @@ extension SyncEngine {
                 if try quarantine(name, error, in: inbox) { summary.bad += 1 }
                 continue
             }
+            bytesRead += bytes.count
             do { events.append((name, path, try decodeEvent(bytes, path: path))) } catch {
                 if try quarantine(name, error, in: inbox) { summary.bad += 1 }
             }
         }
-        guard !events.isEmpty else { return }
+        guard !events.isEmpty else { return consumed }
         enum Taken { case taken(duplicate: Bool, sameFile: Bool), refused(AgentError) }
         var outcomes: [Taken] = []
         var summaries: [StepSummary] = []
@@ -330,6 +337,7 @@ extension SyncEngine {
                 _ = try? store.withTransaction { () throws(AgentError) in try store.recordSettled(folder: "cur", name: renamed, at: Date()) }
             }
         }
+        return consumed
     }
 
     /// Parses and validates an inbox event.

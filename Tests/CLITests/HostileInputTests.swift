@@ -479,3 +479,22 @@ extension HostileInputTests {
         #expect(!again.stderr.contains("acknowledged again"), "\(again.stderr)")
     }
 }
+
+extension HostileInputTests {
+    /// A group of waiting events also ends once they reach `maxFileBytes` together (their decoded
+    /// events are held until the commit): with a small limit, many groups, every event once, in order.
+    @Test func groupsEndAtTheByteLimitAndKeepTheOrder() throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.write("basket-sync.json", "{\"limits\": {\"maxFileBytes\": 400}}")
+        for index in 0..<30 {
+            let name = String(format: "%03d", index)
+            try playground.write("inbox/tmp/\(name)", "{\"id\": \"e\(index)\", \"type\": \"basketDelta\", \"products\": [{\"id\": \"A\", \"quantity\": 1}]}")
+            try FileManager.default.moveItem(atPath: playground.path + "/inbox/tmp/\(name)", toPath: playground.path + "/inbox/new/\(name)")
+        }
+        let sync = try basketSync(["-C", playground.path, "sync"])
+        #expect(sync.status == 0 && sync.stdout.contains("30 taken"), "\(sync.stdout) \(sync.stderr)")
+        #expect(playground.records("outbox.jsonl").compactMap { $0["source"] as? String } == (0..<30).map { "e\($0)" })
+        #expect(playground.names("inbox/new").isEmpty)
+    }
+}
