@@ -88,7 +88,6 @@ extension SyncEngine {
 
     /// `30 days`, `0.5 days`.
     static func shownDays(_ days: Double) -> String {
-        let text = days.rounded() == days && days < 1e15 ? String(Int64(days)) : String(days)
-        return "\(text) day\(days == 1 ? "" : "s")"
+        "\(AgentConfiguration.number(days)) day\(days == 1 ? "" : "s")"
     }
 }

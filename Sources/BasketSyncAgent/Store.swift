@@ -88,7 +88,8 @@ final class Store {
         databaseIdentity = Posix.linkInfo(databasePath)?.identity ?? []
         connection.setBusyTimeout(milliseconds: busyTimeoutMilliseconds)
         // A layout this version does not know would be read wrong, or written over.
-        if let version = try connection.scalar("PRAGMA user_version"), version > Store.schemaVersion {
+        let version = try connection.scalar("PRAGMA user_version") ?? 0
+        if version > Store.schemaVersion {
             throw .database(path: databasePath, message: "written by a newer basket-sync (database layout \(version), this one knows up to \(Store.schemaVersion)); run that version, or restore .basket-sync/ from a backup made by this one")
         }
         if readOnly { return }
@@ -116,7 +117,7 @@ final class Store {
             CREATE INDEX IF NOT EXISTS transfers_at ON transfers(at);
             CREATE INDEX IF NOT EXISTS settled_at ON settled(at);
             """)
-        try migrate()
+        try migrate(from: version)
         if create {
             try withTransaction { () throws(AgentError) in
                 if try self.metaBlob("state") == nil {
@@ -139,8 +140,8 @@ final class Store {
     static let schemaVersion: Int64 = 2
 
     /// Brings a database written by an older version to ``schemaVersion``, once.
-    private func migrate() throws(AgentError) {
-        guard (try connection.scalar("PRAGMA user_version") ?? 0) < Store.schemaVersion else { return }
+    private func migrate(from version: Int64) throws(AgentError) {
+        guard version < Store.schemaVersion else { return }
         try withTransaction { () throws(AgentError) in
             // The ids the state blob carried move to their tables (saveState moves them).
             if try metaBlob("state") != nil { try saveState(try loadState()) }

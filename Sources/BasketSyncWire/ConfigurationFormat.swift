@@ -188,7 +188,7 @@ public struct AgentConfiguration: Equatable, Sendable {
     public static let defaultFileText = AgentConfiguration().fileText
 
     /// A number as a person writes it: `10`, not `10.0`.
-    private static func number(_ value: Double) -> String {
+    package static func number(_ value: Double) -> String {
         value.rounded() == value && abs(value) < 1e15 ? String(Int64(value)) : String(value)
     }
 

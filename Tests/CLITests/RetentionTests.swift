@@ -29,6 +29,12 @@ import TestSupport
         query(playground, "SELECT seq FROM \(table) ORDER BY seq").compactMap { Int($0[0]) }
     }
 
+    /// Waits until what was made before now is older than `retention` seconds (with a margin).
+    func pastRetention(_ retention: Double, _ what: String = "older than the retention") async throws {
+        let since = Date()
+        try await eventually(what) { Date() > since.addingTimeInterval(retention + 0.2) }
+    }
+
     func run(_ playground: Playground, _ arguments: [String]) throws -> Run {
         try basketSync(["-C", playground.path] + arguments)
     }
@@ -113,8 +119,7 @@ import TestSupport
         }
         try wave("old")
         let snapshot = snapshotNow()
-        let oldEnd = Date()
-        try await eventually("the first wave is older than the retention") { Date() > oldEnd.addingTimeInterval(retention + 0.2) }
+        try await pastRetention(retention, "the first wave is older than the retention")
         try wave("new")
 
         // Every record made, with its instant: the second wave's passes may have removed some of
@@ -219,8 +224,7 @@ extension RetentionTests {
         #expect(full > 500_000, "1,200 events of 200-byte ids fill the database: \(full) bytes")
         // Retention set once the history is made (making it takes longer than the retention).
         try playground.write("basket-sync.json", "{\"retention\": {\"days\": \(retention / 86_400)}}")
-        let madeAt = Date()
-        try await eventually("the history is older than the retention") { Date() > madeAt.addingTimeInterval(retention + 0.2) }
+        try await pastRetention(retention, "the history is older than the retention")
         // One slice removes at most 1,000 of each kind: two passes remove everything due.
         #expect(try run(playground, ["sync"]).status == 0)
         #expect(try run(playground, ["sync"]).status == 0)
@@ -294,8 +298,7 @@ extension RetentionTests {
         #expect(try run(playground, ["sync"]).status == 0)
         try playground.writeAtomically("cart.json", cartJSON([("x", 1), ("sku-2", 2)]))
         #expect(try run(playground, ["sync"]).status == 0)
-        let echoed = Date()
-        try await eventually("the records are older than the retention") { Date() > echoed.addingTimeInterval(retention + 0.2) }
+        try await pastRetention(retention, "the records are older than the retention")
         #expect(try run(playground, ["push", "sku-3=+1"]).status == 0)
         #expect(try run(playground, ["sync"]).status == 0)
         #expect(seqs(playground, "outbox").contains(1), "#1 was never applied: \(seqs(playground, "outbox"))")
@@ -307,8 +310,7 @@ extension RetentionTests {
         #expect(try run(playground, ["sync"]).status == 0)
         #expect(try run(playground, ["push", "sku-4=+1"]).status == 0)
         #expect(try run(playground, ["sync"]).status == 0)
-        let acknowledged = Date()
-        try await eventually("older than the retention again") { Date() > acknowledged.addingTimeInterval(retention + 0.2) }
+        try await pastRetention(retention, "older than the retention again")
         #expect(try run(playground, ["sync"]).status == 0)
         #expect(!seqs(playground, "outbox").contains(1), "acknowledged by syncedThrough 3: \(seqs(playground, "outbox"))")
     }
@@ -328,8 +330,7 @@ extension RetentionTests {
         #expect(try run(playground, ["handle-payment", "--total", "5.00", "--order-id", "failed", "--then", "/bin/sh", "-c", "exit 3"]).status == 3)
         #expect(try run(playground, ["handle-payment", "--total", "6.00", "--order-id", "finished", "--then", "/bin/true"]).status == 0)
         #expect(try run(playground, ["push", "sku-1=+1"]).status == 0)
-        let paid = Date()
-        try await eventually("older than the retention") { Date() > paid.addingTimeInterval(retention + 0.2) }
+        try await pastRetention(retention, "older than the retention")
         #expect(try run(playground, ["sync"]).status == 0)
         let orders = query(playground, "SELECT id FROM orders").map { $0[0] }
         #expect(orders == ["failed"], "\(orders)")
@@ -339,5 +340,37 @@ extension RetentionTests {
         #expect(recorded.count == 1, "recorded once: \(recorded)")
         // Its completion finished now: the next slice may forget it.
         #expect(query(playground, "SELECT order_id FROM unfinished").isEmpty)
+    }
+}
+
+extension RetentionTests {
+    /// Whoever writes the sync directory swaps the files retention will remove for links to a
+    /// file and a folder outside, and a `.error` for a link too: retention removes the links, never
+    /// what they lead to.
+    @Test func retentionRemovesLinksNotWhatTheyLeadTo() async throws {
+        let playground = try Playground()
+        let outside = try Playground()
+        try outside.write("secret", "keep me")
+        try FileManager.default.createDirectory(atPath: outside.path + "/folder", withIntermediateDirectories: false)
+        try outside.write("folder/inner", "keep me too")
+        #expect(try run(playground, ["init"]).status == 0)
+        let retention = 1.0
+        try playground.write("basket-sync.json", "{\"retention\": {\"days\": \(retention / 86_400)}}")
+        for (name, text) in [("e1", "{\"id\": \"e1\", \"type\": \"basketDelta\", \"products\": [{\"id\": \"A\", \"quantity\": 1}]}"),
+                             ("e2", "{\"id\": \"e2\", \"type\": \"basketDelta\", \"products\": [{\"id\": \"A\", \"quantity\": 1}]}"),
+                             ("bad1", "{ not json")] {
+            try playground.write("inbox/tmp/\(name)", text)
+            try FileManager.default.moveItem(atPath: playground.path + "/inbox/tmp/\(name)", toPath: playground.path + "/inbox/new/\(name)")
+        }
+        #expect(try run(playground, ["sync"]).status == 0)
+        let files = FileManager.default
+        for (path, target) in [("inbox/cur/e1", "secret"), ("inbox/cur/e2", "folder"), ("inbox/bad/bad1.error", "secret")] {
+            try files.removeItem(atPath: playground.path + "/" + path)
+            try files.createSymbolicLink(atPath: playground.path + "/" + path, withDestinationPath: outside.path + "/" + target)
+        }
+        try await pastRetention(retention)
+        #expect(try run(playground, ["sync"]).status == 0)
+        #expect(playground.names("inbox/cur").isEmpty && playground.names("inbox/bad").isEmpty, "\(playground.names("inbox/cur")) \(playground.names("inbox/bad"))")
+        #expect(outside.read("secret") == "keep me" && outside.read("folder/inner") == "keep me too")
     }
 }
