@@ -200,7 +200,14 @@ private struct ScenarioRun {
             try runAndCheck()
         case "many":
             try start(["X": 1, "A": 3, "B": 1])
-            for _ in 0..<40 { try push(randomDeltas(&random)) }
+            // Never below 0 in seq order: this scenario is about order, and a host that does not
+            // clamp must not look like one that reorders (past-zero is about clamping).
+            var holding = ["A": 3, "B": 1, "C": 0, "D": 0]
+            for _ in 0..<40 { try push(randomDeltas(&random, holding: &holding)) }
+            // Last, a line added then taken away: a host that reverses the order clamps the
+            // removal first and keeps E — the order shows whatever the seed.
+            try push([("E", 2)])
+            try push([("E", -2)])
             try runAndCheck()
         case "redirect":
             try start(["X": 1])
@@ -249,7 +256,9 @@ private struct ScenarioRun {
             guard try runOnce() else { return }
             try check(after: "a second run", expectAll: true)
         case "crash":
-            let batches = (0..<20).map { _ in randomDeltas(&random) }
+            // Never below 0 either: this scenario is about a run killed midway, not clamping.
+            var holding = ["A": 5, "B": 0, "C": 0, "D": 0]
+            let batches = (0..<20).map { _ in randomDeltas(&random, holding: &holding) }
             // How long a whole run takes, measured on a twin directory made the same way (a copy
             // would open and close this database's files, and closing drops this process's locks).
             var twin = try ScenarioRun(name: "crash-measure", root: Posix.dirname(of: directory), settings: settings,
@@ -318,13 +327,17 @@ private struct ScenarioRun {
 
     /// One to three deltas over four SKUs, between −3 and +3: removals past 0 are frequent, so
     /// that applying records out of order shows.
-    func randomDeltas(_ random: inout SplitMix) -> [(String, Int)] {
+    /// Random deltas on A–D that never take a line of `holding` below 0 (and keep it up to date).
+    func randomDeltas(_ random: inout SplitMix, holding: inout [String: Int]) -> [(String, Int)] {
         var deltas: [(String, Int)] = []
         for _ in 0...random.below(3) {
             let id = ["A", "B", "C", "D"][random.below(4)]
             guard !deltas.contains(where: { $0.0 == id }) else { continue }
-            let magnitude = 1 + random.below(3)
-            deltas.append((id, random.below(2) == 0 ? -magnitude : magnitude))
+            var delta = 1 + random.below(3)
+            if random.below(2) == 0 { delta = -min(delta, holding[id] ?? 0) }
+            guard delta != 0 else { continue }
+            holding[id, default: 0] += delta
+            deltas.append((id, delta))
         }
         return deltas
     }
