@@ -1,8 +1,15 @@
 import BasketSyncWire
 
 extension AgentConfiguration {
-    /// Reads `basket-sync.json` in `directory`; a missing file means every default.
+    /// The settings that hold in `directory`: its `basket-sync.json`, or in a cart of a tree, the
+    /// tree's; a missing file means every default.
     public static func load(directory: String) throws(AgentError) -> AgentConfiguration {
+        if case let .treeCart(root, _) = Place.of(directory) { return try loadFile(directory: root) }
+        return try loadFile(directory: directory)
+    }
+
+    /// Reads `basket-sync.json` in `directory`; a missing file means every default.
+    static func loadFile(directory: String) throws(AgentError) -> AgentConfiguration {
         let path = "\(directory)/\(fileName)"
         let bytes: [UInt8]
         do {

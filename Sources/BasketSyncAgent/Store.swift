@@ -20,39 +20,40 @@ enum Projection: String, CaseIterable, Sendable {
     }
 }
 
-/// The SQLite database of a sync directory: the single source of truth. Holds the library's
-/// state, every record of the three projections, the inbox ids already taken, and the reports.
+/// The SQLite database file of a sync directory or of a tree of carts: one connection, its
+/// prepared statements, and the transactions. Every row of every table belongs to one cart
+/// (column `cart`: 0 in a single sync directory, the cart's number in a tree); a ``Store`` reads
+/// and writes one cart's rows.
 ///
 /// Every change runs in one `BEGIN IMMEDIATE` transaction, so the agent and one-shot commands
 /// serialize on the database; `synchronous=FULL` makes a commit durable before it returns.
-final class Store {
-    /// The sync directory.
-    let directory: String
-    /// `.basket-sync/` inside it.
+final class Database {
+    /// `.basket-sync/` of the sync directory or the tree.
     let stateDirectory: String
-    private let connection: SQLiteConnection
+    let connection: SQLiteConnection
     /// Opened for reading only: transactions are deferred, nothing is written.
-    private let readOnly: Bool
+    let readOnly: Bool
     /// The database file, and which file it was when opened (device, inode).
     let databasePath: String
     private let databaseIdentity: [Int64]
     /// The device and inode of `-wal` and `-shm`, once seen.
     private var companionIdentities: [ArraySlice<Int64>?] = [nil, nil]
-    private var cachedState: SyncState?
-    private var cachedDataVersion: Int64 = -1
+    /// Counts the transactions and savepoints rolled back: a cart's cached state read before
+    /// one may hold what it undid.
+    private(set) var rollbacks = 0
+    private var statements: [String: SQLiteConnection.Statement] = [:]
 
-    static let stateDirectoryName = ".basket-sync"
-    static let databaseName = "state.db"
-    /// Touched by a process after it commits, so that a running agent wakes without polling.
-    static let commitSignalName = "committed"
+    /// The layout this version writes: 2 keeps the ids of orders and transfers in tables, and the
+    /// host cart beside the state, not in it; 3 gives every row its cart (a tree of carts).
+    static let schemaVersion: Int64 = 3
 
-    /// Opens the database, creating `.basket-sync/` (0700) and the schema when `create` is set.
-    /// `readOnly` opens it for reading only (`status`): it works on a read-only file system.
+    /// Opens the database of `directory` (a sync directory or a tree's root), creating
+    /// `.basket-sync/` (0700) and the file when `create` is set. `readOnly` opens it for reading
+    /// only (`status`): it works on a read-only file system.
     init(directory: String, create: Bool, readOnly: Bool = false, busyTimeoutMilliseconds: Int32 = 15_000) throws(AgentError) {
         self.readOnly = readOnly
-        self.directory = directory
-        // The sync directory may be a link (the operator's choice); SQLite opens a database
-        // only by a path without links (`SQLITE_OPEN_NOFOLLOW`): its real path is used.
+        // The directory may be a link (the operator's choice); SQLite opens a database only by a
+        // path without links (`SQLITE_OPEN_NOFOLLOW`): its real path is used.
         stateDirectory = "\(Posix.resolved(directory) ?? directory)/\(Store.stateDirectoryName)"
         let databasePath = "\(stateDirectory)/\(Store.databaseName)"
         // SQLite opens these by name, following links and blocking on a FIFO: what is not a
@@ -89,10 +90,15 @@ final class Store {
         connection.setBusyTimeout(milliseconds: busyTimeoutMilliseconds)
         // A layout this version does not know would be read wrong, or written over.
         let version = try connection.scalar("PRAGMA user_version") ?? 0
-        if version > Store.schemaVersion {
-            throw .database(path: databasePath, message: "written by a newer basket-sync (database layout \(version), this one knows up to \(Store.schemaVersion)); run that version, or restore .basket-sync/ from a backup made by this one")
+        if version > Database.schemaVersion {
+            throw .database(path: databasePath, message: "written by a newer basket-sync (database layout \(version), this one knows up to \(Database.schemaVersion)); run that version, or restore .basket-sync/ from a backup made by this one")
         }
-        if readOnly { return }
+        if readOnly {
+            if version < Database.schemaVersion, try connection.scalar("SELECT COUNT(*) FROM sqlite_master WHERE name = 'meta'") != 0 {
+                throw .database(path: databasePath, message: "written by an older basket-sync (database layout \(version)); run any other command once (basket-sync sync) to bring it up to date, then this one")
+            }
+            return
+        }
         // Pages freed by retention go back to the file system (SQLite can set it only on a new
         // database; an older one is converted once, see ``useIncrementalVacuum()``).
         try connection.execute("PRAGMA auto_vacuum=INCREMENTAL")
@@ -100,62 +106,74 @@ final class Store {
         try connection.execute("PRAGMA synchronous=FULL")
         // The write-ahead log is cut back to this after a checkpoint, not left at its largest.
         try connection.execute("PRAGMA journal_size_limit=8388608")
-        try connection.execute("""
-            CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS outbox(seq INTEGER PRIMARY KEY, line BLOB NOT NULL);
-            CREATE TABLE IF NOT EXISTS notifications(seq INTEGER PRIMARY KEY, line BLOB NOT NULL);
-            CREATE TABLE IF NOT EXISTS payments(seq INTEGER PRIMARY KEY, line BLOB NOT NULL);
-            CREATE TABLE IF NOT EXISTS inbox(id TEXT PRIMARY KEY, file TEXT NOT NULL, outcome TEXT NOT NULL, at TEXT NOT NULL);
-            CREATE TABLE IF NOT EXISTS reports(n INTEGER PRIMARY KEY, at TEXT NOT NULL, level TEXT NOT NULL, message TEXT NOT NULL);
-            CREATE TABLE IF NOT EXISTS completions(order_id TEXT PRIMARY KEY, payment INTEGER NOT NULL, at TEXT NOT NULL);
-            CREATE TABLE IF NOT EXISTS orders(id TEXT PRIMARY KEY, seq INTEGER NOT NULL, at TEXT NOT NULL);
-            CREATE TABLE IF NOT EXISTS transfers(id TEXT PRIMARY KEY, at TEXT NOT NULL);
-            CREATE TABLE IF NOT EXISTS unfinished(order_id TEXT PRIMARY KEY, at TEXT NOT NULL);
-            CREATE TABLE IF NOT EXISTS settled(folder TEXT NOT NULL, name TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(folder, name)) WITHOUT ROWID;
-            CREATE INDEX IF NOT EXISTS inbox_at ON inbox(at);
-            CREATE INDEX IF NOT EXISTS orders_at ON orders(at);
-            CREATE INDEX IF NOT EXISTS transfers_at ON transfers(at);
-            CREATE INDEX IF NOT EXISTS settled_at ON settled(at);
-            """)
-        try migrate(from: version)
-        if create {
-            try withTransaction { () throws(AgentError) in
-                if try self.metaBlob("state") == nil {
-                    try self.saveState(SyncState(syncId: Store.newSyncId()))
-                }
-            }
-        }
-    }
-
-    /// A random id for a new sync directory, used in outbox record ids.
-    static func newSyncId() -> String {
-        var generator = SystemRandomNumberGenerator()
-        let value = generator.next() as UInt64
-        let hex = String(value, radix: 16)
-        return String(repeating: "0", count: 16 - hex.count) + hex
-    }
-
-    /// The layout this version writes: 2 keeps the ids of orders and transfers in tables, and the
-    /// host cart beside the state, not in it.
-    static let schemaVersion: Int64 = 2
-
-    /// Brings a database written by an older version to ``schemaVersion``, once.
-    private func migrate(from version: Int64) throws(AgentError) {
-        guard version < Store.schemaVersion else { return }
         try withTransaction { () throws(AgentError) in
-            // The ids the state blob carried move to their tables (saveState moves them).
-            if try metaBlob("state") != nil { try saveState(try loadState()) }
-            // The files already set aside are known to retention by their age.
-            for folder in ["cur", "bad"] {
-                let path = "\(directory)/inbox/\(folder)"
-                // Read without following a link: a folder that is one is none of basket-sync's.
-                for name in (try? Posix.entries(of: path)) ?? [] where !(folder == "bad" && name.hasSuffix(".error")) {
-                    let modified = Posix.linkInfo("\(path)/\(name)")?.modified ?? 0
-                    try recordSettled(folder: folder, name: name, at: Date(timeIntervalSince1970: Double(modified) / 1e9))
-                }
+            let isOld = try connection.scalar("SELECT COUNT(*) FROM sqlite_master WHERE name = 'meta'") != 0
+            if isOld, try connection.scalar("PRAGMA user_version") ?? 0 < 3 {
+                try convertToCartRows()
+            } else {
+                try connection.execute(Database.tables)
+                try connection.execute("PRAGMA user_version=\(Database.schemaVersion)")
             }
-            try connection.execute("PRAGMA user_version=\(Store.schemaVersion)")
         }
+    }
+
+    /// Every table of layout 3: each row belongs to a cart.
+    private static let tables = """
+        CREATE TABLE IF NOT EXISTS meta(cart INTEGER NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY(cart, key)) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS outbox(cart INTEGER NOT NULL, seq INTEGER NOT NULL, line BLOB NOT NULL, PRIMARY KEY(cart, seq));
+        CREATE TABLE IF NOT EXISTS notifications(cart INTEGER NOT NULL, seq INTEGER NOT NULL, line BLOB NOT NULL, PRIMARY KEY(cart, seq));
+        CREATE TABLE IF NOT EXISTS payments(cart INTEGER NOT NULL, seq INTEGER NOT NULL, line BLOB NOT NULL, PRIMARY KEY(cart, seq));
+        CREATE TABLE IF NOT EXISTS inbox(cart INTEGER NOT NULL, id TEXT NOT NULL, file TEXT NOT NULL, outcome TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(cart, id));
+        CREATE TABLE IF NOT EXISTS reports(n INTEGER PRIMARY KEY, cart INTEGER NOT NULL, at TEXT NOT NULL, level TEXT NOT NULL, message TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS completions(cart INTEGER NOT NULL, order_id TEXT NOT NULL, payment INTEGER NOT NULL, at TEXT NOT NULL, PRIMARY KEY(cart, order_id));
+        CREATE TABLE IF NOT EXISTS orders(cart INTEGER NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, at TEXT NOT NULL, PRIMARY KEY(cart, id));
+        CREATE TABLE IF NOT EXISTS transfers(cart INTEGER NOT NULL, id TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(cart, id));
+        CREATE TABLE IF NOT EXISTS unfinished(cart INTEGER NOT NULL, order_id TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(cart, order_id));
+        CREATE TABLE IF NOT EXISTS settled(cart INTEGER NOT NULL, folder TEXT NOT NULL, name TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(cart, folder, name)) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS carts(n INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, sync_id TEXT NOT NULL, made TEXT NOT NULL);
+        CREATE INDEX IF NOT EXISTS reports_cart ON reports(cart, n);
+        CREATE INDEX IF NOT EXISTS inbox_at ON inbox(cart, at);
+        CREATE INDEX IF NOT EXISTS orders_at ON orders(cart, at);
+        CREATE INDEX IF NOT EXISTS transfers_at ON transfers(cart, at);
+        CREATE INDEX IF NOT EXISTS settled_at ON settled(cart, at);
+        """
+
+    /// The tables of layouts 1 and 2, as that version made them (those it did not have yet are
+    /// made empty, to be converted like the others).
+    private static let tablesBeforeCarts = """
+        CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS outbox(seq INTEGER PRIMARY KEY, line BLOB NOT NULL);
+        CREATE TABLE IF NOT EXISTS notifications(seq INTEGER PRIMARY KEY, line BLOB NOT NULL);
+        CREATE TABLE IF NOT EXISTS payments(seq INTEGER PRIMARY KEY, line BLOB NOT NULL);
+        CREATE TABLE IF NOT EXISTS inbox(id TEXT PRIMARY KEY, file TEXT NOT NULL, outcome TEXT NOT NULL, at TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS reports(n INTEGER PRIMARY KEY, at TEXT NOT NULL, level TEXT NOT NULL, message TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS completions(order_id TEXT PRIMARY KEY, payment INTEGER NOT NULL, at TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS orders(id TEXT PRIMARY KEY, seq INTEGER NOT NULL, at TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS transfers(id TEXT PRIMARY KEY, at TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS unfinished(order_id TEXT PRIMARY KEY, at TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS settled(folder TEXT NOT NULL, name TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(folder, name)) WITHOUT ROWID;
+        """
+
+    /// Layouts 1 and 2 (one sync directory) become layout 3: every row goes to cart 0, once, in
+    /// the caller's transaction. The state's own conversion (1 to 2) follows in ``Store``.
+    private func convertToCartRows() throws(AgentError) {
+        try connection.execute(Database.tablesBeforeCarts)
+        let columns: [(table: String, columns: String)] = [
+            ("meta", "key, value"), ("outbox", "seq, line"), ("notifications", "seq, line"), ("payments", "seq, line"),
+            ("inbox", "id, file, outcome, at"), ("reports", "n, at, level, message"), ("completions", "order_id, payment, at"),
+            ("orders", "id, seq, at"), ("transfers", "id, at"), ("unfinished", "order_id, at"), ("settled", "folder, name, at"),
+        ]
+        for (table, _) in columns { try connection.execute("ALTER TABLE \(table) RENAME TO \(table)_before_carts") }
+        // The old indexes keep their names on the renamed tables: they go with them.
+        for index in ["inbox_at", "orders_at", "transfers_at", "settled_at"] { try connection.execute("DROP INDEX IF EXISTS \(index)") }
+        try connection.execute(Database.tables)
+        for (table, names) in columns {
+            try connection.execute("INSERT INTO \(table)(cart, \(names)) SELECT 0, \(names) FROM \(table)_before_carts; DROP TABLE \(table)_before_carts")
+        }
+        // Marks the rows converted; Store brings the state itself up (layout 1 kept ids in it).
+        let layout = try connection.scalar("PRAGMA user_version") ?? 0
+        try connection.execute("INSERT INTO meta(cart, key, value) VALUES(0, 'layoutBeforeCarts', CAST('\(layout)' AS BLOB))")
+        try connection.execute("PRAGMA user_version=\(Database.schemaVersion)")
     }
 
     // MARK: Transactions
@@ -166,7 +184,6 @@ final class Store {
         // Under the lock: the file this connection writes must still be the database at its path.
         if Posix.linkInfo(databasePath)?.identity.prefix(2) != databaseIdentity.prefix(2) {
             try? connection.execute("ROLLBACK")
-            if !Posix.isDirectory(stateDirectory) { throw .directoryGone(path: directory) }
             throw .databaseGone(path: databasePath)
         }
         // Its write-ahead log and shared memory too: SQLite deletes them only when the last
@@ -191,8 +208,7 @@ final class Store {
             return result
         } catch {
             try? connection.execute("ROLLBACK")
-            cachedState = nil
-            savedHostCart = nil
+            rollbacks += 1
             throw error
         }
     }
@@ -208,27 +224,202 @@ final class Store {
         } catch {
             try? connection.execute("ROLLBACK TO step")
             try? connection.execute("RELEASE step")
-            cachedState = nil
-            savedHostCart = nil
+            rollbacks += 1
             throw error
         }
+    }
+
+    /// A prepared statement kept for the life of the connection.
+    func cached(_ sql: String) throws(AgentError) -> SQLiteConnection.Statement {
+        if let statement = statements[sql] { return statement }
+        let statement = try connection.prepare(sql)
+        statements[sql] = statement
+        return statement
+    }
+
+    /// Changes whenever another connection committed (`PRAGMA data_version`).
+    func dataVersion() throws(AgentError) -> Int64 {
+        let statement = try cached("PRAGMA data_version")
+        defer { statement.reset() }
+        return try statement.step() ? statement.int64(0) : 0
+    }
+
+    // MARK: The carts of a tree
+
+    /// Whether `init --tree` made this database (kept in the tree's own row, cart 0).
+    func isTree() throws(AgentError) -> Bool {
+        let statement = try cached("SELECT 1 FROM meta WHERE cart = 0 AND key = 'layout' AND value = CAST('tree' AS BLOB)")
+        defer { statement.reset() }
+        return try statement.step()
+    }
+
+    /// Marks the database as a tree's (in the caller's transaction).
+    func markTree() throws(AgentError) {
+        try connection.execute("INSERT OR REPLACE INTO meta(cart, key, value) VALUES(0, 'layout', CAST('tree' AS BLOB))")
+    }
+
+    /// The carts of a tree, by id, with their numbers.
+    func carts() throws(AgentError) -> [String: Int64] {
+        let statement = try cached("SELECT id, n FROM carts")
+        defer { statement.reset() }
+        var carts: [String: Int64] = [:]
+        while try statement.step() { carts[statement.text(0)] = statement.int64(1) }
+        return carts
+    }
+
+    /// The number and sync id of cart `id`, if the tree has it.
+    func cart(_ id: String) throws(AgentError) -> (number: Int64, syncId: String)? {
+        let statement = try cached("SELECT n, sync_id FROM carts WHERE id = ?")
+        defer { statement.reset() }
+        statement.bind(1, id)
+        return try statement.step() ? (statement.int64(0), statement.text(1)) : nil
+    }
+
+    /// Adds cart `id` (in the caller's transaction) under a number never used before.
+    func addCart(_ id: String, syncId: String, at: Date) throws(AgentError) -> Int64 {
+        let statement = try cached("INSERT INTO carts(id, sync_id, made) VALUES(?, ?, ?) RETURNING n")
+        defer { statement.reset() }
+        statement.bind(1, id)
+        statement.bind(2, syncId)
+        statement.bind(3, Timestamp.text(at))
+        guard try statement.step() else { throw .database(path: databasePath, message: "adding cart \(id) returned no number") }
+        return statement.int64(0)
+    }
+
+    /// Ends cart `number`: every row of it goes (in the caller's transaction).
+    func removeCart(_ number: Int64) throws(AgentError) {
+        for table in ["meta", "outbox", "notifications", "payments", "inbox", "reports", "completions", "orders", "transfers", "unfinished", "settled"] {
+            let statement = try cached("DELETE FROM \(table) WHERE cart = ?")
+            defer { statement.reset() }
+            statement.bind(1, number)
+            _ = try statement.step()
+        }
+        let statement = try cached("DELETE FROM carts WHERE n = ?")
+        defer { statement.reset() }
+        statement.bind(1, number)
+        _ = try statement.step()
+    }
+}
+
+/// The rows of one cart in the ``Database``: its library state, every record of the three
+/// projections, the inbox ids already taken, and the reports. The single source of truth of the
+/// cart's files.
+final class Store {
+    /// The sync directory (in a tree: the cart's directory).
+    let directory: String
+    /// `.basket-sync/` of the sync directory or of the tree.
+    var stateDirectory: String { database.stateDirectory }
+    /// The database file.
+    var databasePath: String { database.databasePath }
+    let database: Database
+    /// The cart's number: 0 in a single sync directory.
+    let cart: Int64
+    /// The file touched after a commit, so that a running agent wakes without polling.
+    let signalPath: String
+    private var connection: SQLiteConnection { database.connection }
+    private var cachedState: SyncState?
+    private var cachedDataVersion: Int64 = -1
+    private var cachedRollbacks = -1
+
+    static let stateDirectoryName = ".basket-sync"
+    static let databaseName = "state.db"
+    /// Touched by a process after it commits, so that a running agent wakes without polling.
+    static let commitSignalName = "committed"
+
+    /// Opens the database of a single sync directory (cart 0), creating `.basket-sync/` (0700)
+    /// and the schema when `create` is set. `readOnly` opens it for reading only (`status`).
+    convenience init(directory: String, create: Bool, readOnly: Bool = false, busyTimeoutMilliseconds: Int32 = 15_000) throws(AgentError) {
+        let database = try Database(directory: directory, create: create, readOnly: readOnly, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
+        self.init(database: database, cart: 0, directory: directory, signalPath: "\(database.stateDirectory)/\(Store.commitSignalName)")
+        if readOnly { return }
+        try withTransaction { () throws(AgentError) in
+            if try database.isTree() {
+                throw .refused("\(directory): its database is a tree's (basket-sync init --tree made it), but \(AgentConfiguration.fileName) does not say \"layout\": \"tree\"; put that setting back")
+            }
+            // A layout before 3 is brought up once: the ids its state carried move to their
+            // tables (saveState moves them), the files already set aside are known to
+            // retention by their age.
+            if try metaBlob("layoutBeforeCarts") != nil {
+                if try metaBlob("state") != nil { try saveState(try loadState()) }
+                for folder in ["cur", "bad"] {
+                    let path = "\(directory)/inbox/\(folder)"
+                    // Read without following a link: a folder that is one is none of basket-sync's.
+                    for name in (try? Posix.entries(of: path)) ?? [] where !(folder == "bad" && name.hasSuffix(".error")) {
+                        let modified = Posix.linkInfo("\(path)/\(name)")?.modified ?? 0
+                        try recordSettled(folder: folder, name: name, at: Date(timeIntervalSince1970: Double(modified) / 1e9))
+                    }
+                }
+                try deleteMeta("layoutBeforeCarts")
+            }
+            if create, try self.metaBlob("state") == nil {
+                try self.saveState(SyncState(syncId: Store.newSyncId()))
+            }
+        }
+    }
+
+    /// One cart's rows in `database` (nothing is read yet).
+    init(database: Database, cart: Int64, directory: String, signalPath: String) {
+        self.database = database
+        self.cart = cart
+        self.directory = directory
+        self.signalPath = signalPath
+    }
+
+    /// Whether the cart has a state yet.
+    func hasState() throws(AgentError) -> Bool { try metaBlob("state") != nil }
+
+    /// A random id for a new sync directory, used in outbox record ids.
+    static func newSyncId() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let value = generator.next() as UInt64
+        let hex = String(value, radix: 16)
+        return String(repeating: "0", count: 16 - hex.count) + hex
+    }
+
+    // MARK: Transactions
+
+    /// Runs `body` in one IMMEDIATE transaction: committed when it returns, rolled back when it
+    /// throws. A sync directory gone from under it is told apart from its database gone.
+    func withTransaction<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
+        do {
+            return try database.withTransaction(body)
+        } catch {
+            if case .databaseGone = error, cart == 0, !Posix.isDirectory(stateDirectory) { throw .directoryGone(path: directory) }
+            throw error
+        }
+    }
+
+    /// Runs `body` inside the caller's transaction under a savepoint: undone alone when it throws
+    /// (one input of a group that fails does not undo the others).
+    func withSavepoint<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
+        try database.withSavepoint(body)
     }
 
     // MARK: State
 
     private func metaBlob(_ key: String) throws(AgentError) -> [UInt8]? {
-        let statement = try cached("SELECT value FROM meta WHERE key = ?")
+        let statement = try cached("SELECT value FROM meta WHERE cart = ? AND key = ?")
         defer { statement.reset() }
-        statement.bind(1, key)
+        statement.bind(1, cart)
+        statement.bind(2, key)
         return try statement.step() ? statement.blob(0) : nil
+    }
+
+    private func deleteMeta(_ key: String) throws(AgentError) {
+        let statement = try cached("DELETE FROM meta WHERE cart = ? AND key = ?")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, key)
+        _ = try statement.step()
     }
 
     private func setMeta(_ key: String, _ value: [UInt8]) throws(AgentError) {
         // One B-tree (WITHOUT ROWID) updated in place: the state costs one page a commit, not three.
-        let statement = try cached("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+        let statement = try cached("INSERT INTO meta(cart, key, value) VALUES(?, ?, ?) ON CONFLICT(cart, key) DO UPDATE SET value = excluded.value")
         defer { statement.reset() }
-        statement.bind(1, key)
-        statement.bind(2, value)
+        statement.bind(1, cart)
+        statement.bind(2, key)
+        statement.bind(3, value)
         _ = try statement.step()
     }
 
@@ -243,28 +434,15 @@ final class Store {
         try setMeta("note." + key, Array(text.utf8))
     }
 
-    private var statements: [String: SQLiteConnection.Statement] = [:]
-
     /// A prepared statement kept for the life of the connection.
-    private func cached(_ sql: String) throws(AgentError) -> SQLiteConnection.Statement {
-        if let statement = statements[sql] { return statement }
-        let statement = try connection.prepare(sql)
-        statements[sql] = statement
-        return statement
-    }
-
-    private func dataVersion() throws(AgentError) -> Int64 {
-        let statement = try cached("PRAGMA data_version")
-        defer { statement.reset() }
-        return try statement.step() ? statement.int64(0) : 0
-    }
+    private func cached(_ sql: String) throws(AgentError) -> SQLiteConnection.Statement { try database.cached(sql) }
 
     /// The library state, read again only when another process committed since (`data_version`).
     /// Its `recordedOrders` and `landedTransfers` are empty: those ids live in tables (see
     /// ``orderSeq(_:)``, ``transferLanded(_:)``); the host cart is kept beside it.
     func loadState() throws(AgentError) -> SyncState {
-        let version = try dataVersion()
-        if let cachedState, version == cachedDataVersion { return cachedState }
+        let version = try database.dataVersion()
+        if let cachedState, version == cachedDataVersion, database.rollbacks == cachedRollbacks { return cachedState }
         guard let blob = try metaBlob("state") else {
             throw .database(path: stateDirectory, message: "the database has no state; run basket-sync init again")
         }
@@ -280,6 +458,7 @@ final class Store {
             }
             cachedState = state
             cachedDataVersion = version
+            cachedRollbacks = database.rollbacks
             return state
         } catch {
             throw .database(path: stateDirectory, message: "the saved state cannot be read (offset \(error.offset): \(error.reason)); restore .basket-sync/ from a backup")
@@ -303,61 +482,64 @@ final class Store {
         blob.recordedOrders = [:]
         blob.landedTransfers = []
         blob.hostCart = nil
-        if savedHostCart == nil || (hostCartChanged ?? (savedHostCart! != state.hostCart)) {
-            let statement = try cached("INSERT INTO meta(key, value) VALUES('hostCart', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
-            defer { statement.reset() }
-            statement.bind(1, state.hostCart.map(StateFormat.encodeQuantities) ?? Array("null".utf8))
-            _ = try statement.step()
+        if savedHostCart == nil || cachedRollbacks != database.rollbacks || (hostCartChanged ?? (savedHostCart! != state.hostCart)) {
+            try setMeta("hostCart", state.hostCart.map(StateFormat.encodeQuantities) ?? Array("null".utf8))
         }
         try setMeta("state", StateFormat.encode(blob))
         blob.hostCart = state.hostCart
         cachedState = blob
         savedHostCart = .some(state.hostCart)
-        cachedDataVersion = try dataVersion()
+        cachedDataVersion = try database.dataVersion()
+        cachedRollbacks = database.rollbacks
     }
 
     // MARK: Ids kept for deduplication
 
     /// The payment seq `handlePayment` recorded for an order, if it did (and retention kept it).
     func orderSeq(_ orderId: String) throws(AgentError) -> UInt64? {
-        let statement = try cached("SELECT seq FROM orders WHERE id = ?")
+        let statement = try cached("SELECT seq FROM orders WHERE cart = ? AND id = ?")
         defer { statement.reset() }
-        statement.bind(1, orderId)
+        statement.bind(1, cart)
+        statement.bind(2, orderId)
         return try statement.step() ? UInt64(statement.int64(0)) : nil
     }
 
     private func recordOrder(_ orderId: String, seq: UInt64, at: String) throws(AgentError) {
-        let statement = try cached("INSERT OR IGNORE INTO orders(id, seq, at) VALUES(?, ?, ?)")
+        let statement = try cached("INSERT OR IGNORE INTO orders(cart, id, seq, at) VALUES(?, ?, ?, ?)")
         defer { statement.reset() }
-        statement.bind(1, orderId)
-        statement.bind(2, Int64(seq))
-        statement.bind(3, at)
+        statement.bind(1, cart)
+        statement.bind(2, orderId)
+        statement.bind(3, Int64(seq))
+        statement.bind(4, at)
         _ = try statement.step()
     }
 
     /// Whether a `basketTransfer` with this id landed (and retention kept it).
     func transferLanded(_ transferId: String) throws(AgentError) -> Bool {
-        let statement = try cached("SELECT 1 FROM transfers WHERE id = ?")
+        let statement = try cached("SELECT 1 FROM transfers WHERE cart = ? AND id = ?")
         defer { statement.reset() }
-        statement.bind(1, transferId)
+        statement.bind(1, cart)
+        statement.bind(2, transferId)
         return try statement.step()
     }
 
     private func recordTransfer(_ transferId: String, at: String) throws(AgentError) {
-        let statement = try cached("INSERT OR IGNORE INTO transfers(id, at) VALUES(?, ?)")
+        let statement = try cached("INSERT OR IGNORE INTO transfers(cart, id, at) VALUES(?, ?, ?)")
         defer { statement.reset() }
-        statement.bind(1, transferId)
-        statement.bind(2, at)
+        statement.bind(1, cart)
+        statement.bind(2, transferId)
+        statement.bind(3, at)
         _ = try statement.step()
     }
 
     /// Remembers that a file was moved to `inbox/cur/` or `inbox/bad/`, for retention.
     func recordSettled(folder: String, name: String, at: Date) throws(AgentError) {
-        let statement = try cached("INSERT OR REPLACE INTO settled(folder, name, at) VALUES(?, ?, ?)")
+        let statement = try cached("INSERT OR REPLACE INTO settled(cart, folder, name, at) VALUES(?, ?, ?, ?)")
         defer { statement.reset() }
-        statement.bind(1, folder)
-        statement.bind(2, name)
-        statement.bind(3, Timestamp.text(at))
+        statement.bind(1, cart)
+        statement.bind(2, folder)
+        statement.bind(3, name)
+        statement.bind(4, Timestamp.text(at))
         _ = try statement.step()
     }
 
@@ -408,17 +590,20 @@ final class Store {
 
     /// Stores one record's line.
     func insert(_ projection: Projection, seq: UInt64, line: [UInt8], keepingExisting: Bool = false) throws(AgentError) {
-        let statement = try cached("INSERT \(keepingExisting ? "OR IGNORE " : "")INTO \(projection.rawValue)(seq, line) VALUES(?, ?)")
+        let statement = try cached("INSERT \(keepingExisting ? "OR IGNORE " : "")INTO \(projection.rawValue)(cart, seq, line) VALUES(?, ?, ?)")
         defer { statement.reset() }
-        statement.bind(1, Int64(seq))
-        statement.bind(2, line)
+        statement.bind(1, cart)
+        statement.bind(2, Int64(seq))
+        statement.bind(3, line)
         _ = try statement.step()
     }
 
     /// The lines of a projection after `seq`, in order, with their seq.
     func lines(_ projection: Projection, after seq: UInt64) throws(AgentError) -> [(seq: UInt64, line: [UInt8])] {
-        let statement = try connection.prepare("SELECT seq, line FROM \(projection.rawValue) WHERE seq > ? ORDER BY seq")
-        statement.bind(1, Int64(seq))
+        let statement = try cached("SELECT seq, line FROM \(projection.rawValue) WHERE cart = ? AND seq > ? ORDER BY seq")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, Int64(seq))
         var result: [(seq: UInt64, line: [UInt8])] = []
         while try statement.step() { result.append((UInt64(statement.int64(0)), statement.blob(1))) }
         return result
@@ -426,15 +611,19 @@ final class Store {
 
     /// The line stored for one seq, with its newline; nil when there is none.
     func line(_ projection: Projection, seq: UInt64) throws(AgentError) -> [UInt8]? {
-        let statement = try cached("SELECT line FROM \(projection.rawValue) WHERE seq = ?")
+        let statement = try cached("SELECT line FROM \(projection.rawValue) WHERE cart = ? AND seq = ?")
         defer { statement.reset() }
-        statement.bind(1, Int64(bitPattern: seq))
+        statement.bind(1, cart)
+        statement.bind(2, Int64(bitPattern: seq))
         return try statement.step() ? statement.blob(0) : nil
     }
 
     /// The highest seq stored for a projection (0 when none).
     func lastSeq(_ projection: Projection) throws(AgentError) -> UInt64 {
-        UInt64(try connection.scalar("SELECT COALESCE(MAX(seq), 0) FROM \(projection.rawValue)") ?? 0)
+        let statement = try cached("SELECT COALESCE(MAX(seq), 0) FROM \(projection.rawValue) WHERE cart = ?")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        return try statement.step() ? UInt64(statement.int64(0)) : 0
     }
 
     // MARK: Retention
@@ -449,11 +638,12 @@ final class Store {
         _ projection: Projection, below bound: UInt64, keeping: Set<UInt64> = [], limit: Int,
         removable: (UInt64, [UInt8]) -> Bool
     ) throws(AgentError) -> Int {
-        let unfinished = projection == .payments ? " AND seq NOT IN (SELECT seq FROM orders WHERE id IN (SELECT order_id FROM unfinished))" : ""
-        let select = try cached("SELECT seq, line FROM \(projection.rawValue) WHERE seq < ?\(unfinished) ORDER BY seq LIMIT ?")
+        let unfinished = projection == .payments ? " AND seq NOT IN (SELECT seq FROM orders WHERE cart = ?1 AND id IN (SELECT order_id FROM unfinished WHERE cart = ?1))" : ""
+        let select = try cached("SELECT seq, line FROM \(projection.rawValue) WHERE cart = ?1 AND seq < ?2\(unfinished) ORDER BY seq LIMIT ?3")
         defer { select.reset() }
-        select.bind(1, Int64(bound))
-        select.bind(2, Int64(limit + keeping.count))
+        select.bind(1, cart)
+        select.bind(2, Int64(bound))
+        select.bind(3, Int64(limit + keeping.count))
         var removed: [Int64] = []
         while try select.step(), removed.count < limit {
             let seq = select.int64(0)
@@ -462,9 +652,10 @@ final class Store {
             removed.append(seq)
         }
         select.reset()
-        let delete = try cached("DELETE FROM \(projection.rawValue) WHERE seq = ?")
+        let delete = try cached("DELETE FROM \(projection.rawValue) WHERE cart = ? AND seq = ?")
         for seq in removed {
-            delete.bind(1, seq)
+            delete.bind(1, cart)
+            delete.bind(2, seq)
             _ = try delete.step()
             delete.reset()
         }
@@ -476,12 +667,13 @@ final class Store {
     func forgetIds(olderThan cutoff: String, limit: Int) throws(AgentError) -> (count: Int, more: Bool) {
         var count = 0
         var more = false
-        for (table, keep) in [("inbox", ""), ("transfers", ""), ("orders", " AND id NOT IN (SELECT order_id FROM unfinished)"), ("completions", "")] {
+        for (table, keep) in [("inbox", ""), ("transfers", ""), ("orders", " AND id NOT IN (SELECT order_id FROM unfinished WHERE cart = ?1)"), ("completions", "")] {
             // An order whose completion never finished is kept: its retry must find it.
-            let statement = try cached("DELETE FROM \(table) WHERE rowid IN (SELECT rowid FROM \(table) WHERE at < ?\(keep) ORDER BY at LIMIT ?)")
+            let statement = try cached("DELETE FROM \(table) WHERE rowid IN (SELECT rowid FROM \(table) WHERE cart = ?1 AND at < ?2\(keep) ORDER BY at LIMIT ?3)")
             defer { statement.reset() }
-            statement.bind(1, cutoff)
-            statement.bind(2, Int64(limit))
+            statement.bind(1, cart)
+            statement.bind(2, cutoff)
+            statement.bind(3, Int64(limit))
             _ = try statement.step()
             let changed = connection.changes
             count += changed
@@ -492,10 +684,11 @@ final class Store {
 
     /// Files moved to `inbox/cur/` or `inbox/bad/` before `cutoff`, oldest first, at most `limit`.
     func settledFiles(olderThan cutoff: String, limit: Int) throws(AgentError) -> [(folder: String, name: String)] {
-        let statement = try cached("SELECT folder, name FROM settled WHERE at < ? ORDER BY at LIMIT ?")
+        let statement = try cached("SELECT folder, name FROM settled WHERE cart = ? AND at < ? ORDER BY at LIMIT ?")
         defer { statement.reset() }
-        statement.bind(1, cutoff)
-        statement.bind(2, Int64(limit))
+        statement.bind(1, cart)
+        statement.bind(2, cutoff)
+        statement.bind(3, Int64(limit))
         var files: [(folder: String, name: String)] = []
         while try statement.step() { files.append((statement.text(0), statement.text(1))) }
         return files
@@ -503,10 +696,11 @@ final class Store {
 
     /// Forgets files retention removed.
     func forgetSettled(_ files: [(folder: String, name: String)]) throws(AgentError) {
-        let statement = try cached("DELETE FROM settled WHERE folder = ? AND name = ?")
+        let statement = try cached("DELETE FROM settled WHERE cart = ? AND folder = ? AND name = ?")
         for file in files {
-            statement.bind(1, file.folder)
-            statement.bind(2, file.name)
+            statement.bind(1, cart)
+            statement.bind(2, file.folder)
+            statement.bind(3, file.name)
             _ = try statement.step()
             statement.reset()
         }
@@ -520,7 +714,7 @@ final class Store {
     /// Converts a database made before `auto_vacuum=INCREMENTAL` (SQLite sets it only on a new
     /// one, or by rebuilding it with `VACUUM`), once, so that retention can shrink it.
     func useIncrementalVacuum() throws(AgentError) {
-        guard !readOnly, try connection.scalar("PRAGMA auto_vacuum") != 2 else { return }
+        guard !database.readOnly, try connection.scalar("PRAGMA auto_vacuum") != 2 else { return }
         try connection.execute("PRAGMA auto_vacuum=INCREMENTAL")
         try connection.execute("VACUUM")
     }
@@ -529,28 +723,39 @@ final class Store {
 
     /// The outcome recorded for an inbox event id, if it was taken before.
     func inboxOutcome(id: String) throws(AgentError) -> String? {
-        let statement = try connection.prepare("SELECT outcome FROM inbox WHERE id = ?")
-        statement.bind(1, id)
+        let statement = try cached("SELECT outcome FROM inbox WHERE cart = ? AND id = ?")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, id)
         return try statement.step() ? statement.text(0) : nil
     }
 
     /// The inbox file name an event id was taken from, if it was taken.
     func inboxFile(id: String) throws(AgentError) -> String? {
-        let statement = try connection.prepare("SELECT file FROM inbox WHERE id = ?")
-        statement.bind(1, id)
+        let statement = try cached("SELECT file FROM inbox WHERE cart = ? AND id = ?")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, id)
         return try statement.step() ? statement.text(0) : nil
     }
 
     func recordInbox(id: String, file: String, outcome: String, at: Date) throws(AgentError) {
-        let statement = try connection.prepare("INSERT INTO inbox(id, file, outcome, at) VALUES(?, ?, ?, ?)")
-        statement.bind(1, id)
-        statement.bind(2, file)
-        statement.bind(3, outcome)
-        statement.bind(4, Timestamp.text(at))
+        let statement = try cached("INSERT INTO inbox(cart, id, file, outcome, at) VALUES(?, ?, ?, ?, ?)")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, id)
+        statement.bind(3, file)
+        statement.bind(4, outcome)
+        statement.bind(5, Timestamp.text(at))
         _ = try statement.step()
     }
 
-    func inboxCount() throws(AgentError) -> Int64 { try connection.scalar("SELECT COUNT(*) FROM inbox") ?? 0 }
+    func inboxCount() throws(AgentError) -> Int64 {
+        let statement = try cached("SELECT COUNT(*) FROM inbox WHERE cart = ?")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        return try statement.step() ? statement.int64(0) : 0
+    }
 
     // MARK: Locks
 
@@ -560,7 +765,8 @@ final class Store {
         let path = "\(stateDirectory)/\(name)"
         let fd: Int32
         do { fd = try Posix.open(path, [.readWrite, .create], mode: 0o600) } catch { throw .system(error) }
-        do { _ = try Posix.lockExclusive(fd, path: path) } catch {
+        // A tree's carts share the file: each locks the byte of its number.
+        do { _ = try cart == 0 ? Posix.lockExclusive(fd, path: path) : Posix.lockByte(fd, at: cart, wait: true, path: path) } catch {
             Posix.close(fd)
             throw .system(error)
         }
@@ -582,6 +788,8 @@ final class Store {
         // 1 in 2^46 chance.
         var hash: UInt64 = 0xCBF2_9CE4_8422_2325
         for byte in orderId.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3 }
+        // In a tree the same order id in two carts is two orders.
+        if cart != 0 { for byte in String(cart).utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3 } }
         let offset = Int64(hash & 0x3FFF_FFFF_FFFF)
         do {
             if try !Posix.lockByte(fd, at: offset, wait: false, path: path) {
@@ -600,29 +808,37 @@ final class Store {
     /// When the completion of `handle-payment` for `orderId` finished successfully; nil when it
     /// never did (none was given, it failed, or the process died while it ran).
     func completionFinished(orderId: String) throws(AgentError) -> String? {
-        let statement = try connection.prepare("SELECT at FROM completions WHERE order_id = ?")
-        statement.bind(1, orderId)
+        let statement = try cached("SELECT at FROM completions WHERE cart = ? AND order_id = ?")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, orderId)
         return try statement.step() ? statement.text(0) : nil
     }
 
     /// Remembers that the completion for `orderId` is about to run: until it exits 0, retention
     /// keeps the order (and its payment record), so that a retry still finds it.
     func markUnfinished(orderId: String, at: Date) throws(AgentError) {
-        let statement = try connection.prepare("INSERT OR IGNORE INTO unfinished(order_id, at) VALUES(?, ?)")
-        statement.bind(1, orderId)
-        statement.bind(2, Timestamp.text(at))
+        let statement = try cached("INSERT OR IGNORE INTO unfinished(cart, order_id, at) VALUES(?, ?, ?)")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, orderId)
+        statement.bind(3, Timestamp.text(at))
         _ = try statement.step()
     }
 
     /// Records that the completion for `orderId` (payment `payment`) exited 0: it never runs again.
     func recordCompletion(orderId: String, payment: UInt64, at: Date) throws(AgentError) {
-        let finished = try connection.prepare("DELETE FROM unfinished WHERE order_id = ?")
-        finished.bind(1, orderId)
+        let finished = try cached("DELETE FROM unfinished WHERE cart = ? AND order_id = ?")
+        defer { finished.reset() }
+        finished.bind(1, cart)
+        finished.bind(2, orderId)
         _ = try finished.step()
-        let statement = try connection.prepare("INSERT OR IGNORE INTO completions(order_id, payment, at) VALUES(?, ?, ?)")
-        statement.bind(1, orderId)
-        statement.bind(2, Int64(payment))
-        statement.bind(3, Timestamp.text(at))
+        let statement = try cached("INSERT OR IGNORE INTO completions(cart, order_id, payment, at) VALUES(?, ?, ?, ?)")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, orderId)
+        statement.bind(3, Int64(payment))
+        statement.bind(4, Timestamp.text(at))
         _ = try statement.step()
     }
 
@@ -630,19 +846,26 @@ final class Store {
 
     /// Keeps a report (a rollback, a late echo, an ignored batch, an error) for `status`.
     func report(level: String, message: String, at: Date) throws(AgentError) {
-        let statement = try connection.prepare("INSERT INTO reports(at, level, message) VALUES(?, ?, ?)")
-        statement.bind(1, Timestamp.text(at))
-        statement.bind(2, level)
-        statement.bind(3, message)
+        let statement = try cached("INSERT INTO reports(cart, at, level, message) VALUES(?, ?, ?, ?)")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, Timestamp.text(at))
+        statement.bind(3, level)
+        statement.bind(4, message)
         _ = try statement.step()
-        try connection.execute("DELETE FROM reports WHERE n <= (SELECT MAX(n) FROM reports) - 1000")
+        // The last 1,000 of the cart are kept.
+        let trim = try cached("DELETE FROM reports WHERE cart = ?1 AND n <= (SELECT n FROM reports WHERE cart = ?1 ORDER BY n DESC LIMIT 1 OFFSET 1000)")
+        defer { trim.reset() }
+        trim.bind(1, cart)
+        _ = try trim.step()
     }
 
     /// The latest reports, newest first.
     func reports(limit: Int, level: String? = nil) throws(AgentError) -> [(at: String, level: String, message: String)] {
-        let filter = level == nil ? "" : "WHERE level = ?"
-        let statement = try connection.prepare("SELECT at, level, message FROM reports \(filter) ORDER BY n DESC LIMIT \(limit)")
-        if let level { statement.bind(1, level) }
+        let filter = level == nil ? "" : " AND level = ?"
+        let statement = try connection.prepare("SELECT at, level, message FROM reports WHERE cart = ?\(filter) ORDER BY n DESC LIMIT \(limit)")
+        statement.bind(1, cart)
+        if let level { statement.bind(2, level) }
         var result: [(at: String, level: String, message: String)] = []
         while try statement.step() { result.append((statement.text(0), statement.text(1), statement.text(2))) }
         return result
@@ -653,6 +876,6 @@ final class Store {
     /// Tells a running agent that this process committed: closing a written file in
     /// `.basket-sync/` is an inotify event it watches for.
     func signalCommit() {
-        Posix.touch("\(stateDirectory)/\(Store.commitSignalName)", mode: 0o600)
+        Posix.touch(signalPath, mode: 0o600)
     }
 }

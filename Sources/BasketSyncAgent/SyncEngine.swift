@@ -10,7 +10,7 @@ public final class SyncEngine {
     /// The sync directory.
     public let directory: String
     /// The settings from `basket-sync.json`.
-    public private(set) var configuration: AgentConfiguration
+    public internal(set) var configuration: AgentConfiguration
     /// Whether the outbox synchronizer is registered (`--no-synchronizer` leaves it out).
     public let isSynchronizerRegistered: Bool
     let store: Store
@@ -27,13 +27,22 @@ public final class SyncEngine {
     var retentionDue: Date?
 
     /// Opens the sync directory's database (creating it when `create`) and reads the configuration.
-    public init(directory: String, isSynchronizerRegistered: Bool, logger: Logger, create: Bool = false) throws(AgentError) {
-        self.directory = directory
+    /// In a cart of a tree (`-C ROOT/ID`), the tree's database and settings; `makeCart` makes the
+    /// cart's directory when it does not exist.
+    public convenience init(directory: String, isSynchronizerRegistered: Bool, logger: Logger, create: Bool = false, makeCart: Bool = false) throws(AgentError) {
+        let configuration = try AgentConfiguration.load(directory: directory)
+        let store = try Store.open(directory: directory, create: create, makeCart: makeCart)
+        self.init(store: store, configuration: configuration, isSynchronizerRegistered: isSynchronizerRegistered, logger: logger)
+    }
+
+    /// The engine of the cart `store` holds, under `configuration`.
+    init(store: Store, configuration: AgentConfiguration, isSynchronizerRegistered: Bool, logger: Logger) {
+        directory = store.directory
         self.isSynchronizerRegistered = isSynchronizerRegistered
         self.logger = logger
         inbox = Inbox(directory: "\(directory)/inbox")
-        configuration = try AgentConfiguration.load(directory: directory)
-        store = try Store(directory: directory, create: create)
+        self.configuration = configuration
+        self.store = store
         for projection in Projection.allCases {
             files[projection] = JSONLinesFile(path: "\(directory)/\(projection.fileName)")
         }
@@ -110,7 +119,14 @@ public final class SyncEngine {
             isSynchronizerRegistered: isSynchronizerRegistered)
         let before = machine.state
         var deadline = machine.nextDeadline
-        var summary = try run(try body(&machine, now), deadline: &deadline)
+        var effects: [SyncEffect] = []
+        // A cart of a tree that never set its own store follows the tree's default (set-store on the root).
+        if store.cart != 0, try store.note("ownStore") == nil, let (storeId, mode) = try Tree.defaultStore(store.database),
+           !machine.state.storeId.isByteEqual(to: storeId) || mode != machine.state.mode {
+            effects = machine.setSelectedStore(externalId: storeId, mode: mode, at: now)
+        }
+        effects += try body(&machine, now)
+        var summary = try run(effects, deadline: &deadline)
         // The host cart (as large as the cart) is compared once; the rest of the state is small.
         let cartChanged = machine.state.hostCart != before.hostCart
         var rest = machine.state, restBefore = before

@@ -12,6 +12,8 @@ public enum LogFormat: String, Sendable {
 public struct AgentConfiguration: Equatable, Sendable {
     /// How long a batch waits for the echo of a host that never writes `syncedThrough`.
     public var pendingTimeoutSeconds: Double = 10
+    /// Whether the directory is one sync directory or a tree of carts (`"layout": "tree"`).
+    public var isTree = false
     /// The host's cart, relative to the sync directory (its directory may be replaced whole).
     public var cart = "cart.json"
     /// The key names of the host's cart format.
@@ -94,6 +96,12 @@ public struct AgentConfiguration: Equatable, Sendable {
                     throw fail(node.offset, "\"pendingTimeoutSeconds\" must be a number of seconds above 0, such as 10")
                 }
                 configuration.pendingTimeoutSeconds = seconds
+            case "layout":
+                switch try string(node, key) {
+                case "directory": configuration.isTree = false
+                case "tree": configuration.isTree = true
+                default: throw fail(node.offset, "\"layout\" must be \"directory\" (one cart) or \"tree\" (a cart per subdirectory)")
+                }
             case "cart":
                 let cart = try string(node, key)
                 let components = cart.split(separator: "/", omittingEmptySubsequences: false)
@@ -204,11 +212,15 @@ public struct AgentConfiguration: Equatable, Sendable {
             // basket-sync configuration. JSON with // comments; `basket-sync init` writes every setting at its default.
             // The agent reloads this file on SIGHUP.
             {
+              // "directory": this directory is one cart's sync directory. "tree": every subdirectory
+              // is a cart (basket-sync -C ROOT/ID …), and these settings are every cart's.
+              "layout": \(isTree ? "\"tree\"" : "\"directory\""),
+
               // How long an updateBasket batch waits for the host's echo, in seconds, when the host
               // never writes "syncedThrough" in its cart. A host that writes it is waited for however long.
               "pendingTimeoutSeconds": \(seconds),
 
-              // The host's cart, relative to this directory.
+              // The host's cart, relative to this directory (in a tree: to each cart's directory).
               "cart": \(quoted(cart)),
 
               // The key names of the host's cart format, for hosts with their own: the list of lines,

@@ -7,7 +7,7 @@ struct Invocation {
     enum Command: Equatable {
         case help(String?)
         case version
-        case initialize(adopt: Bool)
+        case initialize(adopt: Bool, tree: Bool)
         case watch(noSynchronizer: Bool, logFormat: LogFormat?, quiet: Bool)
         case sync(noSynchronizer: Bool, json: Bool)
         case push(kind: Commands.PushKind, products: [RetailerProduct], id: String?)
@@ -68,8 +68,10 @@ struct Invocation {
         switch name {
         case "init":
             let adopt = options.flag("--adopt")
+            let tree = options.flag("--tree")
             try options.finish()
-            command = .initialize(adopt: adopt)
+            if adopt && tree { throw .usage("init: --adopt and --tree do not go together (a new tree has no records to adopt)") }
+            command = .initialize(adopt: adopt, tree: tree)
         case "watch":
             let noSynchronizer = options.flag("--no-synchronizer")
             let quiet = options.flag("--quiet")

@@ -33,15 +33,18 @@ func run() throws(AgentError) -> Int32 {
         return watch(invocation, directory: directory, isSynchronizerRegistered: !noSynchronizer, logFormat: logFormat, quiet: quiet)
     }
     // As `git -C`: the other paths on the command line are relative to the sync directory.
+    // A cart of a tree is made by whoever comes first: the Mealz side's push may (SPEC §8).
+    if case .push = invocation.command { try Commands.prepareCart(directory: directory) }
     if invocation.directory != nil, !invocation.command.isInitialize { try Terminal.enter(directory) }
     switch invocation.command {
     case let .help(topic):
         emit(Help.text(for: topic))
     case .version:
         emit("basket-sync \(basketSyncVersion)")
-    case let .initialize(adopt):
-        let created = try Commands.initialize(directory: directory, adopt: adopt)
-        emit(created.isEmpty ? "\(directory) is already a sync directory; nothing to create" : created.map { "created \($0)" }.joined(separator: "\n"))
+    case let .initialize(adopt, tree):
+        let created = try tree ? Commands.initializeTree(root: directory) : Commands.initialize(directory: directory, adopt: adopt)
+        let what = tree ? "a tree of carts" : "a sync directory"
+        emit(created.isEmpty ? "\(directory) is already \(what); nothing to create" : created.map { "created \($0)" }.joined(separator: "\n"))
     case .watch:
         break  // run by watch(_:directory:isSynchronizerRegistered:logFormat:quiet:)
     case let .sync(noSynchronizer, json):
@@ -51,8 +54,13 @@ func run() throws(AgentError) -> Int32 {
     case let .push(kind, products, id):
         emit(try Commands.push(directory: directory, kind: kind, products: products, id: id))
     case let .status(json):
-        let report = try StatusReport(directory: directory)
-        emit(json ? report.json : report.human)
+        if case .treeRoot = Place.of(directory) {
+            let report = try TreeStatusReport(root: directory)
+            emit(json ? report.json : report.human)
+        } else {
+            let report = try StatusReport(directory: directory)
+            emit(json ? report.json : report.human)
+        }
     case let .apply(json):
         let summary = try Commands.apply(directory: directory, logger: try logger(for: directory))
         emit(json ? summary.json : summary.human)

@@ -237,7 +237,8 @@ extension RetentionTests {
     }
 
     /// A database written before the ids moved out of the state (schema 1: orders and transfers
-    /// in the state blob) is migrated when opened: a retried order is still a duplicate.
+    /// in the state blob, no cart column) is migrated when opened: a retried order is still a
+    /// duplicate, the records are kept.
     @Test func anOlderDatabaseKeepsItsOrdersAndTransfers() throws {
         let playground = try Playground()
         #expect(try run(playground, ["init"]).status == 0)
@@ -255,10 +256,27 @@ extension RetentionTests {
         state["recordedOrders"] = ["o-1": 1]
         state["landedTransfers"] = ["t-1"]
         let text = String(decoding: try JSONSerialization.data(withJSONObject: state), as: UTF8.self).replacingOccurrences(of: "'", with: "''")
-        for sql in ["DELETE FROM orders", "DELETE FROM transfers", "UPDATE meta SET value = CAST('\(text)' AS BLOB) WHERE key = 'state'", "PRAGMA user_version = 1"] {
+        for sql in ["DELETE FROM orders", "DELETE FROM transfers", "UPDATE meta SET value = CAST('\(text)' AS BLOB) WHERE key = 'state'"] {
+            #expect(sqlite3_exec(handle, sql, nil, nil, nil) == SQLITE_OK, "\(sql)")
+        }
+        // The tables as layout 1 made them: no cart column (the tables of layout 2 made empty).
+        let before: [(String, String, String)] = [
+            ("meta", "key TEXT PRIMARY KEY, value BLOB NOT NULL", "key, value"), ("outbox", "seq INTEGER PRIMARY KEY, line BLOB NOT NULL", "seq, line"),
+            ("notifications", "seq INTEGER PRIMARY KEY, line BLOB NOT NULL", "seq, line"), ("payments", "seq INTEGER PRIMARY KEY, line BLOB NOT NULL", "seq, line"),
+            ("inbox", "id TEXT PRIMARY KEY, file TEXT NOT NULL, outcome TEXT NOT NULL, at TEXT NOT NULL", "id, file, outcome, at"),
+            ("reports", "n INTEGER PRIMARY KEY, at TEXT NOT NULL, level TEXT NOT NULL, message TEXT NOT NULL", "n, at, level, message"),
+            ("completions", "order_id TEXT PRIMARY KEY, payment INTEGER NOT NULL, at TEXT NOT NULL", "order_id, payment, at"),
+        ]
+        for (table, columns, names) in before {
+            for sql in ["CREATE TABLE old(\(columns))", "INSERT INTO old SELECT \(names) FROM \(table)", "DROP TABLE \(table)", "ALTER TABLE old RENAME TO \(table)"] {
+                #expect(sqlite3_exec(handle, sql, nil, nil, nil) == SQLITE_OK, "\(sql)")
+            }
+        }
+        for sql in ["DROP TABLE orders", "DROP TABLE transfers", "DROP TABLE unfinished", "DROP TABLE settled", "DROP TABLE carts", "PRAGMA user_version = 1"] {
             #expect(sqlite3_exec(handle, sql, nil, nil, nil) == SQLITE_OK, "\(sql)")
         }
         sqlite3_close(handle)
+        #expect(query(playground, "SELECT COUNT(*) FROM outbox").first == outboxBefore)
 
         let retry = try run(playground, ["handle-payment", "--total", "2.00", "--order-id", "o-1"])
         #expect(retry.status == 0 && retry.stdout.contains("duplicate"), "\(retry.stdout) \(retry.stderr)")
@@ -266,11 +284,12 @@ extension RetentionTests {
         #expect(try run(playground, ["sync"]).status == 0)
         #expect(query(playground, "SELECT COUNT(*) FROM outbox").first == outboxBefore, "the transfer did not land twice")
         #expect(query(playground, "SELECT id FROM orders").map { $0[0] } == ["o-1"])
-        #expect(query(playground, "PRAGMA user_version").first == ["2"])
+        #expect(query(playground, "PRAGMA user_version").first == ["3"])
+        #expect(query(playground, "SELECT DISTINCT cart FROM outbox").map { $0[0] } == ["0"], "every row is cart 0's")
 
         // A database of a later layout is refused, not read wrong nor written over.
         #expect(sqlite3_open(playground.path + "/.basket-sync/state.db", &handle) == SQLITE_OK)
-        #expect(sqlite3_exec(handle, "PRAGMA user_version = 3", nil, nil, nil) == SQLITE_OK)
+        #expect(sqlite3_exec(handle, "PRAGMA user_version = 4", nil, nil, nil) == SQLITE_OK)
         sqlite3_close(handle)
         for command in [["sync"], ["status"]] {
             let refused = try run(playground, command)

@@ -8,6 +8,19 @@ extension Commands {
     /// A directory holding records but no database lost its database: refused (73), unless
     /// `adopt`, which takes the files' records into the new database and goes on after them.
     public static func initialize(directory: String, adopt: Bool = false) throws(AgentError) -> [String] {
+        switch Place.of(directory) {
+        case .treeRoot:
+            if adopt { throw .usage("\(directory): is a tree of carts; init --adopt works on one cart's sync directory") }
+            return try initializeTree(root: directory)
+        case let .treeCart(root, id):
+            // A cart of the tree: adopted (made when missing), as the agent would.
+            if adopt { throw .usage("\(directory): is cart \(id) of the tree \(root); init --adopt works on a sync directory of its own") }
+            let existed = Posix.isDirectory(directory) && Posix.exists("\(directory)/\(Tree.markerName)")
+            _ = try Tree(root: root).cartStore(id, create: true)
+            return existed ? [] : ["\(directory) (cart \(id) of the tree \(root))"]
+        case .directory:
+            break
+        }
         var created: [String] = []
         if !Posix.isDirectory(directory) {
             try Posix.makeDirectoryTree(directory)
@@ -70,5 +83,23 @@ extension Commands {
             }
         }
         return created
+    }
+}
+
+extension Commands {
+    /// `init --tree`: makes a tree of carts at `root` (SPEC §8): its configuration, which says
+    /// `"layout": "tree"`, and its one database. Idempotent. Returns what was created.
+    public static func initializeTree(root: String) throws(AgentError) -> [String] {
+        try Tree.create(root: root)
+    }
+}
+
+extension Commands {
+    /// When `directory` names a cart of a tree (`ROOT/ID`) that is not made yet (no directory, no
+    /// inbox, no marker), makes and adopts it, as the agent would; otherwise does nothing.
+    public static func prepareCart(directory: String) throws(AgentError) {
+        guard case let .treeCart(root, id) = Place.of(directory) else { return }
+        if Posix.isDirectory("\(directory)/inbox/new"), Posix.isDirectory("\(directory)/inbox/tmp"), Posix.exists("\(directory)/\(Tree.markerName)") { return }
+        _ = try Tree(root: root).cartStore(id, create: true)
     }
 }

@@ -29,6 +29,15 @@ extension Commands {
             }
         }
         let inbox = Inbox(directory: "\(directory)/inbox")
+        switch Place.of(directory) {
+        case .treeRoot:
+            throw .usage("\(directory): is a tree of carts; push to one of them: basket-sync -C \(directory)/CART-ID push …")
+        case .treeCart:
+            // The Mealz side may come first: the cart is made (and adopted) here.
+            try prepareCart(directory: directory)
+        case .directory:
+            break
+        }
         guard Posix.isDirectory(inbox.folder("tmp")), Posix.isDirectory(inbox.folder("new")) else {
             throw .missingInput("\(directory): not a sync directory (no inbox/tmp and inbox/new); run basket-sync init there first")
         }

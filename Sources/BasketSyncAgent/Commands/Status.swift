@@ -34,9 +34,15 @@ public struct StatusReport {
     /// Reads the state of `directory` as committed now.
     public init(directory: String) throws(AgentError) {
         // It only reads: it works on a read-only file system too.
-        let store = try Store(directory: directory, create: false, readOnly: true)
-        self.directory = directory
+        let store = try Store.open(directory: directory, readOnly: true)
         let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
+        try self.init(store: store, configuration: configuration)
+    }
+
+    /// Reads the state of the cart `store` holds as committed now.
+    init(store: Store, configuration: AgentConfiguration) throws(AgentError) {
+        let directory = store.directory
+        self.directory = directory
         cart = configuration.cart
         retentionDays = configuration.retention?.days
         var lastLines: [Projection: [UInt8]] = [:]
@@ -100,6 +106,13 @@ public struct StatusReport {
             return (false, "resolved at \(lastGoodPass): a whole pass went through since")
         }
         return (true, "still current: no whole pass has gone through since")
+    }
+
+    /// The last error when it still holds (see ``standing(of:)``).
+    var currentError: String? {
+        if let problem = databaseBehind.first { return problem }
+        guard let error = errors.first(where: { $0.level == "error" }), standing(of: error).current else { return nil }
+        return "\(error.at) \(error.message)"
     }
 
     private var cartLine: String {

@@ -24,7 +24,7 @@ extension Commands {
         let inotify: Inotify
         let start: UInt64
         do {
-            let store = try Store(directory: directory, create: false, readOnly: true)
+            let store = try Store.open(directory: directory, readOnly: true)
             do {
                 inotify = try Inotify(path: directory)
                 try inotify.watch(directory, [.modify, .closeWrite, .movedTo, .create, .deleteSelf, .moveSelf, .onlyDirectory])
@@ -84,7 +84,7 @@ extension Commands {
             }
             look = events.contains { event in
                 event.watch < 0 || event.mask.contains(.overflow)
-                    || event.name == Projection.outbox.fileName || event.name == Store.commitSignalName
+                    || event.name == Projection.outbox.fileName || event.name == Store.commitSignalName || event.name == Tree.markerName
                     // The database written over or replaced (a backup restored): looked at again.
                     || event.name == Store.databaseName
             }
@@ -94,7 +94,7 @@ extension Commands {
     /// The outbox records after `seq`, and its last seq, through a connection opened and closed
     /// for this read alone.
     private static func outboxNow(directory: String, after seq: UInt64?) throws(AgentError) -> (lines: [(seq: UInt64, line: [UInt8])], last: UInt64) {
-        let reader = try Store(directory: directory, create: false, readOnly: true)
+        let reader = try Store.open(directory: directory, readOnly: true)
         return try reader.withTransaction { () throws(AgentError) in
             (try seq.map { (after) throws(AgentError) in try reader.lines(.outbox, after: after) } ?? [], try reader.lastSeq(.outbox))
         }

@@ -1,0 +1,116 @@
+import BasketSync
+import BasketSyncWire
+
+/// `status` on a tree's root: every cart summed up (counts, the carts with a current error, the
+/// oldest pending batch), and with `--json` each cart's own report under `"carts"`.
+public struct TreeStatusReport {
+    let root: String
+    let carts: [(id: String, report: StatusReport)]
+    /// Cart directories the database does not hold yet (the agent, or any command on the cart,
+    /// adopts them), and carts that could not be read, with why.
+    let notAdopted: [String]
+    let unreadable: [(id: String, error: String)]
+    let now = Date()
+
+    /// Reads every cart of the tree at `root` as committed now (read only).
+    public init(root: String) throws(AgentError) {
+        self.root = root
+        let tree = try Tree(root: root, readOnly: true)
+        let known = try tree.database.withTransaction { () throws(AgentError) in try tree.database.carts() }
+        var carts: [(id: String, report: StatusReport)] = []
+        var notAdopted: [String] = []
+        var unreadable: [(id: String, error: String)] = []
+        for id in try tree.cartDirectories() {
+            guard known[id] != nil else {
+                notAdopted.append(id)
+                continue
+            }
+            do {
+                let store = try tree.cartStore(id, create: false, readOnly: true)
+                carts.append((id, try StatusReport(store: store, configuration: tree.configuration)))
+            } catch {
+                // A marker that does not match: the directory was made again, not adopted yet.
+                if case .missingInput = error { notAdopted.append(id) } else { unreadable.append((id, error.description)) }
+            }
+        }
+        self.carts = carts
+        self.notAdopted = notAdopted
+        self.unreadable = unreadable
+    }
+
+    private func total(_ projection: Projection) -> UInt64 { carts.reduce(0) { $0 + ($1.report.counts[projection] ?? 0) } }
+
+    private var oldestPending: (id: String, batch: PendingBatch)? {
+        carts.compactMap { cart in cart.report.state.pending.min { $0.at < $1.at }.map { (cart.id, $0) } }.min { $0.batch.at < $1.batch.at }
+    }
+
+    private var withErrors: [(id: String, error: String)] {
+        carts.compactMap { cart in cart.report.currentError.map { (cart.id, $0) } } + unreadable
+    }
+
+    /// The report for people.
+    public var human: String {
+        var lines = ["tree \(root): \(carts.count) carts\(notAdopted.isEmpty ? "" : ", \(notAdopted.count) directories not adopted yet")"]
+        lines.append("records: outbox \(total(.outbox)), notifications \(total(.notifications)), payments \(total(.payments)) (every cart)")
+        let pending = carts.reduce(0) { $0 + $1.report.state.pending.count }
+        if let (id, batch) = oldestPending {
+            let age = (max(0, now.timeIntervalSince(batch.at)) * 10).rounded() / 10
+            lines.append("pending batches: \(pending) in \(carts.filter { !$0.report.state.pending.isEmpty }.count) carts; the oldest: cart \(id) #\(batch.seq), age \(age) s")
+        } else {
+            lines.append("pending batches: none")
+        }
+        let waiting = carts.reduce(0) { $0 + $1.report.inboxWaiting }, bad = carts.reduce(0) { $0 + $1.report.inboxBad }
+        lines.append("inbox: \(waiting) waiting in new/, \(bad) in bad/ (every cart)")
+        let errors = withErrors
+        lines.append(errors.isEmpty ? "carts with an error: none" : "carts with an error: \(errors.count)")
+        for (id, error) in errors.prefix(20) { lines.append("  \(id): \(error)") }
+        if errors.count > 20 { lines.append("  … and \(errors.count - 20) more (status --json lists them all)") }
+        if !notAdopted.isEmpty {
+            lines.append("not adopted yet: \(notAdopted.prefix(20).joined(separator: " "))\(notAdopted.count > 20 ? " …" : "")")
+        }
+        return lines.map(JSONWriter.printable).joined(separator: "\n") + "\n"
+    }
+
+    /// The report for scripts: the sums, then each cart's own report under `"carts"`.
+    public var json: String {
+        var writer = JSONWriter()
+        writer.object { object in
+            object.member("tree", root)
+            object.member("cartCount", carts.count)
+            object.member("records") { writer in
+                writer.object { records in
+                    records.member("outbox", total(.outbox))
+                    records.member("notifications", total(.notifications))
+                    records.member("payments", total(.payments))
+                }
+            }
+            object.member("oldestPending") { writer in
+                guard let (id, batch) = oldestPending else { return writer.raw("null") }
+                writer.object { pending in
+                    pending.member("cart", id)
+                    pending.member("seq", batch.seq)
+                    pending.member("ageSeconds") { $0.raw(String(max(0, now.timeIntervalSince(batch.at)))) }
+                }
+            }
+            object.member("withErrors") { writer in
+                writer.array(withErrors) { writer, cart in
+                    writer.object { line in
+                        line.member("cart", cart.id)
+                        line.member("error", cart.error)
+                    }
+                }
+            }
+            object.member("notAdopted") { writer in writer.array(notAdopted) { $0.string($1) } }
+            object.member("carts") { writer in
+                writer.array(self.carts) { writer, cart in
+                    writer.object { line in
+                        line.member("cart", cart.id)
+                        line.member("status") { $0.raw(String(cart.report.json.dropLast())) }
+                    }
+                }
+            }
+        }
+        writer.raw("\n")
+        return writer.text
+    }
+}

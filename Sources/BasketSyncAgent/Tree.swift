@@ -1,0 +1,228 @@
+import BasketSync
+import BasketSyncWire
+
+/// Where a command's directory stands (SPEC §8).
+public enum Place: Equatable, Sendable {
+    /// One sync directory (or a directory that is not one yet).
+    case directory
+    /// The root of a tree of carts (its `basket-sync.json` says `"layout": "tree"`).
+    case treeRoot
+    /// Cart `id` of the tree at `root`.
+    case treeCart(root: String, id: String)
+
+    /// Where `directory` stands: a tree's root, one of its carts (a subdirectory named as a cart
+    /// id), or a sync directory of its own.
+    public static func of(_ directory: String) -> Place {
+        if AgentConfiguration.layoutIsTree(directory: directory) { return .treeRoot }
+        let root = Posix.dirname(of: directory)
+        let id = String(directory[directory.index(after: directory.lastIndex(of: "/") ?? directory.startIndex)...])
+        if root != directory, Tree.isCartId(id), AgentConfiguration.layoutIsTree(directory: root) {
+            return .treeCart(root: root, id: id)
+        }
+        return .directory
+    }
+}
+
+extension AgentConfiguration {
+    /// Whether `directory/basket-sync.json` says `"layout": "tree"` (a file that cannot be read
+    /// or parsed says nothing: the command that reads it reports it).
+    static func layoutIsTree(directory: String) -> Bool {
+        (try? loadFile(directory: directory))?.isTree ?? false
+    }
+}
+
+/// A tree of carts: one database at `ROOT/.basket-sync/` for every cart, one directory per cart
+/// (SPEC §8). A cart is adopted when first seen: its folders are made, it gets a number and a
+/// sync id of its own, and a marker file (`.basket-sync-cart`) holding that sync id, so that a
+/// directory removed and made again under the same id is known as a new cart.
+final class Tree {
+    /// The marker in each cart directory: the cart's sync id. Touched after a commit by a
+    /// one-shot command, to wake the agent.
+    static let markerName = ".basket-sync-cart"
+
+    /// Whether `name` is a cart id: 1–128 bytes of `[A-Za-z0-9._-]`, not starting with `.`.
+    static func isCartId(_ name: String) -> Bool {
+        let bytes = name.utf8
+        guard (1...128).contains(bytes.count), bytes.first != UInt8(ascii: ".") else { return false }
+        return bytes.allSatisfy { byte in
+            (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
+                || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-")
+        }
+    }
+
+    /// The tree's root.
+    let root: String
+    /// The one database of the tree.
+    let database: Database
+    /// The settings of every cart.
+    let configuration: AgentConfiguration
+
+    /// Opens the tree at `root` (its database must exist: `init --tree` makes it).
+    init(root: String, readOnly: Bool = false) throws(AgentError) {
+        self.root = root
+        configuration = try AgentConfiguration.loadFile(directory: root)
+        database = try Database(directory: root, create: false, readOnly: readOnly)
+        if !readOnly {
+            try database.withTransaction { () throws(AgentError) in
+                guard try database.isTree() else {
+                    throw .refused("\(root): its \(AgentConfiguration.fileName) says \"layout\": \"tree\" but its database is a single sync directory's; put \"layout\": \"directory\" back, or make the tree elsewhere with basket-sync init --tree")
+                }
+            }
+        }
+    }
+
+    /// Makes a tree at `root`: its configuration (`"layout": "tree"`) and its database.
+    static func create(root: String) throws(AgentError) -> [String] {
+        var created: [String] = []
+        if !Posix.isDirectory(root) {
+            try Posix.makeDirectoryTree(root)
+            created.append(root)
+        }
+        let configurationPath = "\(root)/\(AgentConfiguration.fileName)"
+        if Posix.linkInfo(configurationPath) != nil {
+            guard AgentConfiguration.layoutIsTree(directory: root) else {
+                throw .refused("\(root): already a sync directory of one cart (\(AgentConfiguration.fileName) has no \"layout\": \"tree\"); make the tree in another directory, and move carts into it as subdirectories")
+            }
+        } else {
+            if Posix.linkInfo("\(root)/\(Store.stateDirectoryName)") != nil {
+                throw .refused("\(root): holds a database (\(Store.stateDirectoryName)/) but no \(AgentConfiguration.fileName); restore the configuration, or make the tree in another directory")
+            }
+            if case .treeCart = Place.of(root) {
+                throw .refused("\(root): is a cart of the tree \(Posix.dirname(of: root)); a tree cannot be made inside a tree")
+            }
+            var configuration = AgentConfiguration()
+            configuration.isTree = true
+            do { try Posix.writeFileAtomically(configurationPath, Array(configuration.fileText.utf8)) } catch { throw .system(error) }
+            created.append(configurationPath)
+        }
+        let databasePath = "\(root)/\(Store.stateDirectoryName)/\(Store.databaseName)"
+        let isNew = !Posix.exists(databasePath)
+        let database = try Database(directory: root, create: true)
+        try database.withTransaction { () throws(AgentError) in
+            if try !database.isTree() {
+                if try database.connection.scalar("SELECT COUNT(*) FROM meta WHERE cart = 0 AND key = 'state'") != 0 {
+                    throw .refused("\(root): its database is a single sync directory's; make the tree in another directory")
+                }
+                try database.markTree()
+            }
+        }
+        if isNew { created.append(databasePath) }
+        return created
+    }
+
+    /// The cart directories under the root, by id (subdirectories named as cart ids; links and
+    /// other names are not carts).
+    func cartDirectories() throws(AgentError) -> [String] {
+        let names: [String]
+        do { names = try Posix.entries(of: root) } catch { throw .system(error) }
+        return names.filter { Tree.isCartId($0) && Posix.linkInfo("\(root)/\($0)")?.kind == .directory }.sorted()
+    }
+
+    /// The store of cart `id`. A directory seen for the first time (or made again) is adopted:
+    /// its folders made, a new cart (number, sync id, marker), the root's default store. With
+    /// `create`, a missing directory is made (`push` from the Mealz side comes first). Read-only,
+    /// nothing is made: a cart not adopted yet is missing.
+    func cartStore(_ id: String, create: Bool, readOnly: Bool = false) throws(AgentError) -> Store {
+        let directory = "\(root)/\(id)"
+        let marker = "\(directory)/\(Tree.markerName)"
+        guard Tree.isCartId(id) else {
+            throw .usage("\(id): not a cart id (1 to 128 of A-Z a-z 0-9 . _ -, not starting with a dot)")
+        }
+        if let info = Posix.linkInfo(directory) {
+            guard info.kind == .directory else { throw .system(SystemError(path: directory, shape: info.kind.name, expectsDirectory: true)) }
+        } else {
+            guard create, !readOnly else {
+                throw .missingInput("\(directory): no cart \(id) in the tree \(root); the host makes it (mkdir, then its cart), or basket-sync -C \(directory) push does")
+            }
+            try Posix.makeDirectoryTree(directory)
+        }
+        if Posix.linkInfo("\(directory)/\(Store.stateDirectoryName)") != nil {
+            throw .refused("\(directory): holds a sync directory of its own (\(Store.stateDirectoryName)/) inside the tree \(root): one agent serves the whole tree. Move it out of the tree, or remove its \(Store.stateDirectoryName)/ to make it a cart of the tree")
+        }
+        let readMarker = { () -> String? in
+            (try? Posix.readFile(marker, limit: 64)).flatMap { $0 }.map { String(decoding: $0, as: UTF8.self).trimmingSpaces }
+        }
+        if readOnly {
+            guard let known = try database.withTransaction({ () throws(AgentError) in try database.cart(id) }), readMarker() == known.syncId else {
+                throw .missingInput("\(directory): cart \(id) is not adopted yet (the agent adopts it, or any command but status and wait: basket-sync -C \(directory) sync)")
+            }
+            return Store(database: database, cart: known.number, directory: directory, signalPath: marker)
+        }
+        for folder in ["tmp", "new", "cur", "bad"] where !Posix.isDirectory("\(directory)/inbox/\(folder)") {
+            try Posix.makeDirectoryTree("\(directory)/inbox/\(folder)")
+        }
+        return try database.withTransaction { () throws(AgentError) in
+            // Read under the database's lock: a process adopting the cart at the same time wrote
+            // the marker before it committed.
+            if let known = try database.cart(id), readMarker() == known.syncId {
+                return Store(database: database, cart: known.number, directory: directory, signalPath: marker)
+            }
+            // A directory new to the tree, or made again (no marker, or another cart's): the old
+            // cart of this id, if any, ends with every row of it.
+            if let known = try database.cart(id) { try database.removeCart(known.number) }
+            let syncId = Store.newSyncId()
+            let number = try database.addCart(id, syncId: syncId, at: Date())
+            let store = Store(database: database, cart: number, directory: directory, signalPath: marker)
+            var state = SyncState(syncId: syncId)
+            if let (storeId, mode) = try defaultStore() {
+                state.storeId = storeId
+                state.mode = mode
+            }
+            try store.saveState(state)
+            do throws(SystemError) { try Posix.writeFileAtomically(marker, Array("\(syncId)\n".utf8), replacing: true) } catch { throw .system(error) }
+            return store
+        }
+    }
+
+    /// Ends the carts the database holds whose directory is gone; returns their ids.
+    func removeGoneCarts() throws(AgentError) -> [String] {
+        try database.withTransaction { () throws(AgentError) in
+            var gone: [String] = []
+            for (id, number) in try database.carts() where Posix.linkInfo("\(root)/\(id)")?.kind != .directory {
+                try database.removeCart(number)
+                gone.append(id)
+            }
+            return gone.sorted()
+        }
+    }
+
+    /// The store and mode that `set-store` on the root set for the carts that never set their
+    /// own (in the caller's transaction); nil when never set.
+    func defaultStore() throws(AgentError) -> (String, SyncMode)? {
+        try Tree.defaultStore(database)
+    }
+
+    static func defaultStore(_ database: Database) throws(AgentError) -> (String, SyncMode)? {
+        let root = Store(database: database, cart: 0, directory: "", signalPath: "")
+        guard let text = try root.note("defaultStore") else { return nil }
+        let parts = text.split(separator: "\t", omittingEmptySubsequences: false)
+        guard parts.count == 2, let mode = SyncMode(rawValue: String(parts[1])) else { return nil }
+        return (String(parts[0]), mode)
+    }
+}
+
+extension String {
+    /// Without the spaces and newlines around it.
+    var trimmingSpaces: String {
+        var text = Substring(self)
+        while let last = text.last, last == "\n" || last == " " || last == "\r" { text.removeLast() }
+        while let first = text.first, first == "\n" || first == " " { text.removeFirst() }
+        return String(text)
+    }
+}
+
+extension Store {
+    /// The store of `directory`: a sync directory's (cart 0, made when `create`), or a tree
+    /// cart's (adopted when new; its directory made when `makeCart`). A tree's root holds no
+    /// cart: refused with a usage error naming what to give instead.
+    static func open(directory: String, create: Bool = false, makeCart: Bool = false, readOnly: Bool = false) throws(AgentError) -> Store {
+        switch Place.of(directory) {
+        case .directory:
+            return try Store(directory: directory, create: create, readOnly: readOnly)
+        case .treeRoot:
+            throw .usage("\(directory): is a tree of carts; name one of them: basket-sync -C \(directory)/CART-ID …")
+        case let .treeCart(root, id):
+            return try Tree(root: root, readOnly: readOnly).cartStore(id, create: makeCart, readOnly: readOnly)
+        }
+    }
+}
