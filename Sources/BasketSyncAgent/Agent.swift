@@ -22,6 +22,9 @@ public final class Agent {
     public init(directory: String, isSynchronizerRegistered: Bool, logFormat: LogFormat?, logger: Logger) throws(AgentError) {
         self.logger = logger
         self.logFormat = logFormat
+        if case let .treeCart(root, id) = Place.of(directory) {
+            throw .busy("\(directory): is cart \(id) of the tree \(root), which one agent serves whole: run basket-sync -C \(root) watch (an agent of one cart inside a tree is refused)")
+        }
         engine = try SyncEngine(directory: directory, isSynchronizerRegistered: isSynchronizerRegistered, logger: logger)
         // A person following the agent sees one line per record it makes.
         engine.logsActivity = true
@@ -30,7 +33,15 @@ public final class Agent {
 
     /// Takes the directory's agent lock; a second agent fails as busy and names the first one's pid.
     private func lock() throws(AgentError) {
-        let path = "\(engine.store.stateDirectory)/agent.lock"
+        lockFd = try Agent.takeLock(stateDirectory: engine.store.stateDirectory) { pid in
+            "\(engine.directory): another basket-sync watch (pid \(pid)) is already watching this directory; stop it first, or use basket-sync sync beside it"
+        }
+    }
+
+    /// Takes `agent.lock` in `stateDirectory` without waiting, and writes the pid in it; when
+    /// another process holds it, throws `.busy` with `message(pid of the holder)`.
+    static func takeLock(stateDirectory: String, message: (String) -> String) throws(AgentError) -> Int32 {
+        let path = "\(stateDirectory)/agent.lock"
         let fd: Int32
         let locked: Bool
         do {
@@ -43,12 +54,12 @@ public final class Agent {
             let holder = (try? Posix.read(fd, at: 0, count: 31, path: path)) ?? []
             let pid = String(decoding: holder, as: UTF8.self).filter(\.isNumber)
             Posix.close(fd)
-            throw .busy("\(engine.directory): another basket-sync watch (pid \(pid.isEmpty ? "unknown" : pid)) is already watching this directory; stop it first, or use basket-sync sync beside it")
+            throw .busy(message(pid.isEmpty ? "unknown" : pid))
         }
         // The pid is a courtesy for the message above: a lock file that cannot hold it still locks.
         try? Posix.truncate(fd, to: 0, path: path)
         try? Posix.writeAll(fd, Array("\(Posix.processId)\n".utf8), at: 0, path: path)
-        lockFd = fd
+        return fd
     }
 
     /// Runs until SIGTERM or SIGINT, then returns (exit 0). Throws when it cannot start or must stop.

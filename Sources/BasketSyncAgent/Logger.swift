@@ -11,27 +11,45 @@ public final class Logger: Sendable {
         case error
     }
 
-    private let currentFormat: Mutex<LogFormat>
+    /// The format and quietness, shared with the loggers ``tagged(cart:)`` makes.
+    private final class Settings: Sendable {
+        let format: Mutex<LogFormat>
+        let quiet = Mutex(false)
+        init(format: LogFormat) { self.format = Mutex(format) }
+    }
+
+    private let settings: Settings
     private let fd: Int32
+    /// The cart of a tree the lines are about, if any: said first in a human line, as `"cart"`
+    /// in a JSON one.
+    public let cart: String?
 
     /// A logger writing to `fd` (stderr by default).
     public init(format: LogFormat = .human, fd: Int32 = 2) {
-        currentFormat = Mutex(format)
+        settings = Settings(format: format)
         self.fd = fd
+        cart = nil
     }
+
+    private init(settings: Settings, fd: Int32, cart: String) {
+        self.settings = settings
+        self.fd = fd
+        self.cart = cart
+    }
+
+    /// The same log, its lines about cart `cart` of a tree.
+    public func tagged(cart: String) -> Logger { Logger(settings: settings, fd: fd, cart: cart) }
 
     /// The format of the lines; changed on SIGHUP reload.
     public var format: LogFormat {
-        get { currentFormat.withLock { $0 } }
-        set { currentFormat.withLock { $0 = newValue } }
+        get { settings.format.withLock { $0 } }
+        set { settings.format.withLock { $0 = newValue } }
     }
-
-    private let quiet = Mutex(false)
 
     /// Whether info lines are left out (`watch --quiet`): warnings and errors only.
     public var isQuiet: Bool {
-        get { quiet.withLock { $0 } }
-        set { quiet.withLock { $0 = newValue } }
+        get { settings.quiet.withLock { $0 } }
+        set { settings.quiet.withLock { $0 = newValue } }
     }
 
     /// Writes one line, whole (a log that cannot be written is not worth failing for). `record`
@@ -41,12 +59,13 @@ public final class Logger: Sendable {
         let line: [UInt8]
         switch format {
         case .human:
-            line = Array("basket-sync: \(level == .info ? "" : "\(level.rawValue): ")\(JSONWriter.printable(message))\n".utf8)
+            line = Array("basket-sync: \(cart.map { "cart \($0): " } ?? "")\(level == .info ? "" : "\(level.rawValue): ")\(JSONWriter.printable(message))\n".utf8)
         case .json:
             var writer = JSONWriter()
             writer.object { object in
                 object.member("at", Timestamp.text(Date()))
                 object.member("level", level.rawValue)
+                if let cart { object.member("cart", cart) }
                 object.member("message", message)
                 if let record { object.member("record") { $0.raw(String(decoding: record.last == 0x0A ? record.dropLast() : record[...], as: UTF8.self)) } }
             }

@@ -33,18 +33,29 @@ final class Watcher {
     let directory: String
     private var cartComponents: [String]
     private let inotify: Inotify
+    /// A cart of a tree: its commits are signalled by its marker, not in `.basket-sync/`.
+    private let isTreeCart: Bool
     /// The inotify descriptor, for the event loop to poll.
     var fd: Int32 { inotify.fd }
 
     private static let directoryMask: InotifyMask = [.closeWrite, .movedTo, .create, .delete, .movedFrom, .deleteSelf, .moveSelf, .onlyDirectory]
 
     /// Places every watch: nothing written after this returns can be missed.
-    init(directory: String, cart: String) throws(AgentError) {
+    convenience init(directory: String, cart: String) throws(AgentError) {
+        let inotify: Inotify
+        do { inotify = try Inotify(path: directory) } catch { throw .system(error) }
+        try self.init(directory: directory, cart: cart, inotify: inotify, isTreeCart: false)
+    }
+
+    /// Watches one sync directory (or a cart of a tree) through `inotify`, which other watchers
+    /// may share: each handles the events of its own directories (``handle(_:into:delivered:)``).
+    init(directory: String, cart: String, inotify: Inotify, isTreeCart: Bool) throws(AgentError) {
         self.directory = directory
+        self.inotify = inotify
+        self.isTreeCart = isTreeCart
         cartComponents = cart.split(separator: "/").map(String.init)
         do {
-            inotify = try Inotify(path: directory)
-            watchCartPath()
+            try watchCartPathOrThrow()
             try inotify.watch("\(directory)/inbox/new", [.movedTo, .closeWrite, .onlyDirectory])
             // A delivery by link() (Python's mailbox.Maildir) shows in new/ only as a creation; the
             // removal of its temporary file in tmp/ says it is complete, under the same name.
@@ -52,12 +63,37 @@ final class Watcher {
         } catch {
             throw .system(error)
         }
-        try? inotify.watch("\(directory)/\(Store.stateDirectoryName)", [.closeWrite, .onlyDirectory])
+        if !isTreeCart { try? inotify.watch("\(directory)/\(Store.stateDirectoryName)", [.closeWrite, .onlyDirectory]) }
+    }
+
+    /// How many watches a sync directory (or a tree's cart) takes with the cart at `cart`: its
+    /// directories down to the cart's, `inbox/new` and `inbox/tmp`, and `.basket-sync/`.
+    static func watchCount(cart: String, isTreeCart: Bool) -> Int {
+        cart.split(separator: "/").count + 2 + (isTreeCart ? 0 : 1)
+    }
+
+    /// The watch descriptors of this directory's watches.
+    var watches: [Int32] {
+        let paths = [directory, "\(directory)/inbox/new", "\(directory)/inbox/tmp", "\(directory)/\(Store.stateDirectoryName)"]
+            + cartComponents.dropLast().indices.map { "\(directory)/" + cartComponents[...$0].joined(separator: "/") }
+        // The library records a directory's path with a trailing slash.
+        return paths.compactMap { inotify.watchDescriptor($0 + "/") ?? inotify.watchDescriptor($0) }
+    }
+
+    /// Stops watching this directory (its cart ended).
+    func removeWatches() {
+        for watch in watches { inotify.removeWatch(watch) }
     }
 
     /// Follows a new cart path (a SIGHUP changed `"cart"`): its directories are watched from now on.
     func follow(cart: String) {
         cartComponents = cart.split(separator: "/").map(String.init)
+        watchCartPath()
+    }
+
+    /// Watches the sync directory itself (it must exist), then the rest of the way to the cart.
+    private func watchCartPathOrThrow() throws(SystemError) {
+        try inotify.watch(directory, Watcher.directoryMask)
         watchCartPath()
     }
 
@@ -92,17 +128,20 @@ final class Watcher {
         var changes = Set<Change>()
         var delivered: [String] = []
         do {
-            for event in try inotify.events() {
-                handle(event, into: &changes)
-                if !event.name.isEmpty, !event.mask.isDisjoint(with: [.movedTo, .closeWrite, .delete]),
-                   let watched = inotify.path(of: event.watch), case .inbox = role(of: watched) {
-                    delivered.append(event.name)
-                }
-            }
+            for event in try inotify.events() { handle(event, into: &changes, delivered: &delivered) }
         } catch {
             throw .system(error)
         }
         return (changes, delivered)
+    }
+
+    /// Says what one event changed, and the name it delivered into `inbox/new/`, if any.
+    func handle(_ event: InotifyEvent, into changes: inout Set<Change>, delivered: inout [String]) {
+        handle(event, into: &changes)
+        if !event.name.isEmpty, !event.mask.isDisjoint(with: [.movedTo, .closeWrite, .delete]),
+           let watched = inotify.path(of: event.watch), case .inbox = role(of: watched) {
+            delivered.append(event.name)
+        }
     }
 
     private func handle(_ event: InotifyEvent, into changes: inout Set<Change>) {
@@ -125,6 +164,11 @@ final class Watcher {
             // state directory leaving it is the sign that the sync directory is going.
             if path == directory, name == Store.stateDirectoryName, !mask.isDisjoint(with: [.delete, .movedFrom]) {
                 changes.insert(.directoryGone)
+                return
+            }
+            // A one-shot command committed for this cart of a tree: it touched the marker.
+            if isTreeCart, path == directory, name == Tree.markerName, !mask.isDisjoint(with: [.closeWrite, .movedTo]) {
+                changes.insert(.commit)
                 return
             }
             guard name == next else { return }

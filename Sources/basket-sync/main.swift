@@ -17,8 +17,11 @@ func watch(_ invocation: Invocation, directory: String, isSynchronizerRegistered
     logger.isQuiet = quiet
     do {
         if invocation.directory != nil { try Terminal.enter(directory) }
-        let agent = try Agent(directory: directory, isSynchronizerRegistered: isSynchronizerRegistered, logFormat: logFormat, logger: logger)
-        try agent.run()
+        if case .treeRoot = Place.of(directory) {
+            try TreeAgent(root: directory, isSynchronizerRegistered: isSynchronizerRegistered, logFormat: logFormat, logger: logger).run()
+        } else {
+            try Agent(directory: directory, isSynchronizerRegistered: isSynchronizerRegistered, logFormat: logFormat, logger: logger).run()
+        }
         return 0
     } catch {
         logger.log(.error, error.description)
@@ -47,6 +50,10 @@ func run() throws(AgentError) -> Int32 {
         emit(created.isEmpty ? "\(directory) is already \(what); nothing to create" : created.map { "created \($0)" }.joined(separator: "\n"))
     case .watch:
         break  // run by watch(_:directory:isSynchronizerRegistered:logFormat:quiet:)
+    case let .sync(noSynchronizer, json) where Place.of(directory) == .treeRoot:
+        let summary = try Commands.syncTree(root: directory, isSynchronizerRegistered: !noSynchronizer, logger: try logger(for: directory))
+        emit(json ? summary.json : summary.human)
+        return summary.status
     case let .sync(noSynchronizer, json):
         let summary = try Commands.syncOnce(directory: directory, isSynchronizerRegistered: !noSynchronizer, logger: try logger(for: directory))
         emit(json ? summary.json : summary.human)

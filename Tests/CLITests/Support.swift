@@ -124,11 +124,12 @@ final class AgentProcess {
     let process = Child()
     let logURL: URL
 
-    init(directory: String, arguments: [String] = [], environment: [String: String] = [:]) throws {
+    init(directory: String, arguments: [String] = [], environment: [String: String] = [:], user: UInt32? = nil) throws {
         logURL = URL(fileURLWithPath: directory).appendingPathComponent("../agent-\(UUID().uuidString).log").standardized
         _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
-        process.executableURL = binary
-        process.arguments = ["-C", directory, "watch"] + arguments
+        let command = asUser(user, ["-C", directory, "watch"] + arguments)
+        process.executableURL = command.executable.map { URL(fileURLWithPath: $0) } ?? binary
+        process.arguments = command.arguments
         if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
         process.standardOutput = FileHandle.nullDevice
         process.standardError = try FileHandle(forWritingTo: logURL)

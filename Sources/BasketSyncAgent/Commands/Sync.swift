@@ -47,3 +47,80 @@ extension Commands {
         return SyncSummary(cart: summary.cart ?? .missing, inbox: summary.inbox)
     }
 }
+
+extension Commands {
+    /// What `sync` on a tree's root did, cart by cart.
+    public struct TreeSyncSummary {
+        /// Each cart's pass, by cart id: what it did, or the error that stopped it.
+        public var carts: [(id: String, outcome: Result<SyncSummary, AgentError>)] = []
+        /// Carts whose directory was gone: they ended.
+        public var ended: [String] = []
+
+        private func count(_ word: String) -> Int {
+            carts.filter { if case let .success(summary) = $0.outcome { summary.human.hasPrefix("cart \(word);") } else { false } }.count
+        }
+
+        private var failed: [(id: String, error: AgentError)] {
+            carts.compactMap { if case let .failure(error) = $0.outcome { ($0.id, error) } else { nil } }
+        }
+
+        private func inbox(_ part: (SyncEngine.InboxSummary) -> Int) -> Int {
+            carts.reduce(0) { if case let .success(summary) = $1.outcome { $0 + part(summary.inbox) } else { $0 } }
+        }
+
+        /// The exit status: 0, 65 when a cart was rejected, or the first other failure's code.
+        public var status: Int32 {
+            if let error = failed.first(where: { if case .badData = $0.error { false } else { true } })?.error { return error.exitCode }
+            return count("rejected") + failed.count > 0 ? 65 : 0
+        }
+
+        /// One line for people (each failure was logged on stderr, naming its cart).
+        public var human: String {
+            "\(carts.count) carts: \(count("taken")) taken, \(count("unchanged")) unchanged, \(count("rejected")) rejected, \(count("missing")) without a cart, \(failed.count) failed"
+                + "; inbox: \(inbox(\.taken)) taken, \(inbox(\.duplicates)) duplicates, \(inbox(\.bad)) bad"
+                + (ended.isEmpty ? "" : "; ended (directory gone): \(ended.joined(separator: " "))")
+        }
+
+        /// One JSON object for scripts: each cart's own summary under `"carts"`.
+        public var json: String {
+            var writer = JSONWriter()
+            writer.object { object in
+                object.member("carts") { writer in
+                    writer.array(carts) { writer, cart in
+                        writer.object { line in
+                            line.member("cart", cart.id)
+                            switch cart.outcome {
+                            case let .success(summary): line.member("pass") { $0.raw(summary.json) }
+                            case let .failure(error): line.member("error", error.description)
+                            }
+                        }
+                    }
+                }
+                object.member("ended") { writer in writer.array(ended) { $0.string($1) } }
+            }
+            return writer.text
+        }
+    }
+
+    /// `sync` on a tree's root: ends the carts whose directory is gone, then one pass over every
+    /// cart (adopting the new ones). A cart that fails is reported and the others go on.
+    public static func syncTree(root: String, isSynchronizerRegistered: Bool, logger: Logger) throws(AgentError) -> TreeSyncSummary {
+        let tree = try Tree(root: root)
+        var summary = TreeSyncSummary()
+        summary.ended = try tree.removeGoneCarts()
+        for id in try tree.cartDirectories() {
+            let cartLogger = logger.tagged(cart: id)
+            do throws(AgentError) {
+                let engine = SyncEngine(store: try tree.cartStore(id, create: false), configuration: tree.configuration,
+                                        isSynchronizerRegistered: isSynchronizerRegistered, logger: cartLogger)
+                let pass = try engine.pass(.everything)
+                engine.signalCommit()
+                summary.carts.append((id, .success(SyncSummary(cart: pass.cart ?? .missing, inbox: pass.inbox))))
+            } catch {
+                cartLogger.log(.error, error.description)
+                summary.carts.append((id, .failure(error)))
+            }
+        }
+        return summary
+    }
+}

@@ -66,7 +66,16 @@ final class Inotify {
         }
     }
 
-    func removeWatch(_ watch: Int32) { inotifytools_remove_watch_by_wd(watch) }
+    /// Removes a watch, silently when the kernel already did (its directory was deleted; the
+    /// library would print an error). The library's record of its path stays: it names a
+    /// descriptor no event comes from any more.
+    func removeWatch(_ watch: Int32) { _ = inotify_rm_watch(fd, watch) }
+
+    /// The watch descriptor of a watched path; nil when it is not watched.
+    func watchDescriptor(_ path: String) -> Int32? {
+        let watch = inotifytools_wd_from_filename(path)
+        return watch > 0 ? watch : nil
+    }
 
     /// The path a watch descriptor watches, as the library recorded it.
     func path(of watch: Int32) -> String? {

@@ -58,6 +58,9 @@ extension SystemError {
     /// The file or directory does not exist (ENOENT).
     var isMissing: Bool { code == ENOENT }
 
+    /// No space left: on a disk, or (from `inotify_add_watch`) the watch limit reached.
+    var isNoSpace: Bool { code == ENOSPC }
+
     /// The path is not a regular file (a symbolic link, a FIFO, a directory, a device, a socket).
     var isNotRegular: Bool { shape != nil }
 

@@ -1,0 +1,295 @@
+import BasketSync
+import BasketSyncWire
+
+/// `basket-sync -C ROOT watch` on a tree: one agent for every cart of the tree (SPEC §8).
+///
+/// One inotify instance watches the root (carts appearing and going) and each cart as the
+/// single-directory agent watches its directory (``Watcher``); one event loop runs each cart's
+/// passes through that cart's ``SyncEngine``. A cart that fails (a FIFO as its cart, a
+/// permission, a full disk) is retried on its own with a growing delay; the others go on.
+/// Engines are made on demand and only the recently used are kept: 10,000 idle carts hold their
+/// watches, their number and their next deadline, not their state.
+public final class TreeAgent {
+    /// One adopted cart.
+    final class Cart {
+        let id: String
+        let store: Store
+        let watcher: Watcher
+        /// When to try again after a failure, and the delay after that.
+        var retryAt: Date?
+        var retryDelay = 0.5
+        /// The next pending-window deadline, as its last pass left it.
+        var deadline: Date?
+        /// When it was last used (to keep the recent engines only).
+        var used = 0
+
+        init(id: String, store: Store, watcher: Watcher) {
+            self.id = id
+            self.store = store
+            self.watcher = watcher
+        }
+    }
+
+    private let tree: Tree
+    private let logger: Logger
+    private let logFormat: LogFormat?
+    private let isSynchronizerRegistered: Bool
+    private var configuration: AgentConfiguration
+    private var carts: [String: Cart] = [:]
+    private var engines: [String: SyncEngine] = [:]
+    private var clock = 0
+    private var lockFd: Int32 = -1
+    private var fatal: AgentError?
+    private var inotify: Inotify!
+    /// The engines kept between wake-ups (the most recently used carts).
+    static let enginesKept = 256
+
+    /// Opens the tree at `root` for watching.
+    public init(root: String, isSynchronizerRegistered: Bool, logFormat: LogFormat?, logger: Logger) throws(AgentError) {
+        tree = try Tree(root: root)
+        self.logger = logger
+        self.logFormat = logFormat
+        self.isSynchronizerRegistered = isSynchronizerRegistered
+        configuration = tree.configuration
+        logger.format = logFormat ?? configuration.logFormat
+    }
+
+    /// The watches the system lets this user have: `fs.inotify.max_user_watches`, lowered by
+    /// `BASKET_SYNC_MAX_WATCHES` (to leave room for other watchers).
+    static func watchLimit() -> Int {
+        let system = (try? Posix.readFile("/proc/sys/fs/inotify/max_user_watches", limit: 64, follow: true))
+            .flatMap { $0 }.flatMap { Int(String(decoding: $0, as: UTF8.self).trimmingSpaces) } ?? Int.max
+        let cap = Posix.environment("BASKET_SYNC_MAX_WATCHES").flatMap { Int($0) } ?? Int.max
+        return min(system, cap)
+    }
+
+    /// Runs until SIGTERM or SIGINT, then returns (exit 0). Throws when it cannot start or must stop.
+    public func run() throws(AgentError) {
+        lockFd = try Agent.takeLock(stateDirectory: tree.database.stateDirectory) { pid in
+            "\(tree.root): another basket-sync watch (pid \(pid)) is already watching this tree; stop it first, or use basket-sync sync beside it"
+        }
+        let signals: SignalPipe
+        do { signals = try SignalPipe(path: tree.root) } catch { throw .system(error) }
+        do {
+            inotify = try Inotify(path: tree.root)
+            try inotify.watch(tree.root, [.create, .movedTo, .delete, .movedFrom, .deleteSelf, .moveSelf, .onlyDirectory])
+        } catch {
+            throw .system(error)
+        }
+        let ids = try tree.cartDirectories()
+        let perCart = Watcher.watchCount(cart: configuration.cart, isTreeCart: true)
+        let needed = 1 + ids.count * perCart
+        let limit = TreeAgent.watchLimit()
+        logger.log(.info, "the tree has \(ids.count) carts: \(needed) inotify watches needed (\(perCart) per cart), the limit is \(limit == Int.max ? "unknown" : String(limit))")
+        if needed > limit {
+            throw .notReady("\(tree.root): \(ids.count) carts need \(needed) inotify watches, over the limit of \(limit); raise it (sysctl fs.inotify.max_user_watches=\(max(needed * 2, 65536)), and in /etc/sysctl.d/ to keep it), or split the carts across trees. Polling the carts beyond the limit is not built yet")
+        }
+        for id in try tree.removeGoneCarts() { logger.log(.info, "cart \(id): its directory is gone while the agent was down: the cart ended") }
+        // Every cart as it stands: what changed while the agent was down is taken now.
+        for id in ids { adopt(id) }
+        if fatal == nil {
+            logger.log(.info, "watching the tree \(tree.root) (\(carts.count) carts, cart \(configuration.cart), pid \(Posix.processId)\(isSynchronizerRegistered ? "" : ", no synchronizer registered: Mealz deltas are ignored"))", evenWhenQuiet: true)
+        }
+
+        while true {
+            if let fatal { throw fatal }
+            let ready: [Bool]
+            do { ready = try Posix.waitReadable([inotify.fd, signals.fd], timeout: waitTimeout()) } catch { throw .system(error) }
+            if ready[1] {
+                for signal in signals.drain() {
+                    switch signal {
+                    case .hangup: reload()
+                    case .interrupt, .terminate:
+                        logger.log(.info, "stopping on signal \(signal.number)")
+                        return
+                    }
+                }
+            }
+            if ready[0] { try takeEvents() }
+            let now = Date()
+            for cart in carts.values {
+                if let due = cart.retryAt {
+                    if due <= now {
+                        cart.retryAt = nil
+                        attempt(cart, .everything)
+                    }
+                } else if let deadline = cart.deadline, deadline <= now {
+                    attempt(cart, .expire)
+                }
+            }
+        }
+    }
+
+    /// Reads every waiting event and runs one pass per cart it concerns.
+    private func takeEvents() throws(AgentError) {
+        let events: [InotifyEvent]
+        do { events = try inotify.events() } catch { throw .system(error) }
+        var changes: [String: (kinds: Set<Watcher.Change>, delivered: [String])] = [:]
+        var order: [String] = []
+        let rootPrefix = tree.root + "/"
+        for event in events {
+            if event.mask.contains(.overflow) || event.watch < 0 {
+                logger.log(.warning, "the inotify queue overflowed: reading every cart again")
+                for id in (try? tree.cartDirectories()) ?? [] where carts[id] == nil { adopt(id) }
+                for cart in carts.values where changes[cart.id] == nil {
+                    changes[cart.id] = ([.overflow], [])
+                    order.append(cart.id)
+                }
+                continue
+            }
+            if event.mask.contains(.ignored) { continue }
+            guard let watched = inotify.path(of: event.watch) else { continue }
+            let path = watched.hasSuffix("/") ? String(watched.dropLast()) : watched
+            if path == tree.root {
+                if !event.mask.isDisjoint(with: [.deleteSelf, .moveSelf]) {
+                    fatal = .directoryGone(path: tree.root)
+                    return
+                }
+                if event.name == Store.stateDirectoryName, !event.mask.isDisjoint(with: [.delete, .movedFrom]) {
+                    fatal = .directoryGone(path: tree.root)
+                    return
+                }
+                guard Tree.isCartId(event.name) else { continue }
+                if !event.mask.isDisjoint(with: [.delete, .movedFrom]) {
+                    end(event.name)
+                } else if !event.mask.isDisjoint(with: [.create, .movedTo]) {
+                    // A directory made again under the id of a cart still watched: the old one ended.
+                    if carts[event.name] != nil { end(event.name) }
+                    adopt(event.name)
+                }
+                continue
+            }
+            guard path.hasPrefix(rootPrefix) else { continue }
+            let id = String(path.dropFirst(rootPrefix.count).prefix { $0 != "/" })
+            guard let cart = carts[id] else { continue }
+            var entry = changes[id] ?? ([], [])
+            if entry.kinds.isEmpty && entry.delivered.isEmpty { order.append(id) }
+            cart.watcher.handle(event, into: &entry.kinds, delivered: &entry.delivered)
+            changes[id] = entry
+        }
+        for id in order {
+            guard let cart = carts[id], let (kinds, delivered) = changes[id] else { continue }
+            if kinds.contains(.directoryGone) {
+                end(id)
+                continue
+            }
+            var scope: SyncEngine.PassScope = []
+            if kinds.contains(.overflow) { scope = [.publish, .inbox, .cart] }
+            if kinds.contains(.commit) { scope.insert(.publish) }
+            if kinds.contains(.inbox) { scope.insert(.inbox) }
+            if kinds.contains(.cart) { scope.insert(.cart) }
+            if !scope.isEmpty { attempt(cart, scope, inboxSeen: delivered) }
+        }
+    }
+
+    /// Adopts cart `id` (its directory exists), watches it, and runs a whole pass on it.
+    private func adopt(_ id: String) {
+        let directory = "\(tree.root)/\(id)"
+        do {
+            let store = try tree.cartStore(id, create: false)
+            let watcher = try Watcher(directory: directory, cart: configuration.cart, inotify: inotify, isTreeCart: true)
+            let cart = Cart(id: id, store: store, watcher: watcher)
+            carts[id] = cart
+            attempt(cart, .everything)
+        } catch {
+            switch error {
+            case let .system(failure) where failure.isNoSpace:
+                logger.log(.error, "cart \(id): cannot be watched: the inotify watch limit is reached (sysctl fs.inotify.max_user_watches); it is not served until the agent restarts with a higher limit")
+            case let .system(failure) where failure.isMissing:
+                break  // gone again before it could be adopted
+            default:
+                logger.log(.error, "cart \(id): \(error.description); it is not served until its directory is fixed and made again, or the agent restarts")
+            }
+        }
+    }
+
+    /// Ends cart `id`: its directory is gone (or made again): its rows go, its watches too.
+    private func end(_ id: String) {
+        guard let cart = carts.removeValue(forKey: id) else { return }
+        engines[id] = nil
+        cart.watcher.removeWatches()
+        do {
+            try tree.database.withTransaction { () throws(AgentError) in
+                if let known = try tree.database.cart(id), known.number == cart.store.cart {
+                    try tree.database.removeCart(known.number)
+                }
+            }
+            logger.log(.info, "cart \(id): its directory was removed: the cart ended")
+        } catch {
+            logger.log(.error, "cart \(id): ending it failed: \(error.description)")
+        }
+    }
+
+    /// The engine of a cart, made on demand; only the most recently used are kept.
+    private func engine(for cart: Cart) -> SyncEngine {
+        clock += 1
+        cart.used = clock
+        if let engine = engines[cart.id] { return engine }
+        if engines.count >= TreeAgent.enginesKept {
+            // The older half goes.
+            let cutoff = engines.keys.compactMap { carts[$0]?.used }.sorted()[engines.count / 2]
+            engines = engines.filter { (carts[$0.key]?.used ?? 0) >= cutoff }
+        }
+        let engine = SyncEngine(store: cart.store, configuration: configuration, isSynchronizerRegistered: isSynchronizerRegistered, logger: logger.tagged(cart: cart.id))
+        engine.logsActivity = true
+        engines[cart.id] = engine
+        return engine
+    }
+
+    /// Runs a pass on one cart; a failure is reported and retried later for that cart alone.
+    private func attempt(_ cart: Cart, _ scope: SyncEngine.PassScope, inboxSeen: [String] = []) {
+        let engine = engine(for: cart)
+        do {
+            try engine.pass(scope, inboxSeen: inboxSeen)
+            if scope == .everything { cart.retryDelay = 0.5 }
+            cart.deadline = engine.nextDeadline
+        } catch {
+            switch error {
+            case .databaseGone:
+                // The tree's database: every cart's.
+                fatal = error
+                return
+            default:
+                break
+            }
+            engine.reportError(error)
+            cart.retryAt = Date().addingTimeInterval(cart.retryDelay)
+            logger.log(.info, "cart \(cart.id): retrying in \(cart.retryDelay) s")
+            cart.retryDelay = min(cart.retryDelay * 2, 30)
+        }
+    }
+
+    /// SIGHUP: the tree's settings again; on error the settings in force are kept.
+    private func reload() {
+        do throws(AgentError) {
+            let reloaded = try AgentConfiguration.loadFile(directory: tree.root)
+            guard reloaded.isTree else {
+                throw .configuration(path: "\(tree.root)/\(AgentConfiguration.fileName)", line: 1, column: 1, reason: "\"layout\" is no longer \"tree\"; a tree cannot become a sync directory under a running agent")
+            }
+            let cartMoved = reloaded.cart != configuration.cart
+            configuration = reloaded
+            logger.format = logFormat ?? configuration.logFormat
+            engines = [:]
+            logger.log(.info, "reloaded \(AgentConfiguration.fileName)")
+            for cart in carts.values {
+                if cartMoved { cart.watcher.follow(cart: configuration.cart) }
+                if cartMoved { attempt(cart, .cart) }
+            }
+        } catch {
+            logger.log(.error, error.description)
+            logger.log(.warning, "the settings in force are kept until \(AgentConfiguration.fileName) is fixed and SIGHUP sent again")
+        }
+    }
+
+    /// Milliseconds until the next deadline or retry of any cart; -1 (wait for an event) when none.
+    private func waitTimeout() -> Int32 {
+        var due: Date?
+        for cart in carts.values {
+            guard let next = cart.retryAt ?? cart.deadline else { continue }
+            if due == nil || next < due! { due = next }
+        }
+        guard let due else { return -1 }
+        let milliseconds = (due.timeIntervalSinceNow * 1000).rounded(.up)
+        return Int32(max(0, min(milliseconds, Double(Int32.max))))
+    }
+}

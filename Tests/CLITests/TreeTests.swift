@@ -1,0 +1,263 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// A tree of carts (SPEC §8) with real directories, real inotify and the built binary: carts
+/// adopted however they appear, a bad cart stopping only itself, a cart removed and made again
+/// starting over, one agent per tree, and the crash test over many carts.
+@Suite(.serialized) struct TreeTests {
+    /// A tree at the playground's root.
+    func tree() throws -> Playground {
+        let playground = try Playground()
+        let made = try basketSync(["-C", playground.path, "init", "--tree"])
+        #expect(made.status == 0, "\(made.stderr)")
+        return playground
+    }
+
+    func mkdir(_ playground: Playground, _ relative: String) throws {
+        try FileManager.default.createDirectory(at: playground.url(relative), withIntermediateDirectories: true)
+    }
+
+    /// A Mealz line A in cart `id`: a push, then the host's cart echoing it.
+    func mealzLine(_ playground: Playground, _ id: String, quantity: Int = 1) throws {
+        #expect(try basketSync(["-C", "\(playground.path)/\(id)", "push", "A=+\(quantity)"]).status == 0)
+    }
+
+    func notified(_ playground: Playground, _ id: String) -> [[String: Any]] {
+        playground.records("\(id)/notifications.jsonl")
+    }
+
+    @Test func cartsAreAdoptedWhetherMadeBeforeTheAgentWhileItRunsOrByPush() async throws {
+        let playground = try tree()
+        // Made while no agent ran: the host's directory and cart.
+        try mkdir(playground, "before")
+        try playground.writeAtomically("before/cart.json", cartJSON([("X", 1)]))
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        try await eventually("the cart made before the start is notified") { notified(playground, "before").count == 1 }
+        #expect(agent.log.contains("the tree has 1 carts"), "\(agent.log)")
+
+        // Made while it runs, by the host: mkdir, then the cart.
+        try mkdir(playground, "while")
+        try playground.writeAtomically("while/cart.json", cartJSON([("X", 2)]))
+        try await eventually("the cart made while running is notified") { notified(playground, "while").count == 1 }
+        #expect(FileManager.default.fileExists(atPath: playground.url("while/inbox/new").path), "its inbox is made")
+
+        // Made by the Mealz side: push makes the directory; the agent takes the event.
+        try mealzLine(playground, "by-push", quantity: 2)
+        try await eventually("the pushed event reaches the new cart's outbox") { playground.records("by-push/outbox.jsonl").count == 1 }
+        try playground.writeAtomically("by-push/cart.json", cartJSON([("A", 2)], syncedThrough: 1))
+        try await eventually("the echo is notified") { notified(playground, "by-push").last.map(products) == ["A": 2] }
+
+        // Each cart is its own synchronization: its own seqs and sync id.
+        let ids = ["before", "while", "by-push"].map { playground.read("\($0)/.basket-sync-cart") }
+        #expect(Set(ids).count == 3, "three sync ids: \(ids)")
+        #expect(playground.records("by-push/outbox.jsonl").first?["seq"] as? Int == 1)
+
+        // status on the root sums up every cart; --json gives each one's report.
+        let status = try basketSync(["-C", playground.path, "status"])
+        #expect(status.status == 0 && status.stdout.contains("3 carts") && status.stdout.contains("carts with an error: none"), "\(status.stdout)\(status.stderr)")
+        let json = try basketSync(["-C", playground.path, "status", "--json"])
+        let report = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
+        let carts = (report?["carts"] as? [[String: Any]])?.compactMap { $0["cart"] as? String }
+        #expect(carts == ["before", "by-push", "while"], "\(json.stdout)")
+        #expect((report?["records"] as? [String: Any])?["outbox"] as? Int == 1)
+        #expect(agent.stop() == 0)
+    }
+
+    /// A cart that is a FIFO, one that does not parse and one the agent may not read (it runs as
+    /// nobody): each is reported, and every other cart goes on being served.
+    @Test func aBadCartStopsOnlyItself() async throws {
+        let playground = try tree()
+        for id in ["fifo", "garbled", "unreadable"] { try mkdir(playground, id) }
+        // Mealz-related lines, so that each cart change is a notification.
+        for id in ["good-1", "good-2"] { try mealzLine(playground, id) }
+        #expect(mkfifo(playground.url("fifo/cart.json").path, 0o644) == 0)
+        try playground.write("garbled/cart.json", "{\"products\": [")
+        try playground.write("unreadable/cart.json", cartJSON([("X", 1)]))
+        #expect(chown(playground.path, 65534, 65534) == 0)
+        for entry in FileManager.default.enumerator(atPath: playground.path)!.compactMap({ $0 as? String }) {
+            #expect(lchown(playground.url(entry).path, 65534, 65534) == 0)
+        }
+        // Root's, mode 000: nobody cannot read it.
+        #expect(chown(playground.url("unreadable/cart.json").path, 0, 0) == 0)
+        #expect(chmod(playground.url("unreadable/cart.json").path, 0) == 0)
+
+        let agent = try AgentProcess(directory: playground.path, user: 65534)
+        try await agent.waitUntilWatching()
+        for round in 1...2 {
+            for id in ["good-1", "good-2"] {
+                try playground.writeAtomically("\(id)/cart.json", cartJSON([("A", round)], syncedThrough: 1))
+                #expect(chown(playground.url("\(id)/cart.json").path, 65534, 65534) == 0)
+            }
+            try await eventually("the good carts are notified (round \(round))") {
+                notified(playground, "good-1").count == round && notified(playground, "good-2").count == round
+            }
+        }
+        #expect(agent.process.isRunning)
+        for id in ["fifo", "garbled", "unreadable"] {
+            #expect(notified(playground, id).isEmpty, "\(id) gave no notification")
+        }
+        let status = try basketSync(["-C", playground.path, "status"])
+        #expect(status.stdout.contains("carts with an error: 3"), "\(status.stdout)")
+        for (id, why) in [("fifo", "FIFO"), ("garbled", "garbled/cart.json:1:"), ("unreadable", "Permission denied")] {
+            #expect(status.stdout.contains("  \(id): ") && agent.log.contains(why), "\(id): \(status.stdout)\n\(agent.log)")
+        }
+        #expect(agent.stop() == 0)
+    }
+
+    /// A cart directory removed ends the cart; one made again under its id is a new cart: a new
+    /// sync id, seq from 1, and none of the old records appended to it — under the agent, and
+    /// while it is down.
+    @Test func aCartRemovedAndMadeAgainStartsOver() async throws {
+        let playground = try tree()
+        try mealzLine(playground, "c")
+        try mealzLine(playground, "c")
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        try await eventually("two records") { playground.records("c/outbox.jsonl").count == 2 }
+        let firstId = playground.read("c/.basket-sync-cart")
+
+        try FileManager.default.removeItem(at: playground.url("c"))
+        try await eventually("the agent ends the cart") { agent.log.contains("cart c: its directory was removed") }
+        try mealzLine(playground, "c", quantity: 5)
+        try await eventually("the new cart's first record") { playground.records("c/outbox.jsonl").count == 1 }
+        let records = playground.records("c/outbox.jsonl")
+        #expect(records.first?["seq"] as? Int == 1 && products(records[0]) == ["A": 5], "\(records)")
+        let secondId = playground.read("c/.basket-sync-cart")
+        #expect(secondId != firstId && (records[0]["id"] as? String)?.hasPrefix(secondId.trimmingCharacters(in: .newlines)) == true)
+        #expect(agent.stop() == 0)
+
+        // While the agent is down: removed and made again by the host.
+        try FileManager.default.removeItem(at: playground.url("c"))
+        try mkdir(playground, "c")
+        try playground.writeAtomically("c/cart.json", cartJSON([("A", 1)]))
+        let again = try AgentProcess(directory: playground.path)
+        try await again.waitUntilWatching()
+        try await eventually("the third cart is notified") { notified(playground, "c").count == 1 }
+        #expect(playground.records("c/outbox.jsonl").isEmpty, "no old record appended")
+        #expect(notified(playground, "c").first?["seq"] as? Int == 1)
+        #expect(playground.read("c/.basket-sync-cart") != secondId)
+        #expect(again.stop() == 0)
+    }
+
+    @Test func oneAgentPerTreeAndNoneInsideACart() async throws {
+        let playground = try tree()
+        try mealzLine(playground, "c")
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        let second = try basketSync(["-C", playground.path, "watch"])
+        #expect(second.status == 75 && second.stderr.contains("already watching this tree"), "\(second.stderr)")
+        let inside = try basketSync(["-C", playground.path + "/c", "watch"])
+        #expect(inside.status == 75 && inside.stderr.contains("one agent serves whole"), "\(inside.stderr)")
+        #expect(agent.stop() == 0)
+        // Refused as well when no tree agent runs, and a sync directory made inside a cart is refused.
+        let alone = try basketSync(["-C", playground.path + "/c", "watch"])
+        #expect(alone.status == 75, "\(alone.stderr)")
+        try mkdir(playground, "own/.basket-sync")
+        let own = try basketSync(["-C", playground.path + "/own", "sync"])
+        #expect(own.status == 73 || own.status == 64 || own.status == 78 || own.stderr.contains("holds a sync directory of its own"), "\(own.status) \(own.stderr)")
+        #expect(own.stderr.contains("holds a sync directory of its own"), "\(own.stderr)")
+        // The root holds no cart of its own: commands of one cart name one.
+        let push = try basketSync(["-C", playground.path, "push", "A=+1"])
+        #expect(push.status == 64 && push.stderr.contains("/CART-ID"), "\(push.stderr)")
+        // A cart id is a name, never a path out of the tree.
+        let odd = try basketSync(["-C", playground.path + "/.hidden", "push", "A=+1"])
+        #expect(odd.status != 0 && !FileManager.default.fileExists(atPath: playground.url(".hidden").path))
+    }
+
+    /// `set-store` on the root is the default of every cart that never set its own.
+    @Test func theRootsStoreIsTheDefaultOfCartsWithoutTheirOwn() throws {
+        let playground = try tree()
+        try mealzLine(playground, "a")
+        try mealzLine(playground, "b")
+        #expect(try basketSync(["-C", playground.path + "/b", "set-store", "own", "--mode", "retailer"]).status == 0)
+        let set = try basketSync(["-C", playground.path, "set-store", "shop-1", "--mode", "retailer"])
+        #expect(set.status == 0 && set.stdout.contains("default"), "\(set.stdout)\(set.stderr)")
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        for (id, store) in [("a", "shop-1"), ("b", "own")] {
+            let status = try basketSync(["-C", playground.path + "/" + id, "status", "--json"])
+            let report = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any]
+            #expect(report?["storeId"] as? String == store && report?["mode"] as? String == "retailer", "\(id): \(status.stdout)")
+        }
+        // A payment in a cart following the default is recorded against it.
+        try playground.writeAtomically("a/cart.json", cartJSON([("A", 1)]))
+        let paid = try basketSync(["-C", playground.path + "/a", "handle-payment", "--total", "3.00", "--order-id", "o-1"])
+        #expect(paid.status == 0, "\(paid.stderr)")
+        #expect(playground.records("a/payments.jsonl").last?["storeId"] as? String == "shop-1")
+    }
+
+    /// `sync` on the root: one pass over every cart, for a cron host.
+    @Test func syncOnTheRootPassesOverEveryCart() throws {
+        let playground = try tree()
+        for id in ["a", "b", "c"] {
+            try mkdir(playground, id)
+            try playground.writeAtomically("\(id)/cart.json", cartJSON([("X", 1)]))
+        }
+        try mealzLine(playground, "b")
+        try mkdir(playground, "bad")
+        try playground.write("bad/cart.json", "not json")
+        let sync = try basketSync(["-C", playground.path, "sync"])
+        #expect(sync.status == 65, "one cart rejected: \(sync.stdout)\(sync.stderr)")
+        for id in ["a", "b", "c"] { #expect(notified(playground, id).count == 1, "\(id)") }
+        #expect(playground.records("b/outbox.jsonl").count == 1)
+        #expect(sync.stdout.contains("4 carts") && sync.stderr.contains("bad/cart.json:1:1"), "\(sync.stdout)\(sync.stderr)")
+    }
+
+    /// SIGKILL the tree's agent at random instants while events flow into many carts and their
+    /// carts change: in every cart nothing acknowledged is lost, nothing is doubled, seq is contiguous.
+    @Test func killedWhileEventsFlowInManyCartsNothingIsLostOrDoubled() async throws {
+        let carts = 50
+        let kills = Knobs.value("BASKET_SYNC_TREE_KILLS", default: 25)
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        let playground = try tree()
+        for cart in 0..<carts {
+            try mkdir(playground, "c\(cart)/inbox/tmp")
+            try mkdir(playground, "c\(cart)/inbox/new")
+        }
+        var delivered: [Int: Int] = [:]
+        for round in 0..<kills {
+            let agent = try AgentProcess(directory: playground.path)
+            for _ in 0..<Int.random(in: 5...20, using: &rng) {
+                let cart = Int.random(in: 0..<carts, using: &rng)
+                let n = delivered[cart, default: 0]
+                let name = "e\(n).crash"
+                try playground.write("c\(cart)/inbox/tmp/\(name)", "{\"id\":\"e\(n)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"S\(n % 3)\",\"quantity\":1}]}\n")
+                try FileManager.default.moveItem(at: playground.url("c\(cart)/inbox/tmp/\(name)"), to: playground.url("c\(cart)/inbox/new/\(name)"))
+                delivered[cart] = n + 1
+            }
+            let changed = Int.random(in: 0..<carts, using: &rng)
+            try playground.writeAtomically("c\(changed)/cart.json", cartJSON([("S0", round % 4), ("X", 1)], syncedThrough: playground.records("c\(changed)/outbox.jsonl").count))
+            usleep(UInt32.random(in: 0...60_000, using: &rng))
+            #expect(agent.stop(SIGKILL) == SIGKILL)
+            for cart in 0..<carts { checkCart(playground, "c\(cart)", context: "seed \(seed) (replay: BASKET_SYNC_SEED=\(seed)), after kill \(round + 1)") }
+        }
+        let sync = try basketSync(["-C", playground.path, "sync"])
+        #expect(sync.status == 0, "\(sync.stderr)")
+        for cart in 0..<carts {
+            checkCart(playground, "c\(cart)", context: "seed \(seed), after the final sync")
+            let sources = Set(playground.records("c\(cart)/outbox.jsonl").compactMap { $0["source"] as? String })
+            #expect(sources == Set((0..<delivered[cart, default: 0]).map { "e\($0)" }), "seed \(seed): cart c\(cart) has every event once")
+            #expect(playground.names("c\(cart)/inbox/new").isEmpty)
+        }
+    }
+
+    /// What must hold in one cart at any instant, even right after a kill.
+    func checkCart(_ playground: Playground, _ id: String, context: String) {
+        for file in ["outbox.jsonl", "notifications.jsonl"] {
+            let complete = playground.read("\(id)/\(file)").split(separator: "\n", omittingEmptySubsequences: false).dropLast()
+            let records = complete.compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            #expect(records.count == complete.count, "\(context): \(id)/\(file) has a complete line that is not a record")
+            let seqs = records.map { $0["seq"] as! Int }
+            #expect(seqs == Array(1..<(seqs.count + 1)), "\(context): \(id)/\(file) seqs skip or repeat: \(seqs.suffix(5))")
+        }
+        let sources = playground.records("\(id)/outbox.jsonl").compactMap { $0["source"] as? String }
+        #expect(Set(sources).count == sources.count, "\(context): \(id): an event is in the outbox twice")
+        let inOutbox = Set(sources)
+        for name in playground.names("\(id)/inbox/cur") {
+            let event = String(name.dropLast(".crash".count))
+            #expect(inOutbox.contains(event), "\(context): \(id): \(event) was acknowledged but is not in the outbox")
+        }
+    }
+}
