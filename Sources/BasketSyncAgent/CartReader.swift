@@ -20,8 +20,45 @@ struct CartReader {
     /// The bytes of the last cart version read (taken or rejected), to skip an unchanged one.
     private var lastBytes: [UInt8]?
 
-    /// Reads the cart at `path`.
-    func read(_ path: String, configuration: AgentConfiguration) throws(AgentError) -> Reading {
+    /// The version a process read last and found valid (as the database remembers it): its
+    /// identity, and when it was read (ns since the epoch).
+    struct Seen {
+        var identity: [Int64]
+        var readAt: Int64
+
+        /// A change time more than this before the read: a later write has a later change time
+        /// (the kernel's clock ticks in milliseconds; a write in the same tick keeps it).
+        static let margin: Int64 = 1_000_000_000
+
+        /// Whether the file now is certainly the version seen: same device, inode, size, times,
+        /// and read well after its last change, so that no write since can hide behind them.
+        func isCertainlySame(as info: FileInfo) -> Bool {
+            info.identity == identity && readAt - info.changed >= Seen.margin
+        }
+
+        /// As kept in the database.
+        var text: String { (identity + [readAt]).map(String.init).joined(separator: " ") }
+
+        init(identity: [Int64], readAt: Int64) {
+            self.identity = identity
+            self.readAt = readAt
+        }
+
+        init?(text: String) {
+            let numbers = text.split(separator: " ").compactMap { Int64($0) }
+            guard numbers.count == 6 else { return nil }
+            identity = Array(numbers.dropLast())
+            readAt = numbers[5]
+        }
+    }
+
+    /// Reads the cart at `path`. `seen`, when given, is the version the database says was read
+    /// last: a file that is certainly that version is `.unchanged` without being read (a start
+    /// over 10,000 carts reads none of those that did not change).
+    func read(_ path: String, configuration: AgentConfiguration, seen: Seen? = nil) throws(AgentError) -> Reading {
+        if let seen, let info = Posix.linkInfo(path), info.kind == .regular, seen.isCertainlySame(as: info) {
+            return .unchanged
+        }
         if !configuration.followSymlinks, Posix.linkInfo(path)?.kind == .symbolicLink {
             return .unreadable(.badData(path: path, line: 1, column: 1, reason: "the cart is a symbolic link; set \"followSymlinks\": true in basket-sync.json to follow it"), bytes: [])
         }
@@ -112,10 +149,12 @@ extension SyncEngine {
         var rejected: (AgentError, [UInt8])?
         var taken: [UInt8]?
         var changed = false
+        var readAt: Int64 = 0
+        var identity: [Int64] = []
         try step({ (machine, now) throws(AgentError) in
             let bytes: [UInt8]
-            let identity: [Int64]
-            switch try cartReader.read(path, configuration: configuration) {
+            readAt = Int64(now.timeIntervalSince1970 * 1e9)
+            switch try cartReader.read(path, configuration: configuration, seen: try store.note("cartSeen").flatMap(CartReader.Seen.init(text:))) {
             case .missing:
                 outcome = .missing
                 return []
@@ -150,6 +189,8 @@ extension SyncEngine {
             } else if taken != nil {
                 changed = summary.stateChanged || summary.notified != nil
                 try store.setNote("cartRead", "\(at)\t\(changed ? "taken" : "unchanged")\t")
+                // The version now known: a start finds it unchanged without reading it.
+                try store.setNote("cartSeen", CartReader.Seen(identity: identity, readAt: readAt).text)
                 if changed { try store.setNote("cartTaken", "\(at)\t\(summary.notified.map { "notified #\($0)" } ?? "no new notification")\t") }
             }
         })

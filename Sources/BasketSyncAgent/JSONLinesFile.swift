@@ -84,6 +84,21 @@ final class JSONLinesFile {
         return fd
     }
 
+    /// Whether the path names the file `given` was about (same device and inode), at the size it
+    /// was left at: nothing was added, cut or swapped since (a stat, nothing opened).
+    func isAsGiven(_ given: Given) -> Bool {
+        guard let info = Posix.linkInfo(path), info.kind == .regular else { return false }
+        return info.device == given.device && info.inode == given.inode && info.size == given.size
+    }
+
+    /// Whether a catch-up has nothing to do: the file is as given, and given the database's last
+    /// record. Nothing is opened (opening for writing, then closing, is an inotify event).
+    func isCaughtUp(given: Given?, lastDatabaseSeq: UInt64) -> Bool {
+        guard let given, given.seq == lastDatabaseSeq, isAsGiven(given) else { return false }
+        self.given = given
+        return true
+    }
+
     /// Brings the file up to date with the database. Under the file's lock, `loadGiven` reads what
     /// the database remembers the file was given (another process may have appended since) and
     /// `saveGiven` records what it is given now. `fetch` is called with the seq to go on after and
@@ -232,6 +247,8 @@ final class JSONLinesFile {
     /// The seq of a whole record beyond `databaseSeq` in the file, past lines that are not
     /// records, read without writing (nil when none or unreadable): `status` reports it.
     func recordBeyond(databaseSeq: UInt64, isRecord: ([UInt8]) -> Bool) -> UInt64? {
+        // A file that is still the one given, at the size given, holds no more than the database did.
+        if let given, given.seq <= databaseSeq, isAsGiven(given) { return nil }
         guard let fd = try? Posix.open(path, [.readOnly]) else { return nil }
         defer { Posix.close(fd) }
         guard let info = try? Posix.fileInfo(fd, path: path), let tail = try? readTail(fd, size: info.size) else { return nil }

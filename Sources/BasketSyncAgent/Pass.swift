@@ -41,7 +41,8 @@ extension SyncEngine {
         }
         if scope.contains(.inbox) { summary.inbox = try takeInbox(seen: inboxSeen) }
         if scope.contains(.cart) { summary.cart = try takeCart() }
-        if scope.contains(.expire) { try expireWindows() }
+        // Nothing to roll back before the next deadline (read again above when another process committed).
+        if scope.contains(.expire), let deadline = nextDeadline, deadline <= Date() { try expireWindows() }
         if let retention = configuration.retention {
             // A slice of old history goes (bounded, and looked for at most every tenth of the
             // retention); failing, it never holds up the sync itself.
@@ -51,8 +52,13 @@ extension SyncEngine {
             }
         }
         if scope == .everything {
-            // A whole pass went through: status says the errors before it are resolved.
-            try store.withTransaction { () throws(AgentError) in try store.setNote("passOK", Timestamp.text(Date())) }
+            // A whole pass went through: status says the errors before it are resolved. Written
+            // only when an error came after the last one written (a commit costs an fsync).
+            try store.withTransaction { () throws(AgentError) in
+                if let error = try store.reports(limit: 1, level: Logger.Level.error.rawValue).first, error.at >= (try store.note("passOK") ?? "") {
+                    try store.setNote("passOK", Timestamp.text(Date()))
+                }
+            }
         }
         return summary
     }

@@ -465,6 +465,17 @@ final class Store {
         }
     }
 
+    /// The next pending-window deadline of the state as saved (from the state itself when it was
+    /// saved before the deadline was kept beside it).
+    func nextDeadline() throws(AgentError) -> Date? {
+        if let cachedState, cachedRollbacks == database.rollbacks, try database.dataVersion() == cachedDataVersion {
+            return SyncStateMachine(state: cachedState).nextDeadline
+        }
+        guard let kept = try metaBlob("deadline") else { return SyncStateMachine(state: try loadState()).nextDeadline }
+        // To the nanosecond, rounded up: a wake-up at it finds the window over (the machine decides).
+        return Int64(String(decoding: kept, as: UTF8.self)).map { Date(timeIntervalSince1970: Double($0) / 1e9) }
+    }
+
     /// The host cart as saved beside the state, to write it again only when it changed; nil
     /// when not known to be saved there.
     private var savedHostCart: [ExactID: Int]??
@@ -486,6 +497,9 @@ final class Store {
             try setMeta("hostCart", state.hostCart.map(StateFormat.encodeQuantities) ?? Array("null".utf8))
         }
         try setMeta("state", StateFormat.encode(blob))
+        // Beside it, the next deadline: read without decoding the state (a start over many carts).
+        let deadline = SyncStateMachine(state: state).nextDeadline
+        try setMeta("deadline", Array((deadline.map { String(Int64(($0.timeIntervalSince1970 * 1e9).rounded(.up))) } ?? "").utf8))
         blob.hostCart = state.hostCart
         cachedState = blob
         savedHostCart = .some(state.hostCart)

@@ -223,6 +223,8 @@ public final class SyncEngine {
     func publish(_ projection: Projection) throws(AgentError) {
         let file = files[projection]!
         file.rotation = configuration.rotate
+        // The common case, at a start or a commit signal: nothing to append, nothing opened.
+        if try file.isCaughtUp(given: store.given(projection), lastDatabaseSeq: store.lastSeq(projection)) { return }
         let outcome = try file.catchUp(
             loadGiven: { () throws(AgentError) in try store.given(projection) },
             saveGiven: { (given) throws(AgentError) in try store.setGiven(projection, given) },
@@ -259,6 +261,7 @@ public final class SyncEngine {
     func checkDatabaseNotBehind() throws(AgentError) {
         for projection in Projection.allCases {
             let databaseSeq = try store.lastSeq(projection)
+            if let given = try store.given(projection), given.seq <= databaseSeq, files[projection]!.isAsGiven(given) { continue }
             if let seq = files[projection]!.recordBeyond(databaseSeq: databaseSeq, isRecord: projection.isRecord) {
                 // Another process (the agent) may have committed and appended between the two
                 // reads: a record is committed before it is appended, so the database read again
@@ -286,9 +289,7 @@ public final class SyncEngine {
 
     /// Reads the next pending-window deadline again, as committed by any process.
     public func refreshDeadline() throws(AgentError) {
-        nextDeadline = try store.withTransaction { () throws(AgentError) in
-            SyncStateMachine(state: try store.loadState()).nextDeadline
-        }
+        nextDeadline = try store.withTransaction { () throws(AgentError) in try store.nextDeadline() }
     }
 
     /// The state as committed now.
