@@ -144,37 +144,50 @@ extension SyncEngine {
     /// committed after a newer one another process took.
     @discardableResult
     public func takeCart() throws(AgentError) -> CartOutcome {
-        let path = cartPath
+        let read = try store.withTransaction { () throws(AgentError) in try readCartInTransaction() }
+        return try finishCart(read)
+    }
+
+    /// What reading the cart inside a transaction did, for ``finishCart(_:)`` once it committed.
+    struct CartRead {
         var outcome = CartOutcome.unchanged
         var rejected: (AgentError, [UInt8])?
         var taken: [UInt8]?
         var changed = false
+        var summary = StepSummary()
+    }
+
+    /// The part of ``takeCart()`` inside the caller's transaction: reads the cart, runs it on the
+    /// machine, stores what it made. Nothing is logged or appended yet.
+    func readCartInTransaction() throws(AgentError) -> CartRead {
+        let path = cartPath
+        var read = CartRead()
         var readAt: Int64 = 0
         var identity: [Int64] = []
-        try step({ (machine, now) throws(AgentError) in
+        read.summary = try stepInTransaction({ (machine, now) throws(AgentError) in
             let bytes: [UInt8]
             readAt = Int64(now.timeIntervalSince1970 * 1e9)
             switch try cartReader.read(path, configuration: configuration, seen: try store.note("cartSeen").flatMap(CartReader.Seen.init(text:))) {
             case .missing:
-                outcome = .missing
+                read.outcome = .missing
                 return []
             case .unchanged:
                 return []
-            case let .unreadable(error, read):
-                rejected = (error, read)
+            case let .unreadable(error, bytes):
+                read.rejected = (error, bytes)
                 return []
-            case let .new(read, readIdentity):
-                (bytes, identity) = (read, readIdentity)
+            case let .new(newBytes, newIdentity):
+                (bytes, identity) = (newBytes, newIdentity)
             }
             let cart: HostCart
             do throws(AgentError) { cart = try decodeCart(bytes, path: path) } catch {
-                rejected = (error, bytes)
+                read.rejected = (error, bytes)
                 return []
             }
             // A cart that has not changed since a batch was made was written before it.
             let observed = try store.cartAtBatch()
             let writtenBefore = observed.flatMap { $0.identity == identity ? $0.seq - 1 : nil }
-            taken = bytes
+            read.taken = bytes
             do throws(SyncInputError) {
                 return try machine.retailerBasketChanged(
                     cart.products, syncedThrough: cart.syncedThrough, outboxSeqWhenWritten: writtenBefore, at: now)
@@ -184,27 +197,34 @@ extension SyncEngine {
         }, record: { (summary) throws(AgentError) in
             // What status tells of the last cart read: when, and what it produced.
             let at = Timestamp.text(Date())
-            if let (error, _) = rejected {
+            if let (error, _) = read.rejected {
                 try store.setNote("cartRead", "\(at)\trejected\t\(error.description)")
-            } else if taken != nil {
-                changed = summary.stateChanged || summary.notified != nil
-                try store.setNote("cartRead", "\(at)\t\(changed ? "taken" : "unchanged")\t")
+            } else if read.taken != nil {
+                read.changed = summary.stateChanged || summary.notified != nil
+                try store.setNote("cartRead", "\(at)\t\(read.changed ? "taken" : "unchanged")\t")
                 // The version now known: a start finds it unchanged without reading it.
                 try store.setNote("cartSeen", CartReader.Seen(identity: identity, readAt: readAt).text)
-                if changed { try store.setNote("cartTaken", "\(at)\t\(summary.notified.map { "notified #\($0)" } ?? "no new notification")\t") }
+                if read.changed { try store.setNote("cartTaken", "\(at)\t\(summary.notified.map { "notified #\($0)" } ?? "no new notification")\t") }
             }
         })
-        if let (error, bytes) = rejected {
+        return read
+    }
+
+    /// After the transaction of ``readCartInTransaction()`` committed: the logs and the appends,
+    /// then what the reader remembers.
+    func finishCart(_ read: CartRead) throws(AgentError) -> CartOutcome {
+        try finish([read.summary])
+        if let (error, bytes) = read.rejected {
             if cartReader.remember(bytes, rejected: true) { reportError(error, logAs: "cart rejected: ") }
             return .rejected(error)
         }
-        if let taken {
+        if let taken = read.taken {
             _ = cartReader.remember(taken, rejected: false)
             // A large cart's parse freed megabytes: given back, the agent's resident memory falls back.
             if taken.count > 1 << 20 { Posix.releaseFreedMemory() }
-            return changed ? .taken : .unchanged
+            return read.changed ? .taken : .unchanged
         }
-        return outcome
+        return read.outcome
     }
 
     /// Parses and validates a cart with the configured key names and limits.

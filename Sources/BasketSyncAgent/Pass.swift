@@ -29,6 +29,16 @@ extension SyncEngine {
         public var inbox = InboxSummary()
     }
 
+    /// A slice of old history goes when retention is set (bounded, and looked for at most every
+    /// tenth of the retention); failing, it never holds up the sync itself.
+    func retainQuietly() {
+        guard let retention = configuration.retention else { return }
+        do { try retain() } catch {
+            logger.log(.warning, "retention: \(error.description); tried again in a minute")
+            retentionDue = Date().addingTimeInterval(min(retention.seconds / 10, 60))
+        }
+    }
+
     /// One pass over the sync directory, shared by the agent's wake-ups and `sync`: recover the
     /// files, then the inbox before the cart (a cart may acknowledge the records its events
     /// make), then the expired windows. `inboxSeen` is the order inotify reported deliveries in.
@@ -43,14 +53,7 @@ extension SyncEngine {
         if scope.contains(.cart) { summary.cart = try takeCart() }
         // Nothing to roll back before the next deadline (read again above when another process committed).
         if scope.contains(.expire), let deadline = nextDeadline, deadline <= Date() { try expireWindows() }
-        if let retention = configuration.retention {
-            // A slice of old history goes (bounded, and looked for at most every tenth of the
-            // retention); failing, it never holds up the sync itself.
-            do { try retain() } catch {
-                logger.log(.warning, "retention: \(error.description); tried again in a minute")
-                retentionDue = Date().addingTimeInterval(min(retention.seconds / 10, 60))
-            }
-        }
+        retainQuietly()
         if scope == .everything {
             // A whole pass went through: status says the errors before it are resolved. Written
             // only when an error came after the last one written (a commit costs an fsync).

@@ -41,8 +41,10 @@ public final class TreeAgent {
     private var lockFd: Int32 = -1
     private var fatal: AgentError?
     private var inotify: Inotify!
-    /// The engines kept between wake-ups (the most recently used carts).
-    static let enginesKept = 256
+    /// The engines kept between wake-ups (the most recently used carts): at most this many, fewer
+    /// when the descriptor limit is low.
+    static let enginesKeptAtMost = 256
+    private var enginesKept = 8
 
     /// Opens the tree at `root` for watching.
     public init(root: String, isSynchronizerRegistered: Bool, logFormat: LogFormat?, logger: Logger) throws(AgentError) {
@@ -68,6 +70,9 @@ public final class TreeAgent {
         lockFd = try Agent.takeLock(stateDirectory: tree.database.stateDirectory) { pid in
             "\(tree.root): another basket-sync watch (pid \(pid)) is already watching this tree; stop it first, or use basket-sync sync beside it"
         }
+        // Each engine kept holds its JSON Lines files open: at most 3 × enginesKept descriptors.
+        let descriptors = Posix.raiseDescriptorLimit()
+        enginesKept = max(8, min(TreeAgent.enginesKeptAtMost, (descriptors - 64) / 4))
         let signals: SignalPipe
         do { signals = try SignalPipe(path: tree.root) } catch { throw .system(error) }
         do {
@@ -167,6 +172,7 @@ public final class TreeAgent {
             cart.watcher.handle(event, into: &entry.kinds, delivered: &entry.delivered)
             changes[id] = entry
         }
+        var cartsOnly: [Cart] = []
         for id in order {
             guard let cart = carts[id], let (kinds, delivered) = changes[id] else { continue }
             if kinds.contains(.directoryGone) {
@@ -178,8 +184,47 @@ public final class TreeAgent {
             if kinds.contains(.commit) { scope.insert(.publish) }
             if kinds.contains(.inbox) { scope.insert(.inbox) }
             if kinds.contains(.cart) { scope.insert(.cart) }
-            if !scope.isEmpty { attempt(cart, scope, inboxSeen: delivered) }
+            // The common case, a new cart version, is taken with the others of this wake-up.
+            if scope == .cart, cart.retryAt == nil { cartsOnly.append(cart) } else if !scope.isEmpty { attempt(cart, scope, inboxSeen: delivered) }
         }
+        if cartsOnly.count == 1 { attempt(cartsOnly[0], .cart) } else if !cartsOnly.isEmpty { takeCarts(cartsOnly) }
+    }
+
+    /// Group commit: the new versions of many carts read and run in one transaction (one
+    /// database fsync), each under a savepoint (a cart that fails is undone alone); then, once it
+    /// committed, each cart's appends and logs.
+    private func takeCarts(_ group: [Cart]) {
+        var reads: [(cart: Cart, engine: SyncEngine, read: SyncEngine.CartRead)] = []
+        var failed: [(cart: Cart, error: AgentError)] = []
+        do throws(AgentError) {
+            try tree.database.withTransaction { () throws(AgentError) in
+                reads = []
+                failed = []
+                for cart in group {
+                    let engine = engine(for: cart)
+                    do throws(AgentError) {
+                        reads.append((cart, engine, try tree.database.withSavepoint { () throws(AgentError) in try engine.readCartInTransaction() }))
+                    } catch {
+                        failed.append((cart, error))
+                    }
+                }
+            }
+        } catch {
+            // The commit itself failed: each cart is tried again alone.
+            if case .databaseGone = error { fatal = error; return }
+            for cart in group { attempt(cart, .cart) }
+            return
+        }
+        for (cart, engine, read) in reads {
+            do {
+                _ = try engine.finishCart(read)
+                cart.deadline = engine.nextDeadline
+                engine.retainQuietly()
+            } catch {
+                fail(cart, error, engine: engine)
+            }
+        }
+        for (cart, error) in failed { fail(cart, error, engine: engine(for: cart)) }
     }
 
     /// Adopts cart `id` (its directory exists), watches it, and runs a whole pass on it.
@@ -225,7 +270,7 @@ public final class TreeAgent {
         clock += 1
         cart.used = clock
         if let engine = engines[cart.id] { return engine }
-        if engines.count >= TreeAgent.enginesKept {
+        if engines.count >= enginesKept {
             // The older half goes.
             let cutoff = engines.keys.compactMap { carts[$0]?.used }.sorted()[engines.count / 2]
             engines = engines.filter { (carts[$0.key]?.used ?? 0) >= cutoff }
@@ -244,19 +289,21 @@ public final class TreeAgent {
             if scope == .everything { cart.retryDelay = 0.5 }
             cart.deadline = engine.nextDeadline
         } catch {
-            switch error {
-            case .databaseGone:
-                // The tree's database: every cart's.
-                fatal = error
-                return
-            default:
-                break
-            }
-            engine.reportError(error)
-            cart.retryAt = Date().addingTimeInterval(cart.retryDelay)
-            logger.log(.info, "cart \(cart.id): retrying in \(cart.retryDelay) s")
-            cart.retryDelay = min(cart.retryDelay * 2, 30)
+            fail(cart, error, engine: engine)
         }
+    }
+
+    /// A failed pass of one cart: reported, and tried again later for that cart alone with a
+    /// growing delay — except the tree's database gone, which stops the agent.
+    private func fail(_ cart: Cart, _ error: AgentError, engine: SyncEngine) {
+        if case .databaseGone = error {
+            fatal = error
+            return
+        }
+        engine.reportError(error)
+        cart.retryAt = Date().addingTimeInterval(cart.retryDelay)
+        engine.logger.log(.info, "retrying in \(cart.retryDelay) s")
+        cart.retryDelay = min(cart.retryDelay * 2, 30)
     }
 
     /// SIGHUP: the tree's settings again; on error the settings in force are kept.

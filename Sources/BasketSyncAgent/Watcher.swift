@@ -93,9 +93,13 @@ final class Watcher {
 
     /// Watches the sync directory itself (it must exist), then the rest of the way to the cart.
     private func watchCartPathOrThrow() throws(SystemError) {
-        try inotify.watch(directory, Watcher.directoryMask)
+        try inotify.watch(directory, cartComponents.count > 1 ? Watcher.directoryMask : Watcher.cartDirectoryMask)
         watchCartPath()
     }
+
+    /// The cart's own directory: no creations (a host's temporary file being made is not news;
+    /// its close or its rename into place is).
+    private static let cartDirectoryMask = directoryMask.subtracting(.create)
 
     /// Watches every directory from the sync directory down to the cart's, as far as they exist.
     private func watchCartPath() {
@@ -104,7 +108,7 @@ final class Watcher {
             guard (try? inotify.watch(path, Watcher.directoryMask)) != nil else { return }
             path += "/\(component)"
         }
-        try? inotify.watch(path, Watcher.directoryMask)
+        try? inotify.watch(path, Watcher.cartDirectoryMask)
     }
 
     /// What a watched directory is for, from its path.

@@ -235,6 +235,15 @@ if let flag = CommandLine.arguments.firstIndex(of: "--soak") {
     runSoak(count: count, retentionSeconds: option("--retention-seconds", 30), rotateBytes: Int(option("--rotate-bytes", 1_048_576)))
 }
 
+// `--tree [--carts N] [--seconds S] [--rate R] [--events E]`: one agent over a tree of carts (TreeBench.swift).
+if CommandLine.arguments.contains("--tree") {
+    func option(_ name: String, _ fallback: Double) -> Double {
+        CommandLine.arguments.firstIndex(of: name).flatMap { $0 + 1 < CommandLine.arguments.count ? Double(CommandLine.arguments[$0 + 1]) : nil } ?? fallback
+    }
+    runTreeBench(carts: Int(option("--carts", quick ? 20 : 10_000)), seconds: option("--seconds", quick ? 2 : 60),
+                 rate: option("--rate", quick ? 50 : 1_000), events: option("--events", quick ? 10 : 200))
+}
+
 /// A sync directory with the agent running and A made Mealz-related: every cart changes A.
 func startAgent(_ directory: String) -> pid_t {
     run([basketSync, "-C", directory, "init"])

@@ -196,6 +196,58 @@ import Testing
         }
     }
 
+    /// Samples/tree/tree-pass: a cron pass over a tree serves every cart whose outbox changed,
+    /// leaves the others alone, and a bad cart does not stop the rest.
+    @Test func treePass() throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init", "--tree"]).status == 0)
+        #expect(try basketSync(["-C", playground.path + "/c1", "push", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path + "/c2", "push", "B=+2"]).status == 0)
+        try FileManager.default.createDirectory(atPath: playground.path + "/c3", withIntermediateDirectories: true)
+        try playground.write("c3/cart.json", cartJSON([("X", 1)]))
+        let untouched = playground.read("c3/cart.json")
+        let pass = path("Samples/tree/tree-pass")
+        let first = try sample(pass, [playground.path])
+        #expect(first.status == 0, "\(first.stderr)")
+        for (id, line) in [("c1", "A"), ("c2", "B")] {
+            let cart = try JSONSerialization.jsonObject(with: Data(playground.read("\(id)/cart.json").utf8)) as? [String: Any]
+            #expect(cart?["syncedThrough"] as? Int == 1, "\(id): \(playground.read("\(id)/cart.json"))")
+            #expect(((cart?["products"] as? [[String: Any]])?.first?["id"] as? String) == line)
+        }
+        #expect(playground.read("c3/cart.json") == untouched, "a cart whose outbox did not change is not rewritten")
+        // The next pass notifies the applied carts; a garbled cart fails the pass (65), not the others.
+        #expect(try basketSync(["-C", playground.path + "/c1", "push", "A=+1"]).status == 0)
+        try playground.write("c3/cart.json", "{")
+        let second = try sample(pass, [playground.path])
+        #expect(second.status == 65, "\(second.stderr)")
+        #expect(playground.records("c2/notifications.jsonl").last.map(products) == ["B": 2])
+        let c1 = try JSONSerialization.jsonObject(with: Data(playground.read("c1/cart.json").utf8)) as? [String: Any]
+        #expect(c1?["syncedThrough"] as? Int == 2, "c1 served in the same pass as the bad c3")
+    }
+
+    /// Samples/tree/basket-sync-tree.service: its commands start the tree's agent.
+    @Test func systemdTree() async throws {
+        let unit = try String(contentsOfFile: path("Samples/tree/basket-sync-tree.service"), encoding: .utf8)
+        func command(_ key: String) throws -> [String] {
+            let line = try #require(unit.split(separator: "\n").first { $0.hasPrefix(key + "=") }).dropFirst(key.count + 1)
+            return line.split(separator: " ").map { $0 == "/usr/local/bin/basket-sync" ? binary.path : String($0) }
+        }
+        let playground = try Playground()
+        let root = playground.path + "/tree"
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        #expect(try basketSync(Array(try command("ExecStartPre").dropFirst()), in: root).status == 0)
+        #expect(playground.read("tree/basket-sync.json").contains("\"layout\": \"tree\""))
+        let agent = try AgentProcess(directory: root, arguments: Array(try command("ExecStart").dropFirst(2)))
+        try await agent.waitUntilWatching()
+        #expect(try basketSync(["-C", root + "/c-1", "push", "A=+1"]).status == 0)
+        try await eventually("the agent serves a new cart") { playground.records("tree/c-1/outbox.jsonl").count == 1 }
+        #expect(agent.stop(SIGTERM) == 0)
+        if FileManager.default.isExecutableFile(atPath: "/usr/bin/systemd-analyze") {
+            let verify = try sample("/usr/bin/systemd-analyze", ["verify", path("Samples/tree/basket-sync-tree.service")])
+            #expect(!verify.stderr.contains("Unknown key"), "\(verify.stderr)")
+        }
+    }
+
     /// The logrotate sample's options, run for real between records: every record in one file.
     @Test func logrotate() throws {
         let sample = try String(contentsOfFile: path("Samples/logrotate/basket-sync"), encoding: .utf8)

@@ -116,6 +116,20 @@ enum Posix {
 
     static func close(_ fd: Int32) { _ = Glibc.close(fd) }
 
+    /// Raises the soft limit of open descriptors to the hard one (an agent over many carts keeps
+    /// a few files open per cart it serves); returns the limit now in force.
+    @discardableResult
+    static func raiseDescriptorLimit() -> Int {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1024 }
+        if limit.rlim_cur < limit.rlim_max {
+            var raised = limit
+            raised.rlim_cur = limit.rlim_max
+            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { limit = raised }
+        }
+        return limit.rlim_cur > rlim_t(Int.max) ? Int.max : Int(limit.rlim_cur)
+    }
+
     /// Sets `O_NONBLOCK` on a descriptor.
     static func setNonBlocking(_ fd: Int32) { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
 

@@ -1,0 +1,224 @@
+import Glibc
+
+// `basket-sync-bench --tree [--carts N] [--seconds S] [--rate R] [--events E]`: one agent over a
+// tree of N carts (SPEC §8). Prints the start with nothing changed, resident memory, idle
+// wake-ups, one cart change → notification line, a sustained load (R cart changes per second
+// over random carts plus E inbox events per second for S seconds: latency per second, backlog,
+// every change notified), the disk's fsync rate, and the throughput ceiling (rates doubled until
+// p99 passes 50 ms).
+
+/// The latency of each cart change until its cart's notifications.jsonl is written, under a
+/// load of `rate` changes and `events` inbox events per second for `seconds`.
+struct LoadResult {
+    var rate: Double
+    /// Latencies per second of the run (by when the change was made).
+    var perSecond: [[Double]]
+    var all: [Double] { perSecond.flatMap { $0 } }
+    /// Changes whose notification never came within the grace period.
+    var unanswered: Int
+    /// Carts whose last notification is not their last version.
+    var wrongLast: Int
+    var changes: Int
+}
+
+/// One inotify instance over every cart directory: which cart wrote its notifications.jsonl.
+final class TreeWatch {
+    let fd: Int32
+    var cartOfWatch: [Int32: Int] = [:]
+
+    init(root: String, carts: Int) {
+        fd = inotify_init1(Int32(IN_CLOEXEC | IN_NONBLOCK))
+        guard fd >= 0 else { fail("inotify_init1") }
+        for cart in 0..<carts {
+            let watch = inotify_add_watch(fd, "\(root)/c\(cart)", UInt32(IN_MODIFY))
+            guard watch >= 0 else { fail("inotify_add_watch on \(root)/c\(cart): \(String(cString: strerror(errno)))") }
+            cartOfWatch[watch] = cart
+        }
+    }
+
+    deinit { close(fd) }
+
+    /// The carts whose notifications.jsonl was written since the last call, waiting up to `timeout` ms.
+    func written(timeout: Int32) -> [Int] {
+        var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        guard poll(&poller, 1, timeout) > 0 else { return [] }
+        var carts: [Int] = []
+        var buffer = [UInt8](repeating: 0, count: 256 * 1024)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            guard count > 0 else { break }
+            var offset = 0
+            while offset < count {
+                let watch = buffer.withUnsafeBytes { $0.load(fromByteOffset: offset, as: Int32.self) }
+                let length = buffer.withUnsafeBytes { Int($0.load(fromByteOffset: offset + 12, as: UInt32.self)) }
+                let name = String(decoding: buffer[(offset + 16)..<(offset + 16 + length)].prefix { $0 != 0 }, as: UTF8.self)
+                if name == "notifications.jsonl", let cart = cartOfWatch[watch] { carts.append(cart) }
+                offset += 16 + length
+            }
+        }
+        return carts
+    }
+}
+
+func treeCartText(version: Int) -> String {
+    "{\"products\":[{\"id\":\"A\",\"quantity\":\(version)},{\"id\":\"X\",\"quantity\":2}],\"syncedThrough\":1}"
+}
+
+/// Runs a load against the agent serving `root` and measures each change.
+func runLoad(root: String, carts: Int, watch: TreeWatch, rate: Double, events: Double, seconds: Double, versions: inout [Int], nextEvent: inout Int) -> LoadResult {
+    var rng = SystemRandomNumberGenerator()
+    var pending: [Int: Double] = [:]
+    var perSecond: [[Double]] = Array(repeating: [], count: Int(seconds.rounded(.up)))
+    var lastWritten: [Int: Int] = [:]
+    let start = monotonic()
+    let changeInterval = 1 / rate
+    let eventInterval = events > 0 ? 1 / events : .infinity
+    var nextChange = start, nextEventAt = start
+    var changes = 0
+    func collect(timeout: Int32) {
+        for cart in watch.written(timeout: timeout) {
+            guard let began = pending.removeValue(forKey: cart) else { continue }
+            let second = min(perSecond.count - 1, Int(began - start))
+            perSecond[second].append(monotonic() - began)
+        }
+    }
+    while monotonic() < start + seconds {
+        let now = monotonic()
+        if now >= nextChange {
+            let cart = Int.random(in: 0..<carts, using: &rng)
+            versions[cart] += 1
+            let directory = "\(root)/c\(cart)"
+            writeFile("\(directory)/.cart.tmp", treeCartText(version: versions[cart]))
+            rename("\(directory)/.cart.tmp", "\(directory)/cart.json")
+            lastWritten[cart] = versions[cart]
+            // A change to a cart already waiting is taken with it: the first one is timed.
+            if pending[cart] == nil { pending[cart] = monotonic() }
+            changes += 1
+            nextChange += changeInterval
+        }
+        if now >= nextEventAt {
+            let cart = Int.random(in: 0..<carts, using: &rng)
+            let directory = "\(root)/c\(cart)/inbox"
+            nextEvent += 1
+            writeFile("\(directory)/tmp/load-\(nextEvent)", "{\"id\":\"load-\(nextEvent)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"B\",\"quantity\":1}]}\n")
+            rename("\(directory)/tmp/load-\(nextEvent)", "\(directory)/new/load-\(nextEvent)")
+            nextEventAt += eventInterval
+        }
+        let wait = min(nextChange, nextEventAt) - monotonic()
+        collect(timeout: wait > 0.001 ? Int32(wait * 1000) : 0)
+    }
+    let grace = monotonic() + 30
+    while !pending.isEmpty, monotonic() < grace { collect(timeout: 100) }
+    // Every cart changed ends notified at its last version.
+    var wrongLast = 0
+    for (cart, version) in lastWritten {
+        let last = readFile("\(root)/c\(cart)/notifications.jsonl").split(separator: "\n").last ?? ""
+        if !last.contains("{\"id\":\"A\",\"quantity\":\(version)}") { wrongLast += 1 }
+    }
+    return LoadResult(rate: rate, perSecond: perSecond, unanswered: pending.count, wrongLast: wrongLast, changes: changes)
+}
+
+/// fsyncs per second of the disk under `directory`: one small append then fdatasync, repeated.
+func fsyncRate(_ directory: String) -> Double {
+    let path = "\(directory)/.fsync-probe"
+    let fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+    guard fd >= 0 else { return .nan }
+    defer { close(fd); unlink(path) }
+    let start = monotonic()
+    var count = 0
+    while monotonic() < start + 2 {
+        _ = write(fd, "x\n", 2)
+        fdatasync(fd)
+        count += 1
+    }
+    return Double(count) / (monotonic() - start)
+}
+
+func runTreeBench(carts: Int, seconds: Double, rate: Double, events: Double) -> Never {
+    let root = temporaryDirectory("tree")
+    guard run([basketSync, "-C", root, "init", "--tree"]) == 0 else { fail("init --tree failed") }
+    // Every cart Mealz-related: an event A+1 waits in its inbox and its cart echoes it.
+    for cart in 0..<carts {
+        let directory = "\(root)/c\(cart)"
+        for folder in ["", "/inbox", "/inbox/tmp", "/inbox/new"] { mkdir(directory + folder, 0o755) }
+        writeFile("\(directory)/inbox/new/e1", "{\"id\":\"e1\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\",\"quantity\":1}]}\n")
+        writeFile("\(directory)/cart.json", treeCartText(version: 1))
+    }
+    let adoptStart = monotonic()
+    guard run([basketSync, "-C", root, "sync"]) == 0 else { fail("the first sync of the tree failed") }
+    let adoption = monotonic() - adoptStart
+    // The carts were written over a second before the agent starts: certainly unchanged.
+    usleep(1_100_000)
+
+    let log = "\(root)/../\(root.split(separator: "/").last!).log"
+    let startClock = monotonic()
+    let agent = spawn([basketSync, "-C", root, "watch", "--quiet"], stderrPath: log)
+    while !readFile(log).contains("watching the tree") {
+        if monotonic() > startClock + 120 { fail("the agent did not start over the tree: \(readFile(log))") }
+        usleep(1_000)
+    }
+    let startTime = monotonic() - startClock
+    let residentAtStart = readFile("/proc/\(agent)/status").split(separator: "\n").first { $0.hasPrefix("VmRSS:") }?
+        .split(separator: " ").dropFirst().first.map(String.init) ?? "?"
+
+    let idleSeconds = quick ? 1.0 : 10.0
+    let switchesBefore = contextSwitches(agent)
+    let ticksBefore = cpuTicks(agent)
+    usleep(UInt32(idleSeconds * 1_000_000))
+    let idleSwitches = contextSwitches(agent) - switchesBefore
+    let idleCPU = Double(cpuTicks(agent) - ticksBefore) / Double(sysconf(Int32(_SC_CLK_TCK)))
+
+    // One change at a time, in random carts.
+    var versions = Array(repeating: 1, count: carts)
+    var single: [Double] = []
+    var rng = SystemRandomNumberGenerator()
+    for _ in 0..<(quick ? 10 : 300) {
+        let cart = Int.random(in: 0..<carts, using: &rng)
+        versions[cart] += 1
+        let directory = "\(root)/c\(cart)"
+        let watch = WriteWatch(directory: directory, name: "notifications.jsonl")
+        writeFile("\(directory)/.cart.tmp", treeCartText(version: versions[cart]))
+        let began = monotonic()
+        rename("\(directory)/.cart.tmp", "\(directory)/cart.json")
+        guard watch.wait() else { fail("no notification in \(directory)") }
+        single.append(monotonic() - began)
+        usleep(2_000)
+    }
+
+    let watch = TreeWatch(root: root, carts: carts)
+    var nextEvent = 0
+    let sustained = runLoad(root: root, carts: carts, watch: watch, rate: rate, events: events, seconds: seconds, versions: &versions, nextEvent: &nextEvent)
+    let disk = fsyncRate(root)
+    var ceiling: [LoadResult] = []
+    var probe = rate
+    while !quick {
+        probe *= 2
+        let result = runLoad(root: root, carts: carts, watch: watch, rate: probe, events: events, seconds: 10, versions: &versions, nextEvent: &nextEvent)
+        ceiling.append(result)
+        if percentile(result.all, 0.99) > 0.05 || result.unanswered > 0 || probe >= 64_000 { break }
+    }
+    let residentAfter = readFile("/proc/\(agent)/status").split(separator: "\n").first { $0.hasPrefix("VmRSS:") }?
+        .split(separator: " ").dropFirst().first.map(String.init) ?? "?"
+    stop(agent, SIGTERM)
+
+    print("## basket-sync benchmark: a tree of \(carts) carts\(quick ? " (quick setting: not figures)" : "")\n")
+    print("Machine: \(machine()).\n")
+    print("- first pass over \(carts) new carts (`sync` on the root: adopt each, take its event and its cart): \(ms(adoption))")
+    print("- agent start with nothing changed, until it says it watches: \(ms(startTime)); resident memory then: \(residentAtStart) KiB, after the loads: \(residentAfter) KiB")
+    print("- idle \(idleSeconds) s: \(idleSwitches) context switches, CPU \(ms(idleCPU))")
+    print("- one cart change → its notification line durable (\(single.count) changes in random carts): p50 \(ms(percentile(single, 0.5))), p90 \(ms(percentile(single, 0.9))), p99 \(ms(percentile(single, 0.99)))")
+    func describe(_ result: LoadResult, seconds: Double) {
+        let all = result.all
+        let first = result.perSecond.first ?? [], last = result.perSecond.last ?? []
+        print("| \(Int(result.rate)) /s + \(Int(events)) events/s, \(Int(seconds)) s | \(result.changes) | \(ms(percentile(all, 0.5))) | \(ms(percentile(all, 0.99))) | \(ms(percentile(first, 0.99))) → \(ms(percentile(last, 0.99))) | \(result.unanswered) | \(result.wrongLast) |")
+    }
+    print("\n| load | changes | p50 | p99 | p99 first second → last second | never notified | last version not the one notified |")
+    print("|---|---|---|---|---|---|---|")
+    describe(sustained, seconds: seconds)
+    for result in ceiling { describe(result, seconds: 10) }
+    let held = ([sustained] + ceiling).filter { percentile($0.all, 0.99) <= 0.05 && $0.unanswered == 0 }.map(\.rate).max()
+    print("\n- the disk here: \(Int(disk)) fsyncs per second (append + fdatasync, one after the other)")
+    print("- throughput ceiling (the highest rate tried whose p99 stayed within 50 ms): \(held.map { "\(Int($0)) changes/s" } ?? "below \(Int(rate)) changes/s")")
+    run(["rm", "-rf", root, log])
+    exit(sustained.unanswered == 0 && sustained.wrongLast == 0 ? 0 : 1)
+}
