@@ -166,6 +166,22 @@ import TestSupport
         #expect(odd.status != 0 && !FileManager.default.fileExists(atPath: playground.url(".hidden").path))
     }
 
+    /// Past the inotify watches it may use, the agent says how many the tree needs and names the
+    /// sysctl to raise, and does not start (78).
+    @Test func pastTheWatchLimitTheAgentRefusesToStartNamingTheSysctl() async throws {
+        let playground = try tree()
+        for id in ["a", "b", "c"] { try mkdir(playground, id) }
+        let agent = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_MAX_WATCHES": "9"])
+        try await eventually("the agent stops") { !agent.process.isRunning }
+        #expect(agent.process.terminationStatus == 78, "\(agent.log)")
+        #expect(agent.log.contains("3 carts need 10 inotify watches, over the limit of 9") && agent.log.contains("sysctl fs.inotify.max_user_watches="), "\(agent.log)")
+        // Within the limit it starts.
+        let fits = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_MAX_WATCHES": "10"])
+        try await fits.waitUntilWatching()
+        #expect(fits.log.contains("10 inotify watches needed (3 per cart), the limit is 10"), "\(fits.log)")
+        #expect(fits.stop() == 0)
+    }
+
     /// `set-store` on the root is the default of every cart that never set its own.
     @Test func theRootsStoreIsTheDefaultOfCartsWithoutTheirOwn() throws {
         let playground = try tree()
