@@ -130,6 +130,7 @@ final class Database {
         CREATE TABLE IF NOT EXISTS transfers(cart INTEGER NOT NULL, id TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(cart, id));
         CREATE TABLE IF NOT EXISTS unfinished(cart INTEGER NOT NULL, order_id TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(cart, order_id));
         CREATE TABLE IF NOT EXISTS settled(cart INTEGER NOT NULL, folder TEXT NOT NULL, name TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(cart, folder, name)) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS pending(cart INTEGER NOT NULL, seq INTEGER NOT NULL, batch BLOB NOT NULL, PRIMARY KEY(cart, seq));
         CREATE TABLE IF NOT EXISTS carts(n INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, sync_id TEXT NOT NULL, made TEXT NOT NULL);
         CREATE INDEX IF NOT EXISTS reports_cart ON reports(cart, n);
         CREATE INDEX IF NOT EXISTS inbox_at ON inbox(cart, at);
@@ -288,7 +289,7 @@ final class Database {
 
     /// Ends cart `number`: every row of it goes (in the caller's transaction).
     func removeCart(_ number: Int64) throws(AgentError) {
-        for table in ["meta", "outbox", "notifications", "payments", "inbox", "reports", "completions", "orders", "transfers", "unfinished", "settled"] {
+        for table in ["meta", "outbox", "notifications", "payments", "inbox", "reports", "completions", "orders", "transfers", "unfinished", "settled", "pending"] {
             let statement = try cached("DELETE FROM \(table) WHERE cart = ?")
             defer { statement.reset() }
             statement.bind(1, number)
@@ -446,12 +447,28 @@ final class Store {
         guard let blob = try metaBlob("state") else {
             throw .database(path: stateDirectory, message: "the database has no state; run basket-sync init again")
         }
-        let cart = try metaBlob("hostCart")
+        let hostCart = try metaBlob("hostCart")
+        // The pending batches are rows of their own once a state was saved by this version.
+        var rows: [[UInt8]]?
+        if try metaBlob("pendingRows") != nil {
+            let statement = try cached("SELECT batch FROM pending WHERE cart = ? ORDER BY seq")
+            defer { statement.reset() }
+            statement.bind(1, cart)
+            rows = []
+            while try statement.step() { rows!.append(statement.blob(0)) }
+        }
         do throws(JSONProblem) {
             var state = try StateFormat.decode(blob)
+            if let rows {
+                state.pending = []
+                for row in rows { state.pending.append(try StateFormat.decodeBatch(row)) }
+                savedPending = state.pending
+            } else {
+                savedPending = nil
+            }
             // A state written before schema 2 carries the cart (and the ids) itself.
-            if let cart {
-                state.hostCart = try StateFormat.decodeQuantities(cart)
+            if let hostCart {
+                state.hostCart = try StateFormat.decodeQuantities(hostCart)
                 savedHostCart = .some(state.hostCart)
             } else {
                 savedHostCart = nil
@@ -476,6 +493,63 @@ final class Store {
         return Int64(String(decoding: kept, as: UTF8.self)).map { Date(timeIntervalSince1970: Double($0) / 1e9) }
     }
 
+    /// The pending batches as saved in their table, in seq order; nil when not known to be saved there.
+    private var savedPending: [PendingBatch]?
+
+    /// Saves the pending batches as rows of their own, writing only those that changed (a host
+    /// that does not acknowledge makes them many: a step writes what it changed, and compares
+    /// the rest in one walk of two lists in seq order).
+    private func savePending(_ batches: [PendingBatch]) throws(AgentError) {
+        let saved: [PendingBatch]
+        if let known = savedPending, cachedRollbacks == database.rollbacks {
+            saved = known
+        } else {
+            let all = try cached("DELETE FROM pending WHERE cart = ?")
+            defer { all.reset() }
+            all.bind(1, cart)
+            _ = try all.step()
+            if try metaBlob("pendingRows") == nil { try setMeta("pendingRows", Array("1".utf8)) }
+            saved = []
+        }
+        func write(_ batch: PendingBatch) throws(AgentError) {
+            let insert = try cached("INSERT OR REPLACE INTO pending(cart, seq, batch) VALUES(?, ?, ?)")
+            defer { insert.reset() }
+            insert.bind(1, cart)
+            insert.bind(2, Int64(batch.seq))
+            insert.bind(3, StateFormat.encode(batch))
+            _ = try insert.step()
+        }
+        func remove(_ seq: UInt64) throws(AgentError) {
+            let delete = try cached("DELETE FROM pending WHERE cart = ? AND seq = ?")
+            defer { delete.reset() }
+            delete.bind(1, cart)
+            delete.bind(2, Int64(seq))
+            _ = try delete.step()
+        }
+        // Both in seq order (the machine keeps its batches so; a list that is not is written whole).
+        guard zip(batches, batches.dropFirst()).allSatisfy({ $0.seq < $1.seq }) else {
+            for batch in saved { try remove(batch.seq) }
+            for batch in batches { try write(batch) }
+            savedPending = batches
+            return
+        }
+        var old = saved.startIndex, new = batches.startIndex
+        while old < saved.endIndex || new < batches.endIndex {
+            if new == batches.endIndex || (old < saved.endIndex && saved[old].seq < batches[new].seq) {
+                try remove(saved[old].seq)
+                old += 1
+            } else if old == saved.endIndex || batches[new].seq < saved[old].seq {
+                try write(batches[new])
+                new += 1
+            } else {
+                if saved[old] != batches[new] { try write(batches[new]) }
+                old += 1
+                new += 1
+            }
+        }
+        savedPending = batches
+    }
+
     /// The host cart as saved beside the state, to write it again only when it changed; nil
     /// when not known to be saved there.
     private var savedHostCart: [ExactID: Int]??
@@ -493,6 +567,8 @@ final class Store {
         blob.recordedOrders = [:]
         blob.landedTransfers = []
         blob.hostCart = nil
+        try savePending(state.pending)
+        blob.pending = []
         if savedHostCart == nil || cachedRollbacks != database.rollbacks || (hostCartChanged ?? (savedHostCart! != state.hostCart)) {
             try setMeta("hostCart", state.hostCart.map(StateFormat.encodeQuantities) ?? Array("null".utf8))
         }
@@ -501,6 +577,7 @@ final class Store {
         let deadline = SyncStateMachine(state: state).nextDeadline
         try setMeta("deadline", Array((deadline.map { String(Int64(($0.timeIntervalSince1970 * 1e9).rounded(.up))) } ?? "").utf8))
         blob.hostCart = state.hostCart
+        blob.pending = state.pending
         cachedState = blob
         savedHostCart = .some(state.hostCart)
         cachedDataVersion = try database.dataVersion()

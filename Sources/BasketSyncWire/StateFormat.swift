@@ -136,6 +136,21 @@ package enum StateFormat {
         }
     }
 
+    /// One pending batch on its own (a row of the database's `pending` table).
+    package static func encode(_ batch: PendingBatch) -> [UInt8] {
+        var writer = JSONWriter()
+        batches([batch], &writer)
+        return writer.bytes
+    }
+
+    /// Reads a batch written by ``encode(_:)-(PendingBatch)``.
+    package static func decodeBatch(_ bytes: [UInt8]) throws(JSONProblem) -> PendingBatch {
+        let root = try JSONParser.parse(bytes)
+        let batches = try StateReader(node: JSONNode(value: .object([("pending", root)]), offset: 0)).batches("pending")
+        guard batches.count == 1 else { throw JSONProblem(offset: 0, reason: "a pending batch row must hold one batch") }
+        return batches[0]
+    }
+
     /// Reads a state written by ``encode(_:)`` (or by `JSONEncoder`).
     package static func decode(_ bytes: [UInt8]) throws(JSONProblem) -> SyncState {
         let root = try JSONParser.parse(bytes)

@@ -132,7 +132,9 @@ import TestSupport
         } ?? [:]
         let synced = state["hostSyncedThrough"] as? Int ?? 0
         acknowledged = max(synced, state["echoedThrough"] as? Int ?? 0)
-        let pending = Set(((state["pending"] as? [[String: Any]]) ?? []).compactMap { $0["seq"] as? Int })
+        // Pending batches are rows of their own (a state saved by an older version holds them).
+        let pending = Set(query(playground, "SELECT seq FROM pending").compactMap { Int($0[0]) })
+            .union(((state["pending"] as? [[String: Any]]) ?? []).compactMap { $0["seq"] as? Int })
         // Rolled back and never echoed since: not acknowledged, unless syncedThrough covers them.
         let unsettled = Set(((state["rolledBack"] as? [[String: Any]]) ?? []).compactMap { $0["seq"] as? Int })
         let start = Date()
