@@ -23,6 +23,11 @@ final class JSONLinesFile {
     private(set) var given: Given?
     /// The descriptor kept open, and the file it is open on.
     private var open: (fd: Int32, device: UInt64, inode: UInt64)?
+    /// When set, an append is not fsynced at once: ``syncDeferred()`` does it, so that the
+    /// appends of a group of carts are fsynced together (the tree's agent).
+    var defersSync = false
+    /// An append not fsynced yet: the descriptor, the size before it and what was given then.
+    private var unsynced: (fd: Int32, sizeBefore: Int64, givenBefore: Given?)?
 
     /// What a file was given: which file, how long it was after the append, the last seq in it.
     struct Given: Equatable {
@@ -208,14 +213,17 @@ final class JSONLinesFile {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(records.reduce(0) { $0 + $1.line.count })
         for record in records { bytes.append(contentsOf: record.line) }
+        // A rotation due after this append closes the file: it is fsynced at once then.
+        let syncsNow = !defersSync || rotation.map { size + Int64(bytes.count) > Int64($0.maxBytes) } ?? false
         do {
             try Posix.writeAll(fd, bytes, path: path)
-            try Posix.fsync(fd, path: path)
+            if syncsNow { try Posix.fsync(fd, path: path) }
         } catch {
             // A short write may have left part of a line: cut it now rather than at the next start.
             try? Posix.truncate(fd, to: size, path: path)
             throw .system(error)
         }
+        if !syncsNow { unsynced = (fd, size, given) }
         given = Given(device: info.device, inode: info.inode, size: size + Int64(bytes.count), seq: newLast)
         try saveGiven(given!)
         outcome.appended = records.count
@@ -223,6 +231,22 @@ final class JSONLinesFile {
             outcome.rotated = rotate(keep: rotation.keep) ?? ""
         }
         return outcome
+    }
+
+    /// The descriptor of the append ``defersSync`` left to fsync, if any.
+    var unsyncedDescriptor: Int32? { unsynced?.fd }
+
+    /// After the deferred fsync of ``unsyncedDescriptor``: on success nothing more; on failure the
+    /// append is taken back (the file cut to its size before, what was given before restored),
+    /// as an append whose fsync fails is, and the error thrown.
+    func finishDeferredSync(_ failure: SystemError?, saveGiven: (Given) throws(AgentError) -> Void) throws(AgentError) {
+        guard let pending = unsynced else { return }
+        unsynced = nil
+        guard let failure else { return }
+        try? Posix.truncate(pending.fd, to: pending.sizeBefore, path: path)
+        given = pending.givenBefore
+        if let before = pending.givenBefore { try? saveGiven(before) }
+        throw .system(failure)
     }
 
     /// Rotates the file, under its lock, after an append took it past `maxBytes`: NAME.keep-1 →

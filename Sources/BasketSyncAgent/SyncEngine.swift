@@ -219,6 +219,22 @@ public final class SyncEngine {
         try store.setCartAtBatch(identity: identity, seq: seq)
     }
 
+    /// Whether appends wait for ``syncDeferred(_:)`` to be fsynced (a group of carts).
+    var defersSync: Bool {
+        get { files.values.contains { $0.defersSync } }
+        set { for file in files.values { file.defersSync = newValue } }
+    }
+
+    /// The descriptors of the appends left to fsync, with their file.
+    var unsyncedFiles: [(projection: Projection, fd: Int32)] {
+        Projection.allCases.compactMap { projection in files[projection]!.unsyncedDescriptor.map { (projection, $0) } }
+    }
+
+    /// Ends the deferred fsync of one file: `failure` is what its fsync threw, if it did.
+    func finishDeferredSync(_ projection: Projection, failure: SystemError?) throws(AgentError) {
+        try files[projection]!.finishDeferredSync(failure) { (given) throws(AgentError) in try store.setGiven(projection, given) }
+    }
+
     /// Catches one JSON Lines file up with the database.
     func publish(_ projection: Projection) throws(AgentError) {
         let file = files[projection]!

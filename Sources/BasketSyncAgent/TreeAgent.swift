@@ -215,14 +215,31 @@ public final class TreeAgent {
             for cart in group { attempt(cart, .cart) }
             return
         }
+        // The appends of every cart first, then their fsyncs all at once (the disk takes them
+        // together), then what each cart does after.
+        var finished: [(cart: Cart, engine: SyncEngine)] = []
         for (cart, engine, read) in reads {
+            engine.defersSync = true
+            defer { engine.defersSync = false }
             do {
                 _ = try engine.finishCart(read)
-                cart.deadline = engine.nextDeadline
-                engine.retainQuietly()
+                finished.append((cart, engine))
             } catch {
                 fail(cart, error, engine: engine)
             }
+        }
+        let unsynced = finished.flatMap { entry in entry.engine.unsyncedFiles.map { (entry, $0.projection, $0.fd) } }
+        let failures = Posix.fsyncAll(unsynced.map { ($0.2, "\($0.0.engine.directory)/\($0.1.fileName)") })
+        var failedCarts = Set<String>()
+        for ((entry, projection, _), failure) in zip(unsynced, failures) {
+            do throws(AgentError) { try entry.engine.finishDeferredSync(projection, failure: failure) } catch {
+                failedCarts.insert(entry.cart.id)
+                fail(entry.cart, error, engine: entry.engine)
+            }
+        }
+        for (cart, engine) in finished where !failedCarts.contains(cart.id) {
+            cart.deadline = engine.nextDeadline
+            engine.retainQuietly()
         }
         for (cart, error) in failed { fail(cart, error, engine: engine(for: cart)) }
     }

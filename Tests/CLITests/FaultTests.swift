@@ -112,6 +112,37 @@ import Testing
         #expect(agent.stop() == 0)
     }
 
+    /// In a tree, the notifications of a wake-up's carts are fsynced together: one that fails
+    /// is taken back in its cart alone (the others keep theirs), and written once the fault is
+    /// lifted — each cart's seq contiguous, nothing twice.
+    @Test func inATreeAFailingFsyncTakesBackOnlyItsCartsLine() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init", "--tree"]).status == 0)
+        let carts = ["c1", "c2", "c3"]
+        for id in carts { #expect(try basketSync(["-C", playground.path + "/" + id, "push", "A=+1"]).status == 0) }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let flag = playground.path + "/fault-on"
+        try playground.write("fault-on", "")
+        let agent = try AgentProcess(directory: playground.path, environment: [
+            "LD_PRELOAD": Self.shim, "FAULTSHIM_EIO": "c1/notifications.jsonl", "FAULTSHIM_WHILE": flag,
+        ])
+        try await agent.waitUntilWatching()
+        // The three carts change at once: one wake-up takes them together.
+        for id in carts { try playground.write("\(id)/.cart.tmp", cartJSON([("A", 1)], syncedThrough: 1)) }
+        for id in carts { try FileManager.default.moveItem(atPath: playground.path + "/\(id)/.cart.tmp", toPath: playground.path + "/\(id)/cart.json") }
+        try await eventually("c2 and c3 are notified") {
+            playground.records("c2/notifications.jsonl").count == 1 && playground.records("c3/notifications.jsonl").count == 1
+        }
+        try await eventually("c1's failure is reported") { agent.log.contains("c1/notifications.jsonl: fsync failed: Input/output error") }
+        #expect(playground.read("c1/notifications.jsonl").isEmpty, "the unsynced line was taken back: \(playground.read("c1/notifications.jsonl"))")
+        try FileManager.default.removeItem(atPath: flag)
+        try await eventually("c1 is notified once the fault is lifted") { playground.records("c1/notifications.jsonl").count == 1 }
+        for id in carts {
+            #expect(playground.records("\(id)/notifications.jsonl").map { $0["seq"] as? Int } == [1], "\(id): \(playground.read("\(id)/notifications.jsonl"))")
+        }
+        #expect(agent.stop() == 0)
+    }
+
     /// A 4 MiB tmpfs at `path` (this suite runs as root, as CI does), initialized as a sync
     /// directory; nil, with the reason recorded, where mounting is not allowed.
     func smallSyncDirectory(_ path: String) throws -> String? {
