@@ -16,17 +16,20 @@ public final class TreeAgent {
         let store: Store
         let watcher: Watcher
         /// When to try again after a failure, and the delay after that.
-        var retryAt: Date?
+        var retryAt: Date? { didSet { timingChanged(self) } }
         var retryDelay = 0.5
         /// The next pending-window deadline, as its last pass left it.
-        var deadline: Date?
+        var deadline: Date? { didSet { if deadline != oldValue { timingChanged(self) } } }
+        /// Tells the agent that `retryAt` or `deadline` changed.
+        let timingChanged: (Cart) -> Void
         /// When it was last used (to keep the recent engines only).
         var used = 0
 
-        init(id: String, store: Store, watcher: Watcher) {
+        init(id: String, store: Store, watcher: Watcher, timingChanged: @escaping (Cart) -> Void) {
             self.id = id
             self.store = store
             self.watcher = watcher
+            self.timingChanged = timingChanged
         }
     }
 
@@ -36,6 +39,8 @@ public final class TreeAgent {
     private let isSynchronizerRegistered: Bool
     private var configuration: AgentConfiguration
     private var carts: [String: Cart] = [:]
+    /// The carts with a retry or a deadline ahead: a wake-up looks at those, not at every cart.
+    private var timed: [String: Cart] = [:]
     private var engines: [String: SyncEngine] = [:]
     private var clock = 0
     private var lockFd: Int32 = -1
@@ -112,7 +117,7 @@ public final class TreeAgent {
             }
             if ready[0] { try takeEvents() }
             let now = Date()
-            for cart in carts.values {
+            for cart in Array(timed.values) {
                 if let due = cart.retryAt {
                     if due <= now {
                         cart.retryAt = nil
@@ -250,7 +255,9 @@ public final class TreeAgent {
         do {
             let store = try tree.cartStore(id, create: false)
             let watcher = try Watcher(directory: directory, cart: configuration.cart, inotify: inotify, isTreeCart: true)
-            let cart = Cart(id: id, store: store, watcher: watcher)
+            let cart = Cart(id: id, store: store, watcher: watcher) { [unowned self] cart in
+                if cart.retryAt != nil || cart.deadline != nil { self.timed[cart.id] = cart } else { self.timed[cart.id] = nil }
+            }
             carts[id] = cart
             attempt(cart, .everything)
         } catch {
@@ -268,6 +275,7 @@ public final class TreeAgent {
     /// Ends cart `id`: its directory is gone (or made again): its rows go, its watches too.
     private func end(_ id: String) {
         guard let cart = carts.removeValue(forKey: id) else { return }
+        timed[id] = nil
         engines[id] = nil
         cart.watcher.removeWatches()
         do {
@@ -348,7 +356,7 @@ public final class TreeAgent {
     /// Milliseconds until the next deadline or retry of any cart; -1 (wait for an event) when none.
     private func waitTimeout() -> Int32 {
         var due: Date?
-        for cart in carts.values {
+        for cart in timed.values {
             guard let next = cart.retryAt ?? cart.deadline else { continue }
             if due == nil || next < due! { due = next }
         }
