@@ -174,6 +174,13 @@ final class Tree {
         }
     }
 
+    /// Whether the directory of cart `id` still holds the marker of cart `number`.
+    func markerMatches(_ id: String, number: Int64) -> Bool {
+        guard let known = try? database.withTransaction({ () throws(AgentError) in try database.cart(id) }), known.number == number,
+              let marker = (try? Posix.readFile("\(root)/\(id)/\(Tree.markerName)", limit: 64)).flatMap({ $0 }) else { return false }
+        return String(decoding: marker, as: UTF8.self).trimmingSpaces == known.syncId
+    }
+
     /// Ends the carts the database holds whose directory is gone; returns their ids.
     func removeGoneCarts() throws(AgentError) -> [String] {
         try database.withTransaction { () throws(AgentError) in

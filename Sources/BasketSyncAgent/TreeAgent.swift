@@ -274,7 +274,11 @@ public final class TreeAgent {
 
     /// Ends cart `id`: its directory is gone (or made again): its rows go, its watches too.
     private func end(_ id: String) {
-        guard let cart = carts.removeValue(forKey: id) else { return }
+        guard let cart = carts[id] else { return }
+        // Only a cart whose directory is gone (or another's now) ends: an event that only looks
+        // like it (a stray name in the root) must never take a cart's history.
+        if Posix.linkInfo("\(tree.root)/\(id)")?.kind == .directory, tree.markerMatches(id, number: cart.store.cart) { return }
+        carts[id] = nil
         timed[id] = nil
         engines[id] = nil
         cart.watcher.removeWatches()

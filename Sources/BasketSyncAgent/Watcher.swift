@@ -166,7 +166,7 @@ final class Watcher {
             }
             // An open database pins the directory, so its own IN_DELETE_SELF may never come: the
             // state directory leaving it is the sign that the sync directory is going.
-            if path == directory, name == Store.stateDirectoryName, !mask.isDisjoint(with: [.delete, .movedFrom]) {
+            if !isTreeCart, path == directory, name == Store.stateDirectoryName, !mask.isDisjoint(with: [.delete, .movedFrom]) {
                 changes.insert(.directoryGone)
                 return
             }

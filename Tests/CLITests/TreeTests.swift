@@ -125,6 +125,15 @@ import TestSupport
         let records = playground.records("c/outbox.jsonl")
         #expect(records.first?["seq"] as? Int == 1 && products(records[0]) == ["A": 5], "\(records)")
         let secondId = playground.read("c/.basket-sync-cart")
+        // A name that only looks like a cart's end (a .basket-sync made and removed inside it, a
+        // file named like a cart id in the root) ends nothing.
+        try mkdir(playground, "c/.basket-sync")
+        try FileManager.default.removeItem(at: playground.url("c/.basket-sync"))
+        try playground.write("x1", "not a cart")
+        try FileManager.default.removeItem(at: playground.url("x1"))
+        try mealzLine(playground, "c", quantity: 6)
+        try await eventually("the cart goes on: its second record") { playground.records("c/outbox.jsonl").count == 2 }
+        #expect(playground.records("c/outbox.jsonl").map { $0["seq"] as? Int } == [1, 2])
         #expect(secondId != firstId && (records[0]["id"] as? String)?.hasPrefix(secondId.trimmingCharacters(in: .newlines)) == true)
         #expect(agent.stop() == 0)
 
