@@ -67,7 +67,7 @@ public final class Agent {
         try lock()
         let signals: SignalPipe
         do { signals = try SignalPipe(path: engine.directory) } catch { throw .system(error) }
-        for folder in ["new", "cur", "tmp"] { try Posix.makeDirectoryTree(engine.inbox.folder(folder)) }
+        for folder in ["new", "cur", "tmp"] { try Posix.makeFolders(in: engine.directory, "inbox/\(folder)") }
         let watcher = try Watcher(directory: engine.directory, cart: engine.configuration.cart)
 
         // Everything written before the watches were in place: recover the files, take what waits.

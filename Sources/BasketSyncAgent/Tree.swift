@@ -122,7 +122,11 @@ final class Tree {
     /// its folders made, a new cart (number, sync id, marker), the root's default store. With
     /// `create`, a missing directory is made (`push` from the Mealz side comes first). Read-only,
     /// nothing is made: a cart not adopted yet is missing.
-    func cartStore(_ id: String, create: Bool, readOnly: Bool = false) throws(AgentError) -> Store {
+    ///
+    /// A directory new to the tree that holds records (copied or moved in, its marker lost or
+    /// changed) is refused, and any cart the id had is kept: a new cart would number its records
+    /// again from 1. `adopting` (`init --adopt`) takes them into the new cart instead.
+    func cartStore(_ id: String, create: Bool, readOnly: Bool = false, adopting: ((Store) throws(AgentError) -> Void)? = nil) throws(AgentError) -> Store {
         let directory = "\(root)/\(id)"
         let marker = "\(directory)/\(Tree.markerName)"
         guard Tree.isCartId(id) else {
@@ -148,17 +152,25 @@ final class Tree {
             }
             return Store(database: database, cart: known.number, directory: directory, signalPath: marker)
         }
-        for folder in ["tmp", "new", "cur", "bad"] where !Posix.isDirectory("\(directory)/inbox/\(folder)") {
-            try Posix.makeDirectoryTree("\(directory)/inbox/\(folder)")
-        }
+        // Never through a link: an inbox that is one leads out of the tree.
+        for folder in ["tmp", "new", "cur", "bad"] { try Posix.makeFolders(in: directory, "inbox/\(folder)") }
         return try database.withTransaction { () throws(AgentError) in
             // Read under the database's lock: a process adopting the cart at the same time wrote
             // the marker before it committed.
             if let known = try database.cart(id), readMarker() == known.syncId {
                 return Store(database: database, cart: known.number, directory: directory, signalPath: marker)
             }
-            // A directory new to the tree, or made again (no marker, or another cart's): the old
-            // cart of this id, if any, ends with every row of it.
+            // A directory new to the tree, or made again (no marker, or another cart's). One that
+            // holds records is not a new cart: refused before anything changes.
+            if adopting == nil {
+                let held = Projection.allCases.compactMap { projection in
+                    JSONLinesFile(path: "\(directory)/\(projection.fileName)").recordBeyond(databaseSeq: 0, isRecord: projection.isRecord).map { "\(projection.fileName) up to \($0)" }
+                }
+                if !held.isEmpty {
+                    throw .refused("\(directory): holds records (\(held.joined(separator: ", "))) but is new to the tree \(root) (copied or moved in, or its \(Tree.markerName) lost or changed); a new cart would number its records again from 1. Put the directory back as it was (its marker with it), or run basket-sync -C \(directory) init --adopt to make it a cart that goes on after its records, or move its .jsonl files away to start it afresh")
+                }
+            }
+            // The old cart of this id, if any, ends with every row of it.
             if let known = try database.cart(id) { try database.removeCart(known.number) }
             let syncId = Store.newSyncId()
             let number = try database.addCart(id, syncId: syncId, at: Date())
@@ -169,6 +181,7 @@ final class Tree {
                 state.mode = mode
             }
             try store.saveState(state)
+            try adopting?(store)
             do throws(SystemError) { try Posix.writeFileAtomically(marker, Array("\(syncId)\n".utf8), replacing: true) } catch { throw .system(error) }
             return store
         }
@@ -212,8 +225,8 @@ extension String {
     /// Without the spaces and newlines around it.
     var trimmingSpaces: String {
         var text = Substring(self)
-        while let last = text.last, last == "\n" || last == " " || last == "\r" { text.removeLast() }
-        while let first = text.first, first == "\n" || first == " " { text.removeFirst() }
+        while let last = text.last, last.isWhitespace { text.removeLast() }
+        while let first = text.first, first.isWhitespace { text.removeFirst() }
         return String(text)
     }
 }

@@ -191,6 +191,49 @@ import TestSupport
         #expect(fits.stop() == 0)
     }
 
+    /// Review F1: an `inbox` that is a link out of the tree is never made through, whoever adopts the cart.
+    @Test func anInboxLinkedOutOfTheTreeIsNeverMadeThrough() async throws {
+        let playground = try tree()
+        let outside = try Playground()
+        try mkdir(playground, "c")
+        #expect(symlink(outside.path, playground.url("c/inbox").path) == 0)
+        for command in [["-C", playground.path + "/c", "init"], ["-C", playground.path + "/c", "push", "A=+1"], ["-C", playground.path, "sync"]] {
+            let run = try basketSync(command)
+            #expect(run.status != 0 && run.stderr.contains("inbox"), "\(command): \(run.status) \(run.stderr)")
+        }
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        #expect(agent.stop() == 0)
+        #expect(outside.names(".").isEmpty, "nothing made outside: \(outside.names("."))")
+    }
+
+    /// Review F4: a directory new to the tree that holds records (a cart copied, moved, its marker
+    /// lost) is refused and the cart it may replace kept; `init --adopt` makes it a cart that goes
+    /// on after its records.
+    @Test func aDirectoryNewToTheTreeThatHoldsRecordsIsRefusedUntilAdopted() throws {
+        let playground = try tree()
+        for _ in 0..<3 { try mealzLine(playground, "a") }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        try FileManager.default.copyItem(at: playground.url("a"), to: playground.url("copy"))
+        try FileManager.default.removeItem(at: playground.url("a/.basket-sync-cart"))
+        for id in ["a", "copy"] {
+            let refused = try basketSync(["-C", playground.path + "/" + id, "sync"])
+            #expect(refused.status == 73 && refused.stderr.contains("holds records (outbox.jsonl up to 3") && refused.stderr.contains("init --adopt"), "\(id): \(refused.status) \(refused.stderr)")
+        }
+        let root = try basketSync(["-C", playground.path, "sync"])
+        #expect(root.status != 0 && root.stderr.contains("holds records"), "\(root.stderr)")
+        #expect(playground.records("a/outbox.jsonl").count == 3, "nothing changed")
+        let adopted = try basketSync(["-C", playground.path + "/copy", "init", "--adopt"])
+        #expect(adopted.status == 0 && adopted.stdout.contains("adopted 3 records"), "\(adopted.stdout)\(adopted.stderr)")
+        try mealzLine(playground, "copy")
+        #expect(try basketSync(["-C", playground.path + "/copy", "sync"]).status == 0)
+        #expect(playground.records("copy/outbox.jsonl").map { $0["seq"] as? Int } == [1, 2, 3, 4])
+        // A marker written with other line endings is the same marker.
+        let marker = playground.read("copy/.basket-sync-cart").trimmingCharacters(in: .whitespacesAndNewlines)
+        try playground.write("copy/.basket-sync-cart", marker + "\r\n\t")
+        #expect(try basketSync(["-C", playground.path + "/copy", "sync"]).status == 0)
+    }
+
     /// `set-store` on the root is the default of every cart that never set its own.
     @Test func theRootsStoreIsTheDefaultOfCartsWithoutTheirOwn() throws {
         let playground = try tree()

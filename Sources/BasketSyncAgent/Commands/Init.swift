@@ -13,11 +13,18 @@ extension Commands {
             if adopt { throw .usage("\(directory): is a tree of carts; init --adopt works on one cart's sync directory") }
             return try initializeTree(root: directory)
         case let .treeCart(root, id):
-            // A cart of the tree: adopted (made when missing), as the agent would.
-            if adopt { throw .usage("\(directory): is cart \(id) of the tree \(root); init --adopt works on a sync directory of its own") }
-            let existed = Posix.isDirectory(directory) && Posix.exists("\(directory)/\(Tree.markerName)")
-            _ = try Tree(root: root).cartStore(id, create: true)
-            return existed ? [] : ["\(directory) (cart \(id) of the tree \(root))"]
+            // A cart of the tree: adopted (made when missing), as the agent would; with --adopt,
+            // a directory new to the tree that holds records goes on after them.
+            let tree = try Tree(root: root)
+            let known = try tree.database.withTransaction { () throws(AgentError) in try tree.database.cart(id) }
+            let existed = Posix.isDirectory(directory) && known.map { tree.markerMatches(id, number: $0.number) } == true
+            if existed { return [] }
+            var adopted: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
+            _ = try tree.cartStore(id, create: true, adopting: adopt ? { (store) throws(AgentError) in
+                adopted = try recordsInFiles(directory)
+                try adoptRecords(adopted, into: store)
+            } : nil)
+            return ["\(directory) (cart \(id) of the tree \(root))"] + adoptedLines(adopted, directory: directory)
         case .directory:
             break
         }
@@ -26,9 +33,9 @@ extension Commands {
             try Posix.makeDirectoryTree(directory)
             created.append(directory)
         }
-        for folder in ["tmp", "new", "cur", "bad"] where !Posix.isDirectory("\(directory)/inbox/\(folder)") {
-            try Posix.makeDirectoryTree("\(directory)/inbox/\(folder)")
-            created.append("\(directory)/inbox/\(folder)/")
+        // Never through a link: an inbox that is one leads out of the directory.
+        for folder in ["tmp", "new", "cur", "bad"] {
+            created += try Posix.makeFolders(in: directory, "inbox/\(folder)").map { $0 + "/" }
         }
         let configuration = "\(directory)/\(AgentConfiguration.fileName)"
         if !Posix.exists(configuration) {
@@ -41,15 +48,7 @@ extension Commands {
         let isNew = !Posix.exists(database)
         var found: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
         if isNew {
-            for projection in Projection.allCases {
-                let path = "\(directory)/\(projection.fileName)"
-                guard let bytes = try Posix.readFile(path, limit: Int.max) else { continue }
-                let records = bytes.split(separator: 0x0A).compactMap { line -> (seq: UInt64, line: [UInt8])? in
-                    let seq = RecordFormat.seq(ofLine: line)
-                    return seq > 0 ? (seq, Array(line) + [0x0A]) : nil
-                }
-                if !records.isEmpty { found[projection] = records }
-            }
+            found = try recordsInFiles(directory)
             if !found.isEmpty && !adopt {
                 let counts = found.map { "\($0.key.fileName) up to \($0.value.map(\.seq).max()!)" }.sorted().joined(separator: ", ")
                 throw .refused("\(directory): holds records (\(counts)) but no database: the database was lost. A new one would number them again from 1. Restore .basket-sync/ from a backup, or run basket-sync init --adopt to go on after the files' last records")
@@ -58,31 +57,55 @@ extension Commands {
         let store = try Store(directory: directory, create: true)
         if isNew { created.append(database) }
         if !found.isEmpty {
-            try store.withTransaction { () throws(AgentError) in
-                var state = try store.loadState()
-                for (projection, records) in found {
-                    for record in records { try store.adopt(projection, seq: record.seq, line: record.line) }
-                    let last = records.map(\.seq).max()!
-                    switch projection {
-                    case .outbox: state.lastOutboxSeq = last
-                    case .notifications: state.lastNotificationSeq = last
-                    case .payments:
-                        state.lastPaymentSeq = last
-                        // A retried order must still be answered as recorded.
-                        for record in records {
-                            if let payment = try? RecordFormat.payment(record.line), payment.type == .handlePayment, let order = payment.orderId {
-                                state.recordedOrders[ExactID(order)] = payment.seq
-                            }
-                        }
-                    }
-                }
-                try store.saveState(state)
-            }
-            for (projection, records) in found.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
-                created.append("\(directory)/\(projection.fileName): adopted \(records.count) records, going on after \(records.map(\.seq).max()!)")
-            }
+            try store.withTransaction { () throws(AgentError) in try adoptRecords(found, into: store) }
+            created += adoptedLines(found, directory: directory)
         }
         return created
+    }
+
+    /// The records the JSON Lines files of `directory` hold, by file (each read whole).
+    static func recordsInFiles(_ directory: String) throws(AgentError) -> [Projection: [(seq: UInt64, line: [UInt8])]] {
+        var found: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
+        for projection in Projection.allCases {
+            let path = "\(directory)/\(projection.fileName)"
+            guard let bytes = try Posix.readFile(path, limit: Int.max) else { continue }
+            let records = bytes.split(separator: 0x0A).compactMap { line -> (seq: UInt64, line: [UInt8])? in
+                let seq = RecordFormat.seq(ofLine: line)
+                return seq > 0 ? (seq, Array(line) + [0x0A]) : nil
+            }
+            if !records.isEmpty { found[projection] = records }
+        }
+        return found
+    }
+
+    /// Takes the files' records into a new database's cart (inside the caller's transaction):
+    /// every seq goes on after them, a recorded order stays recorded.
+    static func adoptRecords(_ found: [Projection: [(seq: UInt64, line: [UInt8])]], into store: Store) throws(AgentError) {
+        var state = try store.loadState()
+        for (projection, records) in found {
+            for record in records { try store.adopt(projection, seq: record.seq, line: record.line) }
+            let last = records.map(\.seq).max()!
+            switch projection {
+            case .outbox: state.lastOutboxSeq = last
+            case .notifications: state.lastNotificationSeq = last
+            case .payments:
+                state.lastPaymentSeq = last
+                // A retried order must still be answered as recorded.
+                for record in records {
+                    if let payment = try? RecordFormat.payment(record.line), payment.type == .handlePayment, let order = payment.orderId {
+                        state.recordedOrders[ExactID(order)] = payment.seq
+                    }
+                }
+            }
+        }
+        try store.saveState(state)
+    }
+
+    /// What `init` says of the records it adopted.
+    static func adoptedLines(_ found: [Projection: [(seq: UInt64, line: [UInt8])]], directory: String) -> [String] {
+        found.sorted(by: { $0.key.rawValue < $1.key.rawValue }).map { (projection, records) in
+            "\(directory)/\(projection.fileName): adopted \(records.count) records, going on after \(records.map(\.seq).max()!)"
+        }
     }
 }
 

@@ -97,6 +97,27 @@ extension Posix {
         }
     }
 
+    /// Makes the folders `relative` names inside `base` (which must exist), one by one, never
+    /// through a link: a component that exists and is not a directory (a link to elsewhere, a
+    /// file) is refused before anything is made below it. Returns the folders made.
+    @discardableResult
+    static func makeFolders(in base: String, _ relative: String) throws(AgentError) -> [String] {
+        var current = base
+        var made: [String] = []
+        for component in relative.split(separator: "/") {
+            current += "/\(component)"
+            if let info = linkInfo(current) {
+                guard info.kind == .directory else { throw .system(SystemError(path: current, shape: info.kind.name, expectsDirectory: true)) }
+                continue
+            }
+            do { try makeDirectory(current, mode: 0o755) } catch { throw .system(error) }
+            // Made here, or by another process meanwhile: it must be a directory now, not a link.
+            guard linkInfo(current)?.kind == .directory else { throw .system(SystemError(path: current, shape: linkInfo(current)?.kind.name ?? "missing", expectsDirectory: true)) }
+            made.append(current)
+        }
+        return made
+    }
+
     static func dirname(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
         return slash == path.startIndex ? "/" : String(path[..<slash])
