@@ -152,9 +152,7 @@ final class Tree {
             }
             return Store(database: database, cart: known.number, directory: directory, signalPath: marker)
         }
-        // Never through a link: an inbox that is one leads out of the tree.
-        for folder in ["tmp", "new", "cur", "bad"] { try Posix.makeFolders(in: directory, "inbox/\(folder)") }
-        return try database.withTransaction { () throws(AgentError) in
+        let store = try database.withTransaction { () throws(AgentError) in
             // Read under the database's lock: a process adopting the cart at the same time wrote
             // the marker before it committed.
             if let known = try database.cart(id), readMarker() == known.syncId {
@@ -185,6 +183,15 @@ final class Tree {
             do throws(SystemError) { try Posix.writeFileAtomically(marker, Array("\(syncId)\n".utf8), replacing: true) } catch { throw .system(error) }
             return store
         }
+        // The cart is the tree's from here on, whatever its folders: a folder that cannot be made
+        // is this cart's error (reported, retried), never a reason to forget it.
+        try Tree.makeInbox(directory)
+        return store
+    }
+
+    /// Makes a cart's inbox folders, never through a link (an inbox that is one leads out of the tree).
+    static func makeInbox(_ directory: String) throws(AgentError) {
+        for folder in ["tmp", "new", "cur", "bad"] { try Posix.makeFolders(in: directory, "inbox/\(folder)") }
     }
 
     /// Whether the directory of cart `id` still holds the marker of cart `number`.

@@ -252,8 +252,17 @@ public final class TreeAgent {
     /// Adopts cart `id` (its directory exists), watches it, and runs a whole pass on it.
     private func adopt(_ id: String) {
         let directory = "\(tree.root)/\(id)"
-        do {
-            let store = try tree.cartStore(id, create: false)
+        do throws(AgentError) {
+            let store: Store
+            do throws(AgentError) {
+                store = try tree.cartStore(id, create: false)
+            } catch {
+                // Adopted, but its folders could not be made: served all the same, its passes
+                // report what is wrong until it is fixed.
+                guard let known = try? tree.database.withTransaction({ () throws(AgentError) in try tree.database.cart(id) }),
+                      tree.markerMatches(id, number: known.number) else { throw error }
+                store = Store(database: tree.database, cart: known.number, directory: directory, signalPath: "\(directory)/\(Tree.markerName)")
+            }
             let watcher = try Watcher(directory: directory, cart: configuration.cart, inotify: inotify, isTreeCart: true)
             let cart = Cart(id: id, store: store, watcher: watcher) { [unowned self] cart in
                 if cart.retryAt != nil || cart.deadline != nil { self.timed[cart.id] = cart } else { self.timed[cart.id] = nil }
@@ -314,6 +323,8 @@ public final class TreeAgent {
     private func attempt(_ cart: Cart, _ scope: SyncEngine.PassScope, inboxSeen: [String] = []) {
         let engine = engine(for: cart)
         do {
+            // A whole pass (the start, a retry) makes what is missing of the inbox first.
+            if scope == .everything { try Tree.makeInbox(engine.directory) }
             try engine.pass(scope, inboxSeen: inboxSeen)
             if scope == .everything { cart.retryDelay = 0.5 }
             cart.deadline = engine.nextDeadline

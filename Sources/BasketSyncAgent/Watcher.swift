@@ -27,6 +27,8 @@ final class Watcher {
         /// (the next directory, or the cart file in the last one).
         case cartPath(path: String, next: String, isLast: Bool)
         case inbox
+        /// `inbox/` itself: `new/` or `tmp/` made again there is watched again.
+        case inboxParent
         case state
     }
 
@@ -54,27 +56,35 @@ final class Watcher {
         self.inotify = inotify
         self.isTreeCart = isTreeCart
         cartComponents = cart.split(separator: "/").map(String.init)
-        do {
+        do throws(SystemError) {
             try watchCartPathOrThrow()
-            try inotify.watch("\(directory)/inbox/new", [.movedTo, .closeWrite, .onlyDirectory])
-            // A delivery by link() (Python's mailbox.Maildir) shows in new/ only as a creation; the
-            // removal of its temporary file in tmp/ says it is complete, under the same name.
-            try inotify.watch("\(directory)/inbox/tmp", [.delete, .onlyDirectory])
+            // A cart of a tree is served even when its inbox cannot be watched yet: its passes
+            // report what is wrong, and the inbox is watched once it is fixed (below).
+            do throws(SystemError) { try watchInbox() } catch { if !isTreeCart { throw error } }
         } catch {
             throw .system(error)
         }
+        // `new/` or `tmp/` made again (removed, replaced) under the agent is watched again.
+        try? inotify.watch("\(directory)/inbox", [.create, .movedTo, .onlyDirectory])
         if !isTreeCart { try? inotify.watch("\(directory)/\(Store.stateDirectoryName)", [.closeWrite, .onlyDirectory]) }
     }
 
+    private func watchInbox() throws(SystemError) {
+        try inotify.watch("\(directory)/inbox/new", [.movedTo, .closeWrite, .onlyDirectory])
+        // A delivery by link() (Python's mailbox.Maildir) shows in new/ only as a creation; the
+        // removal of its temporary file in tmp/ says it is complete, under the same name.
+        try inotify.watch("\(directory)/inbox/tmp", [.delete, .onlyDirectory])
+    }
+
     /// How many watches a sync directory (or a tree's cart) takes with the cart at `cart`: its
-    /// directories down to the cart's, `inbox/new` and `inbox/tmp`, and `.basket-sync/`.
+    /// directories down to the cart's, `inbox/`, `inbox/new` and `inbox/tmp`, and `.basket-sync/`.
     static func watchCount(cart: String, isTreeCart: Bool) -> Int {
-        cart.split(separator: "/").count + 2 + (isTreeCart ? 0 : 1)
+        cart.split(separator: "/").count + 3 + (isTreeCart ? 0 : 1)
     }
 
     /// The watch descriptors of this directory's watches.
     var watches: [Int32] {
-        let paths = [directory, "\(directory)/inbox/new", "\(directory)/inbox/tmp", "\(directory)/\(Store.stateDirectoryName)"]
+        let paths = [directory, "\(directory)/inbox", "\(directory)/inbox/new", "\(directory)/inbox/tmp", "\(directory)/\(Store.stateDirectoryName)"]
             + cartComponents.dropLast().indices.map { "\(directory)/" + cartComponents[...$0].joined(separator: "/") }
         // The library records a directory's path with a trailing slash.
         return paths.compactMap { inotify.watchDescriptor($0 + "/") ?? inotify.watchDescriptor($0) }
@@ -115,6 +125,7 @@ final class Watcher {
     private func role(of watchedPath: String) -> Role? {
         let path = watchedPath.hasSuffix("/") ? String(watchedPath.dropLast()) : watchedPath
         if path == "\(directory)/inbox/new" || path == "\(directory)/inbox/tmp" { return .inbox }
+        if path == "\(directory)/inbox" { return .inboxParent }
         if path == "\(directory)/\(Store.stateDirectoryName)" { return .state }
         var cartDirectory = directory
         for (index, component) in cartComponents.enumerated() {
@@ -187,6 +198,11 @@ final class Watcher {
             }
         case .inbox:
             changes.insert(.inbox)
+        case .inboxParent:
+            if name == "new" || name == "tmp" {
+                try? watchInbox()
+                changes.insert(.inbox)
+            }
         case .state:
             if name == Store.commitSignalName { changes.insert(.commit) }
         }

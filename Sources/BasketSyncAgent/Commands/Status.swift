@@ -111,6 +111,7 @@ public struct StatusReport {
     /// The last error when it still holds (see ``standing(of:)``).
     var currentError: String? {
         if let problem = databaseBehind.first { return problem }
+        if let inboxProblem { return "inbox unusable: \(inboxProblem)" }
         guard let error = errors.first(where: { $0.level == "error" }), standing(of: error).current else { return nil }
         return "\(error.at) \(error.message)"
     }

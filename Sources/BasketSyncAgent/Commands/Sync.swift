@@ -1,3 +1,4 @@
+import BasketSync
 import BasketSyncWire
 
 extension Commands {
@@ -119,6 +120,11 @@ extension Commands {
             } catch {
                 cartLogger.log(.error, error.description)
                 summary.carts.append((id, .failure(error)))
+                // A cart of the tree whose folders are wrong keeps the error for status.
+                if let known = try? tree.database.withTransaction({ () throws(AgentError) in try tree.database.cart(id) }), tree.markerMatches(id, number: known.number) {
+                    let store = Store(database: tree.database, cart: known.number, directory: "\(root)/\(id)", signalPath: "\(root)/\(id)/\(Tree.markerName)")
+                    _ = try? store.withTransaction { () throws(AgentError) in try store.report(level: Logger.Level.error.rawValue, message: error.description, at: Date()) }
+                }
             }
         }
         return summary
