@@ -275,11 +275,11 @@ extension SyncEngine {
                 bytes = read
             } catch {
                 let error = inbox.shown(error)
-                // Too large, or not a regular file (a link, a FIFO, a directory): set aside unread,
-                // never in the way of the events behind.
+                // Too large, not a regular file (a link, a FIFO, a directory), or not readable by
+                // basket-sync: set aside unread, never in the way of the events behind.
                 var unreadable = false
                 if case .tooLarge = error { unreadable = true }
-                if case let .system(failure) = error, failure.isNotRegular { unreadable = true }
+                if case let .system(failure) = error, failure.isNotRegular || failure.isPermissionDenied { unreadable = true }
                 guard unreadable else { throw error }
                 if try quarantine(name, error, in: inbox) { summary.bad += 1 }
                 continue

@@ -245,5 +245,16 @@ import Testing
         #expect(info.st_mode & 0o777 == 0o600, "the database is private")
         stat(directory + "/.basket-sync", &info)
         #expect(info.st_mode & 0o777 == 0o700)
+
+        // Review F3 (tree session): an entry the agent may not read is set aside in bad/, never
+        // in the way of the entries behind it.
+        #expect(try basketSync(["-C", directory, "push", "--id", "root-only", "A=+1"]).status == 0)
+        #expect(try asNobody(["-C", directory, "push", "--id", "e2", "A=+1"]).status == 0)
+        let sync = try asNobody(["-C", directory, "sync"])
+        #expect(sync.status == 0 && sync.stdout.contains("1 bad"), "\(sync.stdout)\(sync.stderr)")
+        #expect(playground.records("shop/outbox.jsonl").map { $0["source"] as? String } == ["e1", "e2"])
+        #expect(playground.names("shop/inbox/new").isEmpty)
+        let errors = playground.names("shop/inbox/bad").filter { $0.hasSuffix(".error") }
+        #expect(errors.count == 1 && playground.read("shop/inbox/bad/" + errors[0]).contains("Permission denied"), "\(errors)")
     }
 }

@@ -58,6 +58,9 @@ extension SystemError {
     /// The file or directory does not exist (ENOENT).
     var isMissing: Bool { code == ENOENT }
 
+    /// Permission denied (the file's owner and mode say no).
+    var isPermissionDenied: Bool { code == EACCES || code == EPERM }
+
     /// No space left: on a disk, or (from `inotify_add_watch`) the watch limit reached.
     var isNoSpace: Bool { code == ENOSPC }
 
