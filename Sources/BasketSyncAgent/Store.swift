@@ -95,7 +95,7 @@ final class Database {
         }
         if readOnly {
             if version < Database.schemaVersion, try connection.scalar("SELECT COUNT(*) FROM sqlite_master WHERE name = 'meta'") != 0 {
-                throw .database(path: databasePath, message: "written by an older basket-sync (database layout \(version)); run any other command once (basket-sync sync) to bring it up to date, then this one")
+                throw .database(path: databasePath, message: "\(Database.olderLayout) (database layout \(version)); run any other command once (basket-sync sync) to bring it up to date, then this one")
             }
             return
         }
@@ -115,6 +115,14 @@ final class Database {
                 try connection.execute("PRAGMA user_version=\(Database.schemaVersion)")
             }
         }
+    }
+
+    /// What a read-only open says of a database of an older layout (it cannot convert it).
+    static let olderLayout = "written by an older basket-sync"
+
+    /// The configuration error of a layout that does not match the database.
+    static func layoutMismatch(_ directory: String, _ reason: String) -> AgentError {
+        .configuration(path: "\(directory)/\(AgentConfiguration.fileName)", line: 1, column: 1, reason: reason)
     }
 
     /// Every table of layout 3: each row belongs to a cart.
@@ -330,12 +338,26 @@ final class Store {
     /// Opens the database of a single sync directory (cart 0), creating `.basket-sync/` (0700)
     /// and the schema when `create` is set. `readOnly` opens it for reading only (`status`).
     convenience init(directory: String, create: Bool, readOnly: Bool = false, busyTimeoutMilliseconds: Int32 = 15_000) throws(AgentError) {
-        let database = try Database(directory: directory, create: create, readOnly: readOnly, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
+        let database: Database
+        do {
+            database = try Database(directory: directory, create: create, readOnly: readOnly, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
+        } catch {
+            // A reader (status, wait) of a database an older version wrote: converted once by a
+            // writer's open where the directory allows it, then read.
+            guard readOnly, case let .database(_, message) = error, message.hasPrefix(Database.olderLayout), Posix.unwritable(directory) == nil else { throw error }
+            _ = try Store(directory: directory, create: false)
+            database = try Database(directory: directory, create: create, readOnly: readOnly, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
+        }
         self.init(database: database, cart: 0, directory: directory, signalPath: "\(database.stateDirectory)/\(Store.commitSignalName)")
-        if readOnly { return }
+        if readOnly {
+            if try database.withTransaction({ () throws(AgentError) in try database.isTree() }) {
+                throw Database.layoutMismatch(directory, "the database is a tree's (basket-sync init --tree made it), but \"layout\" is not \"tree\" here; put \"layout\": \"tree\" back")
+            }
+            return
+        }
         try withTransaction { () throws(AgentError) in
             if try database.isTree() {
-                throw .refused("\(directory): its database is a tree's (basket-sync init --tree made it), but \(AgentConfiguration.fileName) does not say \"layout\": \"tree\"; put that setting back")
+                throw Database.layoutMismatch(directory, "the database is a tree's (basket-sync init --tree made it), but \"layout\" is not \"tree\" here; put \"layout\": \"tree\" back")
             }
             // A layout before 3 is brought up once: the ids its state carried move to their
             // tables (saveState moves them), the files already set aside are known to

@@ -23,6 +23,33 @@ public enum Place: Equatable, Sendable {
     }
 }
 
+extension Place {
+    /// The nearest directory above `directory` that is a sync directory or a tree's root (it
+    /// holds `.basket-sync/`), if any: nothing is made inside one but a tree's carts.
+    static func enclosing(_ directory: String) -> String? {
+        var current = Posix.dirname(of: directory)
+        while true {
+            if Posix.linkInfo("\(current)/\(Store.stateDirectoryName)")?.kind == .directory { return current }
+            let up = Posix.dirname(of: current)
+            if up == current || current == "." { return nil }
+            current = up
+        }
+    }
+
+    /// Refuses, before a command touches anything, a directory whose place cannot be told
+    /// right: under a tree's root, a name that is not a cart id; under a sync directory or a
+    /// tree whose `basket-sync.json` is broken, that file's error (78), not a guess.
+    public static func check(_ directory: String) throws(AgentError) {
+        let parent = Posix.dirname(of: directory)
+        guard parent != directory, Posix.linkInfo("\(parent)/\(Store.stateDirectoryName)")?.kind == .directory else { return }
+        let configuration = try AgentConfiguration.loadFile(directory: parent)
+        let name = Posix.basename(of: directory)
+        if configuration.isTree, !Tree.isCartId(name) {
+            throw .usage("\(directory): \(JSONWriter.quoted(name)) is not a cart id of the tree \(parent) (1 to 128 of A-Z a-z 0-9 . _ -, not starting with a dot)")
+        }
+    }
+}
+
 extension AgentConfiguration {
     /// Whether `directory/basket-sync.json` says `"layout": "tree"` (a file that cannot be read
     /// or parsed says nothing: the command that reads it reports it).
@@ -62,10 +89,10 @@ final class Tree {
         self.root = root
         configuration = try AgentConfiguration.loadFile(directory: root)
         database = try Database(directory: root, create: false, readOnly: readOnly)
-        if !readOnly {
+        do {
             try database.withTransaction { () throws(AgentError) in
                 guard try database.isTree() else {
-                    throw .refused("\(root): its \(AgentConfiguration.fileName) says \"layout\": \"tree\" but its database is a single sync directory's; put \"layout\": \"directory\" back, or make the tree elsewhere with basket-sync init --tree")
+                    throw Database.layoutMismatch(root, "\"layout\" says \"tree\" but the database is a single sync directory's; put \"layout\": \"directory\" back, or make the tree elsewhere with basket-sync init --tree")
                 }
             }
         }
@@ -74,6 +101,13 @@ final class Tree {
     /// Makes a tree at `root`: its configuration (`"layout": "tree"`) and its database.
     static func create(root: String) throws(AgentError) -> [String] {
         var created: [String] = []
+        // Refused before anything is made.
+        if case .treeCart = Place.of(root) {
+            throw .refused("\(root): is a cart of the tree \(Posix.dirname(of: root)); a tree cannot be made inside a tree")
+        }
+        if let outer = Place.enclosing(root) {
+            throw .refused("\(root): is inside \(outer), a sync directory or a tree of carts; make the tree elsewhere")
+        }
         if !Posix.isDirectory(root) {
             try Posix.makeDirectoryTree(root)
             created.append(root)
@@ -86,9 +120,6 @@ final class Tree {
         } else {
             if Posix.linkInfo("\(root)/\(Store.stateDirectoryName)") != nil {
                 throw .refused("\(root): holds a database (\(Store.stateDirectoryName)/) but no \(AgentConfiguration.fileName); restore the configuration, or make the tree in another directory")
-            }
-            if case .treeCart = Place.of(root) {
-                throw .refused("\(root): is a cart of the tree \(Posix.dirname(of: root)); a tree cannot be made inside a tree")
             }
             var configuration = AgentConfiguration()
             configuration.isTree = true

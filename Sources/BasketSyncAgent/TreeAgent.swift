@@ -162,7 +162,8 @@ public final class TreeAgent {
                 guard Tree.isCartId(event.name) else { continue }
                 if !event.mask.isDisjoint(with: [.delete, .movedFrom]) {
                     end(event.name)
-                } else if !event.mask.isDisjoint(with: [.create, .movedTo]) {
+                } else if !event.mask.isDisjoint(with: [.create, .movedTo]), Posix.linkInfo("\(tree.root)/\(event.name)")?.kind == .directory {
+                    // Only a directory is a cart (basket-sync.json rewritten is not one).
                     // A directory made again under the id of a cart still watched: the old one ended.
                     if carts[event.name] != nil { end(event.name) }
                     adopt(event.name)

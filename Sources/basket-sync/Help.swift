@@ -37,6 +37,7 @@ enum Help {
         case "init":
             return """
                 usage: basket-sync [-C DIR] init [--adopt]
+                       basket-sync -C ROOT init --tree
 
                 Creates the sync directory (and its parents), inbox/{tmp,new,cur,bad}/, the database in
                 .basket-sync/ and a commented basket-sync.json with every setting at its default.
@@ -44,6 +45,12 @@ enum Help {
                 notifications.jsonl, payments.jsonl) but no database lost its database: init refuses
                 (73) unless --adopt, which takes the records of the files into a new database and
                 continues every seq after the files' last one.
+
+                --tree makes ROOT the root of a tree of carts: its basket-sync.json says "layout":
+                "tree" and one database serves every cart, each a subdirectory ROOT/ID (an id is 1 to
+                128 of A-Z a-z 0-9 . _ -, not starting with a dot). init -C ROOT/ID makes cart ID
+                (--adopt: a directory holding records goes on after them). Nothing is made inside a
+                sync directory or a tree but a tree's carts.
 
                 example:
                   basket-sync -C /srv/cart-sync init

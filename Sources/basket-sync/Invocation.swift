@@ -266,4 +266,12 @@ extension Invocation.Command {
         if case .initialize = self { return true }
         return false
     }
+
+    /// `--help` and `--version` look at no directory.
+    var isHelpOrVersion: Bool {
+        switch self {
+        case .help, .version: return true
+        default: return false
+        }
+    }
 }

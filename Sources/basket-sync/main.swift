@@ -36,6 +36,9 @@ func run() throws(AgentError) -> Int32 {
         return watch(invocation, directory: directory, isSynchronizerRegistered: !noSynchronizer, logFormat: logFormat, quiet: quiet)
     }
     // As `git -C`: the other paths on the command line are relative to the sync directory.
+    // Where the directory stands, told right before anything is touched (a broken tree
+    // configuration is its error, a name under a tree that is not a cart id a usage error).
+    if !invocation.command.isHelpOrVersion { try Place.check(directory) }
     // A cart of a tree is made by whoever comes first: the Mealz side's push may (SPEC §8).
     if case .push = invocation.command { try Commands.prepareCart(directory: directory) }
     if invocation.directory != nil, !invocation.command.isInitialize { try Terminal.enter(directory) }
@@ -46,7 +49,7 @@ func run() throws(AgentError) -> Int32 {
         emit("basket-sync \(basketSyncVersion)")
     case let .initialize(adopt, tree):
         let created = try tree ? Commands.initializeTree(root: directory) : Commands.initialize(directory: directory, adopt: adopt)
-        let what = tree ? "a tree of carts" : "a sync directory"
+        let what = tree || Place.of(directory) == .treeRoot ? "a tree of carts" : "a sync directory"
         emit(created.isEmpty ? "\(directory) is already \(what); nothing to create" : created.map { "created \($0)" }.joined(separator: "\n"))
     case .watch:
         break  // run by watch(_:directory:isSynchronizerRegistered:logFormat:quiet:)

@@ -279,6 +279,9 @@ extension RetentionTests {
         }
         sqlite3_close(handle)
         #expect(query(playground, "SELECT COUNT(*) FROM outbox").first == outboxBefore)
+        // A reader first (a host's status or wait loop after an upgrade): it converts, then reads.
+        let status = try run(playground, ["status"])
+        #expect(status.status == 0, "\(status.stderr)")
 
         let retry = try run(playground, ["handle-payment", "--total", "2.00", "--order-id", "o-1"])
         #expect(retry.status == 0 && retry.stdout.contains("duplicate"), "\(retry.stdout) \(retry.stderr)")

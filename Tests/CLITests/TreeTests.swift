@@ -214,6 +214,44 @@ import TestSupport
         #expect(agent.stop() == 0)
     }
 
+    /// Review F5–F8, F11: where a directory stands is told right, before anything is made.
+    @Test func misplacedCommandsAreRefusedBeforeTheyMakeAnything() throws {
+        let playground = try tree()
+        try mealzLine(playground, "c")
+        let single = try Playground()
+        #expect(try basketSync(["-C", single.path, "init"]).status == 0)
+        // Nothing inside a cart, a tree or a sync directory but a tree's carts (F6, F7).
+        for (command, made) in [
+            (["-C", playground.path + "/c/sub", "init"], playground.path + "/c/sub"),
+            (["-C", playground.path + "/c/inbox", "init", "--tree"], playground.path + "/c/inbox/basket-sync.json"),
+            (["-C", playground.path + "/e", "init", "--tree"], playground.path + "/e"),
+            (["-C", single.path + "/sub", "init"], single.path + "/sub"),
+            (["-C", single.path + "/sub", "init", "--tree"], single.path + "/sub"),
+        ] {
+            let run = try basketSync(command)
+            #expect(run.status == 73 && (run.stderr.contains("is inside") || run.stderr.contains("inside a tree")), "\(command): \(run.status) \(run.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: made), "\(command) made \(made)")
+        }
+        // A name under a tree that is not a cart id (F11).
+        let odd = try basketSync(["-C", playground.path + "/with space", "push", "A=+1"])
+        #expect(odd.status == 64 && odd.stderr.contains("is not a cart id"), "\(odd.stderr)")
+        // A broken tree configuration is its error, with its place (F5).
+        let configuration = playground.read("basket-sync.json")
+        try playground.write("basket-sync.json", configuration.replacingOccurrences(of: "\"pendingTimeoutSeconds\": 10", with: "\"pendingTimeoutSeconds\": \"x\""))
+        for command in [["push", "A=+1"], ["sync"], ["apply"], ["status"], ["init"]] {
+            let run = try basketSync(["-C", playground.path + "/c"] + command)
+            #expect(run.status == 78 && run.stderr.contains("basket-sync.json:"), "\(command): \(run.status) \(run.stderr)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: playground.path + "/c/.basket-sync"))
+        // "layout" changed on a tree's root: a configuration error, nothing made (F8, F7).
+        try playground.write("basket-sync.json", configuration.replacingOccurrences(of: "\"layout\": \"tree\"", with: "\"layout\": \"directory\""))
+        for command in [["sync"], ["status"], ["init"]] {
+            let run = try basketSync(["-C", playground.path] + command)
+            #expect(run.status == 78 && run.stderr.contains("\"layout\""), "\(command): \(run.status) \(run.stderr)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: playground.path + "/inbox"))
+    }
+
     /// Review F1: an `inbox` that is a link out of the tree is never made through, whoever adopts the cart.
     @Test func anInboxLinkedOutOfTheTreeIsNeverMadeThrough() async throws {
         let playground = try tree()

@@ -118,7 +118,9 @@ import Testing
     /// database behind the outbox stops it (74), as it stops the commands that write.
     @Test func aRemovedDirectoryOrADatabaseBehindTheOutboxEndsIt() async throws {
         let playground = try syncDirectory()
-        let directory = playground.path + "/gone"
+        // Not inside the other sync directory: nothing is made inside one but a tree's carts.
+        let elsewhere = try Playground()
+        let directory = elsewhere.path + "/gone"
         #expect(try basketSync(["-C", directory, "init"]).status == 0)
         let child = try startedInBackground(["-C", directory, "wait"])
         defer { if child.isRunning { kill(child.processIdentifier, SIGKILL) }; child.waitUntilExit() }

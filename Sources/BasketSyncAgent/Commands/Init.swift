@@ -26,7 +26,11 @@ extension Commands {
             } : nil)
             return ["\(directory) (cart \(id) of the tree \(root))"] + adoptedLines(adopted, directory: directory)
         case .directory:
-            break
+            if let outer = Place.enclosing(directory) {
+                throw .refused("\(directory): is inside \(outer), a sync directory or a tree of carts; make the sync directory elsewhere (in a tree, a cart is a directory right under its root)")
+            }
+            // A database that is a tree's under a configuration that says otherwise: said before anything is made.
+            if Posix.exists("\(directory)/\(Store.stateDirectoryName)/\(Store.databaseName)") { _ = try Store(directory: directory, create: false, readOnly: true) }
         }
         var created: [String] = []
         if !Posix.isDirectory(directory) {
