@@ -164,8 +164,8 @@ struct Inbox {
                     Posix.unlink("\(bad)/\(base).error")
                     return nil
                 }
-                if attempt == 1 { throw error }
                 Posix.unlink("\(bad)/\(base).error")
+                if attempt == 1 { throw error }
                 base = "renamed.\(Posix.randomName())"
             }
         }
@@ -384,8 +384,14 @@ extension SyncEngine {
     /// Sets a malformed or unreadable event aside in `inbox/bad/` and reports why. False when
     /// another process took it meanwhile.
     private func quarantine(_ name: String, _ error: AgentError, in inbox: Inbox) throws(AgentError) -> Bool {
+        let why = error
         let moved: String?
-        do { moved = try inbox.quarantine(name, because: error) } catch { throw .system(inbox.shown(error)) }
+        do { moved = try inbox.quarantine(name, because: why) } catch {
+            // Not even set aside (bad/ not writable, an entry that cannot be moved): skipped and
+            // reported, never in the way of the entries behind it (SPEC §7).
+            reportError(.system(inbox.shown(error)), logAs: "an inbox entry cannot be set aside in bad/, so it stays in new/ and is tried again at the next pass; the entries behind it go on. The entry: \(inbox.shown(name)) (\(why.description)); why it could not be moved: ")
+            return false
+        }
         guard let moved else { return false }
         reportError(error)
         // Kept there until retention removes it (if it is set).

@@ -241,13 +241,27 @@ public final class SyncEngine {
         file.rotation = configuration.rotate
         // The common case, at a start or a commit signal: nothing to append, nothing opened.
         if try file.isCaughtUp(given: store.given(projection), lastDatabaseSeq: store.lastSeq(projection)) { return }
-        let outcome = try file.catchUp(
+        let outcome: JSONLinesFile.Outcome
+        do {
+            outcome = try catchUp(file, projection)
+        } catch {
+            throw givenBackWhenNew(error)
+        }
+        report(outcome, of: file, projection)
+    }
+
+    private func catchUp(_ file: JSONLinesFile, _ projection: Projection) throws(AgentError) -> JSONLinesFile.Outcome {
+        try file.catchUp(
             loadGiven: { () throws(AgentError) in try store.given(projection) },
             saveGiven: { (given) throws(AgentError) in try store.setGiven(projection, given) },
             lastDatabaseSeq: { () throws(AgentError) in try store.lastSeq(projection) },
             recordAt: { (seq) throws(AgentError) in try store.line(projection, seq: seq) },
             isRecord: projection.isRecord,
             fetch: { (after) throws(AgentError) in try store.lines(projection, after: after) })
+    }
+
+    /// Logs what a catch-up of `file` did beyond appending.
+    private func report(_ outcome: JSONLinesFile.Outcome, of file: JSONLinesFile, _ projection: Projection) {
         if outcome.truncatedBytes > 0 {
             logger.log(.warning, "\(file.path): cut a torn last line (\(outcome.truncatedBytes) bytes) left by a crash; its record is written again from the database")
         }
@@ -272,9 +286,32 @@ public final class SyncEngine {
         for projection in Projection.allCases { try publish(projection) }
     }
 
+    /// In a tree, a cart whose file holds records while the cart never gave that file anything (a
+    /// directory copied in after the cart was made for it) did not lose its database: it is given back —
+    /// its rows and marker removed — and refused as a directory new to the tree that holds
+    /// records (73), which `init --adopt` takes. Any other error is returned as it is.
+    func givenBackWhenNew(_ error: AgentError) -> AgentError {
+        // The file ahead was never given a record by this cart: its records are another's.
+        guard store.cart != 0, case let .databaseBehind(path, _, _) = error,
+              let projection = Projection.allCases.first(where: { path.hasSuffix("/" + $0.fileName) }),
+              let neverGiven = try? store.withTransaction({ () throws(AgentError) -> Bool in try (store.given(projection)?.seq ?? 0) == 0 }),
+              neverGiven else { return error }
+        do {
+            try store.withTransaction { () throws(AgentError) in try store.database.removeCart(store.cart) }
+            Posix.unlink(store.signalPath)
+        } catch {
+            return error
+        }
+        return .refused("\(directory): holds records (\(error.description)) written after the cart was made for it (copied or moved in): it is a directory new to the tree, given back. Run basket-sync -C \(directory) init --adopt to make it a cart that goes on after its records, or move its .jsonl files away to start it afresh")
+    }
+
     /// Refuses (74) when any JSON Lines file holds a whole record beyond the database (it was
     /// lost, restored or replaced), before any file or the database is touched.
     func checkDatabaseNotBehind() throws(AgentError) {
+        do { try checkFilesNotAhead() } catch { throw givenBackWhenNew(error) }
+    }
+
+    private func checkFilesNotAhead() throws(AgentError) {
         for projection in Projection.allCases {
             let databaseSeq = try store.lastSeq(projection)
             if let given = try store.given(projection), given.seq <= databaseSeq, files[projection]!.isAsGiven(given) { continue }

@@ -39,6 +39,9 @@ public final class TreeAgent {
     private let isSynchronizerRegistered: Bool
     private var configuration: AgentConfiguration
     private var carts: [String: Cart] = [:]
+    /// Directories that could not be adopted (refused: they hold records new to the tree),
+    /// watched for their marker: `init --adopt` writing it adopts them.
+    private var waiting: [String: Watcher] = [:]
     /// The carts with a retry or a deadline ahead: a wake-up looks at those, not at every cart.
     private var timed: [String: Cart] = [:]
     private var engines: [String: SyncEngine] = [:]
@@ -177,15 +180,28 @@ public final class TreeAgent {
             }
             guard path.hasPrefix(rootPrefix) else { continue }
             let id = String(path.dropFirst(rootPrefix.count).prefix { $0 != "/" })
-            guard let cart = carts[id] else { continue }
+            guard let cart = carts[id] else {
+                if waiting[id] != nil, event.name == Tree.markerName, !order.contains(id) {
+                    changes[id] = ([.commit], [])
+                    order.append(id)
+                }
+                continue
+            }
             var entry = changes[id] ?? ([], [])
             if entry.kinds.isEmpty && entry.delivered.isEmpty { order.append(id) }
             cart.watcher.handle(event, into: &entry.kinds, delivered: &entry.delivered)
             changes[id] = entry
         }
         var cartsOnly: [Cart] = []
+        for id in order where carts[id] == nil && waiting[id] != nil { adopt(id) }
         for id in order {
             guard let cart = carts[id], let (kinds, delivered) = changes[id] else { continue }
+            // The marker touched: still this cart's? (init --adopt, a marker overwritten or lost
+            // make it another, or none.)
+            if kinds.contains(.commit), !tree.markerMatches(id, number: cart.store.cart) {
+                readopt(id)
+                continue
+            }
             if kinds.contains(.directoryGone) {
                 end(id)
                 continue
@@ -274,6 +290,7 @@ public final class TreeAgent {
                 if cart.retryAt != nil || cart.deadline != nil { self.timed[cart.id] = cart } else { self.timed[cart.id] = nil }
             }
             carts[id] = cart
+            waiting[id] = nil
             attempt(cart, .everything)
         } catch {
             switch error {
@@ -282,13 +299,29 @@ public final class TreeAgent {
             case let .system(failure) where failure.isMissing:
                 break  // gone again before it could be adopted
             default:
-                logger.log(.error, "cart \(id): \(error.description); it is not served until its directory is fixed and made again, or the agent restarts")
+                logger.log(.error, "cart \(id): \(error.description); it is not served until that is done (the agent sees init --adopt, or the directory made again)")
+                // Watched for its marker, so that init --adopt is seen.
+                if waiting[id] == nil, Posix.linkInfo(directory)?.kind == .directory {
+                    waiting[id] = try? Watcher(directory: directory, cart: configuration.cart, inotify: inotify, isTreeCart: true)
+                }
             }
         }
     }
 
+    /// The cart of `id` is no longer the one the agent serves (adopted again by init --adopt, its
+    /// marker overwritten or lost, given back as new): forgotten, then adopted as it is now. Its
+    /// watches stay: the new watcher shares them.
+    private func readopt(_ id: String) {
+        carts[id] = nil
+        engines[id] = nil
+        timed[id] = nil
+        logger.log(.info, "cart \(id): its marker names another cart now: adopted again")
+        adopt(id)
+    }
+
     /// Ends cart `id`: its directory is gone (or made again): its rows go, its watches too.
     private func end(_ id: String) {
+        if Posix.linkInfo("\(tree.root)/\(id)")?.kind != .directory { waiting[id] = nil }
         guard let cart = carts[id] else { return }
         // Only a cart whose directory is gone (or another's now) ends: an event that only looks
         // like it (a stray name in the root) must never take a cart's history.
@@ -344,6 +377,12 @@ public final class TreeAgent {
     private func fail(_ cart: Cart, _ error: AgentError, engine: SyncEngine) {
         if case .databaseGone = error {
             fatal = error
+            return
+        }
+        // Not this cart any more (its rows given back, another adopted in its place): adopted again.
+        if carts[cart.id] === cart, !tree.markerMatches(cart.id, number: cart.store.cart) {
+            engine.logger.log(.error, error.description)
+            readopt(cart.id)
             return
         }
         engine.reportError(error)

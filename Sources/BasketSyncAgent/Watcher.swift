@@ -107,9 +107,8 @@ final class Watcher {
         watchCartPath()
     }
 
-    /// The cart's own directory: no creations (a host's temporary file being made is not news;
-    /// its close or its rename into place is).
-    private static let cartDirectoryMask = directoryMask.subtracting(.create)
+    /// The cart's own directory (creations too: an `inbox/` made again is watched again).
+    private static let cartDirectoryMask = directoryMask
 
     /// Watches every directory from the sync directory down to the cart's, as far as they exist.
     private func watchCartPath() {
@@ -179,6 +178,13 @@ final class Watcher {
             // state directory leaving it is the sign that the sync directory is going.
             if !isTreeCart, path == directory, name == Store.stateDirectoryName, !mask.isDisjoint(with: [.delete, .movedFrom]) {
                 changes.insert(.directoryGone)
+                return
+            }
+            // inbox/ made again (removed whole, then made): watched again, with what it holds.
+            if path == directory, name == "inbox", !mask.isDisjoint(with: [.create, .movedTo]) {
+                try? inotify.watch("\(directory)/inbox", [.create, .movedTo, .onlyDirectory])
+                try? watchInbox()
+                changes.insert(.inbox)
                 return
             }
             // A one-shot command committed for this cart of a tree: it touched the marker.

@@ -295,6 +295,49 @@ import TestSupport
         #expect(try basketSync(["-C", playground.path + "/copy", "sync"]).status == 0)
     }
 
+    /// Second review: a cart copied under the agent (the agent adopts the empty directory before
+    /// the copy's records land) is given back and refused, not stuck; `init --adopt` under the
+    /// agent is seen by it; a whole `inbox/` made again is watched again; a marker overwritten
+    /// makes the agent take the cart as it is now.
+    @Test func identityChangesUnderTheAgentAreFollowed() async throws {
+        let playground = try tree()
+        for _ in 0..<3 { try mealzLine(playground, "a") }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        // The copy's directory first (adopted empty), then its files.
+        try mkdir(playground, "copy")
+        try await eventually("the empty directory is adopted") { FileManager.default.fileExists(atPath: playground.path + "/copy/.basket-sync-cart") }
+        for file in ["outbox.jsonl", "notifications.jsonl"] where FileManager.default.fileExists(atPath: playground.path + "/a/" + file) {
+            try? FileManager.default.removeItem(atPath: playground.path + "/copy/" + file)
+            try FileManager.default.copyItem(atPath: playground.path + "/a/" + file, toPath: playground.path + "/copy/" + file)
+        }
+        // Delivered, or refused already if the agent gave the copy back first: either is right.
+        _ = try basketSync(["-C", playground.path + "/copy", "push", "A=+1"])
+        try await eventually("the copy is given back and refused") { agent.log.contains("cart copy: ") && agent.log.contains("given back") }
+        #expect(!FileManager.default.fileExists(atPath: playground.path + "/copy/.basket-sync-cart"))
+        let adopted = try basketSync(["-C", playground.path + "/copy", "init", "--adopt"])
+        #expect(adopted.status == 0 && adopted.stdout.contains("adopted 3 records"), "\(adopted.stdout)\(adopted.stderr)")
+        #expect(try basketSync(["-C", playground.path + "/copy", "push", "--id", "after-adopt", "A=+1"]).status == 0)
+        try await eventually("the agent serves the adopted copy, seq going on after its records") {
+            let records = playground.records("copy/outbox.jsonl")
+            return records.last?["source"] as? String == "after-adopt" && records.map { $0["seq"] as? Int } == Array(1...records.count).map { Optional($0) }
+        }
+        // inbox/ removed whole and made again.
+        try FileManager.default.removeItem(at: playground.url("a/inbox"))
+        try mkdir(playground, "a/inbox")
+        try mkdir(playground, "a/inbox/new")
+        try mkdir(playground, "a/inbox/tmp")
+        try mealzLine(playground, "a")
+        try await eventually("the event in the new inbox is taken") { playground.records("a/outbox.jsonl").count == 4 }
+        // A marker overwritten: the agent no longer serves the cart as it was.
+        try playground.write("a/.basket-sync-cart", "ffffffffffffffff\n")
+        try await eventually("the agent takes the cart as it is now") { agent.log.contains("cart a: its marker names another cart now") }
+        let sync = try basketSync(["-C", playground.path + "/a", "sync"])
+        #expect(sync.status == 73 && sync.stderr.contains("holds records"), "\(sync.stderr)")
+        #expect(agent.stop() == 0)
+    }
+
     /// `set-store` on the root is the default of every cart that never set its own.
     @Test func theRootsStoreIsTheDefaultOfCartsWithoutTheirOwn() throws {
         let playground = try tree()
