@@ -351,12 +351,15 @@ final class Store {
         self.init(database: database, cart: 0, directory: directory, signalPath: "\(database.stateDirectory)/\(Store.commitSignalName)")
         if readOnly {
             if try database.withTransaction({ () throws(AgentError) in try database.isTree() }) {
+                // A configuration that does not parse is its own error, with its place.
+                _ = try AgentConfiguration.loadFile(directory: directory)
                 throw Database.layoutMismatch(directory, "the database is a tree's (basket-sync init --tree made it), but \"layout\" is not \"tree\" here; put \"layout\": \"tree\" back")
             }
             return
         }
         try withTransaction { () throws(AgentError) in
             if try database.isTree() {
+                _ = try AgentConfiguration.loadFile(directory: directory)
                 throw Database.layoutMismatch(directory, "the database is a tree's (basket-sync init --tree made it), but \"layout\" is not \"tree\" here; put \"layout\": \"tree\" back")
             }
             // A layout before 3 is brought up once: the ids its state carried move to their

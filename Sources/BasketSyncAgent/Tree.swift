@@ -44,6 +44,12 @@ extension Place {
         guard parent != directory, Posix.linkInfo("\(parent)/\(Store.stateDirectoryName)")?.kind == .directory else { return }
         let configuration = try AgentConfiguration.loadFile(directory: parent)
         let name = Posix.basename(of: directory)
+        // A tree's root whose configuration lost its layout: said as such, not "not a sync directory".
+        if !configuration.isTree, !Posix.exists("\(directory)/\(Store.stateDirectoryName)"),
+           let database = try? Database(directory: parent, create: false, readOnly: true),
+           (try? database.withTransaction({ () throws(AgentError) in try database.isTree() })) == true {
+            throw Database.layoutMismatch(parent, "the database is a tree's (basket-sync init --tree made it), but \"layout\" is not \"tree\" here; put \"layout\": \"tree\" back")
+        }
         if configuration.isTree, !Tree.isCartId(name) {
             throw .usage("\(directory): \(JSONWriter.quoted(name)) is not a cart id of the tree \(parent) (1 to 128 of A-Z a-z 0-9 . _ -, not starting with a dot)")
         }
@@ -114,12 +120,17 @@ final class Tree {
         }
         let configurationPath = "\(root)/\(AgentConfiguration.fileName)"
         if Posix.linkInfo(configurationPath) != nil {
-            guard AgentConfiguration.layoutIsTree(directory: root) else {
+            // A configuration that does not parse is its own error, with its place.
+            guard try AgentConfiguration.loadFile(directory: root).isTree else {
                 throw .refused("\(root): already a sync directory of one cart (\(AgentConfiguration.fileName) has no \"layout\": \"tree\"); make the tree in another directory, and move carts into it as subdirectories")
             }
         } else {
             if Posix.linkInfo("\(root)/\(Store.stateDirectoryName)") != nil {
                 throw .refused("\(root): holds a database (\(Store.stateDirectoryName)/) but no \(AgentConfiguration.fileName); restore the configuration, or make the tree in another directory")
+            }
+            // A sync directory below would become a cart of the tree, unusable as what it is.
+            if let inner = ((try? Posix.entries(of: root)) ?? []).sorted().first(where: { Posix.linkInfo("\(root)/\($0)/\(Store.stateDirectoryName)")?.kind == .directory }) {
+                throw .refused("\(root)/\(inner): is a sync directory of its own; a tree made here would take it for a cart. Make the tree elsewhere")
             }
             var configuration = AgentConfiguration()
             configuration.isTree = true

@@ -250,6 +250,21 @@ import TestSupport
             #expect(run.status == 78 && run.stderr.contains("\"layout\""), "\(command): \(run.status) \(run.stderr)")
         }
         #expect(!FileManager.default.fileExists(atPath: playground.path + "/inbox"))
+        // The same on the root, and with the file gone (second review, 7).
+        try playground.write("basket-sync.json", "{\"layout\": 5}")
+        for command in [["status"], ["init", "--tree"]] {
+            let run = try basketSync(["-C", playground.path] + command)
+            #expect(run.status == 78 && run.stderr.contains("basket-sync.json:1:"), "\(command): \(run.status) \(run.stderr)")
+        }
+        try FileManager.default.removeItem(at: playground.url("basket-sync.json"))
+        let lost = try basketSync(["-C", playground.path + "/c", "sync"])
+        #expect(lost.status == 78 && lost.stderr.contains("\"layout\""), "\(lost.status) \(lost.stderr)")
+        // A tree is not made over a sync directory (second review, 6).
+        let above = try Playground()
+        #expect(try basketSync(["-C", above.path + "/s", "init"]).status == 0)
+        let over = try basketSync(["-C", above.path, "init", "--tree"])
+        #expect(over.status == 73 && over.stderr.contains("is a sync directory of its own"), "\(over.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: above.path + "/basket-sync.json"))
     }
 
     /// Review F1: an `inbox` that is a link out of the tree is never made through, whoever adopts the cart.

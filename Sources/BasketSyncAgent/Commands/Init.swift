@@ -18,7 +18,11 @@ extension Commands {
             let tree = try Tree(root: root)
             let known = try tree.database.withTransaction { () throws(AgentError) in try tree.database.cart(id) }
             let existed = Posix.isDirectory(directory) && known.map { tree.markerMatches(id, number: $0.number) } == true
-            if existed { return [] }
+            if existed {
+                // Its folders as they should be (an inbox that became a link is refused).
+                try Tree.makeInbox(directory)
+                return []
+            }
             var adopted: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
             _ = try tree.cartStore(id, create: true, adopting: adopt ? { (store) throws(AgentError) in
                 adopted = try recordsInFiles(directory)
