@@ -187,8 +187,8 @@ public final class TreeAgent {
                 }
                 continue
             }
+            if changes[id] == nil { order.append(id) }
             var entry = changes[id] ?? ([], [])
-            if entry.kinds.isEmpty && entry.delivered.isEmpty { order.append(id) }
             cart.watcher.handle(event, into: &entry.kinds, delivered: &entry.delivered)
             changes[id] = entry
         }
