@@ -415,21 +415,35 @@ public struct SyncStateMachine: Sendable {
 
     /// Rolled-back batches that the new cart shows applied: the host was late, the units are
     /// Mealz's after all (reported).
+    ///
+    /// The host applies in seq order. For each SKU, the rolled-back batches that touch it are
+    /// applied one after the other to the cart as it was; the fewest of them whose running value
+    /// is what the new cart holds are the ones it shows (none when it holds what it held before
+    /// them). A batch is echoed when the cart shows it for every line: two equal batches are not
+    /// both echoed by a cart that shows one, and two that a cart shows together are.
     private mutating func lateEchoes(previousCart: [ExactID: Int], newCart: [ExactID: Int], through echoable: UInt64) -> [SyncEffect] {
+        var touching: [ExactID: [UInt64]] = [:]
+        var running: [ExactID: Int] = [:]
+        var shown: [ExactID: Int] = [:]
+        for batch in state.rolledBack where batch.seq <= echoable {
+            for line in batch.products {
+                let id = ExactID(line.id)
+                let before = running[id] ?? previousCart[id] ?? 0
+                if touching[id] == nil, (newCart[id] ?? 0) == before { shown[id] = 0 }
+                touching[id, default: []].append(batch.seq)
+                let after = RetailerProduct.applying(delta: line.quantity, to: before)
+                running[id] = after
+                if shown[id] == nil, (newCart[id] ?? 0) == after { shown[id] = touching[id]!.count }
+            }
+        }
         var effects: [SyncEffect] = []
-        // In seq order, each batch is judged on the cart as the host had it after the earlier
-        // ones it applied: two equal batches are not both echoed by a cart that shows one.
-        var applied: [ExactID: Int] = [:]
         state.rolledBack.removeAll { batch in
             let echoed = batch.seq <= echoable && batch.products.allSatisfy { line in
                 let id = ExactID(line.id)
-                return (newCart[id] ?? 0) == RetailerProduct.applying(delta: line.quantity, to: applied[id] ?? previousCart[id] ?? 0)
+                guard let count = shown[id], let position = touching[id]?.firstIndex(of: batch.seq) else { return false }
+                return position < count
             }
             guard echoed else { return false }
-            for line in batch.products {
-                let id = ExactID(line.id)
-                applied[id] = RetailerProduct.applying(delta: line.quantity, to: applied[id] ?? previousCart[id] ?? 0)
-            }
             Self.settle(batch, into: &state.confirmed)
             state.echoedThrough = max(state.echoedThrough ?? 0, batch.seq)
             effects.append(.lateEcho(seq: batch.seq))

@@ -21,6 +21,34 @@ import Testing
         #expect(s.confirmed == ["A": 2])
     }
 
+    /// Batches rolled back on one SKU are confirmed late together by a cart that shows them all
+    /// (second black-box review of session 6: only the last batch of each SKU was).
+    @Test func rolledBackBatchesOnOneSkuAreConfirmedTogetherByACartThatShowsThemAll() throws {
+        var s = Transcript()
+        _ = try s.cart(0, lines(("X", 1)))
+        _ = try s.delta(1, lines(("A", 1)))
+        _ = try s.delta(2, lines(("A", 1)))
+        _ = try s.delta(3, lines(("B", 1)))
+        _ = s.tick(20)
+        #expect(s.machine.state.rolledBack.map(\.seq) == [1, 2, 3])
+        let late = try s.cart(21, lines(("X", 1), ("A", 2), ("B", 1)))
+        #expect([1, 2, 3].allSatisfy { late.contains(.lateEcho(seq: $0)) }, "\(late)")
+        #expect(s.machine.state.rolledBack.isEmpty)
+        #expect(s.confirmed == ["A": 2, "B": 1])
+    }
+
+    /// A cart that holds what it held before the batches shows none of them, even when they add
+    /// up to nothing (+1 then −1).
+    @Test func batchesThatAddUpToNothingAreNotShownByAnUnchangedCart() throws {
+        var s = Transcript()
+        _ = try s.cart(0, lines(("X", 1), ("A", 1)))
+        _ = try s.delta(1, lines(("A", 1)))
+        _ = try s.delta(2, lines(("A", -1)))
+        _ = s.tick(20)
+        let same = try s.cart(21, lines(("X", 2), ("A", 1)))
+        #expect(!same.contains(.lateEcho(seq: 1)) && !same.contains(.lateEcho(seq: 2)), "\(same)")
+    }
+
     @Test func oneSkuPushedByTwoRecipesThenOneRecipeRemoved() throws {
         var s = Transcript()
         _ = try s.cart(0, [], syncedThrough: 0)
