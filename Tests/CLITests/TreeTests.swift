@@ -416,7 +416,8 @@ import TestSupport
             }
             let changed = Int.random(in: 0..<carts, using: &rng)
             try playground.writeAtomically("c\(changed)/cart.json", cartJSON([("S0", round % 4), ("X", 1)], syncedThrough: playground.records("c\(changed)/outbox.jsonl").count))
-            usleep(UInt32.random(in: 0...60_000, using: &rng))
+            // Slept without holding a thread of the test pool (other suites' waits need it).
+            try await Task.sleep(nanoseconds: UInt64.random(in: 0...60_000_000, using: &rng))
             #expect(agent.stop(SIGKILL) == SIGKILL)
             for cart in 0..<carts { checkCart(playground, "c\(cart)", context: "seed \(seed) (replay: BASKET_SYNC_SEED=\(seed)), after kill \(round + 1)") }
         }

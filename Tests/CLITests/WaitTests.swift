@@ -45,7 +45,7 @@ import Testing
     @Test func withoutAnAgentItWakesOnTheCommitOfAnotherCommandAndNeverPolls() async throws {
         let playground = try syncDirectory()
         try playground.write("cart.json", cartJSON([("X", 1)], syncedThrough: 0))
-        let waiting = try Waiting(playground, ["--timeout", "120"])
+        let waiting = try Waiting(playground, ["--timeout", "900"])
         try await eventually("wait is asleep") { waiting.isAsleep }
         // Time passing does not wake it: while 20 commands run on another sync directory (a few
         // hundred milliseconds), a poller would have woken many times.
@@ -103,7 +103,7 @@ import Testing
         let output = playground.root.deletingLastPathComponent().appendingPathComponent("ro-wait-\(UUID().uuidString).out")
         _ = FileManager.default.createFile(atPath: output.path, contents: nil)
         defer { try? FileManager.default.removeItem(at: output) }
-        let readOnly = try startedInBackground(["-C", view, "wait", "--after", "1", "--timeout", "120"], output: output.path)
+        let readOnly = try startedInBackground(["-C", view, "wait", "--after", "1", "--timeout", "900"], output: output.path)
         defer { if readOnly.isRunning { kill(readOnly.processIdentifier, SIGKILL) }; readOnly.waitUntilExit() }
         try await eventually("wait on the read-only view is asleep") { sleepsInPoll(readOnly) }
         #expect(try basketSync(["-C", playground.path, "push", "B=+1"]).status == 0)
