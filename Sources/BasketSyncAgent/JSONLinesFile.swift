@@ -58,7 +58,12 @@ final class JSONLinesFile {
 
     /// Closes the file kept open, if any.
     func close() {
-        if let open { Posix.close(open.fd) }
+        if let open {
+            // An append left to a deferred fsync that will not come on this descriptor: done now.
+            if unsynced?.fd == open.fd { try? Posix.fsync(open.fd, path: path) }
+            Posix.close(open.fd)
+        }
+        unsynced = nil
         open = nil
     }
 
@@ -223,7 +228,9 @@ final class JSONLinesFile {
             try? Posix.truncate(fd, to: size, path: path)
             throw .system(error)
         }
-        if !syncsNow { unsynced = (fd, size, given) }
+        // Left to fsync: what to take back on failure is all since the last fsync (an earlier
+        // deferred append not synced yet included); an fsync now covers every earlier one.
+        unsynced = syncsNow ? nil : (fd, unsynced?.sizeBefore ?? size, unsynced.map { $0.givenBefore } ?? given)
         given = Given(device: info.device, inode: info.inode, size: size + Int64(bytes.count), seq: newLast)
         try saveGiven(given!)
         outcome.appended = records.count

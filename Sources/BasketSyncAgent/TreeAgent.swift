@@ -255,13 +255,16 @@ public final class TreeAgent {
                 fail(cart, error, engine: engine)
             }
         }
-        let unsynced = finished.flatMap { entry in entry.engine.unsyncedFiles.map { (entry, $0.projection, $0.fd) } }
+        // Every engine of the group, a cart that failed after an append too: nothing is left unsynced.
+        let unsynced = reads.flatMap { read in read.engine.unsyncedFiles.map { ((cart: read.cart, engine: read.engine), $0.projection, $0.fd) } }
         let failures = Posix.fsyncAll(unsynced.map { ($0.2, "\($0.0.engine.directory)/\($0.1.fileName)") }, threads: fsyncThreads)
         var failedCarts = Set<String>()
+        let finishedIds = Set(finished.map(\.cart.id))
         for ((entry, projection, _), failure) in zip(unsynced, failures) {
             do throws(AgentError) { try entry.engine.finishDeferredSync(projection, failure: failure) } catch {
                 failedCarts.insert(entry.cart.id)
-                fail(entry.cart, error, engine: entry.engine)
+                // A cart that failed before is retried already.
+                if finishedIds.contains(entry.cart.id) { fail(entry.cart, error, engine: entry.engine) }
             }
         }
         for (cart, engine) in finished where !failedCarts.contains(cart.id) {
