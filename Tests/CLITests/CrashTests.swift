@@ -12,25 +12,8 @@ import TestSupport
         try FileManager.default.moveItem(at: playground.url("inbox/tmp/\(name)"), to: playground.url("inbox/new/\(name)"))
     }
 
-    /// The checks that must hold at any instant, even right after a kill.
     func checkInvariants(_ playground: Playground, context: String) {
-        // Acknowledged first, the outbox after: what was acknowledged then must be in it now.
-        let acknowledged = playground.names("inbox/cur")
-        for file in ["outbox.jsonl", "notifications.jsonl"] {
-            // One read: a running agent may append between two.
-            let complete = playground.read(file).split(separator: "\n", omittingEmptySubsequences: false).dropLast()
-            let records = complete.compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
-            #expect(records.count == complete.count, "\(context): \(file) has a complete line that is not a record")
-            let seqs = records.map { $0["seq"] as! Int }
-            #expect(seqs == Array(1..<(seqs.count + 1)), "\(context): \(file) seqs skip or repeat: \(seqs.suffix(5))")
-        }
-        let sources = playground.records("outbox.jsonl").compactMap { $0["source"] as? String }
-        #expect(Set(sources).count == sources.count, "\(context): an event is in the outbox twice")
-        let inOutbox = Set(sources)
-        for name in acknowledged {
-            let id = String(name.dropLast(".crash".count))
-            #expect(inOutbox.contains(id), "\(context): \(id) was acknowledged (moved to cur/) but is not in the outbox")
-        }
+        checkCrashInvariants(playground, context: context)
     }
 
     @Test func killedAtRandomInstantsTheAgentLosesAndDoublesNothing() async throws {
@@ -183,5 +166,29 @@ import TestSupport
         let notified = products(playground.records("notifications.jsonl").last!)
         #expect(notified == lines.filter { mealz.contains($0.key) }, "seed \(seed): the last notification \(notified) is not the cart's Mealz part")
         print("storm: seed \(seed), \(rounds) rounds, \(kills) kills and \(stops) stopped racing passes survived, \(delivered) events and \(orders) orders checked")
+    }
+}
+
+/// The checks that must hold at any instant in a sync directory (`folder` inside the playground:
+/// a tree's cart), even right after a kill: every complete line a record, seq contiguous from 1,
+/// no event twice in the outbox, every event acknowledged (moved to `inbox/cur/`) in it.
+func checkCrashInvariants(_ playground: Playground, in folder: String = "", context: String) {
+    let prefix = folder.isEmpty ? "" : folder + "/"
+    // Acknowledged first, the outbox after: what was acknowledged then must be in it now.
+    let acknowledged = playground.names(prefix + "inbox/cur")
+    for file in ["outbox.jsonl", "notifications.jsonl"] {
+        // One read: a running agent may append between two.
+        let complete = playground.read(prefix + file).split(separator: "\n", omittingEmptySubsequences: false).dropLast()
+        let records = complete.compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        #expect(records.count == complete.count, "\(context): \(prefix)\(file) has a complete line that is not a record")
+        let seqs = records.map { $0["seq"] as! Int }
+        #expect(seqs == Array(1..<(seqs.count + 1)), "\(context): \(prefix)\(file) seqs skip or repeat: \(seqs.suffix(5))")
+    }
+    let sources = playground.records(prefix + "outbox.jsonl").compactMap { $0["source"] as? String }
+    #expect(Set(sources).count == sources.count, "\(context): \(prefix)an event is in the outbox twice")
+    let inOutbox = Set(sources)
+    for name in acknowledged {
+        let id = String(name.dropLast(".crash".count))
+        #expect(inOutbox.contains(id), "\(context): \(prefix)\(id) was acknowledged (moved to cur/) but is not in the outbox")
     }
 }

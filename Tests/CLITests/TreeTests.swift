@@ -431,21 +431,8 @@ import TestSupport
         }
     }
 
-    /// What must hold in one cart at any instant, even right after a kill.
+    /// What must hold in one cart at any instant, even right after a kill (CrashTests' checks).
     func checkCart(_ playground: Playground, _ id: String, context: String) {
-        for file in ["outbox.jsonl", "notifications.jsonl"] {
-            let complete = playground.read("\(id)/\(file)").split(separator: "\n", omittingEmptySubsequences: false).dropLast()
-            let records = complete.compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
-            #expect(records.count == complete.count, "\(context): \(id)/\(file) has a complete line that is not a record")
-            let seqs = records.map { $0["seq"] as! Int }
-            #expect(seqs == Array(1..<(seqs.count + 1)), "\(context): \(id)/\(file) seqs skip or repeat: \(seqs.suffix(5))")
-        }
-        let sources = playground.records("\(id)/outbox.jsonl").compactMap { $0["source"] as? String }
-        #expect(Set(sources).count == sources.count, "\(context): \(id): an event is in the outbox twice")
-        let inOutbox = Set(sources)
-        for name in playground.names("\(id)/inbox/cur") {
-            let event = String(name.dropLast(".crash".count))
-            #expect(inOutbox.contains(event), "\(context): \(id): \(event) was acknowledged but is not in the outbox")
-        }
+        checkCrashInvariants(playground, in: id, context: context)
     }
 }
