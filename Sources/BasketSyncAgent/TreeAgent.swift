@@ -49,10 +49,9 @@ public final class TreeAgent {
     private var lockFd: Int32 = -1
     private var fatal: AgentError?
     private var inotify: Inotify!
-    /// How many threads fsync a group's files together (`BASKET_SYNC_FSYNC_THREADS`, 1 to 64; 1,
-    /// the default: one after the other, in the agent's thread). On this project's 2-core machine
-    /// more threads did not measure better beside the load generator: left to try on a server.
-    private let fsyncThreads = Posix.environment("BASKET_SYNC_FSYNC_THREADS").flatMap { Int($0) }.map { max(1, min(64, $0)) } ?? 1
+    /// fsyncs a group's files together: `BASKET_SYNC_FSYNC_THREADS` at once (1 to 64, default 8;
+    /// 1: one after the other, in the agent's thread).
+    private let fsyncPool = FsyncPool(width: Posix.environment("BASKET_SYNC_FSYNC_THREADS").flatMap { Int($0) }.map { max(1, min(64, $0)) } ?? 8)
 
     /// The engines kept between wake-ups (the most recently used carts): at most this many, fewer
     /// when the descriptor limit is low.
@@ -257,7 +256,7 @@ public final class TreeAgent {
         }
         // Every engine of the group, a cart that failed after an append too: nothing is left unsynced.
         let unsynced = reads.flatMap { read in read.engine.unsyncedFiles.map { ((cart: read.cart, engine: read.engine), $0.projection, $0.fd) } }
-        let failures = Posix.fsyncAll(unsynced.map { ($0.2, "\($0.0.engine.directory)/\($0.1.fileName)") }, threads: fsyncThreads)
+        let failures = fsyncPool.fsyncAll(unsynced.map { ($0.2, "\($0.0.engine.directory)/\($0.1.fileName)") })
         var failedCarts = Set<String>()
         let finishedIds = Set(finished.map(\.cart.id))
         for ((entry, projection, _), failure) in zip(unsynced, failures) {

@@ -224,50 +224,6 @@ enum Posix {
         if retrying({ Glibc.fsync(fd) }) != 0 { throw .last("fsync", path) }
     }
 
-    /// fsyncs many files, from up to `threads` threads at once (a disk may take them together: a
-    /// probe here did 200 files three times as fast from 8 threads as one after the other), or
-    /// one after the other in this thread when `threads` is 1. Returns each one's failure, in order.
-    static func fsyncAll(_ files: [(fd: Int32, path: String)], threads: Int = 8) -> [SystemError?] {
-        if files.count <= 1 || threads <= 1 { return files.map { (file) -> SystemError? in retrying({ Glibc.fsync(file.fd) }) != 0 ? .last("fsync", file.path) : nil } }
-        final class Lane {
-            let files: [(fd: Int32, path: String)]
-            let indices: StrideTo<Int>
-            var failures: [(index: Int, error: SystemError)] = []
-            init(files: [(fd: Int32, path: String)], indices: StrideTo<Int>) {
-                self.files = files
-                self.indices = indices
-            }
-            func run() {
-                for index in indices where Posix.retrying({ Glibc.fsync(files[index].fd) }) != 0 {
-                    failures.append((index, .last("fsync", files[index].path)))
-                }
-            }
-        }
-        let count = min(threads, files.count)
-        let lanes = (0..<count).map { Lane(files: files, indices: stride(from: $0, to: files.count, by: count)) }
-        var started: [(thread: pthread_t, lane: Lane)] = []
-        for lane in lanes {
-            var thread = pthread_t()
-            let context = Unmanaged.passRetained(lane).toOpaque()
-            let created = pthread_create(&thread, nil, { raw in
-                Unmanaged<Lane>.fromOpaque(raw!).takeRetainedValue().run()
-                return nil
-            }, context)
-            if created == 0 {
-                started.append((thread, lane))
-            } else {
-                Unmanaged<Lane>.fromOpaque(context).release()
-                lane.run()  // no thread to be had: done here
-                started.append((pthread_t(), lane))
-            }
-        }
-        var failures = [SystemError?](repeating: nil, count: files.count)
-        for (thread, lane) in started {
-            if thread != pthread_t() { pthread_join(thread, nil) }
-            for failure in lane.failures { failures[failure.index] = failure.error }
-        }
-        return failures
-    }
 
     static func setMode(_ fd: Int32, _ mode: UInt32) { _ = fchmod(fd, mode_t(mode)) }
 
