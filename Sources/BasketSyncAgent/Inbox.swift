@@ -293,7 +293,7 @@ extension SyncEngine {
         enum Taken { case taken(duplicate: Bool, sameFile: Bool), refused(AgentError) }
         var outcomes: [Taken] = []
         var summaries: [StepSummary] = []
-        try store.withTransaction { () throws(AgentError) in
+        try store.withTransaction { () throws(AgentError) in try store.withStateSavedOnce { () throws(AgentError) in
             outcomes = []
             summaries = []
             for entry in events {
@@ -308,7 +308,7 @@ extension SyncEngine {
                     outcomes.append(.refused(error))
                 }
             }
-        }
+        } }
         // Committed: the files get the records (a duplicate's were committed before) before any ack.
         try finish(summaries)
         if outcomes.contains(where: { if case .taken(true, _) = $0 { true } else { false } }) { try publish(.outbox) }

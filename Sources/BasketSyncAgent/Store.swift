@@ -329,6 +329,10 @@ final class Store {
     private var cachedState: SyncState?
     private var cachedDataVersion: Int64 = -1
     private var cachedRollbacks = -1
+    /// Inside ``withStateSavedOnce(_:)``: the state the group's steps saved so far, written once
+    /// at the group's end (nil until a step saved one).
+    private var unsavedState: SyncState?
+    private var defersState = false
 
     static let stateDirectoryName = ".basket-sync"
     static let databaseName = "state.db"
@@ -418,7 +422,33 @@ final class Store {
     /// Runs `body` inside the caller's transaction under a savepoint: undone alone when it throws
     /// (one input of a group that fails does not undo the others).
     func withSavepoint<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
-        try database.withSavepoint(body)
+        // A step undone takes back the state it saved, like its rows.
+        let before = unsavedState
+        do { return try database.withSavepoint(body) } catch {
+            unsavedState = before
+            throw error
+        }
+    }
+
+    /// Runs `body` (the steps of a group, inside the caller's transaction) with the state each
+    /// step saves kept in memory, then writes the last one once: a group of many events encodes
+    /// the state, diffs its pending batches and writes its rows once, not once per event.
+    func withStateSavedOnce<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
+        defersState = true
+        unsavedState = nil
+        defer {
+            defersState = false
+            unsavedState = nil
+        }
+        do {
+            let result = try body()
+            defersState = false
+            if let state = unsavedState { try saveState(state) }
+            return result
+        } catch {
+            cachedState = nil
+            throw error
+        }
     }
 
     // MARK: State
@@ -467,6 +497,7 @@ final class Store {
     /// Its `recordedOrders` and `landedTransfers` are empty: those ids live in tables (see
     /// ``orderSeq(_:)``, ``transferLanded(_:)``); the host cart is kept beside it.
     func loadState() throws(AgentError) -> SyncState {
+        if defersState, let unsavedState { return unsavedState }
         let version = try database.dataVersion()
         if let cachedState, version == cachedDataVersion, database.rollbacks == cachedRollbacks { return cachedState }
         guard let blob = try metaBlob("state") else {
@@ -591,6 +622,11 @@ final class Store {
         var blob = state
         blob.recordedOrders = [:]
         blob.landedTransfers = []
+        if defersState {
+            // Written once at the group's end (its cart compared with the saved one then).
+            unsavedState = blob
+            return
+        }
         blob.hostCart = nil
         try savePending(state.pending)
         blob.pending = []
