@@ -16,8 +16,35 @@ package enum Timestamp {
         let (days, dayMilliseconds) = milliseconds.quotientAndRemainderFloored(dividingBy: 86_400_000)
         let (year, month, day) = civil(fromDays: days)
         let seconds = dayMilliseconds / 1000
-        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(seconds / 3600, 2)):\(pad(seconds / 60 % 60, 2)):"
-            + "\(pad(seconds % 60, 2)).\(pad(dayMilliseconds % 1000, 3))Z"
+        // Written digit by digit (a record and a log line each take one or more).
+        guard (0...9999).contains(year) else {
+            return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(seconds / 3600, 2)):\(pad(seconds / 60 % 60, 2)):"
+                + "\(pad(seconds % 60, 2)).\(pad(dayMilliseconds % 1000, 3))Z"
+        }
+        return String(unsafeUninitializedCapacity: 24) { buffer in
+            func put(_ value: Int64, _ width: Int, at offset: Int) {
+                var value = value
+                for index in stride(from: offset + width - 1, through: offset, by: -1) {
+                    buffer[index] = UInt8(truncatingIfNeeded: 0x30 + value % 10)
+                    value /= 10
+                }
+            }
+            put(year, 4, at: 0)
+            buffer[4] = 0x2D
+            put(month, 2, at: 5)
+            buffer[7] = 0x2D
+            put(day, 2, at: 8)
+            buffer[10] = 0x54
+            put(seconds / 3600, 2, at: 11)
+            buffer[13] = 0x3A
+            put(seconds / 60 % 60, 2, at: 14)
+            buffer[16] = 0x3A
+            put(seconds % 60, 2, at: 17)
+            buffer[19] = 0x2E
+            put(dayMilliseconds % 1000, 3, at: 20)
+            buffer[23] = 0x5A
+            return 24
+        }
     }
 
     /// The instant a timestamp names; nil unless it has exactly the form ``text(_:)`` writes.
