@@ -389,6 +389,28 @@ while monotonic() < burstDeadline {
 let burstWall = monotonic() - burstClock
 let burstCPU = Double(cpuTicks(agent) - burstStart) / ticksPerSecond
 
+// Events queued while nothing ran (a cron host), then one `sync`: 1,000 and 4,000, median of 5
+// runs each (the events on 50 SKUs, nothing echoed: the pending batches pile up as they would).
+func timeQueuedSync(_ count: Int) -> Double {
+    var times: [Double] = []
+    for _ in 0..<(quick ? 1 : 5) {
+        let directory = temporaryDirectory("queued")
+        guard run([basketSync, "-C", directory, "init"]) == 0 else { fail("init failed in \(directory)") }
+        for index in 1...count {
+            writeFile("\(directory)/inbox/new/e\(index)", "{\"id\":\"e\(index)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"S\(index % 50)\",\"quantity\":1}]}\n")
+        }
+        let began = monotonic()
+        guard run([basketSync, "-C", directory, "sync"]) == 0 else { fail("sync of \(count) queued events failed in \(directory)") }
+        times.append(monotonic() - began)
+        let lines = readFile("\(directory)/outbox.jsonl").split(separator: "\n").count
+        guard lines == count else { fail("\(count) queued events gave \(lines) outbox lines in \(directory)") }
+        run(["rm", "-rf", directory])
+    }
+    return percentile(times, 0.5)
+}
+let queuedCounts = quick ? [50] : [1_000, 4_000]
+let queued = queuedCounts.map { ($0, timeQueuedSync($0)) }
+
 // Idle: nothing happens; count the agent's context switches and CPU, read its resident memory.
 func contextSwitches(_ pid: pid_t) -> Int {
     var total = 0
@@ -451,6 +473,8 @@ for (size, time, floorTime) in scaling {
 print("\n### Burst of \(burstCount) rewrites, as fast as the host can rename\n")
 print("- wall time until the last version is notified: \(ms(burstWall)); agent CPU time: \(ms(burstCPU))")
 print("- the last version (A=\(lastVersion)) was the one notified last: \(lastNotified ? "yes" : "NO")")
+print("\n### Events queued in inbox/new/, then one `sync` (median of \(quick ? 1 : 5) runs)\n")
+for (count, time) in queued { print("- \(count) events: \(ms(time)) (\(ms(time / Double(count))) per event)") }
 print("\n### Idle, \(idleSeconds) s with nothing happening\n")
 print("- context switches: \(idleSwitches) (\(ratio(Double(idleSwitches) / idleSeconds).dropLast()) per second); CPU time: \(ms(idleCPU)); resident memory: \(resident) KiB")
 exit(lastNotified ? 0 : 1)
