@@ -16,8 +16,9 @@ let package = Package(
         .systemLibrary(name: "CInotifyTools", path: "Sources/CInotifyTools"),
         .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
         .systemLibrary(name: "CMalloc", path: "Sources/CMalloc"),
+        .systemLibrary(name: "CStatfs", path: "Sources/CStatfs"),
         // The imperative shell: files, inotify, SQLite, signals.
-        .target(name: "BasketSyncAgent", dependencies: ["BasketSync", "BasketSyncWire", "CInotifyTools", "CSQLite", "CMalloc"]),
+        .target(name: "BasketSyncAgent", dependencies: ["BasketSync", "BasketSyncWire", "CInotifyTools", "CSQLite", "CMalloc", "CStatfs"]),
         // Argument parsing and command dispatch only.
         .executableTarget(name: "basket-sync", dependencies: ["BasketSyncAgent", "BasketSyncWire", "BasketSync"]),
         // The benchmark: `swift run -c release basket-sync-bench`.

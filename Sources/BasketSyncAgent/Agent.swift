@@ -17,11 +17,15 @@ public final class Agent {
     private var fatal: AgentError?
     /// `--log-format`, which wins over the configuration's `logFormat`.
     private let logFormat: LogFormat?
+    /// `--poll[=MS]`, which wins over the configuration's `watch`.
+    private let watchOverride: WatchChoice.Override?
 
-    /// Opens the sync directory for watching; `isSynchronizerRegistered: false` is `--no-synchronizer`.
-    public init(directory: String, isSynchronizerRegistered: Bool, logFormat: LogFormat?, logger: Logger) throws(AgentError) {
+    /// Opens the sync directory for watching; `isSynchronizerRegistered: false` is
+    /// `--no-synchronizer`, `watchOverride` is `--poll[=MS]`.
+    public init(directory: String, isSynchronizerRegistered: Bool, logFormat: LogFormat?, watchOverride: WatchChoice.Override? = nil, logger: Logger) throws(AgentError) {
         self.logger = logger
         self.logFormat = logFormat
+        self.watchOverride = watchOverride
         if case let .treeCart(root, id) = Place.of(directory) {
             throw .busy("\(directory): is cart \(id) of the tree \(root), which one agent serves whole: run basket-sync -C \(root) watch (an agent of one cart inside a tree is refused)")
         }
@@ -68,20 +72,29 @@ public final class Agent {
         let signals: SignalPipe
         do { signals = try SignalPipe(path: engine.directory) } catch { throw .system(error) }
         for folder in ["new", "cur", "tmp"] { try Posix.makeFolders(in: engine.directory, "inbox/\(folder)") }
-        let watcher = try Watcher(directory: engine.directory, cart: engine.configuration.cart)
+        var choice = try WatchChoice.decide(directory: engine.directory, cart: engine.configuration.cart, settings: engine.configuration.watch, override: watchOverride)
+        // inotify, or a poller where inotify is blind (SPEC §10): both say what changed alike.
+        let watcher = choice.polls ? nil : try Watcher(directory: engine.directory, cart: engine.configuration.cart)
+        let poller = choice.polls ? Poller(directory: engine.directory, cart: engine.configuration.cart, isTreeCart: false) : nil
+        var nextLook = Posix.monotonicSeconds() + Double(choice.intervalMs) / 1000
 
         // Everything written before the watches were in place: recover the files, take what waits.
         attempt(.everything)
         // Said once the start pass is over: from here on the agent reads only what inotify reports,
         // so a host (or a test) that waits for this line never races the start pass.
         if fatal == nil {
-            logger.log(.info, "watching \(engine.directory) (cart \(engine.configuration.cart), pid \(Posix.processId)\(engine.isSynchronizerRegistered ? "" : ", no synchronizer registered: Mealz deltas are ignored"))", evenWhenQuiet: true)
+            logger.log(.info, "watching \(engine.directory) (cart \(engine.configuration.cart), pid \(Posix.processId), \(choice.description)\(engine.isSynchronizerRegistered ? "" : ", no synchronizer registered: Mealz deltas are ignored"))", evenWhenQuiet: true)
         }
 
         while true {
             if let fatal { throw fatal }
             let ready: [Bool]
-            do { ready = try Posix.waitReadable([watcher.fd, signals.fd], timeout: waitTimeout()) } catch { throw .system(error) }
+            var timeout = waitTimeout()
+            if poller != nil {
+                let untilLook = Int32(max(0, ((nextLook - Posix.monotonicSeconds()) * 1000).rounded(.up)))
+                timeout = timeout < 0 ? untilLook : min(timeout, untilLook)
+            }
+            do { ready = try Posix.waitReadable([watcher?.fd ?? -1, signals.fd], timeout: timeout) } catch { throw .system(error) }
             if ready[1] {
                 for signal in signals.drain() {
                     switch signal {
@@ -92,9 +105,18 @@ public final class Agent {
                             logger.format = logFormat ?? engine.configuration.logFormat
                             logger.log(.info, "reloaded \(AgentConfiguration.fileName)")
                             if engine.configuration.cart != cart {
-                                watcher.follow(cart: engine.configuration.cart)
+                                watcher?.follow(cart: engine.configuration.cart)
+                                poller?.follow(cart: engine.configuration.cart)
                                 logger.log(.info, "the cart is now \(engine.configuration.cart)")
                                 attempt(.cart)
+                            }
+                            let now = try WatchChoice.decide(directory: engine.directory, cart: engine.configuration.cart, settings: engine.configuration.watch, override: watchOverride)
+                            if now.polls != choice.polls {
+                                logger.log(.warning, "the new \"watch\" setting chooses \(now.polls ? "polling" : "inotify"); the agent keeps \(choice.description) until it restarts")
+                            } else if now.polls, now.intervalMs != choice.intervalMs {
+                                choice = now
+                                nextLook = Posix.monotonicSeconds() + Double(choice.intervalMs) / 1000
+                                logger.log(.info, "polling every \(choice.intervalMs) ms from now on")
                             }
                         } catch {
                             engine.reportError(error)
@@ -106,8 +128,15 @@ public final class Agent {
                     }
                 }
             }
-            if ready[0] {
-                let (changes, delivered) = try watcher.changes()
+            var looked: (kinds: Set<Watcher.Change>, delivered: [String])?
+            if let watcher, ready[0] { looked = try watcher.changes() }
+            if let poller, Posix.monotonicSeconds() >= nextLook {
+                looked = poller.changes()
+                // The next look one interval after this one (after a stall: one interval from now).
+                nextLook += Double(choice.intervalMs) / 1000
+                if nextLook < Posix.monotonicSeconds() { nextLook = Posix.monotonicSeconds() + Double(choice.intervalMs) / 1000 }
+            }
+            if let (changes, delivered) = looked {
                 if changes.contains(.directoryGone) {
                     throw .directoryGone(path: engine.directory)
                 }

@@ -14,7 +14,9 @@ public final class TreeAgent {
     final class Cart {
         let id: String
         let store: Store
-        let watcher: Watcher
+        /// inotify's watches of the cart, or the poller that looks at it (SPEC §10): one of them.
+        let watcher: Watcher?
+        let poller: Poller?
         /// When to try again after a failure, and the delay after that.
         var retryAt: Date? { didSet { timingChanged(self) } }
         var retryDelay = 0.5
@@ -25,10 +27,11 @@ public final class TreeAgent {
         /// When it was last used (to keep the recent engines only).
         var used = 0
 
-        init(id: String, store: Store, watcher: Watcher, timingChanged: @escaping (Cart) -> Void) {
+        init(id: String, store: Store, watcher: Watcher?, poller: Poller?, timingChanged: @escaping (Cart) -> Void) {
             self.id = id
             self.store = store
             self.watcher = watcher
+            self.poller = poller
             self.timingChanged = timingChanged
         }
     }
@@ -58,8 +61,22 @@ public final class TreeAgent {
     static let enginesKeptAtMost = 256
     private var enginesKept = 8
 
-    /// Opens the tree at `root` for watching.
-    public init(root: String, isSynchronizerRegistered: Bool, logFormat: LogFormat?, logger: Logger) throws(AgentError) {
+    /// `--poll[=MS]`, which wins over the configuration's `watch`.
+    private let watchOverride: WatchChoice.Override?
+    /// How the root is seen; when it polls, every cart is polled and the root listed.
+    private var rootChoice = WatchChoice(polls: false, intervalMs: 1000, reason: "")
+    /// The inotify watches left for carts; past them, carts are polled.
+    private var watchesLeft = Int.max
+    private var nextLook = 0.0
+    /// The root's identity at the last look (a polled root is listed when it changed).
+    private var rootIdentity: [Int64] = []
+    private var rootUnsettledUntil = 0.0
+    /// The markers of the directories refused until `init --adopt`, at the last look (polled root).
+    private var waitingMarkers: [String: [Int64]] = [:]
+
+    /// Opens the tree at `root` for watching; `watchOverride` is `--poll[=MS]`.
+    public init(root: String, isSynchronizerRegistered: Bool, logFormat: LogFormat?, watchOverride: WatchChoice.Override? = nil, logger: Logger) throws(AgentError) {
+        self.watchOverride = watchOverride
         tree = try Tree(root: root)
         self.logger = logger
         self.logFormat = logFormat
@@ -97,21 +114,36 @@ public final class TreeAgent {
         let perCart = Watcher.watchCount(cart: configuration.cart, isTreeCart: true)
         let needed = 1 + ids.count * perCart
         let limit = TreeAgent.watchLimit()
-        logger.log(.info, "the tree has \(ids.count) carts: \(needed) inotify watches needed (\(perCart) per cart), the limit is \(limit == Int.max ? "unknown" : String(limit))")
-        if needed > limit {
-            throw .notReady("\(tree.root): \(ids.count) carts need \(needed) inotify watches, over the limit of \(limit); raise it (sysctl fs.inotify.max_user_watches=\(max(needed * 2, 65536)), and in /etc/sysctl.d/ to keep it), or split the carts across trees. Polling the carts beyond the limit is not built yet")
+        rootChoice = try WatchChoice.decide(directory: tree.root, cart: configuration.cart, settings: configuration.watch, override: watchOverride)
+        nextLook = Posix.monotonicSeconds() + Double(rootChoice.intervalMs) / 1000
+        rootIdentity = Posix.linkInfo(tree.root)?.identity ?? []
+        if rootChoice.polls {
+            logger.log(.info, "the tree has \(ids.count) carts, polled every \(rootChoice.intervalMs) ms (\(rootChoice.reason))")
+        } else {
+            logger.log(.info, "the tree has \(ids.count) carts: \(needed) inotify watches needed (\(perCart) per cart), the limit is \(limit == Int.max ? "unknown" : String(limit))")
+            watchesLeft = limit == Int.max ? Int.max : limit - 1
+            if needed > limit {
+                logger.log(.warning, "\(tree.root): \(ids.count) carts need \(needed) inotify watches, over the limit of \(limit): the carts beyond it are polled every \(rootChoice.intervalMs) ms; raise the limit (sysctl fs.inotify.max_user_watches=\(max(needed * 2, 65536)), and in /etc/sysctl.d/ to keep it) to watch them all")
+            }
         }
         for id in try tree.removeGoneCarts() { logger.log(.info, "cart \(id): its directory is gone while the agent was down: the cart ended") }
         // Every cart as it stands: what changed while the agent was down is taken now.
         for id in ids { adopt(id) }
         if fatal == nil {
-            logger.log(.info, "watching the tree \(tree.root) (\(carts.count) carts, cart \(configuration.cart), pid \(Posix.processId)\(isSynchronizerRegistered ? "" : ", no synchronizer registered: Mealz deltas are ignored"))", evenWhenQuiet: true)
+            let polled = carts.values.filter { $0.poller != nil }.count
+            logger.log(.info, "watching the tree \(tree.root) (\(carts.count) carts, \(polled == 0 ? "inotify" : polled == carts.count ? "polled every \(rootChoice.intervalMs) ms" : "\(polled) polled every \(rootChoice.intervalMs) ms"), cart \(configuration.cart), pid \(Posix.processId)\(isSynchronizerRegistered ? "" : ", no synchronizer registered: Mealz deltas are ignored"))", evenWhenQuiet: true)
         }
 
         while true {
             if let fatal { throw fatal }
             let ready: [Bool]
-            do { ready = try Posix.waitReadable([inotify.fd, signals.fd], timeout: waitTimeout()) } catch { throw .system(error) }
+            let polls = rootChoice.polls || carts.values.contains { $0.poller != nil }
+            var timeout = waitTimeout()
+            if polls {
+                let untilLook = Int32(max(0, ((nextLook - Posix.monotonicSeconds()) * 1000).rounded(.up)))
+                timeout = timeout < 0 ? untilLook : min(timeout, untilLook)
+            }
+            do { ready = try Posix.waitReadable([inotify.fd, signals.fd], timeout: timeout) } catch { throw .system(error) }
             if ready[1] {
                 for signal in signals.drain() {
                     switch signal {
@@ -123,6 +155,11 @@ public final class TreeAgent {
                 }
             }
             if ready[0] { try takeEvents() }
+            if polls, Posix.monotonicSeconds() >= nextLook {
+                look()
+                nextLook += Double(rootChoice.intervalMs) / 1000
+                if nextLook < Posix.monotonicSeconds() { nextLook = Posix.monotonicSeconds() + Double(rootChoice.intervalMs) / 1000 }
+            }
             let now = Date()
             for cart in Array(timed.values) {
                 if let due = cart.retryAt {
@@ -186,11 +223,59 @@ public final class TreeAgent {
                 }
                 continue
             }
+            guard let watcher = cart.watcher else { continue }
             if changes[id] == nil { order.append(id) }
             var entry = changes[id] ?? ([], [])
-            cart.watcher.handle(event, into: &entry.kinds, delivered: &entry.delivered)
+            watcher.handle(event, into: &entry.kinds, delivered: &entry.delivered)
             changes[id] = entry
         }
+        take(changes, order: order)
+    }
+
+    /// One look at what is polled: the root's carts (when the root is polled), then each polled cart.
+    private func look() {
+        if rootChoice.polls {
+            let now = Posix.monotonicSeconds()
+            let identity = Posix.linkInfo(tree.root)?.identity ?? []
+            if identity != rootIdentity { rootUnsettledUntil = now + Poller.settleSeconds }
+            if identity != rootIdentity || now < rootUnsettledUntil + Double(rootChoice.intervalMs) / 1000 {
+                rootIdentity = identity
+                guard Posix.linkInfo(tree.root)?.kind == .directory, Posix.linkInfo(tree.database.stateDirectory)?.kind == .directory else {
+                    fatal = .directoryGone(path: tree.root)
+                    return
+                }
+                let ids = Set((try? tree.cartDirectories()) ?? [])
+                for id in carts.keys where !ids.contains(id) { end(id) }
+                for id in ids.sorted() where carts[id] == nil && waiting[id] == nil { adopt(id) }
+            }
+        }
+        var changes: [String: (kinds: Set<Watcher.Change>, delivered: [String])] = [:]
+        var order: [String] = []
+        for (id, cart) in carts {
+            guard let poller = cart.poller else { continue }
+            let seen = poller.changes()
+            if !seen.kinds.isEmpty {
+                changes[id] = seen
+                order.append(id)
+            }
+        }
+        // A directory refused until init --adopt: its marker written again is looked for too.
+        if rootChoice.polls {
+            for id in waiting.keys {
+                let identity = Posix.linkInfo("\(tree.root)/\(id)/\(Tree.markerName)")?.identity ?? []
+                if waitingMarkers[id] != nil, waitingMarkers[id] != identity, !order.contains(id) {
+                    changes[id] = ([.commit], [])
+                    order.append(id)
+                }
+                waitingMarkers[id] = identity
+            }
+            waitingMarkers = waitingMarkers.filter { waiting[$0.key] != nil }
+        }
+        take(changes, order: order.sorted())
+    }
+
+    /// Runs what changed in each cart, in order: the new cart versions together (group commit).
+    private func take(_ changes: [String: (kinds: Set<Watcher.Change>, delivered: [String])], order: [String]) {
         var cartsOnly: [Cart] = []
         for id in order where carts[id] == nil && waiting[id] != nil { adopt(id) }
         for id in order {
@@ -287,8 +372,28 @@ public final class TreeAgent {
                       tree.markerMatches(id, number: known.number) else { throw error }
                 store = Store(database: tree.database, cart: known.number, directory: directory, signalPath: "\(directory)/\(Tree.markerName)")
             }
-            let watcher = try Watcher(directory: directory, cart: configuration.cart, inotify: inotify, isTreeCart: true)
-            let cart = Cart(id: id, store: store, watcher: watcher) { [unowned self] cart in
+            // Watched with inotify while watches are left and its file system lets inotify see
+            // every write; polled otherwise (SPEC §10).
+            let perCart = Watcher.watchCount(cart: configuration.cart, isTreeCart: true)
+            var polls = rootChoice.polls || watchesLeft < perCart
+            if !polls, let choice = try? WatchChoice.decide(directory: directory, cart: configuration.cart, settings: configuration.watch, override: watchOverride), choice.polls {
+                polls = true
+                logger.tagged(cart: id).log(.info, "polled every \(rootChoice.intervalMs) ms (\(choice.reason))")
+            }
+            var watcher: Watcher?
+            if !polls {
+                do throws(AgentError) {
+                    watcher = try Watcher(directory: directory, cart: configuration.cart, inotify: inotify, isTreeCart: true)
+                    if watchesLeft != Int.max { watchesLeft -= perCart }
+                } catch {
+                    // The watch limit reached (other watchers on the machine): polled instead.
+                    guard case let .system(failure) = error, failure.isNoSpace else { throw error }
+                    watchesLeft = 0
+                    logger.log(.warning, "cart \(id): the inotify watch limit is reached (sysctl fs.inotify.max_user_watches): this cart and those made after it are polled every \(rootChoice.intervalMs) ms")
+                }
+            }
+            let poller = watcher == nil ? Poller(directory: directory, cart: configuration.cart, isTreeCart: true) : nil
+            let cart = Cart(id: id, store: store, watcher: watcher, poller: poller) { [unowned self] cart in
                 if cart.retryAt != nil || cart.deadline != nil { self.timed[cart.id] = cart } else { self.timed[cart.id] = nil }
             }
             carts[id] = cart
@@ -296,8 +401,6 @@ public final class TreeAgent {
             attempt(cart, .everything)
         } catch {
             switch error {
-            case let .system(failure) where failure.isNoSpace:
-                logger.log(.error, "cart \(id): cannot be watched: the inotify watch limit is reached (sysctl fs.inotify.max_user_watches); it is not served until the agent restarts with a higher limit")
             case let .system(failure) where failure.isMissing:
                 break  // gone again before it could be adopted
             default:
@@ -331,7 +434,7 @@ public final class TreeAgent {
         carts[id] = nil
         timed[id] = nil
         engines[id] = nil
-        cart.watcher.removeWatches()
+        cart.watcher?.removeWatches()
         do {
             try tree.database.withTransaction { () throws(AgentError) in
                 if let known = try tree.database.cart(id), known.number == cart.store.cart {
@@ -406,7 +509,8 @@ public final class TreeAgent {
             engines = [:]
             logger.log(.info, "reloaded \(AgentConfiguration.fileName)")
             for cart in carts.values {
-                if cartMoved { cart.watcher.follow(cart: configuration.cart) }
+                if cartMoved { cart.watcher?.follow(cart: configuration.cart) }
+                if cartMoved { cart.poller?.follow(cart: configuration.cart) }
                 if cartMoved { attempt(cart, .cart) }
             }
         } catch {

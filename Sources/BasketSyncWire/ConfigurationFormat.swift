@@ -45,6 +45,30 @@ public struct AgentConfiguration: Equatable, Sendable {
     /// How long settled history is kept; nil: for ever.
     public var retention: Retention?
 
+    /// How the agent learns of changes: inotify, polling, or chosen by the file system.
+    public var watch = Watching()
+
+    /// How `watch` sees changes (SPEC §10).
+    public struct Watching: Equatable, Sendable {
+        /// inotify where it sees every write, polling where it cannot (network and FUSE file
+        /// systems); always inotify; always polling.
+        public enum Mode: String, Equatable, Sendable { case auto, inotify, poll }
+
+        /// The mode.
+        public var mode: Mode = .auto
+        /// How often a polled directory is looked at, in milliseconds.
+        public var pollIntervalMs = 1000
+
+        /// The shortest and longest poll interval accepted.
+        public static let intervals = 10...3_600_000
+
+        /// A watch setting.
+        public init(mode: Mode = .auto, pollIntervalMs: Int = 1000) {
+            self.mode = mode
+            self.pollIntervalMs = pollIntervalMs
+        }
+    }
+
     /// What is removed once older than `days`: acknowledged records (never a pending batch nor a
     /// record the host has not acknowledged), the ids of events, transfers and orders, and the
     /// files of `inbox/cur/` and `inbox/bad/`.
@@ -185,6 +209,23 @@ public struct AgentConfiguration: Equatable, Sendable {
                     }
                 }
                 configuration.retention = retention
+            case "watch":
+                guard case let .object(names) = node.value else { throw fail(node.offset, "\"watch\" must be an object such as {\"mode\": \"auto\", \"pollIntervalMs\": 1000}") }
+                for (name, value) in names {
+                    switch name {
+                    case "mode":
+                        guard case let .string(text) = value.value, let mode = Watching.Mode(rawValue: text) else {
+                            throw fail(value.offset, "\"watch.mode\" must be \"auto\" (inotify, or polling on network and FUSE file systems), \"inotify\" or \"poll\"")
+                        }
+                        configuration.watch.mode = mode
+                    case "pollIntervalMs":
+                        guard let interval = value.integer, Watching.intervals.contains(interval) else {
+                            throw fail(value.offset, "\"watch.pollIntervalMs\" must be a whole number of milliseconds from \(Watching.intervals.lowerBound) to \(Watching.intervals.upperBound), such as 1000")
+                        }
+                        configuration.watch.pollIntervalMs = interval
+                    default: throw fail(value.offset, "unknown key \(JSONWriter.quoted("watch." + name)); the keys are mode and pollIntervalMs")
+                    }
+                }
             default:
                 throw fail(node.offset, "unknown setting \(JSONWriter.quoted(key)); see the comments that basket-sync init writes")
             }
@@ -246,7 +287,12 @@ public struct AgentConfiguration: Equatable, Sendable {
               // and orders (one redelivered later is taken again), and the files of inbox/cur/ and
               // inbox/bad/. Never a pending batch nor a record the host has not acknowledged.
               // null: for ever; or {"days": 30} (fractions allowed).
-              "retention": \(retention.map { "{ \"days\": \(Self.number($0.days)) }" } ?? "null")
+              "retention": \(retention.map { "{ \"days\": \(Self.number($0.days)) }" } ?? "null"),
+
+              // How the agent sees changes: "inotify"; "poll" (looks every pollIntervalMs: the cart,
+              // inbox/new/, the commits); "auto": inotify, but polling where inotify cannot see
+              // other machines' writes (NFS, SMB/CIFS, FUSE, 9p, Ceph…). watch --poll[=MS] forces polling.
+              "watch": { "mode": \(quoted(watch.mode.rawValue)), "pollIntervalMs": \(watch.pollIntervalMs) }
             }
 
             """

@@ -58,7 +58,7 @@ enum Help {
                 """
         case "watch":
             return """
-                usage: basket-sync [-C DIR] watch [--no-synchronizer] [--log-format human|json] [--quiet]
+                usage: basket-sync [-C DIR] watch [--no-synchronizer] [--log-format human|json] [--quiet] [--poll[=MS]]
 
                 Runs the agent: each new version of cart.json becomes a notifyRetailerBasketChanged in
                 notifications.jsonl; each Mealz event in inbox/new/ becomes updateBasket deltas in
@@ -73,6 +73,11 @@ enum Help {
                                         updateBasket sku-1 +2 from evt-42", "notify #5 sku-1=2 st
                                         17", "payment #2 handlePayment recorded order-123 42.50";
                                         in json the record rides along as "record"
+                  --poll[=MS]           look for changes every MS milliseconds (default: the
+                                        configuration's "watch.pollIntervalMs", 1000) instead of
+                                        inotify; "watch": {"mode": "auto"} polls by itself on
+                                        NFS, SMB, FUSE, 9p, Ceph, where inotify cannot see other
+                                        machines' writes
 
                 example:
                   basket-sync -C /srv/cart-sync watch --log-format json

@@ -8,7 +8,7 @@ struct Invocation {
         case help(String?)
         case version
         case initialize(adopt: Bool, tree: Bool)
-        case watch(noSynchronizer: Bool, logFormat: LogFormat?, quiet: Bool)
+        case watch(noSynchronizer: Bool, logFormat: LogFormat?, quiet: Bool, poll: WatchChoice.Override?)
         case sync(noSynchronizer: Bool, json: Bool)
         case push(kind: Commands.PushKind, products: [RetailerProduct], id: String?)
         case status(json: Bool)
@@ -76,13 +76,22 @@ struct Invocation {
             let noSynchronizer = options.flag("--no-synchronizer")
             let quiet = options.flag("--quiet")
             let format = try options.value("--log-format")
+            var poll: WatchChoice.Override?
+            if options.flag("--poll") { poll = WatchChoice.Override(mode: .poll, intervalMs: nil, source: "--poll") }
+            if let index = options.arguments.firstIndex(where: { $0.hasPrefix("--poll=") }) {
+                let text = options.arguments.remove(at: index)
+                guard let override = WatchChoice.Override.parse(String(text.dropFirst(2)), source: text) else {
+                    throw .usage("--poll=MS takes a whole number of milliseconds from \(AgentConfiguration.Watching.intervals.lowerBound) to \(AgentConfiguration.Watching.intervals.upperBound), not \(text.dropFirst("--poll=".count))")
+                }
+                poll = override
+            }
             try options.finish()
             var logFormat: LogFormat?
             if let format {
                 guard let parsed = LogFormat(rawValue: format) else { throw .usage("--log-format is human or json, not \(format)") }
                 logFormat = parsed
             }
-            command = .watch(noSynchronizer: noSynchronizer, logFormat: logFormat, quiet: quiet)
+            command = .watch(noSynchronizer: noSynchronizer, logFormat: logFormat, quiet: quiet, poll: poll)
         case "sync":
             let noSynchronizer = options.flag("--no-synchronizer")
             let json = options.flag("--json")

@@ -12,15 +12,15 @@ func logger(for directory: String) throws(AgentError) -> Logger {
 
 /// The agent. The error that stops it (from the start: a directory that is not a sync directory)
 /// is a line of its log, in the log's format.
-func watch(_ invocation: Invocation, directory: String, isSynchronizerRegistered: Bool, logFormat: LogFormat?, quiet: Bool) -> Int32 {
+func watch(_ invocation: Invocation, directory: String, isSynchronizerRegistered: Bool, logFormat: LogFormat?, quiet: Bool, poll: WatchChoice.Override?) -> Int32 {
     let logger = Logger(format: logFormat ?? .human)
     logger.isQuiet = quiet
     do {
         if invocation.directory != nil { try Terminal.enter(directory) }
         if case .treeRoot = Place.of(directory) {
-            try TreeAgent(root: directory, isSynchronizerRegistered: isSynchronizerRegistered, logFormat: logFormat, logger: logger).run()
+            try TreeAgent(root: directory, isSynchronizerRegistered: isSynchronizerRegistered, logFormat: logFormat, watchOverride: poll, logger: logger).run()
         } else {
-            try Agent(directory: directory, isSynchronizerRegistered: isSynchronizerRegistered, logFormat: logFormat, logger: logger).run()
+            try Agent(directory: directory, isSynchronizerRegistered: isSynchronizerRegistered, logFormat: logFormat, watchOverride: poll, logger: logger).run()
         }
         return 0
     } catch {
@@ -32,8 +32,8 @@ func watch(_ invocation: Invocation, directory: String, isSynchronizerRegistered
 func run() throws(AgentError) -> Int32 {
     let invocation = try Invocation(arguments: try Terminal.arguments()[...])
     let directory = Terminal.syncDirectory(option: invocation.directory)
-    if case let .watch(noSynchronizer, logFormat, quiet) = invocation.command {
-        return watch(invocation, directory: directory, isSynchronizerRegistered: !noSynchronizer, logFormat: logFormat, quiet: quiet)
+    if case let .watch(noSynchronizer, logFormat, quiet, poll) = invocation.command {
+        return watch(invocation, directory: directory, isSynchronizerRegistered: !noSynchronizer, logFormat: logFormat, quiet: quiet, poll: poll)
     }
     // As `git -C`: the other paths on the command line are relative to the sync directory.
     // Where the directory stands, told right before anything is touched (a broken tree
@@ -52,7 +52,7 @@ func run() throws(AgentError) -> Int32 {
         let what = tree || Place.of(directory) == .treeRoot ? "a tree of carts" : "a sync directory"
         emit(created.isEmpty ? "\(directory) is already \(what); nothing to create" : created.map { "created \($0)" }.joined(separator: "\n"))
     case .watch:
-        break  // run by watch(_:directory:isSynchronizerRegistered:logFormat:quiet:)
+        break  // run by watch(_:directory:isSynchronizerRegistered:logFormat:quiet:poll:)
     case let .sync(noSynchronizer, json) where Place.of(directory) == .treeRoot:
         let summary = try Commands.syncTree(root: directory, isSynchronizerRegistered: !noSynchronizer, logger: try logger(for: directory))
         emit(json ? summary.json : summary.human)

@@ -176,18 +176,32 @@ import TestSupport
     }
 
     /// Past the inotify watches it may use, the agent says how many the tree needs and names the
-    /// sysctl to raise, and does not start (78).
-    @Test func pastTheWatchLimitTheAgentRefusesToStartNamingTheSysctl() async throws {
+    /// sysctl to raise, and polls the carts beyond the limit (SPEC §10): every cart is served.
+    @Test func pastTheWatchLimitTheCartsBeyondArePolledAndTheSysctlNamed() async throws {
         let playground = try tree()
+        let settings = playground.read("basket-sync.json").replacingOccurrences(of: "\"pollIntervalMs\": 1000", with: "\"pollIntervalMs\": 50")
+        try playground.writeAtomically("basket-sync.json", settings)
         for id in ["a", "b", "c"] { try mkdir(playground, id) }
-        let agent = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_MAX_WATCHES": "12"])
-        try await eventually("the agent stops") { !agent.process.isRunning }
-        #expect(agent.process.terminationStatus == 78, "\(agent.log)")
+        // Auto whatever the suite's environment says: a and b watched (1 + 2 × 4 watches), c polled.
+        let agent = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_MAX_WATCHES": "12", "BASKET_SYNC_WATCH_MODE": ""])
+        try await agent.waitUntilWatching()
         #expect(agent.log.contains("3 carts need 13 inotify watches, over the limit of 12") && agent.log.contains("sysctl fs.inotify.max_user_watches="), "\(agent.log)")
-        // Within the limit it starts.
-        let fits = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_MAX_WATCHES": "13"])
+        #expect(agent.log.contains("1 polled every 50 ms"), "\(agent.log)")
+        for (index, id) in ["a", "b", "c"].enumerated() { try playground.writeAtomically("\(id)/cart.json", cartJSON([("X", index + 1)])) }
+        for id in ["a", "b", "c"] {
+            try await eventually("cart \(id) is notified") { notified(playground, id).count == 1 }
+        }
+        // A cart made past the limit while it runs is polled too, and served.
+        try mkdir(playground, "d")
+        try playground.writeAtomically("d/cart.json", cartJSON([("X", 4)]))
+        try await eventually("cart d, made while running, is notified") { notified(playground, "d").count == 1 }
+        try mealzLine(playground, "c", quantity: 2)
+        try await eventually("an event in the polled cart reaches its outbox") { playground.records("c/outbox.jsonl").count == 1 }
+        #expect(agent.stop() == 0)
+        // Within the limit every cart is watched with inotify.
+        let fits = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_MAX_WATCHES": "17", "BASKET_SYNC_WATCH_MODE": ""])
         try await fits.waitUntilWatching()
-        #expect(fits.log.contains("13 inotify watches needed (4 per cart), the limit is 13"), "\(fits.log)")
+        #expect(fits.log.contains("17 inotify watches needed (4 per cart), the limit is 17") && fits.log.contains("4 carts, inotify"), "\(fits.log)")
         #expect(fits.stop() == 0)
     }
 

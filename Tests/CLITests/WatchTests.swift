@@ -316,7 +316,8 @@ import Testing
         #expect(agent.stop() == 0)
     }
 
-    @Test func afterAnOverflowOfTheInotifyQueueEverythingIsReadAgain() async throws {
+    /// inotify's own failure: an agent that polls (the suite run again with BASKET_SYNC_WATCH_MODE=poll) has no queue to overflow.
+    @Test(.enabled(if: !agentsPoll, "the agents poll: no inotify queue")) func afterAnOverflowOfTheInotifyQueueEverythingIsReadAgain() async throws {
         let playground = try Playground()
         let agent = try await started(playground)
         // "watching" is said before the start pass: stopped inside it, between its inbox and its

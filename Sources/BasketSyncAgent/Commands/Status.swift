@@ -30,6 +30,9 @@ public struct StatusReport {
     let inboxDuplicates: Int
     /// The retention in force, if any: the counts of ids are of those kept.
     let retentionDays: Double?
+    /// How `watch` sees this directory's changes (inotify or polling, and why); nil when it
+    /// cannot say (a broken BASKET_SYNC_WATCH_MODE).
+    let watch: WatchChoice?
 
     /// Reads the state of `directory` as committed now.
     public init(directory: String) throws(AgentError) {
@@ -45,6 +48,7 @@ public struct StatusReport {
         self.directory = directory
         cart = configuration.cart
         retentionDays = configuration.retention?.days
+        watch = try? WatchChoice.decide(directory: directory, cart: configuration.cart, settings: configuration.watch, override: nil)
         var lastLines: [Projection: [UInt8]] = [:]
         var counts: [Projection: UInt64] = [:]
         var notes: [String: String] = [:]
@@ -167,6 +171,7 @@ public struct StatusReport {
         }
         lines.append("outbox: \(counts[.outbox] ?? 0) records, notifications: \(counts[.notifications] ?? 0), payments: \(counts[.payments] ?? 0)")
         lines.append(cartLine)
+        if let watch { lines.append("watch: \(watch.description)") }
         let taken = retentionDays.map { "\(inboxTaken) taken within the retention (\(SyncEngine.shownDays($0)))" } ?? "\(inboxTaken) taken"
         lines.append("inbox: \(taken), \(inboxDuplicates) duplicate deliveries (acknowledged, not done again), \(inboxWaiting) waiting in new/, \(inboxBad) in bad/")
         if let inboxProblem { lines.append("inbox unusable: \(inboxProblem)") }
@@ -196,6 +201,15 @@ public struct StatusReport {
             object.member("mode", state.mode.rawValue)
             object.member("basket", state.basket)
             object.member("syncedThrough", state.hostSyncedThrough)
+            if let watch {
+                object.member("watch") { writer in
+                    writer.object { object in
+                        object.member("mode", watch.polls ? "poll" : "inotify")
+                        object.member("intervalMs", watch.intervalMs)
+                        object.member("reason", watch.reason)
+                    }
+                }
+            }
             object.member("mealz") { writer in
                 writer.array(mealzIds) { writer, id in
                     writer.object { line in

@@ -291,6 +291,13 @@ enum Posix {
         return nil
     }
 
+    /// Seconds on the monotonic clock (never set back).
+    static func monotonicSeconds() -> Double {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+    }
+
     /// What the path itself is, without following a final symbolic link; nil when it does not exist.
     static func linkInfo(_ path: String) -> FileInfo? {
         var info = stat()

@@ -1,0 +1,91 @@
+import Foundation
+import Testing
+
+/// Polling where inotify is blind (SPEC §10), on a real FUSE file system: a bindfs mount of a
+/// directory, written underneath as another machine writes a share. inotify on the mount sees
+/// only what goes through it; `auto` finds FUSE with statfs and polls.
+@Suite(.serialized) struct PollingTests {
+    /// A bindfs mount over a fresh directory, the sync directory made through it; nil (the reason
+    /// printed) where FUSE or bindfs is missing or mounting is not allowed.
+    final class Mount {
+        let base: String
+        var under: String { base + "/under" }
+        var mount: String { base + "/mount" }
+
+        init?() throws {
+            guard FileManager.default.fileExists(atPath: "/dev/fuse") else {
+                print("PollingTests skipped: no /dev/fuse on this machine")
+                return nil
+            }
+            guard let bindfs = ["/usr/bin/bindfs", "/bin/bindfs"].first(where: FileManager.default.isExecutableFile(atPath:)) else {
+                print("PollingTests skipped: bindfs is not installed (apt-get install bindfs)")
+                return nil
+            }
+            var template = Array((FileManager.default.temporaryDirectory.path + "/basket-sync-fuse-XXXXXX").utf8CString)
+            guard mkdtemp(&template) != nil else { throw CocoaError(.fileWriteUnknown) }
+            base = String(decoding: template.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            for folder in [base + "/under", base + "/mount"] { try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true) }
+            guard mountCommand([base + "/under", base + "/mount"], program: bindfs) else {
+                print("PollingTests skipped: bindfs could not mount (FUSE needs root or the fuse group)")
+                try? FileManager.default.removeItem(atPath: base)
+                return nil
+            }
+            let made = try basketSync(["-C", mount, "init"])
+            #expect(made.status == 0, "\(made.stderr)")
+            // Looked at every 50 ms: the test waits less, the rule is the same.
+            let settings = try String(contentsOfFile: under + "/basket-sync.json", encoding: .utf8)
+            try settings.replacingOccurrences(of: "\"pollIntervalMs\": 1000", with: "\"pollIntervalMs\": 50").write(toFile: under + "/basket-sync.json", atomically: true, encoding: .utf8)
+        }
+
+        /// Writes a file underneath the mount as a host on another machine would: a temporary
+        /// name, then a rename.
+        func writeUnderneath(_ relative: String, _ text: String) throws {
+            let path = under + "/" + relative
+            try text.write(toFile: path + ".tmp-under", atomically: false, encoding: .utf8)
+            guard rename(path + ".tmp-under", path) == 0 else { throw CocoaError(.fileWriteUnknown) }
+        }
+
+        func records(_ relative: String) -> [[String: Any]] {
+            ((try? String(contentsOfFile: under + "/" + relative, encoding: .utf8)) ?? "").split(separator: "\n").compactMap {
+                try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+            }
+        }
+
+        deinit {
+            if !mountCommand(["-u", mount], program: "/bin/fusermount") { mountCommand([mount], program: "/bin/umount") }
+            try? FileManager.default.removeItem(atPath: base)
+        }
+    }
+
+    /// `auto` finds FUSE, says so, polls, and takes a cart and an inbox event written underneath.
+    @Test func autoPollsAFUSEMountAndTakesWhatIsWrittenUnderneath() async throws {
+        guard let mount = try Mount() else { return }
+        let agent = try AgentProcess(directory: mount.mount, environment: ["BASKET_SYNC_WATCH_MODE": ""])
+        try await agent.waitUntilWatching()
+        #expect(agent.log.contains("polling every 50 ms") && agent.log.contains("is on fuse"), "\(agent.log)")
+        try mount.writeUnderneath("inbox/new/e1", "{\"id\":\"e1\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\",\"quantity\":2}]}\n")
+        try await eventually("the event written underneath reaches the outbox") { mount.records("outbox.jsonl").count == 1 }
+        try mount.writeUnderneath("cart.json", cartJSON([("A", 2), ("X", 1)], syncedThrough: 1))
+        try await eventually("the cart written underneath is notified") { mount.records("notifications.jsonl").last.map(products) == ["A": 2] }
+        // status says how the agent watches.
+        let status = try basketSync(["-C", mount.mount, "status"], environment: ["BASKET_SYNC_WATCH_MODE": ""])
+        #expect(status.stdout.contains("polling every 50 ms"), "\(status.stdout)")
+        #expect(agent.stop() == 0)
+    }
+
+    /// Why the mode exists: forced to inotify on the same mount, the agent never sees the cart
+    /// written underneath — it takes an event delivered through the mount after that write, and
+    /// still has not read the cart.
+    @Test func forcedToInotifyTheAgentMissesWhatIsWrittenUnderneath() async throws {
+        guard let mount = try Mount() else { return }
+        let agent = try AgentProcess(directory: mount.mount, environment: ["BASKET_SYNC_WATCH_MODE": "inotify"])
+        try await agent.waitUntilWatching()
+        #expect(agent.log.contains("inotify (BASKET_SYNC_WATCH_MODE)"), "\(agent.log)")
+        try mount.writeUnderneath("cart.json", cartJSON([("A", 5)]))
+        // After that write, an event through the mount: inotify sees this one.
+        #expect(try basketSync(["-C", mount.mount, "push", "A=+1"]).status == 0)
+        try await eventually("the event delivered through the mount reaches the outbox") { mount.records("outbox.jsonl").count == 1 }
+        #expect(!mount.records("notifications.jsonl").contains { products($0)["A"] == 5 }, "the cart written underneath was seen: \(mount.records("notifications.jsonl"))")
+        #expect(agent.stop() == 0)
+    }
+}
