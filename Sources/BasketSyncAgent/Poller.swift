@@ -10,12 +10,20 @@ import BasketSyncWire
 /// the change was seen (the cart read again, `inbox/new/` listed again), and only then trusted.
 final class Poller {
     let directory: String
-    private var cartComponents: [String]
     private let isTreeCart: Bool
-    /// The identity of each path at the last look ([] while missing).
-    private var identities: [String: [Int64]] = [:]
-    /// Until when (monotonic seconds) a path that changed is looked at as changed again.
-    private var unsettled: [String: Double] = [:]
+    private var cartPath: String
+    private let signalPath: String
+    private let newPath: String
+    private let stateDirectory: String
+
+    /// What is looked at.
+    private enum Slot: Int, CaseIterable {
+        case cart, cartFollowed, signal, inbox
+    }
+    /// What each slot's `stat` said at the last look (nil while missing).
+    private var seen: [FileInfo?] = Array(repeating: nil, count: Slot.allCases.count)
+    /// Until when (monotonic seconds) a slot that changed is looked at as changed again.
+    private var unsettled: [Double] = Array(repeating: 0, count: Slot.allCases.count)
 
     /// How long a path that changed is treated as changed at every look.
     static let settleSeconds = 2.0
@@ -24,18 +32,20 @@ final class Poller {
     init(directory: String, cart: String, isTreeCart: Bool) {
         self.directory = directory
         self.isTreeCart = isTreeCart
-        cartComponents = cart.split(separator: "/").map(String.init)
+        cartPath = "\(directory)/\(cart)"
+        signalPath = isTreeCart ? "\(directory)/\(Tree.markerName)" : "\(directory)/\(Store.stateDirectoryName)/\(Store.commitSignalName)"
+        newPath = "\(directory)/inbox/new"
+        stateDirectory = "\(directory)/\(Store.stateDirectoryName)"
         _ = look()
-        unsettled = [:]
+        unsettled = Array(repeating: 0, count: Slot.allCases.count)
     }
 
-    /// Follows a new cart path (a SIGHUP changed `"cart"`).
+    /// Follows a new cart path (a SIGHUP changed `"cart"`): read at the next look.
     func follow(cart: String) {
-        cartComponents = cart.split(separator: "/").map(String.init)
-        _ = changed(cartPath, now: Posix.monotonicSeconds())
+        cartPath = "\(directory)/\(cart)"
+        seen[Slot.cart.rawValue] = nil
+        unsettled[Slot.cart.rawValue] = Posix.monotonicSeconds() + Poller.settleSeconds
     }
-
-    private var cartPath: String { "\(directory)/" + cartComponents.joined(separator: "/") }
 
     /// Looks once and says what changed since the last look.
     func changes() -> (kinds: Set<Watcher.Change>, delivered: [String]) {
@@ -46,31 +56,29 @@ final class Poller {
         let now = Posix.monotonicSeconds()
         var changes = Set<Watcher.Change>()
         guard Posix.linkInfo(directory)?.kind == .directory,
-              isTreeCart || Posix.linkInfo("\(directory)/\(Store.stateDirectoryName)")?.kind == .directory else {
+              isTreeCart || Posix.linkInfo(stateDirectory)?.kind == .directory else {
             return [.directoryGone]
         }
         // The cart as a name, and what a link there points to (followSymlinks).
-        if changed(cartPath, now: now) || changed(cartPath, following: true, now: now) { changes.insert(.cart) }
-        let signal = isTreeCart ? "\(directory)/\(Tree.markerName)" : "\(directory)/\(Store.stateDirectoryName)/\(Store.commitSignalName)"
-        if changed(signal, now: now) { changes.insert(.commit) }
+        let cartChanged = changed(.cart, Posix.linkInfo(cartPath), now: now)
+        let followedChanged = changed(.cartFollowed, Posix.info(cartPath), now: now)
+        if cartChanged || followedChanged { changes.insert(.cart) }
+        if changed(.signal, Posix.linkInfo(signalPath), now: now) { changes.insert(.commit) }
         // Whatever waits there when it changed is taken (a name delivered again after the first
         // was taken is a new delivery): listed only when it changed.
-        let new = "\(directory)/inbox/new"
-        if changed(new, now: now), Posix.listDirectory(new).contains(where: { !$0.hasPrefix(".") }) { changes.insert(.inbox) }
+        if changed(.inbox, Posix.linkInfo(newPath), now: now), Posix.listDirectory(newPath).contains(where: { !$0.hasPrefix(".") }) {
+            changes.insert(.inbox)
+        }
         return changes
     }
 
-    /// Whether `path` changed since the last look, or changed less than ``settleSeconds`` ago.
-    private func changed(_ path: String, following: Bool = false, now: Double) -> Bool {
-        let key = following ? path + "\u{0}" : path
-        let identity = (following ? Posix.info(path) : Posix.linkInfo(path))?.identity ?? []
-        if identities[key] != identity {
-            identities[key] = identity
-            unsettled[key] = now + Poller.settleSeconds
+    /// Whether a slot changed since the last look, or changed less than ``settleSeconds`` ago.
+    private func changed(_ slot: Slot, _ info: FileInfo?, now: Double) -> Bool {
+        if seen[slot.rawValue] != info {
+            seen[slot.rawValue] = info
+            unsettled[slot.rawValue] = now + Poller.settleSeconds
             return true
         }
-        guard let until = unsettled[key] else { return false }
-        if now >= until { unsettled[key] = nil }
-        return true
+        return now < unsettled[slot.rawValue]
     }
 }

@@ -12,7 +12,7 @@ import Testing
         var under: String { base + "/under" }
         var mount: String { base + "/mount" }
 
-        init?() throws {
+        init?(tree: Bool = false) throws {
             guard FileManager.default.fileExists(atPath: "/dev/fuse") else {
                 print("PollingTests skipped: no /dev/fuse on this machine")
                 return nil
@@ -30,7 +30,7 @@ import Testing
                 try? FileManager.default.removeItem(atPath: base)
                 return nil
             }
-            let made = try basketSync(["-C", mount, "init"])
+            let made = try basketSync(["-C", mount, "init"] + (tree ? ["--tree"] : []))
             #expect(made.status == 0, "\(made.stderr)")
             // Looked at every 50 ms: the test waits less, the rule is the same.
             let settings = try String(contentsOfFile: under + "/basket-sync.json", encoding: .utf8)
@@ -70,6 +70,25 @@ import Testing
         // status says how the agent watches.
         let status = try basketSync(["-C", mount.mount, "status"], environment: ["BASKET_SYNC_WATCH_MODE": ""])
         #expect(status.stdout.contains("polling every 50 ms"), "\(status.stdout)")
+        #expect(agent.stop() == 0)
+    }
+
+    /// A tree on FUSE: the root is polled, a cart directory made underneath is adopted, its cart
+    /// and an event in its inbox taken; `status` on the root says the carts are polled.
+    @Test func aTreeOnAFUSEMountIsPolledCartsMadeUnderneathAdopted() async throws {
+        guard let mount = try Mount(tree: true) else { return }
+        let agent = try AgentProcess(directory: mount.mount, environment: ["BASKET_SYNC_WATCH_MODE": ""])
+        try await agent.waitUntilWatching()
+        #expect(agent.log.contains("polled every 50 ms") && agent.log.contains("is on fuse"), "\(agent.log)")
+        for folder in ["c1", "c1/inbox", "c1/inbox/new", "c1/inbox/tmp"] {
+            try FileManager.default.createDirectory(atPath: mount.under + "/" + folder, withIntermediateDirectories: true)
+        }
+        try mount.writeUnderneath("c1/cart.json", cartJSON([("X", 1)]))
+        try await eventually("the cart made underneath is adopted and notified") { mount.records("c1/notifications.jsonl").count == 1 }
+        try mount.writeUnderneath("c1/inbox/new/e1", "{\"id\":\"e1\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\",\"quantity\":1}]}\n")
+        try await eventually("its event reaches its outbox") { mount.records("c1/outbox.jsonl").count == 1 }
+        let status = try basketSync(["-C", mount.mount, "status"], environment: ["BASKET_SYNC_WATCH_MODE": ""])
+        #expect(status.stdout.contains("watch: polling every 50 ms"), "\(status.stdout)")
         #expect(agent.stop() == 0)
     }
 

@@ -62,6 +62,14 @@ public struct TreeStatusReport {
         let waiting = carts.reduce(0) { $0 + $1.report.inboxWaiting }, bad = carts.reduce(0) { $0 + $1.report.inboxBad }
         lines.append("inbox: \(waiting) waiting in new/, \(bad) in bad/ (every cart)")
         let errors = withErrors
+        // How the agent sees the carts, as their file systems decide (past the inotify watch
+        // limit the agent polls more: its log says so).
+        let polled = carts.compactMap { $0.report.watch }.filter(\.polls)
+        if let first = polled.first {
+            lines.append(polled.count == carts.count ? "watch: \(first.description)" : "watch: \(polled.count) carts \(first.description), the others inotify")
+        } else if let first = carts.first?.report.watch {
+            lines.append("watch: \(first.description)")
+        }
         lines.append(errors.isEmpty ? "carts with an error: none" : "carts with an error: \(errors.count)")
         for (id, error) in errors.prefix(20) { lines.append("  \(id): \(error)") }
         if errors.count > 20 { lines.append("  … and \(errors.count - 20) more (status --json lists them all)") }
