@@ -201,6 +201,35 @@ func runTreeBench(carts: Int, seconds: Double, rate: Double, events: Double) -> 
         .split(separator: " ").dropFirst().first.map(String.init) ?? "?"
     stop(agent, SIGTERM)
 
+    // The same tree polled every second (SPEC §10: as on a network file system): the CPU of the
+    // looks while nothing changes, then one change at a time (seen at the next look).
+    let pollLog = log + ".poll"
+    let polled = spawn([basketSync, "-C", root, "watch", "--quiet", "--poll=1000"], stderrPath: pollLog)
+    let pollStart = monotonic()
+    while !readFile(pollLog).contains("watching the tree") {
+        if monotonic() > pollStart + 120 { fail("the polling agent did not start over the tree: \(readFile(pollLog))") }
+        usleep(10_000)
+    }
+    usleep(3_000_000)  // the start's own changes settled
+    let pollSeconds = quick ? 2.0 : 20.0
+    let pollTicks = cpuTicks(polled)
+    usleep(UInt32(pollSeconds * 1_000_000))
+    let pollCPU = Double(cpuTicks(polled) - pollTicks) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    var pollLatencies: [Double] = []
+    for _ in 0..<(quick ? 3 : 20) {
+        let cart = Int.random(in: 0..<carts, using: &rng)
+        versions[cart] += 1
+        let directory = "\(root)/c\(cart)"
+        let watch = WriteWatch(directory: directory, name: "notifications.jsonl")
+        writeFile("\(directory)/.cart.tmp", treeCartText(version: versions[cart]))
+        let began = monotonic()
+        rename("\(directory)/.cart.tmp", "\(directory)/cart.json")
+        guard watch.wait() else { fail("no notification in \(directory) from the polling agent") }
+        pollLatencies.append(monotonic() - began)
+        usleep(UInt32.random(in: 0..<300_000, using: &rng))
+    }
+    stop(polled, SIGTERM)
+
     print("## basket-sync benchmark: a tree of \(carts) carts\(quick ? " (quick setting: not figures)" : "")\n")
     print("Machine: \(machine()).\n")
     print("- first pass over \(carts) new carts (`sync` on the root: adopt each, take its event and its cart): \(ms(adoption))")
@@ -217,8 +246,9 @@ func runTreeBench(carts: Int, seconds: Double, rate: Double, events: Double) -> 
     describe(sustained, seconds: seconds)
     for result in ceiling { describe(result, seconds: 10) }
     let held = ([sustained] + ceiling).filter { percentile($0.all, 0.99) <= 0.05 && $0.unanswered == 0 }.map(\.rate).max()
+    print("\n- polled every 1000 ms (`watch --poll=1000`, as on a network file system): \(ms(pollCPU)) of CPU in \(Int(pollSeconds)) s idle = \(Double((pollCPU / pollSeconds * 1000).rounded()) / 1000) of one core; one cart change → its notification line (\(pollLatencies.count) changes): p50 \(ms(percentile(pollLatencies, 0.5))), max \(ms(pollLatencies.max() ?? 0))")
     print("\n- the disk here: \(Int(disk)) fsyncs per second (append + fdatasync, one after the other)")
     print("- throughput ceiling (the highest rate tried whose p99 stayed within 50 ms): \(held.map { "\(Int($0)) changes/s" } ?? "below \(Int(rate)) changes/s")")
-    run(["rm", "-rf", root, log])
+    run(["rm", "-rf", root, log, pollLog])
     exit(sustained.unanswered == 0 && sustained.wrongLast == 0 ? 0 : 1)
 }
