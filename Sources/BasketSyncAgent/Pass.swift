@@ -45,6 +45,9 @@ extension SyncEngine {
     @discardableResult
     public func pass(_ scope: PassScope = .everything, inboxSeen: [String] = []) throws(AgentError) -> PassSummary {
         var summary = PassSummary()
+        // A new engine (a tree's cart whose engine was dropped) reads its deadline first: a pass
+        // that makes no step must not leave the cart without the deadline it has.
+        try learnDeadline()
         if scope.contains(.publish) {
             try publishAll()
             try refreshDeadline()

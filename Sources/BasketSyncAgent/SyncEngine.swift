@@ -20,7 +20,19 @@ public final class SyncEngine {
     private var files: [Projection: JSONLinesFile] = [:]
     /// The next pending-window deadline, as the machine's timer effects last said; another
     /// process's commit makes it stale until ``refreshDeadline()``.
-    public private(set) var nextDeadline: Date?
+    public private(set) var nextDeadline: Date? {
+        didSet { deadlineKnown = true }
+    }
+    /// Whether ``nextDeadline`` was learnt (a step, or read from the database): a new engine of a
+    /// tree's cart, made after the last was dropped, must read it before a pass trusts it.
+    private var deadlineKnown = false
+
+    /// Reads the next deadline from the database unless this engine learnt it already (inside
+    /// the caller's transaction, or on its own).
+    func learnDeadline() throws(AgentError) {
+        guard !deadlineKnown else { return }
+        nextDeadline = try store.nextDeadline()
+    }
     /// Whether each record made is logged (the agent's log, for a person following it).
     public var logsActivity = false
     /// When retention looks again for what is due (nil: at the next pass).

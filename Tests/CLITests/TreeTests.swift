@@ -205,6 +205,36 @@ import TestSupport
         #expect(fits.stop() == 0)
     }
 
+    /// Review of session 7, F2: the engines of a tree's carts are kept for the recently used only;
+    /// a cart whose engine was dropped keeps its pending window, and the agent rolls it back on
+    /// time (a new engine read no deadline and the window was forgotten). The descriptor limit
+    /// lowered with prlimit keeps 9 engines for 20 carts.
+    @Test func pendingWindowsExpireInCartsWhoseEngineWasDropped() async throws {
+        let playground = try tree()
+        let settings = playground.read("basket-sync.json").replacingOccurrences(of: "\"pendingTimeoutSeconds\": 10", with: "\"pendingTimeoutSeconds\": 2")
+        try playground.writeAtomically("basket-sync.json", settings)
+        let ids = (0..<20).map { "c\($0)" }
+        for id in ids { try mealzLine(playground, id) }
+        let agent = Child()
+        agent.executableURL = URL(fileURLWithPath: "/usr/bin/prlimit")
+        agent.arguments = ["--nofile=100", binary.path, "-C", playground.path, "watch"]
+        agent.standardOutput = FileHandle.nullDevice
+        agent.standardError = FileHandle.nullDevice
+        agent.standardInput = FileHandle.nullDevice
+        try agent.run()
+        defer { kill(agent.processIdentifier, SIGKILL); agent.waitUntilExit() }
+        try await eventually("every cart's event is taken") { ids.allSatisfy { playground.records("\($0)/outbox.jsonl").count == 1 } }
+        // No host echoes: every batch is rolled back when its window closes, in every cart.
+        try await eventually("every window is over and rolled back", timeout: 60) {
+            let status = try basketSync(["-C", playground.path, "status"])
+            return status.stdout.contains("pending batches: none")
+        }
+        for id in ids {
+            let status = try basketSync(["-C", "\(playground.path)/\(id)", "status", "--json"])
+            #expect(status.stdout.contains("\"rolledBack\":1"), "cart \(id): \(status.stdout)")
+        }
+    }
+
     /// Review F2: `inbox/new` removed and made again under the agent is watched again; a cart
     /// whose `inbox/new` is not a directory when adopted is reported, then served once it is fixed.
     @Test func anInboxFolderMadeAgainUnderTheAgentIsWatchedAgain() async throws {
