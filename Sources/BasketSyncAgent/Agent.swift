@@ -83,6 +83,7 @@ public final class Agent {
         // Said once the start pass is over: from here on the agent reads only what inotify reports,
         // so a host (or a test) that waits for this line never races the start pass.
         if fatal == nil {
+            recordWatch(choice)
             logger.log(.info, "watching \(engine.directory) (cart \(engine.configuration.cart), pid \(Posix.processId), \(choice.description)\(engine.isSynchronizerRegistered ? "" : ", no synchronizer registered: Mealz deltas are ignored"))", evenWhenQuiet: true)
         }
 
@@ -117,6 +118,7 @@ public final class Agent {
                                 choice = now
                                 nextLook = Posix.monotonicSeconds() + Double(choice.intervalMs) / 1000
                                 logger.log(.info, "polling every \(choice.intervalMs) ms from now on")
+                                recordWatch(choice)
                             }
                         } catch {
                             engine.reportError(error)
@@ -159,6 +161,11 @@ public final class Agent {
                 attempt(.expire)
             }
         }
+    }
+
+    /// How this agent watches, kept for `status` with its pid.
+    private func recordWatch(_ choice: WatchChoice) {
+        _ = try? engine.store.withTransaction { () throws(AgentError) in try engine.store.setNote(WatchChoice.noteKey, "\(Posix.processId)\t\(choice.description)") }
     }
 
     /// Runs a pass; a failure is reported and retried later with a growing delay — except a

@@ -130,8 +130,9 @@ public final class TreeAgent {
         // Every cart as it stands: what changed while the agent was down is taken now.
         for id in ids { adopt(id) }
         if fatal == nil {
+            recordWatch()
             let polled = carts.values.filter { $0.poller != nil }.count
-            logger.log(.info, "watching the tree \(tree.root) (\(carts.count) carts, \(polled == 0 ? "inotify" : polled == carts.count ? "polled every \(rootChoice.intervalMs) ms" : "\(polled) polled every \(rootChoice.intervalMs) ms"), cart \(configuration.cart), pid \(Posix.processId)\(isSynchronizerRegistered ? "" : ", no synchronizer registered: Mealz deltas are ignored"))", evenWhenQuiet: true)
+            logger.log(.info, "watching the tree \(tree.root) (\(carts.count) carts, \(rootChoice.polls || (polled == carts.count && polled > 0) ? "polled every \(rootChoice.intervalMs) ms" : polled == 0 ? "inotify" : "\(polled) polled every \(rootChoice.intervalMs) ms"), cart \(configuration.cart), pid \(Posix.processId)\(isSynchronizerRegistered ? "" : ", no synchronizer registered: Mealz deltas are ignored"))", evenWhenQuiet: true)
         }
 
         while true {
@@ -504,10 +505,21 @@ public final class TreeAgent {
                 throw .configuration(path: "\(tree.root)/\(AgentConfiguration.fileName)", line: 1, column: 1, reason: "\"layout\" is no longer \"tree\"; a tree cannot become a sync directory under a running agent")
             }
             let cartMoved = reloaded.cart != configuration.cart
+            let choice = try WatchChoice.decide(directory: tree.root, cart: reloaded.cart, settings: reloaded.watch, override: watchOverride)
             configuration = reloaded
             logger.format = logFormat ?? configuration.logFormat
             engines = [:]
             logger.log(.info, "reloaded \(AgentConfiguration.fileName)")
+            if choice.polls != rootChoice.polls {
+                logger.log(.warning, "the new \"watch\" setting chooses \(choice.polls ? "polling" : "inotify") for the tree; the agent keeps what it chose at its start until it restarts")
+            }
+            if choice.intervalMs != rootChoice.intervalMs {
+                // Every polled cart (the tree polled, or carts past the watch limit) looks at the new pace.
+                rootChoice.intervalMs = choice.intervalMs
+                nextLook = Posix.monotonicSeconds() + Double(rootChoice.intervalMs) / 1000
+                logger.log(.info, "polled carts are looked at every \(rootChoice.intervalMs) ms from now on")
+            }
+            recordWatch()
             for cart in carts.values {
                 if cartMoved { cart.watcher?.follow(cart: configuration.cart) }
                 if cartMoved { cart.poller?.follow(cart: configuration.cart) }
@@ -517,6 +529,15 @@ public final class TreeAgent {
             logger.log(.error, error.description)
             logger.log(.warning, "the settings in force are kept until \(AgentConfiguration.fileName) is fixed and SIGHUP sent again")
         }
+    }
+
+    /// How this agent sees the tree's carts, kept for `status` (with its pid: a note of an agent
+    /// gone is not shown as the truth of now).
+    private func recordWatch() {
+        let polled = carts.values.filter { $0.poller != nil }.count
+        let how = rootChoice.polls || (polled == carts.count && polled > 0) ? "polling every \(rootChoice.intervalMs) ms (\(rootChoice.reason))" : polled == 0 ? "inotify" 
+            : "\(polled) of \(carts.count) carts polled every \(rootChoice.intervalMs) ms, the others inotify"
+        _ = try? tree.database.withTransaction { () throws(AgentError) in try Store(database: tree.database, cart: 0, directory: "", signalPath: "").setNote(WatchChoice.noteKey, "\(Posix.processId)\t\(how)") }
     }
 
     /// Milliseconds until the next deadline or retry of any cart; -1 (wait for an event) when none.

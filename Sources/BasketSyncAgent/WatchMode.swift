@@ -9,6 +9,18 @@ public struct WatchChoice: Equatable, Sendable {
     /// Why, for the log and `status`: the setting that forced it, or the file system.
     public var reason: String
 
+    /// The note where a running agent keeps how it watches: `PID\tDESCRIPTION`.
+    static let noteKey = "watch"
+
+    /// How the agent whose note `store` holds watches, if that agent still runs: what it chose at
+    /// its start (a `--poll` of its own, its environment, carts past the watch limit included).
+    static func runningAgent(_ store: Store) -> String? {
+        guard let note = try? store.note(noteKey) else { return nil }
+        let parts = note.split(separator: "\t", maxSplits: 1)
+        guard parts.count == 2, let pid = Int32(parts[0]), Posix.isRunning(pid) else { return nil }
+        return "\(parts[1]) (the agent, pid \(pid))"
+    }
+
     /// What a person reads: "inotify (ext4)", "polling every 1000 ms (nfs: …)".
     public var description: String {
         polls ? "polling every \(intervalMs) ms (\(reason))" : "inotify (\(reason))"

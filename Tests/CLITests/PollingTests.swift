@@ -89,7 +89,28 @@ import Testing
         try await eventually("its event reaches its outbox") { mount.records("c1/outbox.jsonl").count == 1 }
         let status = try basketSync(["-C", mount.mount, "status"], environment: ["BASKET_SYNC_WATCH_MODE": ""])
         #expect(status.stdout.contains("watch: polling every 50 ms"), "\(status.stdout)")
+        // Review of session 7, F4: a new interval on SIGHUP applies to the tree's polled carts.
+        let settings = try String(contentsOfFile: mount.under + "/basket-sync.json", encoding: .utf8)
+        try settings.replacingOccurrences(of: "\"pollIntervalMs\": 50", with: "\"pollIntervalMs\": 120").write(toFile: mount.under + "/basket-sync.json", atomically: true, encoding: .utf8)
+        kill(agent.process.processIdentifier, SIGHUP)
+        try await eventually("the new interval is in force") { agent.log.contains("looked at every 120 ms from now on") }
+        try mount.writeUnderneath("c1/cart.json", cartJSON([("A", 1), ("X", 2)], syncedThrough: 1))
+        try await eventually("a change is still seen") { mount.records("c1/notifications.jsonl").count == 2 }
         #expect(agent.stop() == 0)
+    }
+
+    /// Review of session 7, F5: `status` says how the running agent watches (its `--poll`, not
+    /// what `status`'s own environment would choose), and once no agent runs, what one would.
+    @Test func statusSaysHowTheRunningAgentWatches() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        let agent = try AgentProcess(directory: playground.path, arguments: ["--poll=300"], environment: ["BASKET_SYNC_WATCH_MODE": ""])
+        try await agent.waitUntilWatching()
+        let running = try basketSync(["-C", playground.path, "status"], environment: ["BASKET_SYNC_WATCH_MODE": "inotify"])
+        #expect(running.stdout.contains("watch: polling every 300 ms (--poll=300) (the agent, pid \(agent.process.processIdentifier))"), "\(running.stdout)")
+        #expect(agent.stop() == 0)
+        let stopped = try basketSync(["-C", playground.path, "status"], environment: ["BASKET_SYNC_WATCH_MODE": ""])
+        #expect(stopped.stdout.contains("watch: no agent runs; one started now would use inotify"), "\(stopped.stdout)")
     }
 
     /// Why the mode exists: forced to inotify on the same mount, the agent never sees the cart

@@ -30,9 +30,11 @@ public struct StatusReport {
     let inboxDuplicates: Int
     /// The retention in force, if any: the counts of ids are of those kept.
     let retentionDays: Double?
-    /// How `watch` sees this directory's changes (inotify or polling, and why); nil when it
-    /// cannot say (a broken BASKET_SYNC_WATCH_MODE).
+    /// How `watch` sees this directory's changes (inotify or polling, and why) as an agent
+    /// started now would see them; nil when it cannot say (a broken BASKET_SYNC_WATCH_MODE).
     let watch: WatchChoice?
+    /// How the running agent watches, as it said at its start (nil: no agent runs).
+    let agentWatch: String?
 
     /// Reads the state of `directory` as committed now.
     public init(directory: String) throws(AgentError) {
@@ -49,6 +51,7 @@ public struct StatusReport {
         cart = configuration.cart
         retentionDays = configuration.retention?.days
         watch = try? WatchChoice.decide(directory: directory, cart: configuration.cart, settings: configuration.watch, override: nil)
+        agentWatch = store.cart == 0 ? (try? store.withTransaction { () throws(AgentError) in WatchChoice.runningAgent(store) }) ?? nil : nil
         var lastLines: [Projection: [UInt8]] = [:]
         var counts: [Projection: UInt64] = [:]
         var notes: [String: String] = [:]
@@ -171,7 +174,11 @@ public struct StatusReport {
         }
         lines.append("outbox: \(counts[.outbox] ?? 0) records, notifications: \(counts[.notifications] ?? 0), payments: \(counts[.payments] ?? 0)")
         lines.append(cartLine)
-        if let watch { lines.append("watch: \(watch.description)") }
+        if let agentWatch {
+            lines.append("watch: \(agentWatch)")
+        } else if let watch {
+            lines.append("watch: no agent runs; one started now would use \(watch.description)")
+        }
         let taken = retentionDays.map { "\(inboxTaken) taken within the retention (\(SyncEngine.shownDays($0)))" } ?? "\(inboxTaken) taken"
         lines.append("inbox: \(taken), \(inboxDuplicates) duplicate deliveries (acknowledged, not done again), \(inboxWaiting) waiting in new/, \(inboxBad) in bad/")
         if let inboxProblem { lines.append("inbox unusable: \(inboxProblem)") }
@@ -207,6 +214,7 @@ public struct StatusReport {
                         object.member("mode", watch.polls ? "poll" : "inotify")
                         object.member("intervalMs", watch.intervalMs)
                         object.member("reason", watch.reason)
+                        object.member("agent", agentWatch)
                     }
                 }
             }

@@ -10,6 +10,8 @@ public struct TreeStatusReport {
     /// adopts them), and carts that could not be read, with why.
     let notAdopted: [String]
     let unreadable: [(id: String, error: String)]
+    /// How the running agent watches the carts, as it said (nil: no agent runs).
+    let agentWatch: String?
     let now = Date()
 
     /// Reads every cart of the tree at `root` as committed now (read only).
@@ -17,6 +19,8 @@ public struct TreeStatusReport {
         self.root = root
         let tree = try Tree(root: root, readOnly: true)
         let known = try tree.database.withTransaction { () throws(AgentError) in try tree.database.carts() }
+        let rootStore = Store(database: tree.database, cart: 0, directory: root, signalPath: "")
+        agentWatch = (try? tree.database.withTransaction { () throws(AgentError) in WatchChoice.runningAgent(rootStore) }) ?? nil
         var carts: [(id: String, report: StatusReport)] = []
         var notAdopted: [String] = []
         var unreadable: [(id: String, error: String)] = []
@@ -62,13 +66,15 @@ public struct TreeStatusReport {
         let waiting = carts.reduce(0) { $0 + $1.report.inboxWaiting }, bad = carts.reduce(0) { $0 + $1.report.inboxBad }
         lines.append("inbox: \(waiting) waiting in new/, \(bad) in bad/ (every cart)")
         let errors = withErrors
-        // How the agent sees the carts, as their file systems decide (past the inotify watch
-        // limit the agent polls more: its log says so).
+        // How the running agent sees the carts (what it said at its start), else how one started
+        // now would, as the carts' file systems decide.
         let polled = carts.compactMap { $0.report.watch }.filter(\.polls)
-        if let first = polled.first {
-            lines.append(polled.count == carts.count ? "watch: \(first.description)" : "watch: \(polled.count) carts \(first.description), the others inotify")
+        if let agentWatch {
+            lines.append("watch: \(agentWatch)")
+        } else if let first = polled.first {
+            lines.append("watch: no agent runs; one started now would use \(polled.count == carts.count ? first.description : "\(first.description) for \(polled.count) carts, inotify for the others")")
         } else if let first = carts.first?.report.watch {
-            lines.append("watch: \(first.description)")
+            lines.append("watch: no agent runs; one started now would use \(first.description)")
         }
         lines.append(errors.isEmpty ? "carts with an error: none" : "carts with an error: \(errors.count)")
         for (id, error) in errors.prefix(20) { lines.append("  \(id): \(error)") }
@@ -85,6 +91,7 @@ public struct TreeStatusReport {
         writer.object { object in
             object.member("tree", root)
             object.member("cartCount", carts.count)
+            object.member("watch", agentWatch)
             object.member("records") { writer in
                 writer.object { records in
                     records.member("outbox", total(.outbox))

@@ -12,8 +12,8 @@ extension Commands {
 
     /// `wait`: blocks until the outbox holds a record after `after` (default: where the host is,
     /// from the cart's `syncedThrough` and what the database knows), and returns those records.
-    /// It sleeps on inotify (the outbox file changing, another process's commit), never polls, and
-    /// writes nothing: it works beside the agent, beside `sync` from cron, and on a read-only file
+    /// It sleeps on inotify (the outbox file changing, another process's commit) — and looks at
+    /// every poll interval too where inotify is blind (`watch.mode`, SPEC §10) — and writes nothing: it works beside the agent, beside `sync` from cron, and on a read-only file
     /// system. Throws `.busy` (75) when `timeout` seconds pass first.
     public static func wait(directory: String, after: UInt64?, timeout: Double?) throws(AgentError) -> WaitResult {
         let configuration = try AgentConfiguration.load(directory: directory)
@@ -40,6 +40,10 @@ extension Commands {
             }
         }
         let deadline = timeout.map { Date().addingTimeInterval($0) }
+        // Where inotify is blind (a share written by another machine: SPEC §10), it looks at
+        // every poll interval as well.
+        let polling = (try? WatchChoice.decide(directory: directory, cart: configuration.cart, settings: configuration.watch, override: nil))
+            .flatMap { $0.polls ? $0.intervalMs : nil }
         var look = true
         let outboxPath = "\(directory)/\(Projection.outbox.fileName)"
         while true {
@@ -70,6 +74,7 @@ extension Commands {
                 }
                 milliseconds = Int32(min(left * 1000, Double(Int32.max)).rounded(.up))
             }
+            if let polling { milliseconds = milliseconds < 0 ? Int32(polling) : min(milliseconds, Int32(polling)) }
             // Only the outbox file changing, or a commit signalled, is worth a look at the
             // database; SQLite closing its own files (a reader such as status) is not.
             look = false
@@ -82,7 +87,7 @@ extension Commands {
             if events.contains(where: { !$0.mask.isDisjoint(with: [.deleteSelf, .moveSelf]) }) {
                 throw .directoryGone(path: directory)
             }
-            look = events.contains { event in
+            look = polling != nil || events.contains { event in
                 event.watch < 0 || event.mask.contains(.overflow)
                     || event.name == Projection.outbox.fileName || event.name == Store.commitSignalName || event.name == Tree.markerName
                     // The database written over or replaced (a backup restored): looked at again.
