@@ -22,6 +22,8 @@ enum Help {
           validate  check a cart, inbox event or configuration file
           wait      block until the outbox has records for the host, print them
           check-host        check a host's own apply command against scripted scenarios
+          completion        print a bash completion script (basket-sync completion bash)
+          man               print the manual page, basket-sync(1), in roff
 
         basket-sync COMMAND --help tells more. Exit codes follow sysexits: 0 ok, 64 usage,
         65 bad data, 66 missing input, 73 cannot create output, 74 I/O error, 75 busy or
@@ -250,7 +252,8 @@ enum Help {
                 Lines (as the outbox holds them) and exits 0; exits 75 when SECONDS pass first
                 (--timeout 0: look once). SEQ defaults to where the host is: the cart's
                 syncedThrough (its configured key), or what the database knows the host applied.
-                It sleeps on inotify, never polls, and writes nothing: it works beside the agent,
+                It sleeps on inotify (and looks at every interval where the directory is polled:
+                "watch" in basket-sync.json) and writes nothing: it works beside the agent,
                 beside sync run from cron, and on a read-only file system. A shell host loops on it
                 instead of polling the outbox. A host that does not write syncedThrough keeps its
                 own progress and gives it with --after (else it is shown the same records until
@@ -258,6 +261,29 @@ enum Help {
 
                 example:
                   while basket-sync wait >/dev/null; do basket-sync apply || exit; done
+
+                """
+        case "completion":
+            return """
+                usage: basket-sync completion bash
+
+                Prints a bash completion script: the commands, and each command's options. Load it
+                in a shell with source <(basket-sync completion bash), or install it as
+                /usr/share/bash-completion/completions/basket-sync.
+
+                example:
+                  basket-sync completion bash > /etc/bash_completion.d/basket-sync
+
+                """
+        case "man":
+            return """
+                usage: basket-sync man
+
+                Prints the manual page basket-sync(1) in roff, made from these help texts: every
+                command, the files, the exit codes, the environment and the signals.
+
+                example:
+                  basket-sync man | man -l -
 
                 """
         default:

@@ -19,12 +19,14 @@ struct Invocation {
         case validate(files: [String], kind: Commands.FileKind?)
         case wait(after: UInt64?, timeout: Double?)
         case checkHost(command: [String], scenarios: [String]?, seed: UInt64?, limit: Double?)
+        case completion(shell: String)
+        case manual
     }
 
     var directory: String?
     var command: Command
 
-    static let commands = ["init", "watch", "sync", "push", "status", "apply", "payment-started", "handle-payment", "set-store", "validate", "wait", "check-host"]
+    static let commands = ["init", "watch", "sync", "push", "status", "apply", "payment-started", "handle-payment", "set-store", "validate", "wait", "check-host", "completion", "man"]
 
     /// Parses `basket-sync [-C DIR] COMMAND [OPTIONS]`; `--` ends the options.
     init(arguments: ArraySlice<String>) throws(AgentError) {
@@ -101,6 +103,14 @@ struct Invocation {
             let json = options.flag("--json")
             try options.finish()
             command = .status(json: json)
+        case "completion":
+            let shells = try options.operands()
+            try options.finish()
+            guard shells == ["bash"] else { throw .usage("completion takes the shell: basket-sync completion bash (the only one for now)") }
+            command = .completion(shell: "bash")
+        case "man":
+            try options.finish()
+            command = .manual
         case "push":
             let redirect = options.flag("--redirect")
             let state = options.flag("--state")
@@ -279,7 +289,7 @@ extension Invocation.Command {
     /// `--help` and `--version` look at no directory.
     var isHelpOrVersion: Bool {
         switch self {
-        case .help, .version: return true
+        case .help, .version, .completion, .manual: return true
         default: return false
         }
     }

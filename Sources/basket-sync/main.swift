@@ -47,6 +47,10 @@ func run() throws(AgentError) -> Int32 {
         emit(Help.text(for: topic))
     case .version:
         emit("basket-sync \(basketSyncVersion)")
+    case .completion:
+        emit(Manual.bashCompletion)
+    case .manual:
+        emit(Manual.page)
     case let .initialize(adopt, tree):
         let created = try tree ? Commands.initializeTree(root: directory) : Commands.initialize(directory: directory, adopt: adopt)
         let what = tree || Place.of(directory) == .treeRoot ? "a tree of carts" : "a sync directory"
