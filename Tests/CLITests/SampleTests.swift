@@ -141,10 +141,10 @@ import Testing
         let playground = try Playground()
         let directory = playground.path + "/shop1"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        // The unit's own command lines, with the built binary in place of /usr/local/bin/basket-sync.
+        // The unit's own command lines, with the built binary in place of /usr/bin/basket-sync.
         func command(_ key: String) throws -> [String] {
             let line = try #require(value(key))
-            return line.split(separator: " ").map { $0 == "/usr/local/bin/basket-sync" ? binary.path : String($0) }
+            return line.split(separator: " ").map { $0 == "/usr/bin/basket-sync" ? binary.path : String($0) }
         }
         let pre = try command("ExecStartPre")
         #expect(try basketSync(Array(pre.dropFirst()), in: directory).status == 0)
@@ -170,7 +170,7 @@ import Testing
         #expect(start.hasPrefix("/bin/sh -c '") && start.hasSuffix("'"))
         // As systemd reads it: "$$" is a "$" for the shell.
         let script = String(start.dropFirst("/bin/sh -c '".count).dropLast())
-            .replacingOccurrences(of: "$$", with: "$").replacingOccurrences(of: "/usr/local/bin/basket-sync", with: binary.path)
+            .replacingOccurrences(of: "$$", with: "$").replacingOccurrences(of: "/usr/bin/basket-sync", with: binary.path)
         let playground = try Playground()
         #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
         try playground.write("cart.json", cartJSON([("X", 1)], syncedThrough: 0))
@@ -230,7 +230,7 @@ import Testing
         let unit = try String(contentsOfFile: path("Samples/tree/basket-sync-tree.service"), encoding: .utf8)
         func command(_ key: String) throws -> [String] {
             let line = try #require(unit.split(separator: "\n").first { $0.hasPrefix(key + "=") }).dropFirst(key.count + 1)
-            return line.split(separator: " ").map { $0 == "/usr/local/bin/basket-sync" ? binary.path : String($0) }
+            return line.split(separator: " ").map { $0 == "/usr/bin/basket-sync" ? binary.path : String($0) }
         }
         let playground = try Playground()
         let root = playground.path + "/tree"

@@ -1,0 +1,75 @@
+import Foundation
+import Testing
+
+/// The Debian package `scripts/package` makes (issue 16): its control and contents, a binary that
+/// needs only Debian's libraries, and — where allowed (`BASKET_SYNC_PACKAGE_INSTALL=1`, as
+/// `.ci/run` sets on its throwaway machine) — installed with dpkg, run with the Swift toolchain
+/// hidden, removed and purged.
+@Suite(.serialized) struct PackageTests {
+    /// Runs a program; its status and output (stdout and stderr together).
+    @discardableResult
+    func run(_ program: String, _ arguments: [String]) throws -> (status: Int32, output: String) {
+        let child = Child()
+        child.executableURL = URL(fileURLWithPath: program)
+        child.arguments = arguments
+        let output = Pipe()
+        child.standardOutput = output
+        child.standardError = output
+        try child.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        child.waitUntilExit()
+        return (child.terminationStatus, text)
+    }
+
+    @Test func thePackageHoldsAStaticBinaryInstallsRunsWithoutSwiftAndRemovesCleanly() throws {
+        let root = binary.path.components(separatedBy: "/.build/").first ?? ""
+        let dist = root + "/dist"
+        guard let name = (try? FileManager.default.contentsOfDirectory(atPath: dist))?.first(where: { $0.hasPrefix("basket-sync_") && $0.hasSuffix(".deb") }) else {
+            print("PackageTests skipped: no dist/basket-sync_*.deb (scripts/package makes it; .ci/run does)")
+            return
+        }
+        let deb = dist + "/" + name
+        let info = try run("/usr/bin/dpkg-deb", ["--info", deb]).output
+        #expect(info.contains("Package: basket-sync") && info.contains("libinotifytools0") && info.contains("libsqlite3-0"), "\(info)")
+        let contents = try run("/usr/bin/dpkg-deb", ["--contents", deb]).output
+        for path in ["./usr/bin/basket-sync", "./usr/share/man/man1/basket-sync.1.gz", "./usr/share/bash-completion/completions/basket-sync",
+                     "./lib/systemd/system/basket-sync@.service", "./lib/systemd/system/basket-sync-tree.service", "./usr/share/doc/basket-sync/samples/"] {
+            #expect(contents.contains(path), "\(path) is not in the package")
+        }
+        // The packaged binary needs Debian's libraries only: no Swift runtime.
+        let playground = try Playground()
+        #expect(try run("/usr/bin/dpkg-deb", ["-x", deb, playground.path]).status == 0)
+        let packaged = playground.path + "/usr/bin/basket-sync"
+        let libraries = try run("/usr/bin/ldd", [packaged]).output
+        #expect(!libraries.contains("swift") && !libraries.contains("not found"), "\(libraries)")
+        #expect(try run(packaged, ["--version"]).output.hasPrefix("basket-sync "))
+
+        guard ProcessInfo.processInfo.environment["BASKET_SYNC_PACKAGE_INSTALL"] == "1", getuid() == 0 else {
+            print("PackageTests: not installed (set BASKET_SYNC_PACKAGE_INSTALL=1 as root on a throwaway machine, as .ci/run does)")
+            return
+        }
+        let installed = try run("/usr/bin/dpkg", ["-i", deb])
+        #expect(installed.status == 0, "\(installed.output)")
+        #expect(try run("/usr/bin/getent", ["passwd", "basket-sync"]).status == 0, "the postinst makes the user")
+        #expect(FileManager.default.fileExists(atPath: "/srv/basket-sync"))
+        // The toolchain that built the tests, hidden under an empty directory in a mount namespace.
+        let swiftRuntime = try run("/usr/bin/ldd", [binary.path]).output.split(separator: "\n").first { $0.contains("libswiftCore") }
+        let toolchain = swiftRuntime.flatMap { $0.split(separator: " ").dropFirst(2).first }.map { String($0).components(separatedBy: "/usr/lib/swift").first ?? "" } ?? ""
+        if !toolchain.isEmpty {
+            let empty = playground.path + "/empty"
+            try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: true)
+            let sandbox = playground.path + "/sandbox"
+            let script = "mount --bind \(empty) \(toolchain) && ! ls \(toolchain)/usr >/dev/null 2>&1 && basket-sync -C \(sandbox) init && basket-sync -C \(sandbox) push A=+1 && basket-sync -C \(sandbox) sync && basket-sync -C \(sandbox) status"
+            let hidden = try run("/usr/bin/unshare", ["-m", "/bin/sh", "-c", script])
+            #expect(hidden.status == 0 && hidden.output.contains("outbox: 1 records"), "with \(toolchain) hidden: \(hidden.output)")
+        } else {
+            print("PackageTests: the tests' binary loads no libswiftCore (a static build): nothing to hide")
+        }
+        #expect(try run("/usr/bin/dpkg", ["-r", "basket-sync"]).status == 0)
+        #expect(!FileManager.default.fileExists(atPath: "/usr/bin/basket-sync"), "remove takes the binary")
+        #expect(FileManager.default.fileExists(atPath: "/srv/basket-sync"), "remove keeps the data")
+        #expect(try run("/usr/bin/dpkg", ["-P", "basket-sync"]).status == 0)
+        #expect(try run("/usr/bin/getent", ["passwd", "basket-sync"]).status == 0, "purge keeps the user (the data's owner)")
+        #expect(FileManager.default.fileExists(atPath: "/srv/basket-sync"), "purge keeps the data")
+    }
+}
