@@ -17,7 +17,10 @@ public struct WatchChoice: Equatable, Sendable {
     static func runningAgent(_ store: Store) -> String? {
         guard let note = try? store.note(noteKey) else { return nil }
         let parts = note.split(separator: "\t", maxSplits: 1)
-        guard parts.count == 2, let pid = Int32(parts[0]), Posix.isRunning(pid) else { return nil }
+        // The pid must hold the agent's lock now: a pid reused by another process, or an agent
+        // killed and not reaped, is not the agent.
+        guard parts.count == 2, let pid = Int32(parts[0]),
+              Posix.lockHolders("\(store.stateDirectory)/agent.lock").contains(pid) else { return nil }
         return "\(parts[1]) (the agent, pid \(pid))"
     }
 

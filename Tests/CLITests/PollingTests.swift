@@ -113,6 +113,74 @@ import Testing
         #expect(stopped.stdout.contains("watch: no agent runs; one started now would use inotify"), "\(stopped.stdout)")
     }
 
+    /// Second review of session 7, F1: in a polled tree, a one-shot `push` and `sync` on a cart
+    /// (which touches its marker) are seen, and the batch they made is rolled back on time.
+    @Test func aPolledTreeRollsBackABatchAOneShotMade() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init", "--tree"]).status == 0)
+        let settings = playground.read("basket-sync.json").replacingOccurrences(of: "\"pendingTimeoutSeconds\": 10", with: "\"pendingTimeoutSeconds\": 1")
+        try playground.writeAtomically("basket-sync.json", settings)
+        for id in ["c1", "c2"] {
+            try FileManager.default.createDirectory(at: playground.url(id), withIntermediateDirectories: true)
+            try playground.writeAtomically("\(id)/cart.json", cartJSON([("X", 1)]))
+        }
+        let agent = try AgentProcess(directory: playground.path, arguments: ["--poll=50"])
+        try await agent.waitUntilWatching()
+        // The agent stopped meanwhile: the one-shot takes the event and makes the batch, the
+        // agent learns of it only by the marker the one-shot touched.
+        kill(agent.process.processIdentifier, SIGSTOP)
+        for id in ["c1", "c2"] {
+            #expect(try basketSync(["-C", "\(playground.path)/\(id)", "push", "A=+1"]).status == 0)
+            #expect(try basketSync(["-C", "\(playground.path)/\(id)", "sync"]).status == 0)
+        }
+        kill(agent.process.processIdentifier, SIGCONT)
+        try await eventually("both batches are rolled back by the agent") {
+            try basketSync(["-C", playground.path, "status"]).stdout.contains("pending batches: none")
+        }
+        // status on one cart names the tree's agent (review F4).
+        let cart = try basketSync(["-C", "\(playground.path)/c1", "status"])
+        #expect(cart.stdout.contains("(the agent, pid \(agent.process.processIdentifier))"), "\(cart.stdout)")
+        #expect(agent.stop() == 0)
+    }
+
+    /// Second review of session 7, F2: `wait` on a polled directory looks once an interval — its
+    /// own connection's files closing must not wake it into a busy loop.
+    @Test func waitOnAPolledDirectoryDoesNotSpin() throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.writeAtomically("basket-sync.json", playground.read("basket-sync.json").replacingOccurrences(of: "\"mode\": \"auto\", \"pollIntervalMs\": 1000", with: "\"mode\": \"poll\", \"pollIntervalMs\": 100"))
+        let waiter = try startedInBackground(["-C", playground.path, "wait", "--after", "0", "--timeout", "2"])
+        // Its CPU time (user + system, in clock ticks) as it waits out its 2 s.
+        var ticks = 0
+        while waiter.isRunning {
+            let stat = (try? String(contentsOfFile: "/proc/\(waiter.processIdentifier)/stat", encoding: .utf8)) ?? ""
+            if let close = stat.lastIndex(of: ")") {
+                let fields = stat[stat.index(after: close)...].split(separator: " ")
+                if fields.count > 13 { ticks = max(ticks, (Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0)) }
+            }
+            usleep(20_000)
+        }
+        waiter.waitUntilExit()
+        #expect(waiter.terminationStatus == 75)
+        // A look each 100 ms costs a few ms of CPU in 2 s; a busy loop costs most of the 2 s.
+        #expect(ticks < Int(sysconf(Int32(_SC_CLK_TCK))) / 2, "wait used \(ticks) clock ticks of CPU in 2 s")
+    }
+
+    /// Second review of session 7, F3: a killed agent is not "the agent" (its lock is gone),
+    /// even before its parent reaps it.
+    @Test func statusDoesNotTakeAKilledAgentForTheAgent() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        let agent = try AgentProcess(directory: playground.path, arguments: ["--poll=300"])
+        try await agent.waitUntilWatching()
+        #expect(try basketSync(["-C", playground.path, "status"]).stdout.contains("(the agent, pid"))
+        kill(agent.process.processIdentifier, SIGKILL)
+        try await eventually("the lock is released") {
+            try basketSync(["-C", playground.path, "status"]).stdout.contains("watch: no agent runs")
+        }
+        agent.process.waitUntilExit()
+    }
+
     /// Why the mode exists: forced to inotify on the same mount, the agent never sees the cart
     /// written underneath — it takes an event delivered through the mount after that write, and
     /// still has not read the cart.

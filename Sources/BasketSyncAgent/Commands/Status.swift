@@ -41,17 +41,19 @@ public struct StatusReport {
         // It only reads: it works on a read-only file system too.
         let store = try Store.open(directory: directory, readOnly: true)
         let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
-        try self.init(store: store, configuration: configuration)
+        try self.init(store: store, configuration: configuration, lookForAgent: true)
     }
 
     /// Reads the state of the cart `store` holds as committed now.
-    init(store: Store, configuration: AgentConfiguration) throws(AgentError) {
+    init(store: Store, configuration: AgentConfiguration, lookForAgent: Bool = false) throws(AgentError) {
         let directory = store.directory
         self.directory = directory
         cart = configuration.cart
         retentionDays = configuration.retention?.days
         watch = try? WatchChoice.decide(directory: directory, cart: configuration.cart, settings: configuration.watch, override: nil)
-        agentWatch = store.cart == 0 ? (try? store.withTransaction { () throws(AgentError) in WatchChoice.runningAgent(store) }) ?? nil : nil
+        // A cart of a tree: the tree's agent (its note is on the root's row).
+        let root = store.cart == 0 ? store : Store(database: store.database, cart: 0, directory: "", signalPath: "")
+        agentWatch = lookForAgent ? (try? store.withTransaction { () throws(AgentError) in WatchChoice.runningAgent(root) }) ?? nil : nil
         var lastLines: [Projection: [UInt8]] = [:]
         var counts: [Projection: UInt64] = [:]
         var notes: [String: String] = [:]

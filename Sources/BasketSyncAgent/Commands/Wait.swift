@@ -45,9 +45,11 @@ extension Commands {
         let polling = (try? WatchChoice.decide(directory: directory, cart: configuration.cart, settings: configuration.watch, override: nil))
             .flatMap { $0.polls ? $0.intervalMs : nil }
         var look = true
+        var nextLook = Posix.monotonicSeconds()
         let outboxPath = "\(directory)/\(Projection.outbox.fileName)"
         while true {
             if look {
+                if let polling { nextLook = Posix.monotonicSeconds() + Double(polling) / 1000 }
                 // A connection of its own per look: on a read-only file system SQLite cannot share
                 // the WAL index, and a connection kept open would read the same snapshot for ever.
                 let (lines, last) = try outboxNow(directory: directory, after: start)
@@ -74,7 +76,10 @@ extension Commands {
                 }
                 milliseconds = Int32(min(left * 1000, Double(Int32.max)).rounded(.up))
             }
-            if let polling { milliseconds = milliseconds < 0 ? Int32(polling) : min(milliseconds, Int32(polling)) }
+            if polling != nil {
+                let untilLook = Int32(max(0, ((nextLook - Posix.monotonicSeconds()) * 1000).rounded(.up)))
+                milliseconds = milliseconds < 0 ? untilLook : min(milliseconds, untilLook)
+            }
             // Only the outbox file changing, or a commit signalled, is worth a look at the
             // database; SQLite closing its own files (a reader such as status) is not.
             look = false
@@ -87,7 +92,8 @@ extension Commands {
             if events.contains(where: { !$0.mask.isDisjoint(with: [.deleteSelf, .moveSelf]) }) {
                 throw .directoryGone(path: directory)
             }
-            look = polling != nil || events.contains { event in
+            // Polled: at the interval, never on its own connection's files closing.
+            look = (polling != nil && Posix.monotonicSeconds() >= nextLook) || events.contains { event in
                 event.watch < 0 || event.mask.contains(.overflow)
                     || event.name == Projection.outbox.fileName || event.name == Store.commitSignalName || event.name == Tree.markerName
                     // The database written over or replaced (a backup restored): looked at again.

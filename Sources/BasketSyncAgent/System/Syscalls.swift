@@ -339,7 +339,26 @@ enum Posix {
 
     /// Creates the file if it is missing and closes it: the close is an inotify event.
     static func touch(_ path: String, mode: UInt32) {
-        if let fd = try? open(path, [.writeOnly, .create], mode: mode) { close(fd) }
+        guard let fd = try? open(path, [.writeOnly, .create], mode: mode) else { return }
+        // Its times set to now: a poller sees by stat what inotify sees by the close.
+        _ = futimens(fd, nil)
+        close(fd)
+    }
+
+    /// The pids holding a `flock` on the file at `path`, from `/proc/locks` (nothing is locked or
+    /// tried: a process starting at that instant is never disturbed).
+    static func lockHolders(_ path: String) -> [Int32] {
+        guard let info = linkInfo(path),
+              let bytes = try? readFile("/proc/locks", limit: 16 * 1024 * 1024, follow: true) else { return [] }
+        var holders: [Int32] = []
+        for line in String(decoding: bytes, as: UTF8.self).split(separator: "\n") {
+            // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF": pid, then major:minor:inode.
+            let fields = line.split(separator: " ")
+            guard fields.count >= 6, fields[1] == "FLOCK", let pid = Int32(fields[4]),
+                  let inode = fields[5].split(separator: ":").last.flatMap({ UInt64($0) }), inode == info.inode else { continue }
+            holders.append(pid)
+        }
+        return holders
     }
 
     /// Sixteen random hex digits, for names nobody can guess.
