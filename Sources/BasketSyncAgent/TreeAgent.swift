@@ -42,6 +42,8 @@ public final class TreeAgent {
     private let isSynchronizerRegistered: Bool
     private var configuration: AgentConfiguration
     private var carts: [String: Cart] = [:]
+    /// How many carts are polled, kept as carts come and go (each wake-up asks: it must not count).
+    private var polledCarts = 0
     /// Directories that could not be adopted (refused: they hold records new to the tree),
     /// watched for their marker: `init --adopt` writing it adopts them.
     private var waiting: [String: Watcher] = [:]
@@ -138,7 +140,7 @@ public final class TreeAgent {
         while true {
             if let fatal { throw fatal }
             let ready: [Bool]
-            let polls = rootChoice.polls || carts.values.contains { $0.poller != nil }
+            let polls = rootChoice.polls || polledCarts > 0
             var timeout = waitTimeout()
             if polls {
                 let untilLook = Int32(max(0, ((nextLook - Posix.monotonicSeconds()) * 1000).rounded(.up)))
@@ -398,6 +400,7 @@ public final class TreeAgent {
                 if cart.retryAt != nil || cart.deadline != nil { self.timed[cart.id] = cart } else { self.timed[cart.id] = nil }
             }
             carts[id] = cart
+            if poller != nil { polledCarts += 1 }
             waiting[id] = nil
             attempt(cart, .everything)
         } catch {
@@ -418,6 +421,7 @@ public final class TreeAgent {
     /// marker overwritten or lost, given back as new): forgotten, then adopted as it is now. Its
     /// watches stay: the new watcher shares them.
     private func readopt(_ id: String) {
+        if carts[id]?.poller != nil { polledCarts -= 1 }
         carts[id] = nil
         engines[id] = nil
         timed[id] = nil
@@ -433,6 +437,7 @@ public final class TreeAgent {
         // like it (a stray name in the root) must never take a cart's history.
         if Posix.linkInfo("\(tree.root)/\(id)")?.kind == .directory, tree.markerMatches(id, number: cart.store.cart) { return }
         carts[id] = nil
+        if cart.poller != nil { polledCarts -= 1 }
         timed[id] = nil
         engines[id] = nil
         cart.watcher?.removeWatches()
