@@ -44,6 +44,8 @@ public final class TreeAgent {
     private var carts: [String: Cart] = [:]
     /// How many carts are polled, kept as carts come and go (each wake-up asks: it must not count).
     private var polledCarts = 0
+    /// Whether the start is over: from then on the watch note follows the carts as they come and go.
+    private var started = false
     /// Directories that could not be adopted (refused: they hold records new to the tree),
     /// watched for their marker: `init --adopt` writing it adopts them.
     private var waiting: [String: Watcher] = [:]
@@ -133,6 +135,7 @@ public final class TreeAgent {
         for id in ids { adopt(id) }
         if fatal == nil {
             recordWatch()
+            started = true
             let polled = carts.values.filter { $0.poller != nil }.count
             logger.log(.info, "watching the tree \(tree.root) (\(carts.count) carts, \(rootChoice.polls || (polled == carts.count && polled > 0) ? "polled every \(rootChoice.intervalMs) ms" : polled == 0 ? "inotify" : "\(polled) polled every \(rootChoice.intervalMs) ms"), cart \(configuration.cart), pid \(Posix.processId)\(isSynchronizerRegistered ? "" : ", no synchronizer registered: Mealz deltas are ignored"))", evenWhenQuiet: true)
         }
@@ -401,6 +404,7 @@ public final class TreeAgent {
             }
             carts[id] = cart
             if poller != nil { polledCarts += 1 }
+            if started { recordWatch() }
             waiting[id] = nil
             attempt(cart, .everything)
         } catch {
@@ -438,6 +442,7 @@ public final class TreeAgent {
         if Posix.linkInfo("\(tree.root)/\(id)")?.kind == .directory, tree.markerMatches(id, number: cart.store.cart) { return }
         carts[id] = nil
         if cart.poller != nil { polledCarts -= 1 }
+        if started { recordWatch() }
         timed[id] = nil
         engines[id] = nil
         cart.watcher?.removeWatches()
@@ -539,7 +544,7 @@ public final class TreeAgent {
     /// How this agent sees the tree's carts, kept for `status` (with its pid: a note of an agent
     /// gone is not shown as the truth of now).
     private func recordWatch() {
-        let polled = carts.values.filter { $0.poller != nil }.count
+        let polled = polledCarts
         let how = rootChoice.polls || (polled == carts.count && polled > 0) ? "polling every \(rootChoice.intervalMs) ms (\(rootChoice.reason))" : polled == 0 ? "inotify" 
             : "\(polled) of \(carts.count) carts polled every \(rootChoice.intervalMs) ms, the others inotify"
         _ = try? tree.database.withTransaction { () throws(AgentError) in try Store(database: tree.database, cart: 0, directory: "", signalPath: "").setNote(WatchChoice.noteKey, "\(Posix.processId)\t\(how)") }

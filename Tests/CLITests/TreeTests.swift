@@ -195,6 +195,9 @@ import TestSupport
         try mkdir(playground, "d")
         try playground.writeAtomically("d/cart.json", cartJSON([("X", 4)]))
         try await eventually("cart d, made while running, is notified") { notified(playground, "d").count == 1 }
+        // status says how the running agent watches, counting the cart made since its start.
+        let status = try basketSync(["-C", playground.path, "status"])
+        #expect(status.stdout.contains("watch: 2 of 4 carts polled every 50 ms, the others inotify (the agent, pid \(agent.process.processIdentifier))"), "\(status.stdout)")
         try mealzLine(playground, "c", quantity: 2)
         try await eventually("an event in the polled cart reaches its outbox") { playground.records("c/outbox.jsonl").count == 1 }
         #expect(agent.stop() == 0)
