@@ -13,7 +13,8 @@ extension Commands {
     /// `wait`: blocks until the outbox holds a record after `after` (default: where the host is,
     /// from the cart's `syncedThrough` and what the database knows), and returns those records.
     /// It sleeps on inotify (the outbox file changing, another process's commit) — and looks at
-    /// every poll interval too where inotify is blind (`watch.mode`, SPEC §10) — and writes nothing: it works beside the agent, beside `sync` from cron, and on a read-only file
+    /// every poll interval too where inotify is blind (`watch.mode`, SPEC §10) — and writes
+    /// nothing: it works beside the agent, beside `sync` from cron, and on a read-only file
     /// system. Throws `.busy` (75) when `timeout` seconds pass first.
     public static func wait(directory: String, after: UInt64?, timeout: Double?) throws(AgentError) -> WaitResult {
         let configuration = try AgentConfiguration.load(directory: directory)

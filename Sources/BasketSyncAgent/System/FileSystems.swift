@@ -24,7 +24,7 @@ struct FileSystemKind: Equatable {
         0x6969: "nfs", 0x517B: "smb", 0xFF53_4D42: "cifs", 0xFE53_4D42: "smb2", 0x6573_5546: "fuse",
         0x0102_1997: "9p", 0x00C3_6400: "ceph", 0x5346_414F: "afs", 0x6B41_4653: "afs", 0x7375_7245: "coda",
         0x564C: "ncp", 0x0116_1970: "gfs2", 0x7461_636F: "ocfs2", 0x0BD0_0BD0: "lustre", 0x4750_4653: "gpfs",
-        0x1983_0326: "orangefs", 0x786F_4256: "vboxsf", 0x0027_E0EB: "cgroup",
+        0x1983_0326: "orangefs", 0x786F_4256: "vboxsf",
     ]
 
     /// Local file systems, named in the log.
