@@ -14,14 +14,23 @@ public struct WatchChoice: Equatable, Sendable {
 
     /// How the agent whose note `store` holds watches, if that agent still runs: what it chose at
     /// its start (a `--poll` of its own, its environment, carts past the watch limit included).
-    static func runningAgent(_ store: Store) -> String? {
+    static func runningAgent(_ store: Store) -> RunningAgent? {
         guard let note = try? store.note(noteKey) else { return nil }
         let parts = note.split(separator: "\t", maxSplits: 1)
         // The pid must hold the agent's lock now: a pid reused by another process, or an agent
         // killed and not reaped, is not the agent.
         guard parts.count == 2, let pid = Int32(parts[0]),
               Posix.lockHolders("\(store.stateDirectory)/agent.lock").contains(pid) else { return nil }
-        return "\(parts[1]) (the agent, pid \(pid))"
+        return RunningAgent(pid: pid, description: String(parts[1]))
+    }
+
+    /// The agent that runs, and how it watches.
+    struct RunningAgent: Equatable {
+        var pid: Int32
+        /// As it said at its start: "polling every 1000 ms (…)", "inotify (ext4)".
+        var description: String
+        /// For people.
+        var text: String { "\(description) (the agent, pid \(pid))" }
     }
 
     /// What a person reads: "inotify (ext4)", "polling every 1000 ms (nfs: …)".

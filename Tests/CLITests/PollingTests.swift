@@ -108,9 +108,16 @@ import Testing
         try await agent.waitUntilWatching()
         let running = try basketSync(["-C", playground.path, "status"], environment: ["BASKET_SYNC_WATCH_MODE": "inotify"])
         #expect(running.stdout.contains("watch: polling every 300 ms (--poll=300) (the agent, pid \(agent.process.processIdentifier))"), "\(running.stdout)")
+        let json = try basketSync(["-C", playground.path, "status", "--json"])
+        let watch = (try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])?["watch"] as? [String: Any]
+        let runningAgent = watch?["agent"] as? [String: Any]
+        #expect(runningAgent?["pid"] as? Int == Int(agent.process.processIdentifier) && (runningAgent?["description"] as? String)?.hasPrefix("polling every 300 ms") == true, "\(json.stdout)")
         #expect(agent.stop() == 0)
         let stopped = try basketSync(["-C", playground.path, "status"], environment: ["BASKET_SYNC_WATCH_MODE": ""])
         #expect(stopped.stdout.contains("watch: no agent runs; one started now would use inotify"), "\(stopped.stdout)")
+        let stoppedJSON = try basketSync(["-C", playground.path, "status", "--json"], environment: ["BASKET_SYNC_WATCH_MODE": ""])
+        let stoppedWatch = (try JSONSerialization.jsonObject(with: Data(stoppedJSON.stdout.utf8)) as? [String: Any])?["watch"] as? [String: Any]
+        #expect(stoppedWatch?["agent"] is NSNull && stoppedWatch?["mode"] as? String == "inotify", "\(stoppedJSON.stdout)")
     }
 
     /// Second review of session 7, F1: in a polled tree, a one-shot `push` and `sync` on a cart

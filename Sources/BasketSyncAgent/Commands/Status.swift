@@ -34,7 +34,7 @@ public struct StatusReport {
     /// started now would see them; nil when it cannot say (a broken BASKET_SYNC_WATCH_MODE).
     let watch: WatchChoice?
     /// How the running agent watches, as it said at its start (nil: no agent runs).
-    let agentWatch: String?
+    let agentWatch: WatchChoice.RunningAgent?
 
     /// Reads the state of `directory` as committed now.
     public init(directory: String) throws(AgentError) {
@@ -177,7 +177,7 @@ public struct StatusReport {
         lines.append("outbox: \(counts[.outbox] ?? 0) records, notifications: \(counts[.notifications] ?? 0), payments: \(counts[.payments] ?? 0)")
         lines.append(cartLine)
         if let agentWatch {
-            lines.append("watch: \(agentWatch)")
+            lines.append("watch: \(agentWatch.text)")
         } else if let watch {
             lines.append("watch: no agent runs; one started now would use \(watch.description)")
         }
@@ -216,7 +216,18 @@ public struct StatusReport {
                         object.member("mode", watch.polls ? "poll" : "inotify")
                         object.member("intervalMs", watch.intervalMs)
                         object.member("reason", watch.reason)
-                        object.member("agent", agentWatch)
+                        // The running agent (its pid and how it said it watches), or null: then
+                        // mode, intervalMs and reason are what one started now would use.
+                        object.member("agent") { writer in
+                            if let agentWatch {
+                                writer.object { object in
+                                    object.member("pid", agentWatch.pid)
+                                    object.member("description", agentWatch.description)
+                                }
+                            } else {
+                                writer.raw("null")
+                            }
+                        }
                     }
                 }
             }

@@ -11,7 +11,7 @@ public struct TreeStatusReport {
     let notAdopted: [String]
     let unreadable: [(id: String, error: String)]
     /// How the running agent watches the carts, as it said (nil: no agent runs).
-    let agentWatch: String?
+    let agentWatch: WatchChoice.RunningAgent?
     let now = Date()
 
     /// Reads every cart of the tree at `root` as committed now (read only).
@@ -70,7 +70,7 @@ public struct TreeStatusReport {
         // now would, as the carts' file systems decide.
         let polled = carts.compactMap { $0.report.watch }.filter(\.polls)
         if let agentWatch {
-            lines.append("watch: \(agentWatch)")
+            lines.append("watch: \(agentWatch.text)")
         } else if let first = polled.first {
             lines.append("watch: no agent runs; one started now would use \(polled.count == carts.count ? first.description : "\(first.description) for \(polled.count) carts, inotify for the others")")
         } else if let first = carts.first?.report.watch {
@@ -91,7 +91,21 @@ public struct TreeStatusReport {
         writer.object { object in
             object.member("tree", root)
             object.member("cartCount", carts.count)
-            object.member("watch", agentWatch)
+            // The same shape as one directory's: the running agent (or null).
+            object.member("watch") { writer in
+                writer.object { object in
+                    object.member("agent") { writer in
+                        if let agentWatch {
+                            writer.object { object in
+                                object.member("pid", agentWatch.pid)
+                                object.member("description", agentWatch.description)
+                            }
+                        } else {
+                            writer.raw("null")
+                        }
+                    }
+                }
+            }
             object.member("records") { writer in
                 writer.object { records in
                     records.member("outbox", total(.outbox))
