@@ -36,6 +36,13 @@ import Testing
                      "./lib/systemd/system/basket-sync@.service", "./lib/systemd/system/basket-sync-tree.service", "./usr/share/doc/basket-sync/samples/"] {
             #expect(contents.contains(path), "\(path) is not in the package")
         }
+        // Debian's own checker finds nothing to say (lintian as root warns that it runs as root).
+        if FileManager.default.isExecutableFile(atPath: "/usr/bin/lintian") {
+            let lint = try run("/usr/bin/lintian", [deb]).output.split(separator: "\n").filter { $0.hasPrefix("E:") || $0.hasPrefix("W:") }
+            #expect(lint.isEmpty, "lintian: \(lint.joined(separator: "\n"))")
+        } else {
+            print("PackageTests: lintian is not installed (apt-get install lintian): not run")
+        }
         // The packaged binary needs Debian's libraries only: no Swift runtime.
         let playground = try Playground()
         #expect(try run("/usr/bin/dpkg-deb", ["-x", deb, playground.path]).status == 0)
