@@ -58,7 +58,7 @@ import Testing
         let installed = try run("/usr/bin/dpkg", ["-i", deb])
         #expect(installed.status == 0, "\(installed.output)")
         #expect(try run("/usr/bin/getent", ["passwd", "basket-sync"]).status == 0, "the postinst makes the user")
-        #expect(FileManager.default.fileExists(atPath: "/srv/basket-sync"))
+        #expect(FileManager.default.fileExists(atPath: "/srv/basket-sync") && FileManager.default.fileExists(atPath: "/srv/basket-sync-tree"))
         // The toolchain that built the tests, hidden under an empty directory in a mount namespace.
         let swiftRuntime = try run("/usr/bin/ldd", [binary.path]).output.split(separator: "\n").first { $0.contains("libswiftCore") }
         let toolchain = swiftRuntime.flatMap { $0.split(separator: " ").dropFirst(2).first }.map { String($0).components(separatedBy: "/usr/lib/swift").first ?? "" } ?? ""
