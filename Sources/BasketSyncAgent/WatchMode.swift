@@ -31,6 +31,15 @@ public struct WatchChoice: Equatable, Sendable {
         var description: String
         /// For people.
         var text: String { "\(description) (the agent, pid \(pid))" }
+
+        /// `status --json`'s `"agent"`: `{pid, description}`, or null when no agent runs.
+        static func write(_ agent: RunningAgent?, into writer: inout JSONWriter) {
+            guard let agent else { return writer.raw("null") }
+            writer.object { object in
+                object.member("pid", agent.pid)
+                object.member("description", agent.description)
+            }
+        }
     }
 
     /// What a person reads: "inotify (ext4)", "polling every 1000 ms (nfs: …)".

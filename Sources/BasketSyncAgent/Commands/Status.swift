@@ -218,16 +218,7 @@ public struct StatusReport {
                         object.member("reason", watch.reason)
                         // The running agent (its pid and how it said it watches), or null: then
                         // mode, intervalMs and reason are what one started now would use.
-                        object.member("agent") { writer in
-                            if let agentWatch {
-                                writer.object { object in
-                                    object.member("pid", agentWatch.pid)
-                                    object.member("description", agentWatch.description)
-                                }
-                            } else {
-                                writer.raw("null")
-                            }
-                        }
+                        object.member("agent") { WatchChoice.RunningAgent.write(agentWatch, into: &$0) }
                     }
                 }
             }

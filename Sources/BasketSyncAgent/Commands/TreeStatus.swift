@@ -94,16 +94,7 @@ public struct TreeStatusReport {
             // The same shape as one directory's: the running agent (or null).
             object.member("watch") { writer in
                 writer.object { object in
-                    object.member("agent") { writer in
-                        if let agentWatch {
-                            writer.object { object in
-                                object.member("pid", agentWatch.pid)
-                                object.member("description", agentWatch.description)
-                            }
-                        } else {
-                            writer.raw("null")
-                        }
-                    }
+                    object.member("agent") { WatchChoice.RunningAgent.write(agentWatch, into: &$0) }
                 }
             }
             object.member("records") { writer in

@@ -117,9 +117,6 @@ extension Posix {
 }
 
 extension Posix {
-    /// Whether a process with this pid runs (on this machine).
-    static func isRunning(_ pid: Int32) -> Bool { pid > 0 && (kill(pid, 0) == 0 || errno == EPERM) }
-
     /// Whether `path` is on a file system mounted read-only.
     static func isReadOnlyFileSystem(_ path: String) -> Bool {
         var info = statvfs()
