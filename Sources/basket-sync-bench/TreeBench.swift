@@ -162,6 +162,7 @@ func runTreeBench(carts: Int, seconds: Double, rate: Double, events: Double) -> 
         .split(separator: " ").dropFirst().first.map(String.init) ?? "?"
 
     let idleSeconds = quick ? 1.0 : 10.0
+    let build = linkage(agent)
     let switchesBefore = contextSwitches(agent)
     let ticksBefore = cpuTicks(agent)
     usleep(UInt32(idleSeconds * 1_000_000))
@@ -228,6 +229,7 @@ func runTreeBench(carts: Int, seconds: Double, rate: Double, events: Double) -> 
 
     print("## basket-sync benchmark: a tree of \(carts) carts\(quick ? " (quick setting: not figures)" : "")\n")
     print("Machine: \(machine()).\n")
+    print("Binary: \(build).\n")
     print("- first pass over \(carts) new carts (`sync` on the root: adopt each, take its event and its cart): \(ms(adoption))")
     print("- agent start with nothing changed, until it says it watches: \(ms(startTime)); resident memory then: \(residentAtStart) KiB, after the loads: \(residentAfter) KiB")
     print("- idle \(idleSeconds) s: \(idleSwitches) context switches, CPU \(ms(idleCPU))")

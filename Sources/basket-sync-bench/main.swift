@@ -432,11 +432,22 @@ let ticksBefore = cpuTicks(agent)
 usleep(UInt32(idleSeconds * 1_000_000))
 let idleSwitches = contextSwitches(agent) - switchesBefore
 let idleCPU = Double(cpuTicks(agent) - ticksBefore) / ticksPerSecond
+let build = linkage(agent)
 let resident = readFile("/proc/\(agent)/status").split(separator: "\n").first { $0.hasPrefix("VmRSS:") }?
     .split(separator: " ").dropFirst().first.map(String.init) ?? "?"
 stop(agent, SIGTERM)
 
 // MARK: - Report
+
+/// Which build of basket-sync the agent `pid` runs: `scripts/package` leaves a static binary in
+/// `.build/release/`, `swift build -c release` a dynamic one; their memory and start differ.
+func linkage(_ pid: pid_t) -> String {
+    let runtime = readFile("/proc/\(pid)/maps").split(separator: "\n").lazy
+        .compactMap { $0.split(separator: " ", omittingEmptySubsequences: true).last }
+        .first { $0.hasSuffix("/libswiftCore.so") }
+    guard let runtime else { return "\(basketSync) (static: the Swift runtime linked in)" }
+    return "\(basketSync) (dynamic: the Swift runtime loaded from \(runtime.dropLast("/libswiftCore.so".count)))"
+}
 
 func machine() -> String {
     let model = readFile("/proc/cpuinfo").split(separator: "\n").first { $0.hasPrefix("model name") }?
@@ -449,6 +460,7 @@ func machine() -> String {
 
 print("## basket-sync benchmark\(quick ? " (quick setting: tiny samples, not figures)" : "")\n")
 print("Machine: \(machine()). \(samples) samples per contender unless said.\n")
+print("Binary: \(build).\n")
 print("### Cart renamed → notification line durable (50-line cart)\n")
 print("| contender | p50 | p90 | p99 |")
 print("|---|---|---|---|")
