@@ -36,3 +36,23 @@ extension BenchmarkTests {
         #expect(kib <= 3 * 3 * (8_000 + 2_000) / 1024, "JSON Lines files bounded by rotation: \(kib) KiB")
     }
 }
+
+extension BenchmarkTests {
+    /// `--tree --quick` runs every phase of the tree benchmark over a few carts (no timing asserted):
+    /// the first pass, the start, idle, single changes, a load, the polled tree, the disk probe.
+    @Test func theTreeSettingRunsEveryPhase() throws {
+        let bench = binary.deletingLastPathComponent().appendingPathComponent("basket-sync-bench").path
+        let run = try basketSync(["--tree", "--quick", "--carts", "20"], executable: bench)
+        #expect(run.status == 0, "\(run.stderr)")
+        for line in ["## basket-sync benchmark: a tree of 20 carts", "- first pass over 20 new carts",
+                     "- agent start with nothing changed", "- idle ", "- one cart change → its notification line durable",
+                     "| load | changes |", "- polled every 1000 ms", "- the disk here: ", "- throughput ceiling"] {
+            #expect(run.stdout.contains(line), "missing: \(line)\n\(run.stdout)")
+        }
+        #expect(run.stdout.contains("Binary: ") && run.stdout.contains("the Swift runtime"), "says which build it ran")
+        // Every change of the load was notified, and the last version of each cart was the one notified.
+        let load = run.stdout.split(separator: "\n").first { $0.hasPrefix("| 20 /s") || $0.contains(" /s + ") }
+        let cells = load.map { $0.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) } } ?? []
+        #expect(cells.suffix(2) == ["0", "0"], "nothing missed: \(load ?? "no load row")")
+    }
+}
