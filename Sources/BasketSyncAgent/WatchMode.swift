@@ -69,7 +69,7 @@ public struct WatchChoice: Equatable, Sendable {
             let parts = text.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
             guard let mode = AgentConfiguration.Watching.Mode(rawValue: String(parts[0])) else { return nil }
             guard parts.count == 2 else { return Override(mode: mode, intervalMs: nil, source: source) }
-            guard mode == .poll, let interval = Int(parts[1]), AgentConfiguration.Watching.intervals.contains(interval) else { return nil }
+            guard mode == .poll, parts[1].allSatisfy({ ("0"..."9").contains($0) }), let interval = Int(parts[1]), AgentConfiguration.Watching.intervals.contains(interval) else { return nil }
             return Override(mode: mode, intervalMs: interval, source: source)
         }
 

@@ -125,7 +125,8 @@ enum Help {
                 deltas; the host's quantity), the pending batches and their age, the last
                 notification, the record and inbox counts, the counters, the anomalies (late echoes
                 and acknowledgements, acknowledgements beyond the outbox or going back) and the last
-                error.
+                error. A broken basket-sync.json is said second (configurationError in --json): the
+                report then shows the defaults, and status exits 78 as every other command would.
 
                 example:
                   basket-sync status --json | jq .pending

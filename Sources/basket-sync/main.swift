@@ -74,6 +74,11 @@ func run() throws(AgentError) -> Int32 {
         } else {
             let report = try StatusReport(directory: directory)
             emit(json ? report.json : report.human)
+            // Reported, and said where a script looks: the other commands refuse with 78.
+            if let problem = report.configurationProblem {
+                emit("basket-sync: \(problem)", to: .error)
+                return 78
+            }
         }
     case let .apply(json):
         let summary = try Commands.apply(directory: directory, logger: try logger(for: directory))

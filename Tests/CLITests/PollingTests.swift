@@ -204,3 +204,31 @@ import Testing
         #expect(agent.stop() == 0)
     }
 }
+
+extension PollingTests {
+    /// A bad interval or mode is refused on every way in: `--poll=MS` and the environment with 64,
+    /// the configuration with 78 naming the line and column (`status` too: it reports with the
+    /// defaults, says the configuration is broken, and exits 78); a sign or a space is not a number.
+    @Test(arguments: ["5", "+100", "-100", " 100", "100ms", "3600001", ""])
+    func aBadPollIntervalIsRefusedOnEveryWayIn(interval: String) throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        let flag = try basketSync(["-C", playground.path, "watch", "--poll=\(interval)"])
+        #expect(flag.status == 64, "--poll=\(interval): \(flag.status) \(flag.stderr)")
+        #expect(flag.stderr.contains("--poll=MS takes a whole number of milliseconds from 10 to 3600000"), "\(flag.stderr)")
+        let environment = try basketSync(["-C", playground.path, "watch"], environment: ["BASKET_SYNC_WATCH_MODE": "poll=\(interval)"])
+        #expect(environment.status == 64, "BASKET_SYNC_WATCH_MODE=poll=\(interval): \(environment.status) \(environment.stderr)")
+        #expect(environment.stderr.contains("BASKET_SYNC_WATCH_MODE is auto, inotify, poll or poll=MS"), "\(environment.stderr)")
+        guard let number = Int(interval.trimmingCharacters(in: .whitespaces)) else { return }
+        try playground.writeAtomically("basket-sync.json", playground.read("basket-sync.json").replacingOccurrences(of: "\"pollIntervalMs\": 1000", with: "\"pollIntervalMs\": \(number)"))
+        let configured = try basketSync(["-C", playground.path, "status"])
+        if (10...3_600_000).contains(number) {
+            #expect(configured.status == 0, "pollIntervalMs \(number) is a good interval: \(configured.stderr)")
+        } else {
+            #expect(configured.status == 78, "pollIntervalMs \(number): \(configured.status) \(configured.stderr)")
+            #expect(configured.stderr.contains("basket-sync.json:") && configured.stderr.contains("watch.pollIntervalMs"), "names the file, line and key: \(configured.stderr)")
+            // status still reports (with the defaults) and says the configuration is broken.
+            #expect(configured.stdout.contains("configuration: BROKEN") && configured.stdout.contains("watch: no agent runs; none can start"), "\(configured.stdout)")
+        }
+    }
+}

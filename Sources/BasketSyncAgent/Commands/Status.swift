@@ -35,22 +35,32 @@ public struct StatusReport {
     let watch: WatchChoice?
     /// How the running agent watches, as it said at its start (nil: no agent runs).
     let agentWatch: WatchChoice.RunningAgent?
+    /// Why `basket-sync.json` cannot be used (file:line:column and what to do), if it cannot:
+    /// the report then shows the defaults, and every other command refuses with 78.
+    public let configurationProblem: String?
 
     /// Reads the state of `directory` as committed now.
     public init(directory: String) throws(AgentError) {
         // It only reads: it works on a read-only file system too.
         let store = try Store.open(directory: directory, readOnly: true)
-        let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
-        try self.init(store: store, configuration: configuration, lookForAgent: true)
+        let configuration: AgentConfiguration
+        var problem: String?
+        do {
+            configuration = try AgentConfiguration.load(directory: directory)
+        } catch where error.exitCode == 78 {
+            (configuration, problem) = (AgentConfiguration(), error.description)
+        }
+        try self.init(store: store, configuration: configuration, lookForAgent: true, configurationProblem: problem)
     }
 
     /// Reads the state of the cart `store` holds as committed now.
-    init(store: Store, configuration: AgentConfiguration, lookForAgent: Bool = false) throws(AgentError) {
+    init(store: Store, configuration: AgentConfiguration, lookForAgent: Bool = false, configurationProblem: String? = nil) throws(AgentError) {
         let directory = store.directory
         self.directory = directory
+        self.configurationProblem = configurationProblem
         cart = configuration.cart
         retentionDays = configuration.retention?.days
-        watch = try? WatchChoice.decide(directory: directory, cart: configuration.cart, settings: configuration.watch, override: nil)
+        watch = configurationProblem != nil ? nil : try? WatchChoice.decide(directory: directory, cart: configuration.cart, settings: configuration.watch, override: nil)
         // A cart of a tree: the tree's agent (its note is on the root's row).
         let root = store.cart == 0 ? store : Store(database: store.database, cart: 0, directory: "", signalPath: "")
         agentWatch = lookForAgent ? (try? store.withTransaction { () throws(AgentError) in WatchChoice.runningAgent(root) }) ?? nil : nil
@@ -150,6 +160,9 @@ public struct StatusReport {
     public var human: String {
         var lines: [String] = []
         lines.append("sync directory \(directory) (id \(state.syncId))")
+        if let configurationProblem {
+            lines.append("configuration: BROKEN, every other command refuses (78) until it is mended; this report shows the defaults: \(configurationProblem)")
+        }
         lines.append("store: \(state.storeId ?? "none") (\(state.mode.rawValue) mode), Mealz basket \(state.basket)")
         if let synced = state.hostSyncedThrough {
             lines.append("host: acknowledges with syncedThrough, last \(synced)")
@@ -180,6 +193,8 @@ public struct StatusReport {
             lines.append("watch: \(agentWatch.text)")
         } else if let watch {
             lines.append("watch: no agent runs; one started now would use \(watch.description)")
+        } else if configurationProblem != nil {
+            lines.append("watch: no agent runs; none can start until the configuration is mended")
         }
         let taken = retentionDays.map { "\(inboxTaken) taken within the retention (\(SyncEngine.shownDays($0)))" } ?? "\(inboxTaken) taken"
         lines.append("inbox: \(taken), \(inboxDuplicates) duplicate deliveries (acknowledged, not done again), \(inboxWaiting) waiting in new/, \(inboxBad) in bad/")
@@ -210,6 +225,8 @@ public struct StatusReport {
             object.member("mode", state.mode.rawValue)
             object.member("basket", state.basket)
             object.member("syncedThrough", state.hostSyncedThrough)
+            // Why basket-sync.json cannot be used, or null; when it is a string, the report shows the defaults.
+            object.member("configurationError", configurationProblem)
             if let watch {
                 object.member("watch") { writer in
                     writer.object { object in
