@@ -76,7 +76,7 @@ public final class Agent {
         // inotify, or a poller where inotify is blind (SPEC §10): both say what changed alike.
         let watcher = choice.polls ? nil : try Watcher(directory: engine.directory, cart: engine.configuration.cart)
         let poller = choice.polls ? Poller(directory: engine.directory, cart: engine.configuration.cart, isTreeCart: false) : nil
-        var nextLook = Posix.monotonicSeconds() + Double(choice.intervalMs) / 1000
+        var looks = LookClock(intervalMs: choice.intervalMs)
 
         // Everything written before the watches were in place: recover the files, take what waits.
         attempt(.everything)
@@ -90,11 +90,7 @@ public final class Agent {
         while true {
             if let fatal { throw fatal }
             let ready: [Bool]
-            var timeout = waitTimeout()
-            if poller != nil {
-                let untilLook = Int32(max(0, ((nextLook - Posix.monotonicSeconds()) * 1000).rounded(.up)))
-                timeout = timeout < 0 ? untilLook : min(timeout, untilLook)
-            }
+            let timeout = poller == nil ? waitTimeout() : looks.timeout(within: waitTimeout())
             do { ready = try Posix.waitReadable([watcher?.fd ?? -1, signals.fd], timeout: timeout) } catch { throw .system(error) }
             if ready[1] {
                 for signal in signals.drain() {
@@ -116,7 +112,7 @@ public final class Agent {
                                 logger.log(.warning, "the new \"watch\" setting chooses \(now.polls ? "polling" : "inotify"); the agent keeps \(choice.description) until it restarts")
                             } else if now.polls, now.intervalMs != choice.intervalMs {
                                 choice = now
-                                nextLook = Posix.monotonicSeconds() + Double(choice.intervalMs) / 1000
+                                looks.restart(intervalMs: choice.intervalMs)
                                 logger.log(.info, "polling every \(choice.intervalMs) ms from now on")
                                 recordWatch(choice)
                             }
@@ -132,12 +128,7 @@ public final class Agent {
             }
             var looked: (kinds: Set<Watcher.Change>, delivered: [String])?
             if let watcher, ready[0] { looked = try watcher.changes() }
-            if let poller, Posix.monotonicSeconds() >= nextLook {
-                looked = poller.changes()
-                // The next look one interval after this one (after a stall: one interval from now).
-                nextLook += Double(choice.intervalMs) / 1000
-                if nextLook < Posix.monotonicSeconds() { nextLook = Posix.monotonicSeconds() + Double(choice.intervalMs) / 1000 }
-            }
+            if let poller, looks.due() { looked = poller.changes() }
             if let (changes, delivered) = looked {
                 if changes.contains(.directoryGone) {
                     throw .directoryGone(path: engine.directory)

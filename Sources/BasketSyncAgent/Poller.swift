@@ -82,3 +82,34 @@ final class Poller {
         return now < unsettled[slot.rawValue]
     }
 }
+
+/// When a polling agent looks next: one interval after the last look, or one interval from now
+/// after a stall (a look never runs twice to catch up). Both agents' loops share it.
+struct LookClock {
+    private var next: Double
+    private var intervalSeconds: Double
+
+    /// The first look one interval from now.
+    init(intervalMs: Int) {
+        intervalSeconds = Double(intervalMs) / 1000
+        next = Posix.monotonicSeconds() + intervalSeconds
+    }
+
+    /// A new pace, the next look one interval from now.
+    mutating func restart(intervalMs: Int) { self = LookClock(intervalMs: intervalMs) }
+
+    /// The poll(2) timeout that wakes for the next look, within `timeout` (-1: none).
+    func timeout(within timeout: Int32) -> Int32 {
+        let untilLook = Int32(max(0, ((next - Posix.monotonicSeconds()) * 1000).rounded(.up)))
+        return timeout < 0 ? untilLook : min(timeout, untilLook)
+    }
+
+    /// Whether a look is due now; when it is, the one after is scheduled.
+    mutating func due() -> Bool {
+        let now = Posix.monotonicSeconds()
+        guard now >= next else { return false }
+        next += intervalSeconds
+        if next < now { next = now + intervalSeconds }
+        return true
+    }
+}

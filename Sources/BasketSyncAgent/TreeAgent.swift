@@ -71,7 +71,7 @@ public final class TreeAgent {
     private var rootChoice = WatchChoice(polls: false, intervalMs: 1000, reason: "")
     /// The inotify watches left for carts; past them, carts are polled.
     private var watchesLeft = Int.max
-    private var nextLook = 0.0
+    private var looks = LookClock(intervalMs: 1000)
     /// The root's identity at the last look (a polled root is listed when it changed).
     private var rootIdentity: [Int64] = []
     private var rootUnsettledUntil = 0.0
@@ -119,7 +119,7 @@ public final class TreeAgent {
         let needed = 1 + ids.count * perCart
         let limit = TreeAgent.watchLimit()
         rootChoice = try WatchChoice.decide(directory: tree.root, cart: configuration.cart, settings: configuration.watch, override: watchOverride)
-        nextLook = Posix.monotonicSeconds() + Double(rootChoice.intervalMs) / 1000
+        looks.restart(intervalMs: rootChoice.intervalMs)
         rootIdentity = Posix.linkInfo(tree.root)?.identity ?? []
         if rootChoice.polls {
             logger.log(.info, "the tree has \(ids.count) carts, polled every \(rootChoice.intervalMs) ms (\(rootChoice.reason))")
@@ -144,11 +144,7 @@ public final class TreeAgent {
             if let fatal { throw fatal }
             let ready: [Bool]
             let polls = rootChoice.polls || polledCarts > 0
-            var timeout = waitTimeout()
-            if polls {
-                let untilLook = Int32(max(0, ((nextLook - Posix.monotonicSeconds()) * 1000).rounded(.up)))
-                timeout = timeout < 0 ? untilLook : min(timeout, untilLook)
-            }
+            let timeout = polls ? looks.timeout(within: waitTimeout()) : waitTimeout()
             do { ready = try Posix.waitReadable([inotify.fd, signals.fd], timeout: timeout) } catch { throw .system(error) }
             if ready[1] {
                 for signal in signals.drain() {
@@ -161,11 +157,7 @@ public final class TreeAgent {
                 }
             }
             if ready[0] { try takeEvents() }
-            if polls, Posix.monotonicSeconds() >= nextLook {
-                look()
-                nextLook += Double(rootChoice.intervalMs) / 1000
-                if nextLook < Posix.monotonicSeconds() { nextLook = Posix.monotonicSeconds() + Double(rootChoice.intervalMs) / 1000 }
-            }
+            if polls, looks.due() { look() }
             let now = Date()
             for cart in Array(timed.values) {
                 if let due = cart.retryAt {
@@ -526,7 +518,7 @@ public final class TreeAgent {
             if choice.intervalMs != rootChoice.intervalMs {
                 // Every polled cart (the tree polled, or carts past the watch limit) looks at the new pace.
                 rootChoice.intervalMs = choice.intervalMs
-                nextLook = Posix.monotonicSeconds() + Double(rootChoice.intervalMs) / 1000
+                looks.restart(intervalMs: rootChoice.intervalMs)
                 logger.log(.info, "polled carts are looked at every \(rootChoice.intervalMs) ms from now on")
             }
             recordWatch()
