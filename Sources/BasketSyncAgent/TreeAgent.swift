@@ -91,11 +91,11 @@ public final class TreeAgent {
 
     /// The watches the system lets this user have: `fs.inotify.max_user_watches`, lowered by
     /// `BASKET_SYNC_MAX_WATCHES` (to leave room for other watchers).
-    static func watchLimit() -> Int {
+    static func watchLimit() -> (limit: Int, system: Int) {
         let system = (try? Posix.readFile("/proc/sys/fs/inotify/max_user_watches", limit: 64, follow: true))
             .flatMap { $0 }.flatMap { Int(String(decoding: $0, as: UTF8.self).trimmingSpaces) } ?? Int.max
         let cap = Posix.environment("BASKET_SYNC_MAX_WATCHES").flatMap { Int($0) } ?? Int.max
-        return min(system, cap)
+        return (min(system, cap), system)
     }
 
     /// Runs until SIGTERM or SIGINT, then returns (exit 0). Throws when it cannot start or must stop.
@@ -117,7 +117,7 @@ public final class TreeAgent {
         let ids = try tree.cartDirectories()
         let perCart = Watcher.watchCount(cart: configuration.cart, isTreeCart: true)
         let needed = 1 + ids.count * perCart
-        let limit = TreeAgent.watchLimit()
+        let (limit, systemLimit) = TreeAgent.watchLimit()
         rootChoice = try WatchChoice.decide(directory: tree.root, cart: configuration.cart, settings: configuration.watch, override: watchOverride)
         looks.restart(intervalMs: rootChoice.intervalMs)
         rootIdentity = Posix.linkInfo(tree.root)?.identity ?? []
@@ -127,7 +127,7 @@ public final class TreeAgent {
             logger.log(.info, "the tree has \(ids.count) carts: \(needed) inotify watches needed (\(perCart) per cart), the limit is \(limit == Int.max ? "unknown" : String(limit))")
             watchesLeft = limit == Int.max ? Int.max : limit - 1
             if needed > limit {
-                logger.log(.warning, "\(tree.root): \(ids.count) carts need \(needed) inotify watches, over the limit of \(limit): the carts beyond it are polled every \(rootChoice.intervalMs) ms; raise the limit (sysctl fs.inotify.max_user_watches=\(max(needed * 2, 65536)), and in /etc/sysctl.d/ to keep it) to watch them all")
+                logger.log(.warning, "\(tree.root): \(ids.count) carts need \(needed) inotify watches, over the limit of \(limit): the carts beyond it are polled every \(rootChoice.intervalMs) ms; \(needed <= systemLimit ? "BASKET_SYNC_MAX_WATCHES lowers the limit below the system's \(systemLimit): raise or unset it" : "raise the limit (sysctl fs.inotify.max_user_watches=\(max(needed * 2, 65536)), and in /etc/sysctl.d/ to keep it)") to watch them all")
             }
         }
         for id in try tree.removeGoneCarts() { logger.log(.info, "cart \(id): its directory is gone while the agent was down: the cart ended") }
