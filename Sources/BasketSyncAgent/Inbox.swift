@@ -321,7 +321,7 @@ extension SyncEngine {
                 if !duplicate {
                     summary.taken += 1
                 } else if sameFile {
-                    logger.log(.info, "\(entry.path): event \(entry.event.id) was taken by another basket-sync process meanwhile")
+                    logger.log(.info, "\(entry.path): event \(entry.event.id) was taken before from this very file (by another basket-sync process meanwhile, or its move to cur/ failed); acknowledged again, not done again")
                 } else {
                     summary.duplicates += 1
                     logger.log(.info, "\(entry.path): event \(entry.event.id) was already taken; acknowledged without doing it again")
