@@ -128,7 +128,7 @@ public final class Agent {
             }
             var looked: (kinds: Set<Watcher.Change>, delivered: [String])?
             if let watcher, ready[0] { looked = try watcher.changes() }
-            if let poller, looks.due() { looked = poller.changes() }
+            if let poller, looks.due() { looked = poller.changes(onlyFresh: retryAt != nil) }
             if let (changes, delivered) = looked {
                 if changes.contains(.directoryGone) {
                     throw .directoryGone(path: engine.directory)

@@ -47,14 +47,27 @@ final class Poller {
         unsettled[Slot.cart.rawValue] = Posix.monotonicSeconds() + Poller.settleSeconds
     }
 
-    /// Looks once and says what changed since the last look.
-    func changes() -> (kinds: Set<Watcher.Change>, delivered: [String]) {
-        (look(), [])
+    /// Looks once and says what changed since the last look. `onlyFresh` (a retry waits: its
+    /// delay is the back-off) leaves out what is only settling: what changed earlier and is
+    /// looked at again in case a second write hid in the same time tick — the retry reads
+    /// everything anyway, and a failing pass must not run at every look.
+    func changes(onlyFresh: Bool = false) -> (kinds: Set<Watcher.Change>, delivered: [String]) {
+        (look(onlyFresh: onlyFresh), [])
     }
 
-    private func look() -> Set<Watcher.Change> {
+    private func look(onlyFresh: Bool = false) -> Set<Watcher.Change> {
         let now = Posix.monotonicSeconds()
         var changes = Set<Watcher.Change>()
+        /// Whether a slot changed since the last look, or (unless only fresh changes are wanted)
+        /// changed less than ``settleSeconds`` ago.
+        func changed(_ slot: Slot, _ info: FileInfo?, now: Double) -> Bool {
+            if seen[slot.rawValue] != info {
+                seen[slot.rawValue] = info
+                unsettled[slot.rawValue] = now + Poller.settleSeconds
+                return true
+            }
+            return !onlyFresh && now < unsettled[slot.rawValue]
+        }
         guard Posix.linkInfo(directory)?.kind == .directory,
               isTreeCart || Posix.linkInfo(stateDirectory)?.kind == .directory else {
             return [.directoryGone]
@@ -70,16 +83,6 @@ final class Poller {
             changes.insert(.inbox)
         }
         return changes
-    }
-
-    /// Whether a slot changed since the last look, or changed less than ``settleSeconds`` ago.
-    private func changed(_ slot: Slot, _ info: FileInfo?, now: Double) -> Bool {
-        if seen[slot.rawValue] != info {
-            seen[slot.rawValue] = info
-            unsettled[slot.rawValue] = now + Poller.settleSeconds
-            return true
-        }
-        return now < unsettled[slot.rawValue]
     }
 }
 

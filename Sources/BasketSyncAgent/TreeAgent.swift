@@ -251,7 +251,7 @@ public final class TreeAgent {
         var order: [String] = []
         for (id, cart) in carts {
             guard let poller = cart.poller else { continue }
-            let seen = poller.changes()
+            let seen = poller.changes(onlyFresh: cart.retryAt != nil)
             if !seen.kinds.isEmpty {
                 changes[id] = seen
                 order.append(id)

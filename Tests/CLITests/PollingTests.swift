@@ -232,3 +232,48 @@ extension PollingTests {
         }
     }
 }
+
+extension PollingTests {
+    /// Black-box review of session 8, F3: a polled agent whose pass fails keeps its back-off. The
+    /// poller looks again for 2 s at what changed (a write hidden in the same time tick); those
+    /// looks ran the failing pass at every look (40 errors in 10 s at 50 ms, "retrying in 30 s"
+    /// said each 250 ms). Each error must come at least the delay it announced after the one before.
+    @Test(arguments: [false, true])
+    func aFailingPassKeepsItsBackOffWhenPolled(tree: Bool) async throws {
+        let playground = try Playground()
+        let outside = try Playground()
+        try FileManager.default.createDirectory(atPath: outside.path + "/new", withIntermediateDirectories: true)
+        try outside.write("new/e1", #"{"id":"e1","type":"basketDelta","products":[{"id":"A","quantity":1}]}"#)
+        let directory = tree ? playground.path + "/c1" : playground.path
+        #expect(try basketSync(["-C", playground.path, "init"] + (tree ? ["--tree"] : [])).status == 0)
+        if tree {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+            #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+            #expect(FileManager.default.fileExists(atPath: directory + "/inbox/new"), "the cart is adopted")
+        }
+        let agent = try AgentProcess(directory: playground.path, arguments: ["--poll=20", "--log-format", "json"])
+        try await agent.waitUntilWatching()
+        // inbox/new swapped for a link to a directory outside holding an event: refused at each pass.
+        #expect(rename(directory + "/inbox/new", directory + "/inbox/new.away") == 0)
+        #expect(symlink(outside.path + "/new", directory + "/inbox/new") == 0)
+        try await eventually("the retry delay doubles up to 4 s", timeout: 90) { agent.log.contains("retrying in 4.0 s") }
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        var errors: [Date] = []
+        var delays: [Double] = []
+        for line in agent.log.split(separator: "\n") {
+            guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+                  let message = object["message"] as? String, let at = (object["at"] as? String).flatMap(formatter.date(from:)) else { continue }
+            if object["level"] as? String == "error", message.contains("symbolic link") { errors.append(at) }
+            if let range = message.range(of: "retrying in ") { delays.append(Double(message[range.upperBound...].prefix { $0 != " " }) ?? -1) }
+        }
+        #expect(Array(delays.prefix(4)) == [0.5, 1, 2, 4], "\(delays)")
+        #expect(errors.count >= 4, "\(agent.log)")
+        for index in 1..<min(errors.count, delays.count + 1) {
+            let gap = errors[index].timeIntervalSince(errors[index - 1])
+            #expect(gap >= delays[index - 1] - 0.01, "error \(index + 1) came \(gap) s after the one before, which said retrying in \(delays[index - 1]) s")
+        }
+        #expect(outside.names("new") == ["e1"], "the event outside is never taken")
+        #expect(agent.stop() == 0)
+    }
+}
