@@ -891,8 +891,8 @@ final class Store {
         return try statement.step() ? statement.text(0) : nil
     }
 
-    func recordInbox(id: String, file: String, outcome: String, at: Date) throws(AgentError) {
-        let statement = try cached("INSERT INTO inbox(cart, id, file, outcome, at) VALUES(?, ?, ?, ?, ?)")
+    func recordInbox(id: String, file: String, outcome: String, at: Date, unlessKnown: Bool = false) throws(AgentError) {
+        let statement = try cached("INSERT \(unlessKnown ? "OR IGNORE " : "")INTO inbox(cart, id, file, outcome, at) VALUES(?, ?, ?, ?, ?)")
         defer { statement.reset() }
         statement.bind(1, cart)
         statement.bind(2, id)

@@ -498,3 +498,51 @@ extension HostileInputTests {
         #expect(playground.names("inbox/new").isEmpty)
     }
 }
+
+extension CatchUpTests {
+    /// Black-box review of session 8, F1: after `init --adopt`, an event taken before and delivered
+    /// again was taken again (the host got its delta twice). The adopted database knows the ids
+    /// of the outbox's records (`source`), of the events in `inbox/cur/` (an event ignored with no
+    /// synchronizer made no record) and the transfers that landed; in a single directory and in
+    /// a tree's cart.
+    @Test(arguments: [false, true])
+    func eventsTakenBeforeAreNotTakenAgainAfterAdoption(tree: Bool) throws {
+        let root = try Playground()
+        let dir = tree ? root.path + "/c1" : root.path
+        #expect(try basketSync(["-C", root.path, "init"] + (tree ? ["--tree"] : [])).status == 0)
+        func deliver(_ arguments: [String], noSynchronizer: Bool = false) throws {
+            #expect(try basketSync(["-C", dir, "push"] + arguments).status == 0)
+            #expect(try basketSync(["-C", dir, "sync"] + (noSynchronizer ? ["--no-synchronizer"] : [])).status == 0)
+        }
+        func outbox() -> [[String: Any]] {
+            ((try? String(contentsOfFile: dir + "/outbox.jsonl", encoding: .utf8)) ?? "").split(separator: "\n").compactMap {
+                try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+            }
+        }
+        try deliver(["--id", "evt-1", "a=+1"])
+        try deliver(["--id", "evt-ignored", "b=+1"], noSynchronizer: true)
+        try deliver(["--id", "evt-t", "--transfer", "t-1", "c=2"])
+        // A canonically equivalent id is another id: taken before the loss, and not merged after.
+        try deliver(["--id", "caf\u{E9}", "d=+1"])
+        #expect(outbox().count == 3)
+        try FileManager.default.removeItem(atPath: (tree ? root.path : dir) + "/.basket-sync")
+        if tree {
+            #expect(try basketSync(["-C", root.path, "init", "--tree"]).status == 0)
+        }
+        let adopted = try basketSync(["-C", dir, "init", "--adopt"])
+        #expect(adopted.status == 0, "\(adopted.stderr)")
+        // Each delivered again (new files), and the transfer under a new event id.
+        try deliver(["--id", "evt-1", "a=+1"])
+        try deliver(["--id", "evt-ignored", "b=+1"])
+        try deliver(["--id", "evt-t2", "--transfer", "t-1", "c=2"])
+        try deliver(["--id", "cafe\u{301}", "d=+1"])
+        let records = outbox()
+        #expect(records.compactMap { $0["source"] as? String } == ["evt-1", "evt-t", "caf\u{E9}", "cafe\u{301}"], "\(records)")
+        #expect(records.compactMap { $0["seq"] as? Int } == [1, 2, 3, 4])
+        let status = try basketSync(["-C", dir, "status", "--json"])
+        let inbox = (try? JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])?["inbox"] as? [String: Any]
+        #expect(inbox?["duplicates"] as? Int == 2, "evt-1 and evt-ignored acknowledged, not done again: \(status.stdout)")
+        let counters = (try? JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])?["counters"] as? [String: Any]
+        #expect(counters?["duplicateTransfers"] as? Int == 1, "t-1 landed before the loss: \(status.stdout)")
+    }
+}

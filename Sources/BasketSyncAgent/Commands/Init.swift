@@ -26,7 +26,7 @@ extension Commands {
             var adopted: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
             _ = try tree.cartStore(id, create: true, adopting: adopt ? { (store) throws(AgentError) in
                 adopted = try recordsInFiles(directory)
-                try adoptRecords(adopted, into: store)
+                try adoptRecords(adopted, into: store, directory: directory)
             } : nil)
             return ["\(directory) (cart \(id) of the tree \(root))"] + adoptedLines(adopted, directory: directory)
         case .directory:
@@ -64,8 +64,9 @@ extension Commands {
         }
         let store = try Store(directory: directory, create: true)
         if isNew { created.append(database) }
-        if !found.isEmpty {
-            try store.withTransaction { () throws(AgentError) in try adoptRecords(found, into: store) }
+        if isNew {
+            // Also without records: events in inbox/cur/ were taken (their ids stay taken).
+            try store.withTransaction { () throws(AgentError) in try adoptRecords(found, into: store, directory: directory) }
             created += adoptedLines(found, directory: directory)
         }
         return created
@@ -87,14 +88,25 @@ extension Commands {
     }
 
     /// Takes the files' records into a new database's cart (inside the caller's transaction):
-    /// every seq goes on after them, a recorded order stays recorded.
-    static func adoptRecords(_ found: [Projection: [(seq: UInt64, line: [UInt8])]], into store: Store) throws(AgentError) {
+    /// every seq goes on after them, a recorded order stays recorded, and an event taken before
+    /// stays taken — its id from an outbox record's `source` or from its file in `inbox/cur/`, a
+    /// transfer that landed from its record's `transferId` — so a redelivery is not done again.
+    static func adoptRecords(_ found: [Projection: [(seq: UInt64, line: [UInt8])]], into store: Store, directory: String) throws(AgentError) {
         var state = try store.loadState()
+        let now = Date()
         for (projection, records) in found {
             for record in records { try store.adopt(projection, seq: record.seq, line: record.line) }
             let last = records.map(\.seq).max()!
             switch projection {
-            case .outbox: state.lastOutboxSeq = last
+            case .outbox:
+                state.lastOutboxSeq = last
+                for record in records {
+                    guard let outbox = try? RecordFormat.outboxRecord(record.line) else { continue }
+                    if let source = outbox.source {
+                        try store.recordInbox(id: source, file: "", outcome: "adopted: outbox #\(outbox.seq)", at: now, unlessKnown: true)
+                    }
+                    if let transfer = outbox.transferId { state.landedTransfers.insert(ExactID(transfer)) }
+                }
             case .notifications: state.lastNotificationSeq = last
             case .payments:
                 state.lastPaymentSeq = last
@@ -105,6 +117,15 @@ extension Commands {
                     }
                 }
             }
+        }
+        // The events in cur/ were taken, whether or not they made a record (ignored, nothing to send).
+        let limits = ((try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()).limits
+        for name in Posix.listDirectory("\(directory)/inbox/cur") where !name.hasPrefix(".") {
+            // Regular files only, never through a link (the open policy); a file unreadable as an event is left alone.
+            guard let bytes = try? Posix.readFile("\(directory)/inbox/cur/\(name)", limit: limits.maxFileBytes),
+                  let event = try? EventFormat.decode(bytes, limits: limits) else { continue }
+            try store.recordInbox(id: event.id, file: name, outcome: "adopted from inbox/cur/", at: now, unlessKnown: true)
+            try store.recordSettled(folder: "cur", name: name, at: now)
         }
         try store.saveState(state)
     }
