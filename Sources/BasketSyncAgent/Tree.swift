@@ -105,7 +105,7 @@ final class Tree {
     }
 
     /// Makes a tree at `root`: its configuration (`"layout": "tree"`) and its database.
-    static func create(root: String) throws(AgentError) -> [String] {
+    static func create(root: String, adopt: Bool = false) throws(AgentError) -> [String] {
         var created: [String] = []
         // Refused before anything is made.
         if case .treeCart = Place.of(root) {
@@ -139,6 +139,13 @@ final class Tree {
         }
         let databasePath = "\(root)/\(Store.stateDirectoryName)/\(Store.databaseName)"
         let isNew = !Posix.exists(databasePath)
+        // Carts holding records and no database: it was lost. A new one would know none of them.
+        let holding = isNew ? ((try? Posix.entries(of: root)) ?? []).sorted().filter {
+            Tree.isCartId($0) && Posix.linkInfo("\(root)/\($0)")?.kind == .directory && Tree.refusal("\(root)/\($0)", root: root) != nil
+        } : []
+        if !holding.isEmpty, !adopt {
+            throw .refused("\(root): its carts hold records (\(holding.prefix(5).joined(separator: ", "))\(holding.count > 5 ? ", …" : "")) but the tree has no database: it was lost. A new one would number their records again from 1. Restore \(root)/\(Store.stateDirectoryName)/ from a backup, or run basket-sync -C \(root) init --tree --adopt to make the database and adopt every cart with its records")
+        }
         let database = try Database(directory: root, create: true)
         try database.withTransaction { () throws(AgentError) in
             if try !database.isTree() {
@@ -202,14 +209,7 @@ final class Tree {
             }
             // A directory new to the tree, or made again (no marker, or another cart's). One that
             // holds records is not a new cart: refused before anything changes.
-            if adopting == nil {
-                let held = Projection.allCases.compactMap { projection in
-                    JSONLinesFile(path: "\(directory)/\(projection.fileName)").recordBeyond(databaseSeq: 0, isRecord: projection.isRecord).map { "\(projection.fileName) up to \($0)" }
-                }
-                if !held.isEmpty {
-                    throw .refused("\(directory): holds records (\(held.joined(separator: ", "))) but is new to the tree \(root) (copied or moved in, or its \(Tree.markerName) lost or changed); a new cart would number its records again from 1. Put the directory back as it was (its marker with it), or run basket-sync -C \(directory) init --adopt to make it a cart that goes on after its records, or move its .jsonl files away to start it afresh")
-                }
-            }
+            if adopting == nil, let refusal = Tree.refusal(directory, root: root) { throw .refused(refusal) }
             // The old cart of this id, if any, ends with every row of it.
             if let known = try database.cart(id) { try database.removeCart(known.number) }
             let syncId = Store.newSyncId()
@@ -229,6 +229,16 @@ final class Tree {
         // is this cart's error (reported, retried), never a reason to forget it.
         try Tree.makeInbox(directory)
         return store
+    }
+
+    /// Why a directory that is not a cart of the tree cannot become a new one: it holds records
+    /// (a new cart would number them again from 1); nil when it holds none.
+    static func refusal(_ directory: String, root: String) -> String? {
+        let held = Projection.allCases.compactMap { projection in
+            JSONLinesFile(path: "\(directory)/\(projection.fileName)").recordBeyond(databaseSeq: 0, isRecord: projection.isRecord).map { "\(projection.fileName) up to \($0)" }
+        }
+        guard !held.isEmpty else { return nil }
+        return "\(directory): holds records (\(held.joined(separator: ", "))) but is not a cart of the tree \(root): copied or moved in, its \(Tree.markerName) lost or changed, or the tree's database lost it (restored from an older backup, its WAL deleted); a new cart would number its records again from 1. Put the directory back as it was (its marker with it) or restore \(root)/\(Store.stateDirectoryName)/ from a backup; or run basket-sync -C \(directory) init --adopt to make it a cart that goes on after its records, or move its .jsonl files away to start it afresh"
     }
 
     /// Makes a cart's inbox folders, never through a link (an inbox that is one leads out of the tree).

@@ -39,20 +39,22 @@ enum Help {
         case "init":
             return """
                 usage: basket-sync [-C DIR] init [--adopt]
-                       basket-sync -C ROOT init --tree
+                       basket-sync -C ROOT init --tree [--adopt]
 
                 Creates the sync directory (and its parents), inbox/{tmp,new,cur,bad}/, the database in
                 .basket-sync/ and a commented basket-sync.json with every setting at its default.
                 Idempotent: what exists is kept. A directory that holds records (outbox.jsonl,
                 notifications.jsonl, payments.jsonl) but no database lost its database: init refuses
                 (73) unless --adopt, which takes the records of the files into a new database and
-                continues every seq after the files' last one.
+                continues every seq after the files' last one; the events taken before (the records'
+                sources, inbox/cur/) stay taken.
 
                 --tree makes ROOT the root of a tree of carts: its basket-sync.json says "layout":
                 "tree" and one database serves every cart, each a subdirectory ROOT/ID (an id is 1 to
                 128 of A-Z a-z 0-9 . _ -, not starting with a dot). init -C ROOT/ID makes cart ID
-                (--adopt: a directory holding records goes on after them). Nothing is made inside a
-                sync directory or a tree but a tree's carts.
+                (--adopt: a directory holding records goes on after them). A tree whose database is
+                gone while its carts hold records is refused (73) unless --tree --adopt, which adopts
+                each such cart. Nothing is made inside a sync directory or a tree but a tree's carts.
 
                 example:
                   basket-sync -C /srv/cart-sync init

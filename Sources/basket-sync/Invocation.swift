@@ -72,7 +72,6 @@ struct Invocation {
             let adopt = options.flag("--adopt")
             let tree = options.flag("--tree")
             try options.finish()
-            if adopt && tree { throw .usage("init: --adopt and --tree do not go together (a new tree has no records to adopt)") }
             command = .initialize(adopt: adopt, tree: tree)
         case "watch":
             let noSynchronizer = options.flag("--no-synchronizer")

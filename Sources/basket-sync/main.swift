@@ -52,7 +52,7 @@ func run() throws(AgentError) -> Int32 {
     case .manual:
         emit(Manual.page)
     case let .initialize(adopt, tree):
-        let created = try tree ? Commands.initializeTree(root: directory) : Commands.initialize(directory: directory, adopt: adopt)
+        let created = try tree ? Commands.initializeTree(root: directory, adopt: adopt) : Commands.initialize(directory: directory, adopt: adopt)
         let what = tree || Place.of(directory) == .treeRoot ? "a tree of carts" : "a sync directory"
         emit(created.isEmpty ? "\(directory) is already \(what); nothing to create" : created.map { "created \($0)" }.joined(separator: "\n"))
     case .watch:

@@ -484,3 +484,41 @@ import TestSupport
         checkCrashInvariants(playground, in: id, context: context)
     }
 }
+
+extension TreeTests {
+    /// Black-box review of session 8, F2: a tree whose database lost its carts (restored from an
+    /// older backup, or gone) said "copied in" and `status` on the root listed no error, and
+    /// `init --tree` made a new database over carts holding records. Now the refusal names the
+    /// lost database, `status` lists the cart as an error, `init --tree` refuses (73) and
+    /// `init --tree --adopt` adopts every such cart, whose taken events stay taken.
+    @Test func aTreeThatLostItsDatabaseSaysSoAndAdoptsItsCartsOnlyWhenAsked() throws {
+        let playground = try tree()
+        let backup = playground.path + "/../" + UUID().uuidString
+        #expect(try basketSync(["-a", playground.path + "/.basket-sync", backup], executable: "/bin/cp").status == 0)
+        defer { try? FileManager.default.removeItem(atPath: backup) }
+        for id in ["e1", "e2"] {
+            #expect(try basketSync(["-C", playground.path + "/c1", "push", "--id", id, "A=+1"]).status == 0)
+        }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        #expect(playground.read("c1/outbox.jsonl").split(separator: "\n").count == 2)
+        // The database restored from a backup older than the cart.
+        try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
+        #expect(try basketSync(["-a", backup, playground.path + "/.basket-sync"], executable: "/bin/cp").status == 0)
+        let sync = try basketSync(["-C", playground.path + "/c1", "sync"])
+        #expect(sync.status == 73 && sync.stderr.contains("or the tree's database lost it"), "\(sync.status) \(sync.stderr)")
+        let status = try basketSync(["-C", playground.path, "status"])
+        #expect(status.stdout.contains("carts with an error: 1") && status.stdout.contains("c1: "), "\(status.stdout)")
+        // The database gone: init --tree refuses, --adopt takes the cart with its records.
+        try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
+        let refused = try basketSync(["-C", playground.path, "init", "--tree"])
+        #expect(refused.status == 73 && refused.stderr.contains("init --tree --adopt"), "\(refused.status) \(refused.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: playground.path + "/.basket-sync/state.db"), "nothing made")
+        let adopted = try basketSync(["-C", playground.path, "init", "--tree", "--adopt"])
+        #expect(adopted.status == 0 && adopted.stdout.contains("c1/outbox.jsonl: adopted 2 records, going on after 2"), "\(adopted.stdout) \(adopted.stderr)")
+        #expect(try basketSync(["-C", playground.path + "/c1", "push", "--id", "e2", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path + "/c1", "push", "--id", "e3", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let sources = playground.records("c1/outbox.jsonl").map { "\($0["seq"] ?? "?"):\($0["source"] ?? "?")" }
+        #expect(sources == ["1:e1", "2:e2", "3:e3"], "e2 delivered again is not done again: \(sources)")
+    }
+}

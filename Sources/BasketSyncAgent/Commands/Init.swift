@@ -10,8 +10,7 @@ extension Commands {
     public static func initialize(directory: String, adopt: Bool = false) throws(AgentError) -> [String] {
         switch Place.of(directory) {
         case .treeRoot:
-            if adopt { throw .usage("\(directory): is a tree of carts; init --adopt works on one cart's sync directory") }
-            return try initializeTree(root: directory)
+            return try initializeTree(root: directory, adopt: adopt)
         case let .treeCart(root, id):
             // A cart of the tree: adopted (made when missing), as the agent would; with --adopt,
             // a directory new to the tree that holds records goes on after them.
@@ -141,8 +140,25 @@ extension Commands {
 extension Commands {
     /// `init --tree`: makes a tree of carts at `root` (SPEC §8): its configuration, which says
     /// `"layout": "tree"`, and its one database. Idempotent. Returns what was created.
-    public static func initializeTree(root: String) throws(AgentError) -> [String] {
-        try Tree.create(root: root)
+    /// `init --tree [--adopt]`: makes the tree. A new database where carts hold records (the
+    /// database was lost) is refused (73); with `adopt`, each such cart is adopted with its
+    /// records, as `init --adopt -C ROOT/ID` would.
+    public static func initializeTree(root: String, adopt: Bool = false) throws(AgentError) -> [String] {
+        var created = try Tree.create(root: root, adopt: adopt)
+        guard adopt else { return created }
+        let tree = try Tree(root: root)
+        for id in try tree.cartDirectories() {
+            let directory = "\(root)/\(id)"
+            let known = try tree.database.withTransaction { () throws(AgentError) in try tree.database.cart(id) }
+            guard known.map({ tree.markerMatches(id, number: $0.number) }) != true, Tree.refusal(directory, root: root) != nil else { continue }
+            var adopted: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
+            _ = try tree.cartStore(id, create: false, adopting: { (store) throws(AgentError) in
+                adopted = try recordsInFiles(directory)
+                try adoptRecords(adopted, into: store, directory: directory)
+            })
+            created += ["\(directory) (cart \(id) of the tree \(root))"] + adoptedLines(adopted, directory: directory)
+        }
+        return created
     }
 }
 

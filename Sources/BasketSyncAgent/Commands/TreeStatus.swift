@@ -26,7 +26,8 @@ public struct TreeStatusReport {
         var unreadable: [(id: String, error: String)] = []
         for id in try tree.cartDirectories() {
             guard known[id] != nil else {
-                notAdopted.append(id)
+                // One that holds records is refused until adopted or the database is restored: an error.
+                if let refusal = Tree.refusal("\(root)/\(id)", root: root) { unreadable.append((id, refusal)) } else { notAdopted.append(id) }
                 continue
             }
             do {
@@ -34,7 +35,13 @@ public struct TreeStatusReport {
                 carts.append((id, try StatusReport(store: store, configuration: tree.configuration)))
             } catch {
                 // A marker that does not match: the directory was made again, not adopted yet.
-                if case .missingInput = error { notAdopted.append(id) } else { unreadable.append((id, error.description)) }
+                if case .missingInput = error, Tree.refusal("\(root)/\(id)", root: root) == nil {
+                    notAdopted.append(id)
+                } else if case .missingInput = error {
+                    unreadable.append((id, Tree.refusal("\(root)/\(id)", root: root)!))
+                } else {
+                    unreadable.append((id, error.description))
+                }
             }
         }
         self.carts = carts
