@@ -125,9 +125,21 @@ struct Inbox {
     /// An entry's path in `new/`.
     func path(of name: String) -> String { "\(folder("new"))/\(name)" }
 
-    /// Reads an entry of `new/`; nil when another process took it meanwhile.
+    /// Reads an entry of `new/`; nil when another process took it meanwhile. An entry with other
+    /// names (a hard link to a file elsewhere) is refused unread (SPEC §7: nothing outside the
+    /// directory is read), but for a `link()` delivery still under way: two names, the other in `tmp/`.
     func read(_ name: String, limit: Int) throws(AgentError) -> [UInt8]? {
-        try Posix.readFile(path(of: name), limit: limit)
+        guard let (bytes, info) = try Posix.readFileAndInfo(path(of: name), limit: limit) else { return nil }
+        if info.links > 1 {
+            let sameFile = { (other: FileInfo?) in other.map { $0.device == info.device && $0.inode == info.inode } == true }
+            let tmp = folder("tmp")
+            let delivering = info.links == 2
+                && (sameFile(Posix.linkInfo("\(tmp)/\(name)")) || Posix.listDirectory(tmp).contains { sameFile(Posix.linkInfo("\(tmp)/\($0)")) })
+            guard delivering else {
+                throw .refused("\(shown(name)): has \(info.links) names (a hard link to a file elsewhere); basket-sync reads no file that may live outside the sync directory: deliver a file of its own through inbox/tmp/ and inbox/new/")
+            }
+        }
+        return bytes
     }
 
     /// Moves a taken entry from `new/` to `cur/`; another process may have moved it already.
@@ -280,6 +292,7 @@ extension SyncEngine {
                 var unreadable = false
                 if case .tooLarge = error { unreadable = true }
                 if case let .system(failure) = error, failure.isNotRegular || failure.isPermissionDenied { unreadable = true }
+                if case .refused = error { unreadable = true }
                 guard unreadable else { throw error }
                 if try quarantine(name, error, in: inbox) { summary.bad += 1 }
                 continue

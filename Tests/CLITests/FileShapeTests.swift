@@ -453,6 +453,46 @@ import Testing
         #expect(canary.damage() == nil)
     }
 
+    /// Black-box review of session 8, F4: a hard link in `inbox/new/` to a file outside was read,
+    /// its content quoted in `bad/*.error`, the log and the database. It is set aside unread now;
+    /// a `link()` delivery under way (two names, the other in `tmp/`) is still taken.
+    @Test(arguments: [false, true])
+    func aHardLinkInTheInboxIsSetAsideUnread(agent: Bool) async throws {
+        let playground = try Playground()
+        let outside = playground.path + "/outside.json"
+        try #"{"id":"x","type":"s3cr3t-type"}"#.write(toFile: outside, atomically: false, encoding: .utf8)
+        #expect(chmod(outside, 0o600) == 0)
+        let before = try Data(contentsOf: URL(fileURLWithPath: outside))
+        let dir = playground.path + "/sync"
+        _ = try basketSync(["-C", dir, "init"])
+        let running = agent ? try AgentProcess(directory: dir) : nil
+        if let running { try await running.waitUntilWatching() }
+        // A delivery by link(): tmp/ name, then new/ name; the tmp/ name not removed yet.
+        try #"{"id":"linked","type":"basketDelta","products":[{"id":"A","quantity":1}]}"#.write(toFile: dir + "/inbox/tmp/d1", atomically: false, encoding: .utf8)
+        #expect(link(dir + "/inbox/tmp/d1", dir + "/inbox/new/d1") == 0)
+        #expect(link(outside, dir + "/inbox/new/leak") == 0)
+        if let running {
+            // The agent takes a link() delivery when its tmp/ name goes (the delivery complete).
+            #expect(unlink(dir + "/inbox/tmp/d1") == 0)
+            try await eventually("the hard link is set aside") { playground.names("sync/inbox/bad").contains("leak") }
+            try await eventually("the link() delivery is taken") { playground.records("sync/outbox.jsonl").count == 1 }
+            #expect(running.stop() == 0)
+            #expect(!running.log.contains("s3cr3t"), "\(running.log)")
+        } else {
+            let sync = try basketSync(["-C", dir, "sync"])
+            #expect(sync.status == 0, "\(sync.stderr)")
+            #expect(!sync.stderr.contains("s3cr3t") && !sync.stdout.contains("s3cr3t"))
+        }
+        #expect(playground.names("sync/inbox/bad").contains("leak"))
+        #expect(playground.read("sync/inbox/bad/leak.error").contains("has 2 names (a hard link"), "\(playground.read("sync/inbox/bad/leak.error"))")
+        #expect(!playground.read("sync/inbox/bad/leak.error").contains("s3cr3t"))
+        #expect(playground.records("sync/outbox.jsonl").compactMap { $0["source"] as? String } == ["linked"], "the link() delivery is taken")
+        let status = try basketSync(["-C", dir, "status", "--json"])
+        #expect(!status.stdout.contains("s3cr3t"), "nothing of it in the database: \(status.stdout)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: outside)) == before)
+        #expect(((try? FileManager.default.attributesOfItem(atPath: outside)[.posixPermissions]) as? Int) == 0o600)
+    }
+
     /// H1: the agent, given a FIFO for a cart, rejects it and still stops on SIGTERM.
     @Test func aFIFOCartNeitherHangsTheAgentNorKeepsItFromStopping() async throws {
         let playground = try Playground()
