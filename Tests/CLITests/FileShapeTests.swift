@@ -493,6 +493,36 @@ import Testing
         #expect(((try? FileManager.default.attributesOfItem(atPath: outside)[.posixPermissions]) as? Int) == 0o600)
     }
 
+    /// Black-box review of session 8, F5: the commit signal, or a tree cart's marker, hard-linked
+    /// to a file elsewhere had that file's times set at each commit. The name is replaced now;
+    /// the file elsewhere keeps its bytes and modification time.
+    @Test(arguments: [false, true])
+    func aHardLinkedCommitSignalOrMarkerIsReplacedNotTouched(tree: Bool) throws {
+        let playground = try Playground()
+        let victim = playground.path + "/victim"
+        let dir = tree ? playground.path + "/root/c1" : playground.path + "/sync"
+        _ = try basketSync(["-C", tree ? playground.path + "/root" : dir, "init"] + (tree ? ["--tree"] : []))
+        if tree {
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: false)
+            #expect(try basketSync(["-C", dir, "sync"]).status == 0)
+        }
+        let signal = tree ? dir + "/.basket-sync-cart" : dir + "/.basket-sync/committed"
+        // The victim holds what the name held (a marker must still match), then the name is linked to it.
+        try ((try? Data(contentsOf: URL(fileURLWithPath: signal))) ?? Data()).write(to: URL(fileURLWithPath: victim))
+        unlink(signal)
+        var old = [timespec(tv_sec: 1_577_836_800, tv_nsec: 0), timespec(tv_sec: 1_577_836_800, tv_nsec: 0)]
+        #expect(utimensat(AT_FDCWD, victim, &old, 0) == 0)
+        #expect(link(victim, signal) == 0)
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: victim))
+        #expect(try basketSync(["-C", dir, "set-store", "s1"]).status == 0)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: victim)) == bytes)
+        var info = stat()
+        #expect(stat(victim, &info) == 0)
+        #expect(info.st_mtim.tv_sec == 1_577_836_800, "the file elsewhere keeps its modification time (it may be read: a marker is)")
+        #expect(info.st_nlink == 1, "the name in the directory is a file of its own now")
+        #expect(try basketSync(["-C", dir, "status"]).status == 0)
+    }
+
     /// H1: the agent, given a FIFO for a cart, rejects it and still stops on SIGTERM.
     @Test func aFIFOCartNeitherHangsTheAgentNorKeepsItFromStopping() async throws {
         let playground = try Playground()

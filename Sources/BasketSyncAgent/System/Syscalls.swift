@@ -340,6 +340,14 @@ enum Posix {
     /// Creates the file if it is missing and closes it: the close is an inotify event.
     static func touch(_ path: String, mode: UInt32) {
         guard let fd = try? open(path, [.writeOnly, .create], mode: mode) else { return }
+        // A file with other names (a hard link to one elsewhere) is replaced, never touched:
+        // its times are those of the file elsewhere (SPEC §7). Its few bytes go with it.
+        if let info = try? fileInfo(fd, path: path), info.links > 1 {
+            close(fd)
+            let bytes = ((try? readFile(path, limit: 4096)) ?? nil) ?? []
+            try? writeFileAtomically(path, bytes, mode: mode, replacing: true)
+            return
+        }
         // Its times set to now: a poller sees by stat what inotify sees by the close.
         _ = futimens(fd, nil)
         close(fd)
