@@ -304,6 +304,16 @@ import Testing
             """)
         #expect(try run(playground, ["validate", "missing.json"]).status == 66)
     }
+
+    /// Black-box review of session 8, F6: a configuration over 1 MiB (a long comment) was "valid"
+    /// to validate while every command refused it (78): validate reads it with the same limit.
+    @Test func validateRefusesAConfigurationEveryCommandRefuses() throws {
+        let playground = try syncDirectory()
+        try playground.write("basket-sync.json", playground.read("basket-sync.json") + "//" + String(repeating: "x", count: 1_100_000) + "\n")
+        let validate = try run(playground, ["validate", "basket-sync.json"])
+        #expect(validate.status == 65 && validate.stdout.contains("basket-sync.json:1:1: the configuration is over 1048576 bytes"), "\(validate.status) \(validate.stdout)")
+        #expect(try run(playground, ["sync"]).status == 78, "what validate says, the commands do")
+    }
 }
 
 extension HostCommandTests {

@@ -43,6 +43,10 @@ extension Commands {
         }
         let shown = path == "-" ? "standard input" : path
         if kind == .config {
+            // The limit every command reads it with, whatever limits.maxFileBytes says.
+            guard bytes.count <= AgentConfiguration.maximumFileBytes else {
+                return ["\(shown):1:1: the configuration is over \(AgentConfiguration.maximumFileBytes) bytes (every command refuses it, 78); it holds a few settings, check that this is the right file"]
+            }
             do { _ = try AgentConfiguration.parse(bytes, path: shown) } catch { return [error.description] }
             return []
         }
