@@ -523,6 +523,28 @@ import Testing
         #expect(try basketSync(["-C", dir, "status"]).status == 0)
     }
 
+    /// Black-box review of session 8, F7: handle-payment exited 73 for a cart that is not a
+    /// regular file, where sync and apply reject it with 65; nothing is recorded.
+    @Test(arguments: ["directory", "fifo", "link"])
+    func handlePaymentRejectsACartThatIsNotAFileAsSyncDoes(shape: String) throws {
+        let playground = try Playground()
+        let dir = playground.path
+        _ = try basketSync(["-C", dir, "init"])
+        #expect(try basketSync(["-C", dir, "set-store", "s", "--mode", "retailer"]).status == 0)
+        switch shape {
+        case "directory": try FileManager.default.createDirectory(atPath: dir + "/cart.json", withIntermediateDirectories: false)
+        case "fifo": #expect(mkfifo(dir + "/cart.json", 0o644) == 0)
+        default: try FileManager.default.createSymbolicLink(atPath: dir + "/cart.json", withDestinationPath: "/dev/zero")
+        }
+        guard let payment = try basketSync(["-C", dir, "handle-payment", "--total", "1.00", "--order-id", "o1"], killAfter: 20) else {
+            Issue.record("handle-payment hung on a \(shape) cart")
+            return
+        }
+        #expect(payment.status == 65, "\(shape): \(payment.status) \(payment.stderr)")
+        #expect(try basketSync(["-C", dir, "sync"]).status == 65, "sync says the same")
+        #expect(playground.records("payments.jsonl").isEmpty, "nothing recorded")
+    }
+
     /// H1: the agent, given a FIFO for a cart, rejects it and still stops on SIGTERM.
     @Test func aFIFOCartNeitherHangsTheAgentNorKeepsItFromStopping() async throws {
         let playground = try Playground()

@@ -11,7 +11,15 @@ extension Commands {
             bytes = try Posix.readToEnd(0, path: "standard input", limit: engine.configuration.limits.maxFileBytes)
         } else {
             // A path given on the command line is the user's: a link is followed, a FIFO still refused.
-            guard let read = try Posix.readFile(path, limit: engine.configuration.limits.maxFileBytes, follow: file != nil || engine.configuration.followSymlinks) else {
+            let read: [UInt8]?
+            do { read = try Posix.readFile(path, limit: engine.configuration.limits.maxFileBytes, follow: file != nil || engine.configuration.followSymlinks) } catch {
+                // Not a regular file (a directory, a FIFO, a link): a rejected products list, 65 as sync's rejected cart.
+                if case let .system(failure) = error, failure.isNotRegular {
+                    throw .badData(path: path, line: 1, column: 1, reason: failure.shapeReason ?? failure.description)
+                }
+                throw error
+            }
+            guard let read else {
                 throw .missingInput("\(path): no such file; give the products bought with --products FILE (or - for standard input); with -C, a relative FILE is relative to the sync directory (as with git -C)")
             }
             bytes = read
