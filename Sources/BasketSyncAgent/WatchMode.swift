@@ -77,7 +77,7 @@ public struct WatchChoice: Equatable, Sendable {
         static func fromEnvironment() throws(AgentError) -> Override? {
             guard let text = Posix.environment("BASKET_SYNC_WATCH_MODE"), !text.isEmpty else { return nil }
             guard let override = parse(text, source: "BASKET_SYNC_WATCH_MODE") else {
-                throw .usage("BASKET_SYNC_WATCH_MODE is auto, inotify, poll or poll=MS (MS from \(AgentConfiguration.Watching.intervals.lowerBound) to \(AgentConfiguration.Watching.intervals.upperBound)), not \(JSONWriter.quoted(text))")
+                throw .notReady("BASKET_SYNC_WATCH_MODE is auto, inotify, poll or poll=MS (MS from \(AgentConfiguration.Watching.intervals.lowerBound) to \(AgentConfiguration.Watching.intervals.upperBound)), not \(JSONWriter.quoted(text))")
             }
             return override
         }
