@@ -20,7 +20,13 @@ struct Inbox {
     func shownFolder(_ name: String) -> String { "\(directory)/\(name)" }
 
     /// An entry of `new/` as people know it, for messages.
-    func shown(_ name: String) -> String { "\(shownFolder("new"))/\(name)" }
+    func shown(_ name: String) -> String { "\(shownFolder("new"))/\(Inbox.bounded(name))" }
+
+    /// A name as messages quote it: at most 80 characters of it (SPEC §7: any input is quoted
+    /// bounded), the rest said by its length. A name is input: whoever delivers chooses it.
+    static func bounded(_ name: String) -> String {
+        name.count <= 80 ? name : "\(name.prefix(64))…(a name of \(name.utf8.count) bytes)"
+    }
 
     /// The inbox with its folders opened one by one without following a link (`inbox/` from the
     /// sync directory, then each folder; `bad/` made when missing), for one pass or one delivery.
@@ -48,7 +54,11 @@ struct Inbox {
 
     /// A path named as people know it (a pinned folder's /proc path replaced).
     func shown(path: String) -> String {
-        for (name, pin) in pins where path.hasPrefix(pin) { return shownFolder(name) + path.dropFirst(pin.count) }
+        for (name, pin) in pins where path.hasPrefix(pin) {
+            let rest = path.dropFirst(pin.count)
+            // "/ENTRY": the entry's name bounded as `shown(_:)` bounds it.
+            return shownFolder(name) + (rest.hasPrefix("/") ? "/" + Inbox.bounded(String(rest.dropFirst())) : String(rest))
+        }
         return path
     }
 

@@ -430,6 +430,11 @@ import Testing
         #expect(playground.names("inbox/new").isEmpty)
         #expect(playground.records("outbox.jsonl").count == 1, "the event behind them is taken")
         #expect(playground.names("inbox/bad").filter { $0.hasSuffix(".error") }.count == 2)
+        // A name is input: quoted at most 80 characters long (black-box review of session 8, F9).
+        let errorFile = playground.names("inbox/bad").first { $0.hasPrefix("long-name.") && $0.hasSuffix(".error") } ?? "none"
+        for text in [sync.stderr, playground.read("inbox/bad/" + errorFile)] {
+            #expect(!text.contains(String(repeating: "x", count: 81)) && text.contains("…(a name of 251 bytes)"), "\(text)")
+        }
     }
 
     /// S4, H1: a link or a FIFO delivered into `inbox/new/` is set aside unread; the events behind
