@@ -5,7 +5,8 @@ usage: broken-host.py MODE   (run in the sync directory; default key names)
 MODE: good, twice, noclamp, losefields, inplace, nosynced, toofar, reverse, skip,
       raceack (claims what the outbox holds when it writes, not what it read), noredirect (does
       not count a redirect in syncedThrough), background (good,
-      but leaves a child running), linkout (makes the cart a link to a file outside)
+      but leaves a child running), linkout (makes the cart a link to a file outside), nothing
+      (exits 0 at once, the cart never written)
 """
 import subprocess
 import time
@@ -14,6 +15,8 @@ import os
 import sys
 
 mode = sys.argv[1]
+if mode == "nothing":
+    sys.exit(0)
 with open("cart.json", encoding="utf-8") as f:
     cart = json.load(f)
 progress_file = ".host-progress"
