@@ -67,7 +67,12 @@ final class Database {
         if !Posix.exists(databasePath) {
             if Posix.isPermissionDenied(databasePath) { throw .system(SystemError(operation: "open the database", path: databasePath, code: SystemError.permissionDenied)) }
             guard create else {
-                if Posix.linkInfo(stateDirectory) != nil {
+                // Its .basket-sync/ gone but records in the files: the database was lost, and a
+                // plain init would refuse (73); the advice is the one that works.
+                let holdsRecords = Projection.allCases.contains {
+                    JSONLinesFile(path: "\(directory)/\($0.fileName)").recordBeyond(databaseSeq: 0, isRecord: $0.isRecord) != nil
+                }
+                if Posix.linkInfo(stateDirectory) != nil || holdsRecords {
                     throw .missingInput("\(databasePath): missing: the database is gone; restore \(Store.stateDirectoryName)/ from a backup, or run basket-sync init --adopt to go on from the files' records")
                 }
                 throw .missingInput("\(directory): not a sync directory (no \(Store.stateDirectoryName)/); run basket-sync init there first")

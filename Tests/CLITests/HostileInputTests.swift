@@ -399,6 +399,9 @@ import Testing
         try playground.write("cart.json", cartJSON([("X", 1)]))
         #expect(try basketSync(["-C", dir, "handle-payment", "--total", "1.00", "--order-id", "o-1"]).status == 0)
         try FileManager.default.removeItem(atPath: dir + "/.basket-sync")
+        // The advice a command gives is the one that works (review of session 8, F11: it said init).
+        let lost = try basketSync(["-C", dir, "sync"])
+        #expect(lost.status == 66 && lost.stderr.contains("the database is gone") && lost.stderr.contains("init --adopt"), "\(lost.stderr)")
 
         let refused = try basketSync(["-C", dir, "init"])
         #expect(refused.status == 73, "\(refused.stderr)")
