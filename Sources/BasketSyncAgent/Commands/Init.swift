@@ -118,10 +118,12 @@ extension Commands {
             }
         }
         // The events in cur/ were taken, whether or not they made a record (ignored, nothing to send).
+        // The inbox's folders opened without following a link: a cur/ that is one is not read.
         let limits = ((try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()).limits
-        for name in Posix.listDirectory("\(directory)/inbox/cur") where !name.hasPrefix(".") {
+        let cur = (try? Inbox(directory: "\(directory)/inbox").pinned())?.folder("cur")
+        for name in cur.map(Posix.listDirectory) ?? [] where !name.hasPrefix(".") {
             // Regular files only, never through a link (the open policy); a file unreadable as an event is left alone.
-            guard let bytes = try? Posix.readFile("\(directory)/inbox/cur/\(name)", limit: limits.maxFileBytes),
+            guard let cur, let bytes = try? Posix.readFile("\(cur)/\(name)", limit: limits.maxFileBytes),
                   let event = try? EventFormat.decode(bytes, limits: limits) else { continue }
             try store.recordInbox(id: event.id, file: name, outcome: "adopted from inbox/cur/", at: now, unlessKnown: true)
             try store.recordSettled(folder: "cur", name: name, at: now)
@@ -138,11 +140,10 @@ extension Commands {
 }
 
 extension Commands {
-    /// `init --tree`: makes a tree of carts at `root` (SPEC §8): its configuration, which says
-    /// `"layout": "tree"`, and its one database. Idempotent. Returns what was created.
-    /// `init --tree [--adopt]`: makes the tree. A new database where carts hold records (the
-    /// database was lost) is refused (73); with `adopt`, each such cart is adopted with its
-    /// records, as `init --adopt -C ROOT/ID` would.
+    /// `init --tree [--adopt]`: makes a tree of carts at `root` (SPEC §8): its configuration,
+    /// which says `"layout": "tree"`, and its one database. Idempotent. Returns what was created.
+    /// A new database where carts hold records (the database was lost) is refused (73); with
+    /// `adopt`, each such cart is adopted with its records, as `init --adopt -C ROOT/ID` would.
     public static func initializeTree(root: String, adopt: Bool = false) throws(AgentError) -> [String] {
         var created = try Tree.create(root: root, adopt: adopt)
         guard adopt else { return created }
