@@ -120,13 +120,18 @@ extension Commands {
         // The events in cur/ were taken, whether or not they made a record (ignored, nothing to send).
         // The inbox's folders opened without following a link: a cur/ that is one is not read.
         let limits = ((try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()).limits
-        let cur = (try? Inbox(directory: "\(directory)/inbox").pinned())?.folder("cur")
-        for name in cur.map(Posix.listDirectory) ?? [] where !name.hasPrefix(".") {
-            // Regular files only, never through a link (the open policy); a file unreadable as an event is left alone.
-            guard let cur, let bytes = try? Posix.readFile("\(cur)/\(name)", limit: limits.maxFileBytes),
-                  let event = try? EventFormat.decode(bytes, limits: limits) else { continue }
-            try store.recordInbox(id: event.id, file: name, outcome: "adopted from inbox/cur/", at: now, unlessKnown: true)
-            try store.recordSettled(folder: "cur", name: name, at: now)
+        if let inbox = try? Inbox(directory: "\(directory)/inbox").pinned() {
+            // Its descriptors live as long as `inbox`: the folder is reached through them.
+            try withExtendedLifetime(inbox) { () throws(AgentError) in
+                let cur = inbox.folder("cur")
+                for name in Posix.listDirectory(cur) where !name.hasPrefix(".") {
+                    // Regular files only, never through a link (the open policy); a file unreadable as an event is left alone.
+                    guard let bytes = try? Posix.readFile("\(cur)/\(name)", limit: limits.maxFileBytes),
+                          let event = try? EventFormat.decode(bytes, limits: limits) else { continue }
+                    try store.recordInbox(id: event.id, file: name, outcome: "adopted from inbox/cur/", at: now, unlessKnown: true)
+                    try store.recordSettled(folder: "cur", name: name, at: now)
+                }
+            }
         }
         try store.saveState(state)
     }
