@@ -275,6 +275,20 @@ final class JSONLinesFile {
         return nil
     }
 
+    /// The parts rotation made of the file at `path`: `PATH.1`, `PATH.2`… while they exist (the
+    /// newest first; compressed parts, `.gz`, are not read).
+    static func rotatedParts(of path: String) -> [String] {
+        var parts: [String] = []
+        while parts.count < 10_000, Posix.linkInfo("\(path).\(parts.count + 1)") != nil { parts.append("\(path).\(parts.count + 1)") }
+        return parts
+    }
+
+    /// The highest seq of a whole record beyond `databaseSeq` in the file or in its rotated
+    /// parts (nil when none): records rotated away are records all the same.
+    static func recordBeyond(inFileOrParts path: String, databaseSeq: UInt64, isRecord: ([UInt8]) -> Bool) -> UInt64? {
+        ([path] + rotatedParts(of: path)).compactMap { JSONLinesFile(path: $0).recordBeyond(databaseSeq: databaseSeq, isRecord: isRecord) }.max()
+    }
+
     /// The seq of a whole record beyond `databaseSeq` in the file, past lines that are not
     /// records, read without writing (nil when none or unreadable): `status` reports it.
     func recordBeyond(databaseSeq: UInt64, isRecord: ([UInt8]) -> Bool) -> UInt64? {

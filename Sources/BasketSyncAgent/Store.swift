@@ -70,7 +70,7 @@ final class Database {
                 // Its .basket-sync/ gone but records in the files: the database was lost, and a
                 // plain init would refuse (73); the advice is the one that works.
                 let holdsRecords = Projection.allCases.contains {
-                    JSONLinesFile(path: "\(directory)/\($0.fileName)").recordBeyond(databaseSeq: 0, isRecord: $0.isRecord) != nil
+                    JSONLinesFile.recordBeyond(inFileOrParts: "\(directory)/\($0.fileName)", databaseSeq: 0, isRecord: $0.isRecord) != nil
                 }
                 if Posix.linkInfo(stateDirectory) != nil || holdsRecords {
                     throw .missingInput("\(databasePath): missing: the database is gone; restore \(Store.stateDirectoryName)/ from a backup, or run basket-sync init --adopt to go on from the files' records")
@@ -730,6 +730,12 @@ final class Store {
     /// Remembers what a file was given. Written without its own fsync (`synchronous=NORMAL`): the
     /// next commit makes it durable; a crash before loses only this note, and the file's own last
     /// record line says the same.
+    /// Remembers, inside the caller's transaction (`init --adopt`), that the file was given every
+    /// record through `seq`: a file that no longer holds them (rotated away) starts after them.
+    func adoptGiven(_ projection: Projection, seq: UInt64, file: FileInfo?) throws(AgentError) {
+        try setMeta("given.\(projection.rawValue)", Array("\(file?.device ?? 0) \(file?.inode ?? 0) \(file?.size ?? 0) \(seq)".utf8))
+    }
+
     func setGiven(_ projection: Projection, _ given: JSONLinesFile.Given) throws(AgentError) {
         try connection.execute("PRAGMA synchronous=NORMAL")
         defer { try? connection.execute("PRAGMA synchronous=FULL") }

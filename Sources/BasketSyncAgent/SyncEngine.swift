@@ -327,7 +327,9 @@ public final class SyncEngine {
         for projection in Projection.allCases {
             let databaseSeq = try store.lastSeq(projection)
             if let given = try store.given(projection), given.seq <= databaseSeq, files[projection]!.isAsGiven(given) { continue }
-            if let seq = files[projection]!.recordBeyond(databaseSeq: databaseSeq, isRecord: projection.isRecord) {
+            // Past the file, its rotated parts: the records the database lacks may have been rotated away.
+            if let seq = files[projection]!.recordBeyond(databaseSeq: databaseSeq, isRecord: projection.isRecord)
+                ?? JSONLinesFile.rotatedParts(of: files[projection]!.path).lazy.compactMap({ JSONLinesFile(path: $0).recordBeyond(databaseSeq: databaseSeq, isRecord: projection.isRecord) }).first {
                 // Another process (the agent) may have committed and appended between the two
                 // reads: a record is committed before it is appended, so the database read again
                 // now holds every line the file showed, unless it really is behind.

@@ -221,7 +221,8 @@ final class Tree {
                 state.mode = mode
             }
             try store.saveState(state)
-            try adopting?(store)
+            // What it holds is taken in: its records with --adopt, else the events cur/ shows taken.
+            if let adopting { try adopting(store) } else { try Commands.learnTakenEvents(directory: directory, into: store) }
             do throws(SystemError) { try Posix.writeFileAtomically(marker, Array("\(syncId)\n".utf8), replacing: true) } catch { throw .system(error) }
             return store
         }
@@ -235,7 +236,7 @@ final class Tree {
     /// (a new cart would number them again from 1); nil when it holds none.
     static func refusal(_ directory: String, root: String) -> String? {
         let held = Projection.allCases.compactMap { projection in
-            JSONLinesFile(path: "\(directory)/\(projection.fileName)").recordBeyond(databaseSeq: 0, isRecord: projection.isRecord).map { "\(projection.fileName) up to \($0)" }
+            JSONLinesFile.recordBeyond(inFileOrParts: "\(directory)/\(projection.fileName)", databaseSeq: 0, isRecord: projection.isRecord).map { "\(projection.fileName) up to \($0)" }
         }
         guard !held.isEmpty else { return nil }
         return "\(directory): holds records (\(held.joined(separator: ", "))) but is not a cart of the tree \(root): copied or moved in, its \(Tree.markerName) lost or changed, or the tree's database lost it (restored from an older backup, its WAL deleted); a new cart would number its records again from 1. Put the directory back as it was (its marker with it) or restore \(root)/\(Store.stateDirectoryName)/ from a backup; or run basket-sync -C \(directory) init --adopt to make it a cart that goes on after its records, or move its .jsonl files away to start it afresh"

@@ -547,3 +547,48 @@ extension CatchUpTests {
         #expect(counters?["duplicateTransfers"] as? Int == 1, "t-1 landed before the loss: \(status.stdout)")
     }
 }
+
+extension CatchUpTests {
+    /// Second review of session 8, H1 and H2: records rotated away (`outbox.jsonl.1`…) are
+    /// records: a lost database is said, `init` refuses and `--adopt` goes on after them; and a
+    /// new database — a single directory's or a tree's new cart — knows the events `cur/` holds.
+    @Test func rotatedRecordsAndTakenEventsSurviveALostDatabase() throws {
+        let playground = try Playground()
+        let dir = playground.path
+        #expect(try basketSync(["-C", dir, "init"]).status == 0)
+        try playground.writeAtomically("basket-sync.json", playground.read("basket-sync.json").replacingOccurrences(of: "\"rotate\": null", with: "\"rotate\": {\"maxBytes\": 100, \"keep\": 3}"))
+        for index in 1...4 { try push(playground, "r\(index)") }
+        #expect(!FileManager.default.fileExists(atPath: dir + "/outbox.jsonl") || seqs(playground).isEmpty, "every record rotated away")
+        try FileManager.default.removeItem(atPath: dir + "/.basket-sync")
+        let lost = try basketSync(["-C", dir, "status"])
+        #expect(lost.status == 66 && lost.stderr.contains("the database is gone"), "\(lost.stderr)")
+        #expect(try basketSync(["-C", dir, "init"]).status == 73)
+        let adopted = try basketSync(["-C", dir, "init", "--adopt"])
+        #expect(adopted.stdout.contains("going on after 4"), "\(adopted.stdout) \(adopted.stderr)")
+        try push(playground, "r9")
+        try push(playground, "r4")
+        let all = (["outbox.jsonl"] + (1...3).map { "outbox.jsonl.\($0)" }).flatMap { name in
+            playground.read(name).split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        }
+        let sources = all.compactMap { record in (record["seq"] as? Int).map { "\($0):\(record["source"] ?? "?")" } }
+        #expect(sources.contains("5:r9") && sources.filter { $0.hasSuffix(":r4") } == ["4:r4"], "seq goes on, r4 not done again: \(sources)")
+    }
+}
+
+extension TreeTests {
+    /// Second review of session 8, H2: a tree's cart adopted by a new database (its records moved
+    /// away by the host, so nothing to adopt) knows the events its `cur/` holds as taken.
+    @Test func aNewDatabaseKnowsTheEventsACartTookBefore() throws {
+        let playground = try tree()
+        #expect(try basketSync(["-C", playground.path + "/c1", "push", "--id", "e1", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        for name in ["outbox.jsonl", "notifications.jsonl"] where FileManager.default.fileExists(atPath: playground.path + "/c1/" + name) {
+            try FileManager.default.moveItem(atPath: playground.path + "/c1/" + name, toPath: playground.path + "/c1/" + name + ".old")
+        }
+        try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
+        #expect(try basketSync(["-C", playground.path, "init", "--tree"]).status == 0, "no records left to number again")
+        #expect(try basketSync(["-C", playground.path + "/c1", "push", "--id", "e1", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        #expect(playground.records("c1/outbox.jsonl").isEmpty, "e1 delivered again is not done again")
+    }
+}

@@ -71,17 +71,21 @@ extension Commands {
         return created
     }
 
-    /// The records the JSON Lines files of `directory` hold, by file (each read whole).
+    /// The records the JSON Lines files of `directory` hold, by file (each read whole), with
+    /// those of their rotated parts (`outbox.jsonl.1`…): the oldest part first, one line per seq.
     static func recordsInFiles(_ directory: String) throws(AgentError) -> [Projection: [(seq: UInt64, line: [UInt8])]] {
         var found: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
         for projection in Projection.allCases {
             let path = "\(directory)/\(projection.fileName)"
-            guard let bytes = try Posix.readFile(path, limit: Int.max) else { continue }
-            let records = bytes.split(separator: 0x0A).compactMap { line -> (seq: UInt64, line: [UInt8])? in
-                let seq = RecordFormat.seq(ofLine: line)
-                return seq > 0 ? (seq, Array(line) + [0x0A]) : nil
+            var bySeq: [UInt64: [UInt8]] = [:]
+            for part in JSONLinesFile.rotatedParts(of: path).reversed() + [path] {
+                guard let bytes = try Posix.readFile(part, limit: Int.max) else { continue }
+                for line in bytes.split(separator: 0x0A) {
+                    let seq = RecordFormat.seq(ofLine: line)
+                    if seq > 0 { bySeq[seq] = Array(line) + [0x0A] }
+                }
             }
-            if !records.isEmpty { found[projection] = records }
+            if !bySeq.isEmpty { found[projection] = bySeq.sorted { $0.key < $1.key }.map { ($0.key, $0.value) } }
         }
         return found
     }
@@ -96,6 +100,8 @@ extension Commands {
         for (projection, records) in found {
             for record in records { try store.adopt(projection, seq: record.seq, line: record.line) }
             let last = records.map(\.seq).max()!
+            // The files were given them all, rotated parts included: none is appended again.
+            try store.adoptGiven(projection, seq: last, file: Posix.linkInfo("\(directory)/\(projection.fileName)"))
             switch projection {
             case .outbox:
                 state.lastOutboxSeq = last
@@ -117,23 +123,30 @@ extension Commands {
                 }
             }
         }
-        // The events in cur/ were taken, whether or not they made a record (ignored, nothing to send).
+        try learnTakenEvents(directory: directory, into: store)
+        try store.saveState(state)
+    }
+
+    /// Takes the ids of the events in `inbox/cur/` as taken (inside the caller's transaction): a
+    /// new database (`init`, `init --adopt`, a tree's new cart) must not take them again when they
+    /// are delivered again, whether or not they made a record (ignored, nothing to send).
+    static func learnTakenEvents(directory: String, into store: Store) throws(AgentError) {
+        let now = Date()
         // The inbox's folders opened without following a link: a cur/ that is one is not read.
         let limits = ((try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()).limits
-        if let inbox = try? Inbox(directory: "\(directory)/inbox").pinned() {
-            // Its descriptors live as long as `inbox`: the folder is reached through them.
-            try withExtendedLifetime(inbox) { () throws(AgentError) in
-                let cur = inbox.folder("cur")
-                for name in Posix.listDirectory(cur) where !name.hasPrefix(".") {
-                    // Regular files only, never through a link (the open policy); a file unreadable as an event is left alone.
-                    guard let bytes = try? Posix.readFile("\(cur)/\(name)", limit: limits.maxFileBytes),
-                          let event = try? EventFormat.decode(bytes, limits: limits) else { continue }
-                    try store.recordInbox(id: event.id, file: name, outcome: "adopted from inbox/cur/", at: now, unlessKnown: true)
-                    try store.recordSettled(folder: "cur", name: name, at: now)
-                }
+        guard let inbox = try? Inbox(directory: "\(directory)/inbox").pinned() else { return }
+        // Its descriptors live as long as `inbox`: the folder is reached through them.
+        try withExtendedLifetime(inbox) { () throws(AgentError) in
+            let cur = inbox.folder("cur")
+            for name in Posix.listDirectory(cur) where !name.hasPrefix(".") {
+                // Regular files with one name only, never through a link (the open policy): a file
+                // unreadable as an event, or a hard link to a file elsewhere, is left alone unread.
+                guard let (bytes, info) = try? Posix.readFileAndInfo("\(cur)/\(name)", limit: limits.maxFileBytes), info.links == 1,
+                      let event = try? EventFormat.decode(bytes, limits: limits) else { continue }
+                try store.recordInbox(id: event.id, file: name, outcome: "adopted from inbox/cur/", at: now, unlessKnown: true)
+                try store.recordSettled(folder: "cur", name: name, at: now)
             }
         }
-        try store.saveState(state)
     }
 
     /// What `init` says of the records it adopted.
