@@ -63,6 +63,10 @@ final class Database {
         }
         for path in [databasePath, databasePath + "-wal", databasePath + "-shm"] {
             if let info = Posix.linkInfo(path), info.kind != .regular { throw .system(SystemError(path: path, shape: info.kind.name)) }
+            // A hard link: SQLite would write the file its other names are (SPEC §7).
+            if let info = Posix.linkInfo(path), info.links > 1 {
+                throw .refused("\(path): has \(info.links) names (a hard link): SQLite would write the file the other names are too. Give it a name of its own (cp it to a new file and move that over it; back up with cp or sqlite3 .backup, never with hard links)")
+            }
         }
         if !Posix.exists(databasePath) {
             if Posix.isPermissionDenied(databasePath) { throw .system(SystemError(operation: "open the database", path: databasePath, code: SystemError.permissionDenied)) }

@@ -550,6 +550,31 @@ import Testing
         #expect(playground.records("payments.jsonl").isEmpty, "nothing recorded")
     }
 
+    /// Second review of session 8, H3: the database, its WAL or its SHM hard-linked to a file
+    /// elsewhere had that file overwritten by SQLite. Refused (73) before SQLite opens them; the
+    /// file elsewhere keeps its bytes.
+    @Test(arguments: ["state.db", "state.db-wal", "state.db-shm"])
+    func aHardLinkedDatabaseFileIsRefused(name: String) throws {
+        let playground = try Playground()
+        let dir = playground.path + "/sync"
+        _ = try basketSync(["-C", dir, "init"])
+        let victim = playground.path + "/victim"
+        let path = dir + "/.basket-sync/" + name
+        if name == "state.db" {
+            #expect(rename(path, victim) == 0)
+        } else {
+            unlink(path)
+            try "canary\n".write(toFile: victim, atomically: false, encoding: .utf8)
+        }
+        #expect(link(victim, path) == 0)
+        let before = try Data(contentsOf: URL(fileURLWithPath: victim))
+        for command in [["sync"], ["status"], ["set-store", "s1"]] {
+            let run = try basketSync(["-C", dir] + command)
+            #expect(run.status == 73 && run.stderr.contains("has 2 names (a hard link)"), "\(command): \(run.status) \(run.stderr)")
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: victim)) == before, "the file elsewhere keeps its bytes")
+    }
+
     /// H1: the agent, given a FIFO for a cart, rejects it and still stops on SIGTERM.
     @Test func aFIFOCartNeitherHangsTheAgentNorKeepsItFromStopping() async throws {
         let playground = try Playground()
