@@ -396,8 +396,11 @@ import Testing
         _ = try basketSync(["-C", dir, "set-store", "S", "--mode", "retailer"])
         try push(playground, "e1")
         try push(playground, "e2")
-        try playground.write("cart.json", cartJSON([("X", 1)]))
-        #expect(try basketSync(["-C", dir, "handle-payment", "--total", "1.00", "--order-id", "o-1"]).status == 0)
+        // A (Mealz's) and X (the shopper's): the payment is recorded and closes basket 1.
+        try playground.write("cart.json", cartJSON([("A", 2), ("X", 1)]))
+        let ran = dir + "/../completion-\(UUID().uuidString)"
+        #expect(try basketSync(["-C", dir, "handle-payment", "--total", "1.00", "--order-id", "o-1", "--then", "/bin/sh", "-c", "echo ran >> \(ran)"]).status == 0)
+        defer { unlink(ran) }
         try FileManager.default.removeItem(atPath: dir + "/.basket-sync")
         // The advice a command gives is the one that works (review of session 8, F11: it said init).
         let lost = try basketSync(["-C", dir, "sync"])
@@ -413,10 +416,16 @@ import Testing
         #expect(adopted.stdout.contains("outbox.jsonl: adopted 2 records, going on after 2"))
         try push(playground, "e3")
         #expect(seqs(playground) == [1, 2, 3])
+        #expect(adopted.stdout.contains("the last recorded payment was in store \"S\""), "\(adopted.stdout)")
+        #expect(adopted.stdout.split(separator: "\n").allSatisfy { $0.hasPrefix("created ") }, "\(adopted.stdout)")
         _ = try basketSync(["-C", dir, "set-store", "S", "--mode", "retailer"])
-        let retry = try basketSync(["-C", dir, "handle-payment", "--total", "1.00", "--order-id", "o-1"])
+        // Second review of session 8, H4 and M5: a completion that ran is not run again after the
+        // adoption, and the Mealz basket goes on after the one the payment closed.
+        let retry = try basketSync(["-C", dir, "handle-payment", "--total", "1.00", "--order-id", "o-1", "--then", "/bin/sh", "-c", "echo again >> \(ran)"])
         #expect(retry.stdout.contains("already recorded"), "\(retry.stdout) \(retry.stderr)")
         #expect(seqs(playground, "payments.jsonl") == [1])
+        #expect((try? String(contentsOfFile: ran, encoding: .utf8)) == "ran\n", "the completion ran once")
+        #expect(try basketSync(["-C", dir, "status"]).stdout.contains("Mealz basket 2"))
     }
 }
 

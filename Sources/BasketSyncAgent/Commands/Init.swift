@@ -115,11 +115,17 @@ extension Commands {
             case .notifications: state.lastNotificationSeq = last
             case .payments:
                 state.lastPaymentSeq = last
-                // A retried order must still be answered as recorded.
                 for record in records {
-                    if let payment = try? RecordFormat.payment(record.line), payment.type == .handlePayment, let order = payment.orderId {
-                        state.recordedOrders[ExactID(order)] = payment.seq
-                    }
+                    guard let payment = try? RecordFormat.payment(record.line) else { continue }
+                    // The Mealz basket goes on after the last one the records show (a recorded
+                    // handlePayment closed its basket).
+                    let closed = payment.type == .handlePayment && payment.status == .recorded
+                    state.basket = max(state.basket, payment.basket + (closed ? 1 : 0))
+                    guard payment.type == .handlePayment, let order = payment.orderId else { continue }
+                    // A retried order must still be answered as recorded; its completion may
+                    // have run (the database that knew is lost): never run again (SPEC §4.7).
+                    state.recordedOrders[ExactID(order)] = payment.seq
+                    try store.recordCompletion(orderId: order, payment: payment.seq, at: now)
                 }
             }
         }
@@ -152,7 +158,17 @@ extension Commands {
     /// What `init` says of the records it adopted.
     static func adoptedLines(_ found: [Projection: [(seq: UInt64, line: [UInt8])]], directory: String) -> [String] {
         found.sorted(by: { $0.key.rawValue < $1.key.rawValue }).map { (projection, records) in
-            "\(directory)/\(projection.fileName): adopted \(records.count) records, going on after \(records.map(\.seq).max()!)"
+            var line = "\(directory)/\(projection.fileName): adopted \(records.count) records, going on after \(records.map(\.seq).max()!)"
+            guard projection == .payments else { return line }
+            // What the files do not hold: the store and mode, and whether completions ran.
+            let payments = records.compactMap { try? RecordFormat.payment($0.line) }
+            if let last = payments.last(where: { $0.status == .recorded }) {
+                line += "; the store and mode are not in the files (the last recorded payment was in store \(last.storeId.map { JSONWriter.quoted($0) } ?? "none"), retailer mode): set them again with basket-sync set-store"
+            }
+            if payments.contains(where: { $0.type == .handlePayment && $0.orderId != nil }) {
+                line += "; the completions of the recorded orders are taken as finished (a retry never runs them again): whether each ran is not in the files"
+            }
+            return line
         }
     }
 }
