@@ -182,16 +182,26 @@ extension Commands {
         var created = try Tree.create(root: root, adopt: adopt)
         guard adopt else { return created }
         let tree = try Tree(root: root)
+        // Each cart on its own: one that cannot be adopted stops only itself (SPEC §8).
+        var failed: [String] = []
         for id in try tree.cartDirectories() {
             let directory = "\(root)/\(id)"
-            let known = try tree.database.withTransaction { () throws(AgentError) in try tree.database.cart(id) }
-            guard known.map({ tree.markerMatches(id, number: $0.number) }) != true, Tree.refusal(directory, root: root) != nil else { continue }
-            var adopted: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
-            _ = try tree.cartStore(id, create: false, adopting: { (store) throws(AgentError) in
-                adopted = try recordsInFiles(directory)
-                try adoptRecords(adopted, into: store, directory: directory)
-            })
-            created += ["\(directory) (cart \(id) of the tree \(root))"] + adoptedLines(adopted, directory: directory)
+            do {
+                let known = try tree.database.withTransaction { () throws(AgentError) in try tree.database.cart(id) }
+                guard known.map({ tree.markerMatches(id, number: $0.number) }) != true, Tree.refusal(directory, root: root) != nil else { continue }
+                var adopted: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
+                _ = try tree.cartStore(id, create: false, adopting: { (store) throws(AgentError) in
+                    adopted = try recordsInFiles(directory)
+                    try adoptRecords(adopted, into: store, directory: directory)
+                })
+                created += ["\(directory) (cart \(id) of the tree \(root))"] + adoptedLines(adopted, directory: directory)
+            } catch {
+                failed.append("cart \(id): \(error.description)")
+            }
+        }
+        guard failed.isEmpty else {
+            let done = created.isEmpty ? "" : "; done: " + created.joined(separator: "; ")
+            throw .refused("\(root): \(failed.count) cart(s) not adopted — \(failed.joined(separator: "; ")) — mend them and run basket-sync -C \(root) init --tree --adopt again\(done)")
         }
         return created
     }
