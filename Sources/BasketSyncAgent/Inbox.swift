@@ -176,6 +176,11 @@ struct Inbox {
         let message = Array("\(error.description)\nFix the event and deliver it again through inbox/tmp/ and inbox/new/.\n".utf8)
         try Posix.makeDirectory(bad, mode: 0o755)
         var base = name.utf8.count > 200 ? "long-name.\(Posix.randomName())" : name
+        // A name bad/ holds already (the same name delivered bad twice): the first stays, the
+        // second goes under a name of its own, as in cur/.
+        if Posix.linkInfo("\(bad)/\(base)") != nil || Posix.linkInfo("\(bad)/\(base).error") != nil {
+            base = "\(base).again.\(Posix.randomName())"
+        }
         for attempt in 0..<2 {
             do {
                 try Posix.writeFileAtomically("\(bad)/\(base).error", message, replacing: true)

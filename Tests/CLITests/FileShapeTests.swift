@@ -575,6 +575,23 @@ import Testing
         #expect(try Data(contentsOf: URL(fileURLWithPath: victim)) == before, "the file elsewhere keeps its bytes")
     }
 
+    /// Second review of session 8, M2: a second bad delivery under a name bad/ holds replaced the
+    /// first and its .error. The first stays; the second goes under a name of its own.
+    @Test func aSecondBadEventOfTheSameNameKeepsTheFirst() throws {
+        let playground = try Playground()
+        let dir = playground.path
+        _ = try basketSync(["-C", dir, "init"])
+        for text in ["junk1", "junk2"] {
+            try playground.write("inbox/new/same", text)
+            #expect(try basketSync(["-C", dir, "sync"]).status == 0)
+        }
+        let names = playground.names("inbox/bad")
+        #expect(playground.read("inbox/bad/same") == "junk1", "the first stays: \(names)")
+        let again = names.first { $0.hasPrefix("same.again.") && !$0.hasSuffix(".error") }
+        #expect(again.map { playground.read("inbox/bad/" + $0) } == "junk2", "\(names)")
+        #expect(names.filter { $0.hasSuffix(".error") }.count == 2, "\(names)")
+    }
+
     /// H1: the agent, given a FIFO for a cart, rejects it and still stops on SIGTERM.
     @Test func aFIFOCartNeitherHangsTheAgentNorKeepsItFromStopping() async throws {
         let playground = try Playground()
