@@ -395,7 +395,8 @@ import Testing
     }
 
     /// S2: the `.error` file of a quarantined event is made under a name nobody can guess: a link
-    /// planted under the old predictable name is never written through.
+    /// planted under the old predictable name is never written through (nor one planted as its
+    /// `.error`: a name bad/ holds sends the event under a name of its own).
     @Test func aPlantedLinkUnderTheOldTemporaryNameIsNeverWrittenThrough() throws {
         let playground = try Playground()
         let canary = try Canary(in: playground.path)
@@ -407,9 +408,11 @@ import Testing
         try FileManager.default.createSymbolicLink(atPath: dir + "/inbox/bad/evil.error", withDestinationPath: "/nonexistent")
         try "{not json".write(toFile: dir + "/inbox/new/evil", atomically: false, encoding: .utf8)
         #expect(try basketSync(["-C", dir, "sync"]).status == 0)
-        #expect(FileManager.default.fileExists(atPath: dir + "/inbox/bad/evil"))
-        let error = try FileManager.default.attributesOfItem(atPath: dir + "/inbox/bad/evil.error")
-        #expect(error[.type] as? FileAttributeType == .typeRegular, "the link was replaced, not followed")
+        // Set aside under a name of its own: bad/ holds a (planted) evil.error already.
+        let moved = playground.names("sync/inbox/bad").first { $0.hasPrefix("evil") && !$0.hasSuffix(".error") } ?? "none"
+        #expect(moved.hasPrefix("evil.again."), "\(playground.names("sync/inbox/bad"))")
+        let error = try FileManager.default.attributesOfItem(atPath: dir + "/inbox/bad/\(moved).error")
+        #expect(error[.type] as? FileAttributeType == .typeRegular, "a file of its own, no link followed")
         #expect(error[.posixPermissions] as? Int == 0o640, "a fixed mode, never one read from a link")
         #expect(canary.damage() == nil)
     }
@@ -590,6 +593,30 @@ import Testing
         let again = names.first { $0.hasPrefix("same.again.") && !$0.hasSuffix(".error") }
         #expect(again.map { playground.read("inbox/bad/" + $0) } == "junk2", "\(names)")
         #expect(names.filter { $0.hasSuffix(".error") }.count == 2, "\(names)")
+    }
+
+    /// Second review of session 8, M3: a cart hard-linked to a file outside was read. Rejected
+    /// (65) by sync, apply and the payment commands, its content never read into a record; with
+    /// `followSymlinks` (the operator's choice to point at a file elsewhere) it is read.
+    @Test func aHardLinkedCartIsRejectedUnlessLinksAreFollowed() throws {
+        let playground = try Playground()
+        let dir = playground.path + "/sync"
+        _ = try basketSync(["-C", dir, "init"])
+        #expect(try basketSync(["-C", dir, "set-store", "s", "--mode", "retailer"]).status == 0)
+        #expect(try basketSync(["-C", dir, "push", "--state", "TOPSECRET=1"]).status == 0)
+        #expect(try basketSync(["-C", dir, "sync"]).status == 0)
+        let outside = playground.path + "/outside.json"
+        try cartJSON([("TOPSECRET", 3)]).write(toFile: outside, atomically: false, encoding: .utf8)
+        #expect(link(outside, dir + "/cart.json") == 0)
+        for command in [["sync"], ["apply"], ["handle-payment", "--total", "1.00", "--order-id", "o1"]] {
+            let run = try basketSync(["-C", dir] + command)
+            #expect(run.status == 65 && run.stderr.contains("has 2 names (a hard link)"), "\(command): \(run.status) \(run.stderr)")
+        }
+        #expect(!playground.read("sync/notifications.jsonl").contains("TOPSECRET"), "nothing read from it")
+        #expect(playground.records("sync/payments.jsonl").isEmpty)
+        try playground.writeAtomically("sync/basket-sync.json", playground.read("sync/basket-sync.json").replacingOccurrences(of: "\"followSymlinks\": false", with: "\"followSymlinks\": true"))
+        #expect(try basketSync(["-C", dir, "sync"]).status == 0)
+        #expect(playground.read("sync/notifications.jsonl").contains("TOPSECRET"), "followed by choice")
     }
 
     /// H1: the agent, given a FIFO for a cart, rejects it and still stops on SIGTERM.

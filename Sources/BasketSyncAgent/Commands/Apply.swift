@@ -72,13 +72,18 @@ extension Commands {
             throw .badData(path: cartPath, line: 1, column: 1, reason: "the way to the cart passes through a symbolic link (\(link)); set \"followSymlinks\": true in basket-sync.json to follow it")
         }
         var found: [UInt8]?
-        do {
+        do throws(AgentError) {
             let limit = configuration.limits.maxFileBytes
-            found = try configuration.followSymlinks
-                ? Posix.readFile(cartPath, limit: limit, follow: true)
+            let read = try configuration.followSymlinks
+                ? Posix.readFileAndInfo(cartPath, limit: limit, follow: true)
                 : Posix.withPinnedFolders(base: directory, relative: configuration.cart) { (pinned) throws(AgentError) in
-                    try Posix.readFile(pinned, limit: limit, follow: false)
+                    try Posix.readFileAndInfo(pinned, limit: limit, follow: false)
                 }
+            // A hard link may be a file elsewhere: neither read nor replaced, as the readers refuse it.
+            if !configuration.followSymlinks, let links = read?.info.links, links > 1 {
+                throw AgentError.badData(path: cartPath, line: 1, column: 1, reason: CartReader.hardLinkReason(links))
+            }
+            found = read?.bytes
         } catch {
             if case let .system(failure) = error, let reason = failure.shapeReason {
                 if let folder = CartReader.folderReason(failure, cartPath: cartPath) {

@@ -12,7 +12,14 @@ extension Commands {
         } else {
             // A path given on the command line is the user's: a link is followed, a FIFO still refused.
             let read: [UInt8]?
-            do { read = try Posix.readFile(path, limit: engine.configuration.limits.maxFileBytes, follow: file != nil || engine.configuration.followSymlinks) } catch {
+            do throws(AgentError) {
+                let found = try Posix.readFileAndInfo(path, limit: engine.configuration.limits.maxFileBytes, follow: file != nil || engine.configuration.followSymlinks)
+                // The cart (not a file given on the command line) with other names: rejected as sync rejects it.
+                if file == nil, !engine.configuration.followSymlinks, let links = found?.info.links, links > 1 {
+                    throw AgentError.badData(path: path, line: 1, column: 1, reason: CartReader.hardLinkReason(links))
+                }
+                read = found?.bytes
+            } catch {
                 // Not a regular file (a directory, a FIFO, a link): a rejected products list, 65 as sync's rejected cart.
                 if case let .system(failure) = error, failure.isNotRegular {
                     throw .badData(path: path, line: 1, column: 1, reason: failure.shapeReason ?? failure.description)
