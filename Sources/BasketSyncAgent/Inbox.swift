@@ -173,7 +173,8 @@ struct Inbox {
     /// when another process took it meanwhile.
     func quarantine(_ name: String, because error: AgentError) throws(SystemError) -> String? {
         let bad = folder("bad")
-        let message = Array("\(error.description)\nFix the event and deliver it again through inbox/tmp/ and inbox/new/.\n".utf8)
+        // One line, escaped as the log escapes it: a name or value may hold a newline or ESC.
+        let message = Array("\(JSONWriter.printable(error.description))\nFix the event and deliver it again through inbox/tmp/ and inbox/new/.\n".utf8)
         try Posix.makeDirectory(bad, mode: 0o755)
         var base = name.utf8.count > 200 ? "long-name.\(Posix.randomName())" : name
         // A name bad/ holds already (the same name delivered bad twice): the first stays, the

@@ -63,7 +63,10 @@ final class Poller {
         func changed(_ slot: Slot, _ info: FileInfo?, now: Double) -> Bool {
             if seen[slot.rawValue] != info {
                 seen[slot.rawValue] = info
-                unsettled[slot.rawValue] = now + Poller.settleSeconds
+                // Only what is written in place (a file, a directory's listing) can hide a second
+                // write in the same time tick: a FIFO, a link, a device is read once.
+                let settles = info.map { $0.kind == .regular || (slot == .inbox && $0.kind == .directory) } ?? false
+                unsettled[slot.rawValue] = settles ? now + Poller.settleSeconds : 0
                 return true
             }
             return !onlyFresh && now < unsettled[slot.rawValue]

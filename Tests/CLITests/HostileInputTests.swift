@@ -57,6 +57,10 @@ import Testing
         #expect(sync.stderr.contains("evil\\nbasket-sync: error: forged"))
         let status = try basketSync(["-C", playground.path, "status"])
         #expect(!status.stdout.split(separator: "\n").contains { $0.hasPrefix("basket-sync: error: forged") })
+        // The .error file too: its first line is the error, escaped (second review of session 8, L1).
+        let errorFile = playground.names("inbox/bad").first { $0.hasSuffix(".error") } ?? "none"
+        let text = playground.read("inbox/bad/" + errorFile)
+        #expect(text.split(separator: "\n").count == 2 && text.contains("evil\\nbasket-sync: error: forged"), "\(text)")
     }
 
     /// D5: ids are compared byte for byte end to end. The audit's case: a cart holding `café` in NFC

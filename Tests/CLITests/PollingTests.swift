@@ -277,3 +277,22 @@ extension PollingTests {
         #expect(agent.stop() == 0)
     }
 }
+
+extension PollingTests {
+    /// Second review of session 8, M6: a polled agent rejected a cart that had become a FIFO at
+    /// every look for 2 s (100 log lines and report rows at --poll=20): only what is written in
+    /// place is looked at again to settle. Waits past the 2 s, then counts.
+    @Test func aFIFOCartIsRejectedOnceWhenPolled() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        let agent = try AgentProcess(directory: playground.path, arguments: ["--poll=20"])
+        try await agent.waitUntilWatching()
+        #expect(mkfifo(playground.path + "/x", 0o644) == 0)
+        #expect(rename(playground.path + "/x", playground.path + "/cart.json") == 0)
+        try await eventually("the FIFO cart is rejected") { agent.log.contains("cart rejected") }
+        try await Task.sleep(nanoseconds: 3_000_000_000)  // past the 2 s a changed path is looked at again
+        let rejections = agent.log.components(separatedBy: "cart rejected").count - 1
+        #expect(rejections == 1, "\(rejections) rejections of one FIFO:\n\(agent.log)")
+        #expect(agent.stop() == 0)
+    }
+}
