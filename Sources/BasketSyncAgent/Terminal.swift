@@ -4,6 +4,16 @@ import Synchronization
 /// What the executable needs from the process: output, the sync directory, the exit. Kept here so
 /// that the executable touches no libc.
 public enum Terminal {
+    /// Turns the Swift runtime's crash backtracer off, unless `SWIFT_BACKTRACE` says otherwise:
+    /// the runtime looks for its `swift-backtrace` helper by a path relative to the current
+    /// directory when the runtime is linked in (the static build), and runs it on a crash with
+    /// basket-sync's privileges — a program anyone who can write that directory would choose.
+    /// The setting is read when the runtime starts, so the process starts again (same pid,
+    /// arguments and environment, plus the setting); where it cannot, it goes on as it is.
+    public static func withoutBacktracer() {
+        Posix.startAgainWithoutBacktracer()
+    }
+
     /// Where a line goes.
     public enum Stream: Int32 {
         /// A result, for scripts.

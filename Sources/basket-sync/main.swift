@@ -120,6 +120,7 @@ func run() throws(AgentError) -> Int32 {
     return 0
 }
 
+Terminal.withoutBacktracer()
 do {
     Terminal.exit(try run())
 } catch {

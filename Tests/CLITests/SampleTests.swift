@@ -136,21 +136,28 @@ import Testing
             unit.split(separator: "\n").first { $0.hasPrefix(key + "=") }.map { String($0.dropFirst(key.count + 1)) }
         }
         #expect(value("Restart") == "on-failure")
-        #expect(value("WorkingDirectory") == "/srv/basket-sync/%i")
+        // Review of session 8 (the package): not the sync directory, which others write (the Swift
+        // runtime looked for its crash helper there); the instance directory is made by init.
+        #expect(value("WorkingDirectory") == "/")
+        #expect(value("Environment") == "SWIFT_BACKTRACE=enable=no")
+        #expect(value("ReadWritePaths") == "/srv/basket-sync")
         #expect(value("KillSignal") == "SIGTERM")
         let playground = try Playground()
         let directory = playground.path + "/shop1"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        // The unit's own command lines, with the built binary in place of /usr/bin/basket-sync.
+        // The unit's own command lines, with the built binary in place of /usr/bin/basket-sync and
+        // the playground in place of /srv/basket-sync; run from / as systemd runs them.
         func command(_ key: String) throws -> [String] {
             let line = try #require(value(key))
-            return line.split(separator: " ").map { $0 == "/usr/bin/basket-sync" ? binary.path : String($0) }
+            return line.split(separator: " ").map {
+                $0 == "/usr/bin/basket-sync" ? binary.path : $0 == "/srv/basket-sync/%i" ? directory : String($0)
+            }
         }
         let pre = try command("ExecStartPre")
-        #expect(try basketSync(Array(pre.dropFirst()), in: directory).status == 0)
+        #expect(try basketSync(Array(pre.dropFirst()), in: "/").status == 0)
+        #expect(FileManager.default.fileExists(atPath: directory + "/.basket-sync/state.db"), "init made the instance's directory")
         let start = try command("ExecStart")
-        #expect(start.first == binary.path)
-        let agent = try AgentProcess(directory: directory, arguments: Array(start.dropFirst(2)))
+        #expect(Array(start.prefix(4)) == [binary.path, "-C", directory, "watch"])
+        let agent = try AgentProcess(directory: directory, arguments: Array(start.dropFirst(4)))
         try await agent.waitUntilWatching()
         #expect(agent.log.contains("\"level\":\"info\""), "the unit logs JSON for journalctl | jq")
         #expect(agent.stop(SIGTERM) == 0)
@@ -234,10 +241,14 @@ import Testing
         }
         let playground = try Playground()
         let root = playground.path + "/tree"
+        #expect(unit.contains("\nWorkingDirectory=/\n") && unit.contains("\nRestartPreventExitStatus=64 78\n"))
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
-        #expect(try basketSync(Array(try command("ExecStartPre").dropFirst()), in: root).status == 0)
+        func here(_ arguments: [String]) -> [String] { arguments.map { $0 == "/srv/basket-sync-tree" ? root : $0 } }
+        #expect(try basketSync(here(Array(try command("ExecStartPre").dropFirst())), in: "/").status == 0)
         #expect(playground.read("tree/basket-sync.json").contains("\"layout\": \"tree\""))
-        let agent = try AgentProcess(directory: root, arguments: Array(try command("ExecStart").dropFirst(2)))
+        let start = here(try command("ExecStart"))
+        #expect(Array(start.prefix(4)) == [binary.path, "-C", root, "watch"])
+        let agent = try AgentProcess(directory: root, arguments: Array(start.dropFirst(4)))
         try await agent.waitUntilWatching()
         #expect(try basketSync(["-C", root + "/c-1", "push", "A=+1"]).status == 0)
         try await eventually("the agent serves a new cart") { playground.records("tree/c-1/outbox.jsonl").count == 1 }

@@ -471,6 +471,14 @@ enum Posix {
 
     static func environment(_ name: String) -> String? { getenv(name).map { String(cString: $0) } }
 
+    /// Executes this program again with `SWIFT_BACKTRACE=enable=no` when the variable is not set
+    /// (see ``Terminal/withoutBacktracer()``); returns only when it cannot.
+    static func startAgainWithoutBacktracer() {
+        guard getenv("SWIFT_BACKTRACE") == nil else { return }
+        setenv("SWIFT_BACKTRACE", "enable=no", 1)
+        _ = execv("/proc/self/exe", CommandLine.unsafeArgv)
+    }
+
     static func currentDirectory() -> String? {
         guard let pointer = getcwd(nil, 0) else { return nil }
         defer { free(pointer) }
