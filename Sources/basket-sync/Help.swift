@@ -6,6 +6,7 @@ enum Help {
         basket-sync \(basketSyncVersion) — keeps a retailer cart and the Mealz basket aligned
 
         usage: basket-sync [-C DIR | --dir DIR] COMMAND [OPTIONS]
+               basket-sync --version | --help
 
         The sync directory is DIR, else $BASKET_SYNC_DIR, else the current directory.
 

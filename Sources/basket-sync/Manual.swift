@@ -35,10 +35,15 @@ enum Manual {
             # bash completion for basket-sync \(basketSyncVersion) (basket-sync completion bash)
             _basket_sync() {
                 local current=${COMP_WORDS[COMP_CWORD]} previous=${COMP_WORDS[COMP_CWORD-1]}
-                if [ "$previous" = "-C" ] || [ "$previous" = "--dir" ]; then
-                    COMPREPLY=($(compgen -d -- "$current"))
-                    return
-                fi
+                # One candidate per line: a name with a space stays one name.
+                local IFS=$'\n'
+                case $previous in
+                    -C|--dir) compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -d -- "$current")); return ;;
+                    --products|--then) compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -f -- "$current")); return ;;
+                    --log-format) COMPREPLY=($(compgen -W "human"$'\n'"json" -- "$current")); return ;;
+                    --mode) COMPREPLY=($(compgen -W "retailer"$'\n'"standalone" -- "$current")); return ;;
+                    completion) COMPREPLY=($(compgen -W "bash" -- "$current")); return ;;
+                esac
                 local index=1 command=""
                 while [ $index -lt $COMP_CWORD ]; do
                     case ${COMP_WORDS[index]} in
@@ -49,14 +54,16 @@ enum Manual {
                     index=$((index + 1))
                 done
                 if [ -z "$command" ]; then
-                    COMPREPLY=($(compgen -W "\(Invocation.commands.joined(separator: " ")) -C --dir --help --version" -- "$current"))
+                    local all="\(Invocation.commands.joined(separator: " ")) -C --dir --help --version"
+                    COMPREPLY=($(compgen -W "${all// /$'\n'}" -- "$current"))
                     return
                 fi
                 local words=""
                 case $command in
             \(cases)    esac
+                words=${words// /$'\n'}
                 case $command in
-                    validate) COMPREPLY=($(compgen -f -W "$words" -- "$current")) ;;
+                    validate) compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -f -W "$words" -- "$current")) ;;
                     *) COMPREPLY=($(compgen -W "$words" -- "$current")) ;;
                 esac
             }
@@ -100,7 +107,7 @@ enum Manual {
         let overview = Help.overview.split(separator: "\n", omittingEmptySubsequences: false)
         let body = overview.drop { !$0.hasPrefix("usage:") }.dropFirst().joined(separator: "\n")
         var page = """
-            .TH BASKET\\-SYNC 1 "" "basket\\-sync \(basketSyncVersion)" "User Commands"
+            .TH BASKET\\-SYNC 1 "\(basketSyncDate)" "basket\\-sync \(basketSyncVersion)" "User Commands"
             .SH NAME
             basket\\-sync \\- keeps a retailer cart and the Mealz basket aligned
             .SH SYNOPSIS
