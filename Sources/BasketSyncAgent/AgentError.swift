@@ -50,7 +50,7 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
         case let .databaseGone(path):
             return "\(path): deleted or replaced while basket-sync had the database open; nothing more is acknowledged. Restore .basket-sync/ from a backup, then start again"
         case let .databaseBehind(path, fileSeq, databaseSeq):
-            return "\(path): holds record \(fileSeq) but the database ends at \(databaseSeq): the database was lost, restored or replaced. Nothing was written; restore .basket-sync/ from a backup"
+            return "\(path): holds record \(fileSeq) but the database ends at \(databaseSeq): the database was lost, restored or replaced. Nothing was written; restore .basket-sync/ from a newer backup, or move .basket-sync/ away and run basket-sync init --adopt to make it again from the files"
         case let .notReady(message): return message
         case let .refused(message): return message
         case let .conflict(message): return message

@@ -76,6 +76,9 @@ final class Database {
                 let holdsRecords = Projection.allCases.contains {
                     JSONLinesFile.recordBeyond(inFileOrParts: "\(directory)/\($0.fileName)", databaseSeq: 0, isRecord: $0.isRecord) != nil
                 }
+                if case .treeRoot = Place.of(directory) {
+                    throw .missingInput("\(databasePath): missing: the tree's database is gone; restore \(Store.stateDirectoryName)/ from a backup, or run basket-sync -C \(directory) init --tree --adopt to make it again and adopt the carts with their records")
+                }
                 if Posix.linkInfo(stateDirectory) != nil || holdsRecords {
                     throw .missingInput("\(databasePath): missing: the database is gone; restore \(Store.stateDirectoryName)/ from a backup, or run basket-sync init --adopt to go on from the files' records")
                 }

@@ -389,6 +389,11 @@ import Testing
         #expect(sync.stderr.contains("holds record 2 but the database ends at 1"))
         #expect(playground.read("outbox.jsonl") == before, "nothing written")
         #expect(playground.names("inbox/new").count == 1, "nothing acknowledged")
+        // init there says so with the ways out (second review of session 8, L4: "nothing to create", 0).
+        for arguments in [["init"], ["init", "--adopt"]] {
+            let again = try basketSync(["-C", playground.path] + arguments)
+            #expect(again.status == 74 && again.stderr.contains("move .basket-sync/ away and run basket-sync init --adopt"), "\(arguments): \(again.status) \(again.stderr)")
+        }
     }
 
     /// D1: `init` in a directory that holds records but no database refuses (73); `--adopt` goes

@@ -508,8 +508,13 @@ extension TreeTests {
         #expect(sync.status == 73 && sync.stderr.contains("or the tree's database lost it"), "\(sync.status) \(sync.stderr)")
         let status = try basketSync(["-C", playground.path, "status"])
         #expect(status.stdout.contains("carts with an error: 1") && status.stdout.contains("c1: "), "\(status.stdout)")
-        // The database gone: init --tree refuses, --adopt takes the cart with its records.
+        // The database gone: commands say so (L2: they advised init), init --tree refuses, --adopt
+        // takes the cart with its records.
         try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
+        for directory in [playground.path, playground.path + "/c1"] {
+            let gone = try basketSync(["-C", directory, "sync"])
+            #expect(gone.status == 66 && gone.stderr.contains("the tree's database is gone") && gone.stderr.contains("init --tree --adopt"), "\(gone.stderr)")
+        }
         let refused = try basketSync(["-C", playground.path, "init", "--tree"])
         #expect(refused.status == 73 && refused.stderr.contains("init --tree --adopt"), "\(refused.status) \(refused.stderr)")
         #expect(!FileManager.default.fileExists(atPath: playground.path + "/.basket-sync/state.db"), "nothing made")

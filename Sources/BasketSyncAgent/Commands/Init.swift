@@ -63,6 +63,17 @@ extension Commands {
         }
         let store = try Store(directory: directory, create: true)
         if isNew { created.append(database) }
+        // A database there already, but behind the files (restored from an older backup): said,
+        // with the ways out, rather than "nothing to create".
+        if !isNew {
+            for projection in Projection.allCases {
+                let last = try store.withTransaction { () throws(AgentError) in try store.lastSeq(projection) }
+                let path = "\(directory)/\(projection.fileName)"
+                if let beyond = JSONLinesFile.recordBeyond(inFileOrParts: path, databaseSeq: last, isRecord: projection.isRecord) {
+                    throw .databaseBehind(path: path, fileSeq: beyond, databaseSeq: last)
+                }
+            }
+        }
         if isNew {
             // Also without records: events in inbox/cur/ were taken (their ids stay taken).
             try store.withTransaction { () throws(AgentError) in try adoptRecords(found, into: store, directory: directory) }
