@@ -330,3 +330,21 @@ extension HostCommandTests {
         #expect((status["counters"] as! [String: Int])["paymentsRecorded"] == 0)
     }
 }
+
+extension HostCommandTests {
+    /// Second review of session 8, M4: `apply` run as root made the host's cart root's (0600: the
+    /// host locked out of its own cart). It keeps the cart's owner and group, as it keeps its mode.
+    @Test func applyAsRootKeepsTheCartsOwner() throws {
+        guard getuid() == 0 else { return print("applyAsRootKeepsTheCartsOwner: needs root to give a file away; not run") }
+        let playground = try syncDirectory()
+        try playground.write("cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        #expect(chown(playground.path + "/cart.json", 65534, 65534) == 0 && chmod(playground.path + "/cart.json", 0o600) == 0)
+        #expect(try run(playground, ["push", "A=+1"]).status == 0)
+        #expect(try run(playground, ["sync"]).status == 0)
+        #expect(try run(playground, ["apply"]).status == 0)
+        var info = stat()
+        #expect(stat(playground.path + "/cart.json", &info) == 0)
+        #expect(info.st_uid == 65534 && info.st_gid == 65534 && info.st_mode & 0o7777 == 0o600, "owner \(info.st_uid):\(info.st_gid) mode \(String(info.st_mode & 0o7777, radix: 8))")
+        #expect(playground.read("cart.json").contains("\"syncedThrough\": 1") || playground.read("cart.json").contains("\"syncedThrough\":1"), "\(playground.read("cart.json"))")
+    }
+}

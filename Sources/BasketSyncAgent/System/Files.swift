@@ -27,20 +27,26 @@ extension Posix {
 
     /// Writes a whole file the durable way: a temp file beside it, created exclusively under a
     /// name nobody can guess, fsync, rename over the file, fsync of the directory. A reader sees
-    /// the old content or the new, never a part. A regular file that exists keeps its mode (read
-    /// from the file itself, never from a link); a new one gets `mode` minus the umask.
+    /// the old content or the new, never a part. A regular file that exists keeps its mode and,
+    /// where this process may give it (root), its owner and group — a cart `apply` rewrites as root
+    /// stays the host's (read from the file itself, never from a link); a new one gets `mode`
+    /// minus the umask.
     /// With `replacing`, whatever is at `path` (a link included: the rename replaces the link,
     /// never what it points to) is replaced by a new file of `mode`.
     static func writeFileAtomically(_ path: String, _ bytes: [UInt8], mode: UInt32 = sharedFileMode, replacing: Bool = false) throws(SystemError) {
         var kept: UInt32?
+        var owner: (UInt32, UInt32)?
         if !replacing, let existing = linkInfo(path) {
             guard existing.kind == .regular else { throw SystemError(path: path, shape: existing.kind.name) }
             kept = existing.mode
+            owner = (existing.owner, existing.group)
         }
         let directory = dirname(of: path)
         let temporary = "\(directory)/.\(basename(of: path).prefix(200)).\(randomName()).tmp"
         let fd = try open(temporary, [.writeOnly, .create, .exclusive], mode: kept ?? mode)
         if let kept { setMode(fd, kept) }
+        // Fails (and is left) where this process may not give the file away: then it is its own.
+        if let (user, group) = owner { _ = fchown(fd, user, group) }
         do {
             try writeAll(fd, bytes, path: temporary)
             try fsync(fd, path: temporary)

@@ -46,6 +46,9 @@ struct FileInfo: Equatable {
     var changed: Int64
     /// How many names the file has (hard links).
     var links: UInt64
+    /// Its owner and group.
+    var owner: UInt32
+    var group: UInt32
 
     /// What tells one version of a file from another: a rewrite, a rename over it or a touch
     /// changes it.
@@ -63,6 +66,8 @@ struct FileInfo: Equatable {
         }
         size = Int64(info.st_size)
         links = UInt64(info.st_nlink)
+        owner = UInt32(info.st_uid)
+        group = UInt32(info.st_gid)
         inode = UInt64(info.st_ino)
         mode = UInt32(info.st_mode & 0o7777)
         device = UInt64(info.st_dev)
