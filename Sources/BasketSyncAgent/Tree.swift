@@ -216,6 +216,8 @@ final class Tree {
             let number = try database.addCart(id, syncId: syncId, at: Date())
             let store = Store(database: database, cart: number, directory: directory, signalPath: marker)
             var state = SyncState(syncId: syncId)
+            // Numbered after what its cart already claims (its records moved away, its marker lost).
+            state.lastOutboxSeq = Commands.hostClaim(directory: directory, notice: nil)
             if let (storeId, mode) = try defaultStore() {
                 state.storeId = storeId
                 state.mode = mode

@@ -610,3 +610,61 @@ extension TreeTests {
         #expect(playground.records("c1/outbox.jsonl").isEmpty, "e1 delivered again is not done again")
     }
 }
+
+extension CatchUpTests {
+    /// Final review of session 8, F1: after `init --adopt`, Mealz's lines were forgotten: the next
+    /// notification told Mealz they were gone and a basketState repeating the WebView's basket
+    /// pushed them again (the cart doubled). The last notification gives them back.
+    @Test func adoptionKnowsWhatTheLastNotificationShowed() throws {
+        let playground = try Playground()
+        let dir = playground.path
+        #expect(try basketSync(["-C", dir, "init"]).status == 0)
+        try playground.write("cart.json", cartJSON([("x", 1)], syncedThrough: 0))
+        #expect(try basketSync(["-C", dir, "push", "--id", "d1", "a=+2", "b=+1"]).status == 0)
+        for command in [["sync"], ["apply"], ["sync"]] { #expect(try basketSync(["-C", dir] + command).status == 0) }
+        let notified = playground.records("notifications.jsonl").count
+        try FileManager.default.removeItem(atPath: dir + "/.basket-sync")
+        #expect(try basketSync(["-C", dir, "init", "--adopt"]).status == 0)
+        #expect(try basketSync(["-C", dir, "sync"]).status == 0)
+        #expect(playground.records("notifications.jsonl").count == notified, "the cart is what was notified: nothing new to say")
+        #expect(try basketSync(["-C", dir, "push", "--state", "--id", "s2", "a=2", "b=1"]).status == 0)
+        for command in [["sync"], ["apply"]] { #expect(try basketSync(["-C", dir] + command).status == 0) }
+        let cart = try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as? [String: Any]
+        let lines = (cart?["products"] as? [[String: Any]] ?? []).reduce(into: [String: Int]()) { $0[$1["id"] as? String ?? ""] = $1["quantity"] as? Int }
+        #expect(lines == ["x": 1, "a": 2, "b": 1], "the WebView's basket repeated changes nothing: \(lines)")
+    }
+
+    /// Final review of session 8, F2: records moved away (an archived outbox, or a tree cart's
+    /// files moved off with its marker) and the database lost: seq restarted at 1 and the cart's
+    /// old syncedThrough acknowledged the new record unapplied. A new database numbers its records
+    /// after what the host claims (its cart, the last notification).
+    @Test(arguments: [false, true])
+    func aNewDatabaseNumbersAfterWhatTheHostClaims(tree: Bool) throws {
+        let playground = try Playground()
+        let root = playground.path
+        let dir = tree ? root + "/c2" : root
+        #expect(try basketSync(["-C", root, "init"] + (tree ? ["--tree"] : [])).status == 0)
+        if tree { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: false) }
+        try playground.write((tree ? "c2/" : "") + "cart.json", cartJSON([], syncedThrough: 0))
+        #expect(try basketSync(["-C", dir, "push", "--id", "e1", "a=+1"]).status == 0)
+        #expect(try basketSync(["-C", dir, "push", "--id", "e2", "b=+1"]).status == 0)
+        for command in [["sync"], ["apply"], ["sync"]] { #expect(try basketSync(["-C", command == ["apply"] ? dir : root] + command).status == 0) }
+        let archive = root + "/../archive-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: archive, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: archive) }
+        if tree {
+            // The tool's own advice for a refused cart: move its .jsonl files away (its marker lost too).
+            for name in ["outbox.jsonl", "notifications.jsonl", ".basket-sync-cart"] { try? FileManager.default.moveItem(atPath: dir + "/" + name, toPath: archive + "/" + name) }
+        } else {
+            try FileManager.default.moveItem(atPath: dir + "/outbox.jsonl", toPath: archive + "/outbox.jsonl")
+            try FileManager.default.removeItem(atPath: dir + "/.basket-sync")
+            #expect(try basketSync(["-C", dir, "init", "--adopt"]).status == 0)
+        }
+        #expect(try basketSync(["-C", dir, "push", "--id", "e3", "z=+5"]).status == 0)
+        #expect(try basketSync(["-C", root, "sync"]).status == 0)
+        let seqs = playground.records((tree ? "c2/" : "") + "outbox.jsonl").compactMap { $0["seq"] as? Int }
+        #expect(seqs == [3], "numbered after the host's syncedThrough 2: \(seqs)")
+        #expect(try basketSync(["-C", dir, "apply"]).status == 0)
+        #expect(playground.read((tree ? "c2/" : "") + "cart.json").contains("\"z\""), "the new record is applied: \(playground.read((tree ? "c2/" : "") + "cart.json"))")
+    }
+}

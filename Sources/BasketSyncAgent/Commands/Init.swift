@@ -140,8 +140,34 @@ extension Commands {
                 }
             }
         }
+        // What the host and the WebView were last shown (the last notification): Mealz's lines are
+        // known again, so the next cart or basketState is compared with them, not with nothing.
+        // Mealz's share is taken as what was notified (a shopper's own units on those lines count
+        // as Mealz's until the next change); a payment recorded after it closed that basket.
+        let notice = found[.notifications]?.last.flatMap { try? RecordFormat.notification($0.line) }
+        if let notice {
+            var lines: [ExactID: Int] = [:]
+            for product in notice.products where product.quantity > 0 { lines[ExactID(product.id), default: 0] += product.quantity }
+            let closed = (found[.payments] ?? []).compactMap { try? RecordFormat.payment($0.line) }
+                .contains { $0.type == .handlePayment && $0.status == .recorded && $0.at >= notice.at }
+            state.lastNotified = lines
+            state.viewBase = closed ? [:] : lines
+            if !closed { state.confirmed = lines }
+            state.lastNotifiedSyncedThrough = notice.syncedThrough
+        }
+        state.lastOutboxSeq = max(state.lastOutboxSeq, hostClaim(directory: directory, notice: notice))
         try learnTakenEvents(directory: directory, into: store)
         try store.saveState(state)
+    }
+
+    /// The highest record the host has shown it processed — its cart's `syncedThrough`, the last
+    /// notification's — so that a new database numbers its records after it: an old claim never
+    /// acknowledges a new record (SPEC §3: seq rises forever, §4.4), whatever files went away.
+    static func hostClaim(directory: String, notice: BasketNotification?) -> UInt64 {
+        let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
+        let cart = (try? Posix.readFile("\(directory)/\(configuration.cart)", limit: configuration.limits.maxFileBytes)).flatMap { $0 }
+            .flatMap { try? CartFormat.decode($0, keys: configuration.keys, limits: configuration.limits) }
+        return max(cart?.syncedThrough ?? 0, notice?.syncedThrough ?? 0)
     }
 
     /// Takes the ids of the events in `inbox/cur/` as taken (inside the caller's transaction): a
