@@ -219,6 +219,9 @@ extension PollingTests {
         let environment = try basketSync(["-C", playground.path, "watch"], environment: ["BASKET_SYNC_WATCH_MODE": "poll=\(interval)"])
         #expect(environment.status == 78, "a setting, as the configuration's: BASKET_SYNC_WATCH_MODE=poll=\(interval): \(environment.status) \(environment.stderr)")
         #expect(environment.stderr.contains("BASKET_SYNC_WATCH_MODE is auto, inotify, poll or poll=MS"), "\(environment.stderr)")
+        // status says no agent could start so (final review of session 8, F3: it said nothing).
+        let said = try basketSync(["-C", playground.path, "status"], environment: ["BASKET_SYNC_WATCH_MODE": "poll=\(interval)"])
+        #expect(said.stdout.contains("watch: no agent runs; none can start: BASKET_SYNC_WATCH_MODE is"), "\(said.stdout)")
         guard let number = Int(interval.trimmingCharacters(in: .whitespaces)) else { return }
         try playground.writeAtomically("basket-sync.json", playground.read("basket-sync.json").replacingOccurrences(of: "\"pollIntervalMs\": 1000", with: "\"pollIntervalMs\": \(number)"))
         let configured = try basketSync(["-C", playground.path, "status"])

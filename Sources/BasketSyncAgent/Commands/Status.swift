@@ -35,6 +35,8 @@ public struct StatusReport {
     let watch: WatchChoice?
     /// How the running agent watches, as it said at its start (nil: no agent runs).
     let agentWatch: WatchChoice.RunningAgent?
+    /// Why no agent could start with the settings of now (a bad BASKET_SYNC_WATCH_MODE), if so.
+    let watchProblem: String?
     /// Why `basket-sync.json` cannot be used (file:line:column and what to do), if it cannot:
     /// the report then shows the defaults, and every other command refuses with 78.
     public let configurationProblem: String?
@@ -60,7 +62,12 @@ public struct StatusReport {
         self.configurationProblem = configurationProblem
         cart = configuration.cart
         retentionDays = configuration.retention?.days
-        watch = configurationProblem != nil ? nil : try? WatchChoice.decide(directory: directory, cart: configuration.cart, settings: configuration.watch, override: nil)
+        do {
+            watch = configurationProblem != nil ? nil : try WatchChoice.decide(directory: directory, cart: configuration.cart, settings: configuration.watch, override: nil)
+            watchProblem = nil
+        } catch {
+            (watch, watchProblem) = (nil, error.description)
+        }
         // A cart of a tree: the tree's agent (its note is on the root's row).
         let root = store.cart == 0 ? store : Store(database: store.database, cart: 0, directory: "", signalPath: "")
         agentWatch = lookForAgent ? (try? store.withTransaction { () throws(AgentError) in WatchChoice.runningAgent(root) }) ?? nil : nil
@@ -195,6 +202,8 @@ public struct StatusReport {
             lines.append("watch: no agent runs; one started now would use \(watch.description)")
         } else if configurationProblem != nil {
             lines.append("watch: no agent runs; none can start until the configuration is mended")
+        } else if let watchProblem {
+            lines.append("watch: no agent runs; none can start: \(watchProblem)")
         }
         let taken = retentionDays.map { "\(inboxTaken) taken within the retention (\(SyncEngine.shownDays($0)))" } ?? "\(inboxTaken) taken"
         lines.append("inbox: \(taken), \(inboxDuplicates) duplicate deliveries (acknowledged, not done again), \(inboxWaiting) waiting in new/, \(inboxBad) in bad/")
