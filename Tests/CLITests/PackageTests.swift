@@ -40,6 +40,7 @@ import Testing
             #expect(contents.contains(path), "\(path) is not in the package")
         }
         #expect(!contents.contains("./lib/systemd/system/basket-sync-host@"), "the host's unit is a sample to adapt, not an installed unit")
+        #expect(contents.hasPrefix("drwxr-xr-x root/root"), "the package's ./ entry is 0755: \(contents.prefix(60))")
         // Debian's own checker finds nothing to say (lintian as root warns that it runs as root).
         if FileManager.default.isExecutableFile(atPath: "/usr/bin/lintian") {
             let lint = try run("/usr/bin/lintian", [deb]).output.split(separator: "\n").filter { $0.hasPrefix("E:") || $0.hasPrefix("W:") }
