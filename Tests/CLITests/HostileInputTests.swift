@@ -668,3 +668,47 @@ extension CatchUpTests {
         #expect(playground.read((tree ? "c2/" : "") + "cart.json").contains("\"z\""), "the new record is applied: \(playground.read((tree ? "c2/" : "") + "cart.json"))")
     }
 }
+
+extension CatchUpTests {
+    /// Last review of session 8 (recovery): adoption read a torn last line and a host's own line as
+    /// records (the next record glued to the torn line, or numbered after 99; apply stuck at 74),
+    /// trusted a claim the database had refused (seq 51 after 2), and forgot the deltas the host
+    /// had not applied yet (a repeated WebView state then doubled them). Each case, then apply.
+    @Test(arguments: ["torn", "hostLine", "bogusClaim", "unapplied"])
+    func adoptionReadsWholeRecordsAndKeepsWhatWasPending(damage: String) throws {
+        let playground = try Playground()
+        let dir = playground.path
+        #expect(try basketSync(["-C", dir, "init"]).status == 0)
+        try playground.write("cart.json", cartJSON([], syncedThrough: 0))
+        func run(_ arguments: [String]) throws { #expect(try basketSync(["-C", dir] + arguments).status == 0, "\(arguments)") }
+        try run(["push", "--id", "e1", "A=+2"])
+        for command in [["sync"], ["apply"], ["sync"]] { try run(command) }
+        try run(["push", "--id", "e2", "A=+1", "B=+3"])
+        try run(["sync"])
+        switch damage {
+        case "torn": try CatchUpTests.Interference.foreignLine.appendText(#"{"seq":3,"id":"x-3","type":"updateBasket","at":"2026-12-01T09:30:00.000Z","products":[{"id":"Q","quan"#, to: dir + "/outbox.jsonl")
+        case "hostLine": try CatchUpTests.Interference.foreignLine.appendText("{\"seq\":99,\"note\":\"the host's line\"}\n", to: dir + "/outbox.jsonl")
+        case "bogusClaim":
+            try run(["apply"])
+            try playground.write("cart.json", cartJSON([("A", 3), ("B", 3)], syncedThrough: 50))
+            _ = try basketSync(["-C", dir, "sync"])
+        default: break
+        }
+        try FileManager.default.removeItem(atPath: dir + "/.basket-sync")
+        let adopted = try basketSync(["-C", dir, "init", "--adopt"])
+        #expect(adopted.stdout.contains("outbox.jsonl: adopted 2 records, going on after 2"), "\(adopted.stdout) \(adopted.stderr)")
+        // The WebView repeats what it shows (A 3, B 3: the pending delta included): nothing new.
+        try run(["push", "--state", "--id", "s1", "A=3", "B=3"])
+        try run(["push", "--id", "e3", "Z=+1"])
+        try run(["sync"])
+        try run(["apply"])
+        let seqs = playground.read("outbox.jsonl").split(separator: "\n").compactMap { line -> Int? in
+            guard let record = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], record["type"] != nil else { return nil }
+            return record["seq"] as? Int
+        }
+        #expect(seqs == [1, 2, 3], "\(damage): one record more, numbered 3: \(playground.read("outbox.jsonl"))")
+        let cart = try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as? [String: Any]
+        let lines = (cart?["products"] as? [[String: Any]] ?? []).reduce(into: [String: Int]()) { $0[$1["id"] as? String ?? ""] = $1["quantity"] as? Int }
+        #expect(lines == ["A": 3, "B": 3, "Z": 1], "\(damage): \(lines)")
+    }
+}

@@ -91,9 +91,13 @@ extension Commands {
             var bySeq: [UInt64: [UInt8]] = [:]
             for part in JSONLinesFile.rotatedParts(of: path).reversed() + [path] {
                 guard let bytes = try Posix.readFile(part, limit: Int.max) else { continue }
-                for line in bytes.split(separator: 0x0A) {
+                // Whole records only: a torn last line (no newline: a crash) and a host's own line
+                // that merely starts like one are not records, as the catch-up reads them.
+                let complete = bytes.last == 0x0A ? bytes[...] : bytes[..<(bytes.lastIndex(of: 0x0A).map { $0 + 1 } ?? 0)]
+                for line in complete.split(separator: 0x0A) {
                     let seq = RecordFormat.seq(ofLine: line)
-                    if seq > 0 { bySeq[seq] = Array(line) + [0x0A] }
+                    let record = Array(line) + [0x0A]
+                    if seq > 0, projection.isRecord(record) { bySeq[seq] = record }
                 }
             }
             if !bySeq.isEmpty { found[projection] = bySeq.sorted { $0.key < $1.key }.map { ($0.key, $0.value) } }
@@ -112,7 +116,8 @@ extension Commands {
             for record in records { try store.adopt(projection, seq: record.seq, line: record.line) }
             let last = records.map(\.seq).max()!
             // The files were given them all, rotated parts included: none is appended again.
-            try store.adoptGiven(projection, seq: last, file: Posix.linkInfo("\(directory)/\(projection.fileName)"))
+            // Without the file's identity: the next catch-up reads the file's end (and cuts a torn tail).
+            try store.adoptGiven(projection, seq: last, file: nil)
             switch projection {
             case .outbox:
                 state.lastOutboxSeq = last
@@ -155,7 +160,26 @@ extension Commands {
             if !closed { state.confirmed = lines }
             state.lastNotifiedSyncedThrough = notice.syncedThrough
         }
-        state.lastOutboxSeq = max(state.lastOutboxSeq, hostClaim(directory: directory, notice: notice))
+        let claim = hostClaim(directory: directory, notice: notice)
+        let outbox = found[.outbox] ?? []
+        if outbox.isEmpty {
+            // Every record moved away: numbered after what the host claims to have processed.
+            state.lastOutboxSeq = max(state.lastOutboxSeq, claim)
+        } else if claim > 0 {
+            // The host acknowledges with syncedThrough: the deltas after its claim are pending again
+            // (waiting for its syncedThrough, as before the loss); a claim beyond the files is not trusted.
+            let acknowledged = min(claim, state.lastOutboxSeq)
+            state.hostSyncedThrough = acknowledged
+            // The claim as written: the same claim read again acknowledges nothing new, and one
+            // beyond the files stays capped where it was (SPEC §4.4).
+            state.hostClaim = claim
+            if claim > state.lastOutboxSeq { state.acknowledgementCap = state.lastOutboxSeq }
+            state.pending = outbox.compactMap { record in
+                guard record.seq > acknowledged, let delta = try? RecordFormat.outboxRecord(record.line),
+                      delta.type == .updateBasket, !delta.products.isEmpty else { return nil }
+                return PendingBatch(seq: delta.seq, products: delta.products, at: delta.at, deadline: nil)
+            }
+        }
         try learnTakenEvents(directory: directory, into: store)
         try store.saveState(state)
     }
