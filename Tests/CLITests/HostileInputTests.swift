@@ -712,3 +712,25 @@ extension CatchUpTests {
         #expect(lines == ["A": 3, "B": 3, "Z": 1], "\(damage): \(lines)")
     }
 }
+
+extension CatchUpTests {
+    /// Last review of session 8, H4: the database and every record gone (moved away), a host
+    /// without syncedThrough: plain `init` numbered from 1 again, unseen by a host that counts.
+    /// The events in inbox/cur/ show the past: init refuses (73); --adopt goes on knowing them.
+    @Test func initRefusesWhenOnlyTheInboxShowsThePast() throws {
+        let playground = try Playground()
+        let dir = playground.path
+        #expect(try basketSync(["-C", dir, "init"]).status == 0)
+        try playground.write("cart.json", "{\"products\": []}")
+        for index in 1...3 { #expect(try basketSync(["-C", dir, "push", "--id", "e\(index)", "A=+1"]).status == 0) }
+        #expect(try basketSync(["-C", dir, "sync"]).status == 0)
+        for name in ["outbox.jsonl", "notifications.jsonl"] { try FileManager.default.removeItem(atPath: dir + "/" + name) }
+        try FileManager.default.removeItem(atPath: dir + "/.basket-sync")
+        let refused = try basketSync(["-C", dir, "init"])
+        #expect(refused.status == 73 && refused.stderr.contains("inbox/cur/ holds 3 events taken before"), "\(refused.status) \(refused.stderr)")
+        #expect(try basketSync(["-C", dir, "init", "--adopt"]).status == 0)
+        #expect(try basketSync(["-C", dir, "push", "--id", "e2", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", dir, "sync"]).status == 0)
+        #expect(playground.records("outbox.jsonl").isEmpty, "e2 taken before: not done again")
+    }
+}
