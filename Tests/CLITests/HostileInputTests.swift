@@ -734,3 +734,25 @@ extension CatchUpTests {
         #expect(playground.records("outbox.jsonl").isEmpty, "e2 taken before: not done again")
     }
 }
+
+extension CatchUpTests {
+    /// Last review of session 8, M1: rotation had dropped the oldest parts before the database was
+    /// lost, the host had processed none: adoption went on silently and apply refused for ever
+    /// ("outbox seq 5 where 1 was expected", 74). Now init names the lost records and apply goes on
+    /// from the first record a file holds.
+    @Test func adoptionNamesRecordsRotatedAwayAndApplyGoesOn() throws {
+        let playground = try Playground()
+        let dir = playground.path
+        #expect(try basketSync(["-C", dir, "init"]).status == 0)
+        try playground.writeAtomically("basket-sync.json", playground.read("basket-sync.json").replacingOccurrences(of: "\"rotate\": null", with: "\"rotate\": {\"maxBytes\": 200, \"keep\": 2}"))
+        try playground.write("cart.json", cartJSON([], syncedThrough: 0))
+        for index in 1...8 { try push(playground, "e\(index)") }
+        try FileManager.default.removeItem(atPath: dir + "/.basket-sync")
+        let adopted = try basketSync(["-C", dir, "init", "--adopt"])
+        #expect(adopted.status == 0 && adopted.stdout.contains("are in no file (rotated away) and the host had not processed them: they are lost, and the host goes on from"), "\(adopted.stdout) \(adopted.stderr)")
+        let apply = try basketSync(["-C", dir, "apply"])
+        #expect(apply.status == 0, "apply goes on: \(apply.stderr)")
+        let cart = try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as? [String: Any]
+        #expect(cart?["syncedThrough"] as? Int == 8, "\(playground.read("cart.json"))")
+    }
+}

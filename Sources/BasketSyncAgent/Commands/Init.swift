@@ -171,10 +171,18 @@ extension Commands {
         if outbox.isEmpty {
             // Every record moved away: numbered after what the host claims to have processed.
             state.lastOutboxSeq = max(state.lastOutboxSeq, claim)
-        } else if claim > 0 {
+        }
+        // Records before the first one the files hold that the host had not processed are gone
+        // (rotated away before the loss): lost for good; the host goes on from the first one held,
+        // instead of waiting for ever for one no file has (init says which).
+        let firstHeld = outbox.first.map { $0.seq - 1 } ?? 0
+        if !outbox.isEmpty, claim == 0, firstHeld > 0 {
+            state.echoedThrough = firstHeld
+        }
+        if !outbox.isEmpty, claim > 0 {
             // The host acknowledges with syncedThrough: the deltas after its claim are pending again
             // (waiting for its syncedThrough, as before the loss); a claim beyond the files is not trusted.
-            let acknowledged = min(claim, state.lastOutboxSeq)
+            let acknowledged = max(min(claim, state.lastOutboxSeq), firstHeld)
             state.hostSyncedThrough = acknowledged
             // The claim as written: the same claim read again acknowledges nothing new, and one
             // beyond the files stays capped where it was (SPEC §4.4).
@@ -226,6 +234,10 @@ extension Commands {
     static func adoptedLines(_ found: [Projection: [(seq: UInt64, line: [UInt8])]], directory: String) -> [String] {
         found.sorted(by: { $0.key.rawValue < $1.key.rawValue }).map { (projection, records) in
             var line = "\(directory)/\(projection.fileName): adopted \(records.count) records, going on after \(records.map(\.seq).max()!)"
+            if projection == .outbox, let first = records.first?.seq, first > 1,
+               hostClaim(directory: directory, notice: nil) < first - 1 {
+                line += "; records \(hostClaim(directory: directory, notice: nil) + 1)…\(first - 1) are in no file (rotated away) and the host had not processed them: they are lost, and the host goes on from \(first)"
+            }
             guard projection == .payments else { return line }
             // What the files do not hold: the store and mode, and whether completions ran.
             let payments = records.compactMap { try? RecordFormat.payment($0.line) }
