@@ -91,16 +91,17 @@ struct CartReader {
             }
             throw error
         }
-        // A hard link may be a file elsewhere (SPEC §7): unless links are followed by choice, refused.
-        if !configuration.followSymlinks, read.info.links > 1 {
-            return .unreadable(.badData(path: path, line: 1, column: 1, reason: CartReader.hardLinkReason(read.info.links)), bytes: [])
+        do { try CartReader.refuseHardLink(read.info, path: path, followSymlinks: configuration.followSymlinks) } catch {
+            return .unreadable(error, bytes: [])
         }
         return read.bytes == lastBytes ? .unchanged : .new(read.bytes, identity: read.info.identity)
     }
 
-    /// Why a cart with other names is rejected.
-    static func hardLinkReason(_ links: UInt64) -> String {
-        "has \(links) names (a hard link): basket-sync reads no file that may live outside the sync directory; write the cart there (a temp file renamed over it), or set \"followSymlinks\": true and link it symbolically"
+    /// A cart with other names (a hard link) may be a file elsewhere (SPEC §7): rejected unless
+    /// links are followed by choice. Every reader of the cart (the pass, `apply`, the payments) asks.
+    static func refuseHardLink(_ info: FileInfo?, path: String, followSymlinks: Bool) throws(AgentError) {
+        guard !followSymlinks, let info, info.links > 1 else { return }
+        throw .badData(path: path, line: 1, column: 1, reason: "has \(info.links) names (a hard link): basket-sync reads no file that may live outside the sync directory; write the cart there (a temp file renamed over it), or set \"followSymlinks\": true and link it symbolically")
     }
 
     /// For a folder on the way to the cart that is not a directory: a reason naming that folder

@@ -62,9 +62,10 @@ final class Database {
             throw .system(SystemError(path: stateDirectory, shape: info.kind.name, expectsDirectory: true))
         }
         for path in [databasePath, databasePath + "-wal", databasePath + "-shm"] {
-            if let info = Posix.linkInfo(path), info.kind != .regular { throw .system(SystemError(path: path, shape: info.kind.name)) }
+            guard let info = Posix.linkInfo(path) else { continue }
+            if info.kind != .regular { throw .system(SystemError(path: path, shape: info.kind.name)) }
             // A hard link: SQLite would write the file its other names are (SPEC §7).
-            if let info = Posix.linkInfo(path), info.links > 1 {
+            if info.links > 1 {
                 throw .refused("\(path): has \(info.links) names (a hard link): SQLite would write the file the other names are too. Give it a name of its own (cp it to a new file and move that over it; back up with cp or sqlite3 .backup, never with hard links)")
             }
         }
@@ -73,13 +74,15 @@ final class Database {
             guard create else {
                 // Its .basket-sync/ gone but records in the files: the database was lost, and a
                 // plain init would refuse (73); the advice is the one that works.
-                let holdsRecords = Projection.allCases.contains {
-                    JSONLinesFile.recordBeyond(inFileOrParts: "\(directory)/\($0.fileName)", databaseSeq: 0, isRecord: $0.isRecord) != nil
+                let holdsRecords = {
+                    Projection.allCases.contains {
+                        JSONLinesFile.recordBeyond(inFileOrParts: "\(directory)/\($0.fileName)", databaseSeq: 0, isRecord: $0.isRecord) != nil
+                    }
                 }
                 if case .treeRoot = Place.of(directory) {
                     throw .missingInput("\(databasePath): missing: the tree's database is gone; restore \(Store.stateDirectoryName)/ from a backup, or run basket-sync -C \(directory) init --tree --adopt to make it again and adopt the carts with their records")
                 }
-                if Posix.linkInfo(stateDirectory) != nil || holdsRecords {
+                if Posix.linkInfo(stateDirectory) != nil || holdsRecords() {
                     throw .missingInput("\(databasePath): missing: the database is gone; restore \(Store.stateDirectoryName)/ from a backup, or run basket-sync init --adopt to go on from the files' records")
                 }
                 throw .missingInput("\(directory): not a sync directory (no \(Store.stateDirectoryName)/); run basket-sync init there first")
@@ -734,15 +737,16 @@ final class Store {
         return JSONLinesFile.Given(device: numbers[0], inode: numbers[1], size: Int64(numbers[2]), seq: numbers[3])
     }
 
+    /// Remembers, inside the caller's transaction (`init --adopt`), that the file was given every
+    /// record through `seq`, as no file in particular: the next catch-up reads the file's end (a
+    /// torn tail is cut), and a file that no longer holds them (rotated away) starts after them.
+    func adoptGiven(_ projection: Projection, seq: UInt64) throws(AgentError) {
+        try setMeta("given.\(projection.rawValue)", Array("0 0 0 \(seq)".utf8))
+    }
+
     /// Remembers what a file was given. Written without its own fsync (`synchronous=NORMAL`): the
     /// next commit makes it durable; a crash before loses only this note, and the file's own last
     /// record line says the same.
-    /// Remembers, inside the caller's transaction (`init --adopt`), that the file was given every
-    /// record through `seq`: a file that no longer holds them (rotated away) starts after them.
-    func adoptGiven(_ projection: Projection, seq: UInt64, file: FileInfo?) throws(AgentError) {
-        try setMeta("given.\(projection.rawValue)", Array("\(file?.device ?? 0) \(file?.inode ?? 0) \(file?.size ?? 0) \(seq)".utf8))
-    }
-
     func setGiven(_ projection: Projection, _ given: JSONLinesFile.Given) throws(AgentError) {
         try connection.execute("PRAGMA synchronous=NORMAL")
         defer { try? connection.execute("PRAGMA synchronous=FULL") }

@@ -329,7 +329,7 @@ public final class SyncEngine {
             if let given = try store.given(projection), given.seq <= databaseSeq, files[projection]!.isAsGiven(given) { continue }
             // Past the file, its rotated parts: the records the database lacks may have been rotated away.
             if let seq = files[projection]!.recordBeyond(databaseSeq: databaseSeq, isRecord: projection.isRecord)
-                ?? JSONLinesFile.rotatedParts(of: files[projection]!.path).lazy.compactMap({ JSONLinesFile(path: $0).recordBeyond(databaseSeq: databaseSeq, isRecord: projection.isRecord) }).first {
+                ?? JSONLinesFile.recordBeyond(inPartsOf: files[projection]!.path, databaseSeq: databaseSeq, isRecord: projection.isRecord) {
                 // Another process (the agent) may have committed and appended between the two
                 // reads: a record is committed before it is appended, so the database read again
                 // now holds every line the file showed, unless it really is behind.

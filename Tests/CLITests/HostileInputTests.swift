@@ -629,8 +629,7 @@ extension CatchUpTests {
         #expect(playground.records("notifications.jsonl").count == notified, "the cart is what was notified: nothing new to say")
         #expect(try basketSync(["-C", dir, "push", "--state", "--id", "s2", "a=2", "b=1"]).status == 0)
         for command in [["sync"], ["apply"]] { #expect(try basketSync(["-C", dir] + command).status == 0) }
-        let cart = try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as? [String: Any]
-        let lines = (cart?["products"] as? [[String: Any]] ?? []).reduce(into: [String: Int]()) { $0[$1["id"] as? String ?? ""] = $1["quantity"] as? Int }
+        let lines = products(try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as? [String: Any] ?? [:])
         #expect(lines == ["x": 1, "a": 2, "b": 1], "the WebView's basket repeated changes nothing: \(lines)")
     }
 
@@ -707,8 +706,7 @@ extension CatchUpTests {
             return record["seq"] as? Int
         }
         #expect(seqs == [1, 2, 3], "\(damage): one record more, numbered 3: \(playground.read("outbox.jsonl"))")
-        let cart = try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as? [String: Any]
-        let lines = (cart?["products"] as? [[String: Any]] ?? []).reduce(into: [String: Int]()) { $0[$1["id"] as? String ?? ""] = $1["quantity"] as? Int }
+        let lines = products(try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as? [String: Any] ?? [:])
         #expect(lines == ["A": 3, "B": 3, "Z": 1], "\(damage): \(lines)")
     }
 }

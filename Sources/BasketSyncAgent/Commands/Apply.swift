@@ -80,9 +80,7 @@ extension Commands {
                     try Posix.readFileAndInfo(pinned, limit: limit, follow: false)
                 }
             // A hard link may be a file elsewhere: neither read nor replaced, as the readers refuse it.
-            if !configuration.followSymlinks, let links = read?.info.links, links > 1 {
-                throw AgentError.badData(path: cartPath, line: 1, column: 1, reason: CartReader.hardLinkReason(links))
-            }
+            try CartReader.refuseHardLink(read?.info, path: cartPath, followSymlinks: configuration.followSymlinks)
             found = read?.bytes
         } catch {
             if case let .system(failure) = error, let reason = failure.shapeReason {

@@ -122,8 +122,7 @@ extension Commands {
             for record in records { try store.adopt(projection, seq: record.seq, line: record.line) }
             let last = records.map(\.seq).max()!
             // The files were given them all, rotated parts included: none is appended again.
-            // Without the file's identity: the next catch-up reads the file's end (and cuts a torn tail).
-            try store.adoptGiven(projection, seq: last, file: nil)
+            try store.adoptGiven(projection, seq: last)
             switch projection {
             case .outbox:
                 state.lastOutboxSeq = last
@@ -234,9 +233,11 @@ extension Commands {
     static func adoptedLines(_ found: [Projection: [(seq: UInt64, line: [UInt8])]], directory: String) -> [String] {
         found.sorted(by: { $0.key.rawValue < $1.key.rawValue }).map { (projection, records) in
             var line = "\(directory)/\(projection.fileName): adopted \(records.count) records, going on after \(records.map(\.seq).max()!)"
-            if projection == .outbox, let first = records.first?.seq, first > 1,
-               hostClaim(directory: directory, notice: nil) < first - 1 {
-                line += "; records \(hostClaim(directory: directory, notice: nil) + 1)…\(first - 1) are in no file (rotated away) and the host had not processed them: they are lost, and the host goes on from \(first)"
+            if projection == .outbox, let first = records.first?.seq, first > 1 {
+                let claim = hostClaim(directory: directory, notice: nil)
+                if claim < first - 1 {
+                    line += "; records \(claim + 1)…\(first - 1) are in no file (rotated away) and the host had not processed them: they are lost, and the host goes on from \(first)"
+                }
             }
             guard projection == .payments else { return line }
             // What the files do not hold: the store and mode, and whether completions ran.

@@ -15,9 +15,7 @@ extension Commands {
             do throws(AgentError) {
                 let found = try Posix.readFileAndInfo(path, limit: engine.configuration.limits.maxFileBytes, follow: file != nil || engine.configuration.followSymlinks)
                 // The cart (not a file given on the command line) with other names: rejected as sync rejects it.
-                if file == nil, !engine.configuration.followSymlinks, let links = found?.info.links, links > 1 {
-                    throw AgentError.badData(path: path, line: 1, column: 1, reason: CartReader.hardLinkReason(links))
-                }
+                if file == nil { try CartReader.refuseHardLink(found?.info, path: path, followSymlinks: engine.configuration.followSymlinks) }
                 read = found?.bytes
             } catch {
                 // Not a regular file (a directory, a FIFO, a link): a rejected products list, 65 as sync's rejected cart.
