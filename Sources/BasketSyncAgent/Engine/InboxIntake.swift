@@ -1,0 +1,191 @@
+import BasketSync
+import BasketSyncWire
+
+extension SyncEngine {
+    /// What taking the inbox did.
+    public struct InboxSummary: Equatable {
+        /// Events taken for the first time.
+        public var taken = 0
+        /// Events whose id was already taken: acknowledged, nothing done again.
+        public var duplicates = 0
+        /// Malformed events moved to `inbox/bad/`.
+        public var bad = 0
+    }
+
+    /// Takes every event waiting in `inbox/new/`, in delivery order (`seen`: the names inotify
+    /// reported, in its order; see ``Inbox/waiting(seen:)``). Each one is committed (dedupe by
+    /// id, outbox, state) and published before it is moved to `inbox/cur/`: a file leaves `new/`
+    /// only once its records are durable.
+    @discardableResult
+    public func takeInbox(seen: [String] = []) throws(AgentError) -> InboxSummary {
+        var summary = InboxSummary()
+        // The folders opened once for the pass: never followed if swapped for a link meanwhile.
+        let inbox: Inbox
+        do { inbox = try self.inbox.pinned() } catch { throw .system(error) }
+        // A name no String can hold could be neither read nor moved by name: set aside first.
+        for entry in inbox.setAsideUnnamable() {
+            summary.bad += 1
+            reportError(.badData(path: entry.shown, line: 1, column: 1, reason: "the name is not UTF-8; set aside as inbox/bad/\(entry.moved): deliver the event again under a UTF-8 name"))
+            _ = try? store.withTransaction { () throws(AgentError) in try store.recordSettled(folder: "bad", name: entry.moved, at: Date()) }
+        }
+        let waiting: [String]
+        do { waiting = try inbox.waiting(seen: seen) } catch { throw .system(inbox.shown(error)) }
+        // Group commit: the events of a group share one transaction (one database fsync) and one
+        // append per JSON Lines file (one fsync each), all before any of them is acknowledged.
+        var start = 0
+        while start < waiting.count {
+            let group = waiting[start..<min(start + SyncEngine.inboxGroupSize, waiting.count)]
+            start += try takeGroup(group, from: inbox, into: &summary)
+        }
+        return summary
+    }
+
+    /// The most events one transaction takes: a group holds the database's write lock for its
+    /// length (other processes wait for it), and is one fsync of the database and of each file.
+    static let inboxGroupSize = 256
+
+    /// Takes a group of waiting entries in delivery order: read and checked first (a bad one set
+    /// aside), then every event in one transaction — each under a savepoint, so that one the
+    /// library refuses is set aside alone — then the appends, then the acknowledgements.
+    ///
+    /// A group also ends once the events read reach `maxFileBytes` together: its decoded events are
+    /// held until the commit. Returns how many of `names` it went through.
+    private func takeGroup(_ names: ArraySlice<String>, from inbox: Inbox, into summary: inout InboxSummary) throws(AgentError) -> Int {
+        var events: [(name: String, path: String, event: InboxEvent)] = []
+        var consumed = 0
+        var bytesRead = 0
+        for name in names {
+            if bytesRead >= configuration.limits.maxFileBytes { break }
+            consumed += 1
+            let path = inbox.shown(name)
+            let bytes: [UInt8]
+            do {
+                guard let read = try inbox.read(name, limit: configuration.limits.maxFileBytes) else { continue }
+                bytes = read
+            } catch {
+                let error = inbox.shown(error)
+                // Too large, not a regular file (a link, a FIFO, a directory), or not readable by
+                // basket-sync: set aside unread, never in the way of the events behind.
+                var unreadable = false
+                if case .tooLarge = error { unreadable = true }
+                if case let .system(failure) = error, failure.isNotRegular || failure.isPermissionDenied { unreadable = true }
+                if case .refused = error { unreadable = true }
+                guard unreadable else { throw error }
+                if try quarantine(name, error, in: inbox) { summary.bad += 1 }
+                continue
+            }
+            bytesRead += bytes.count
+            do { events.append((name, path, try decodeEvent(bytes, path: path))) } catch {
+                if try quarantine(name, error, in: inbox) { summary.bad += 1 }
+            }
+        }
+        guard !events.isEmpty else { return consumed }
+        enum Taken { case taken(duplicate: Bool, sameFile: Bool), refused(AgentError) }
+        var outcomes: [Taken] = []
+        var summaries: [StepSummary] = []
+        try store.withTransaction { () throws(AgentError) in try store.withStateSavedOnce { () throws(AgentError) in
+            outcomes = []
+            summaries = []
+            for entry in events {
+                do throws(AgentError) {
+                    let (duplicate, sameFile, step) = try store.withSavepoint { () throws(AgentError) in
+                        try takeEvent(entry.event, name: entry.name, path: entry.path)
+                    }
+                    outcomes.append(.taken(duplicate: duplicate, sameFile: sameFile))
+                    summaries.append(step)
+                } catch {
+                    guard case .badData = error else { throw error }
+                    outcomes.append(.refused(error))
+                }
+            }
+        } }
+        // Committed: the files get the records (a duplicate's were committed before) before any ack.
+        try finish(summaries)
+        if outcomes.contains(where: { if case .taken(true, _) = $0 { true } else { false } }) { try publish(.outbox) }
+        for (entry, outcome) in zip(events, outcomes) {
+            switch outcome {
+            case let .refused(error):
+                if try quarantine(entry.name, error, in: inbox) { summary.bad += 1 }
+                continue
+            case let .taken(duplicate, sameFile):
+                if !duplicate {
+                    summary.taken += 1
+                } else if sameFile {
+                    logger.log(.info, "\(entry.path): event \(entry.event.id) was taken before from this very file (by another basket-sync process meanwhile, or its move to cur/ failed); acknowledged again, not done again")
+                } else {
+                    summary.duplicates += 1
+                    logger.log(.info, "\(entry.path): event \(entry.event.id) was already taken; acknowledged without doing it again")
+                }
+            }
+            let (failure, renamed) = inbox.acknowledge(entry.name)
+            if let failure {
+                logger.log(.warning, "\(entry.path): taken, but cannot be moved to cur/ (\(inbox.shown(failure))); it will be acknowledged again, not done again")
+            }
+            if let renamed {
+                // cur/ held that name already: kept under its own, and known to retention by it.
+                logger.log(.info, "\(entry.path): cur/ holds that name already; moved there as \(renamed)")
+                _ = try? store.withTransaction { () throws(AgentError) in try store.recordSettled(folder: "cur", name: renamed, at: Date()) }
+            }
+        }
+        return consumed
+    }
+
+    /// Parses and validates an inbox event.
+    func decodeEvent(_ bytes: [UInt8], path: String) throws(AgentError) -> InboxEvent {
+        do { return try EventFormat.decode(bytes, limits: configuration.limits) } catch {
+            throw error.badData(path: path, bytes: bytes)
+        }
+    }
+
+    /// One event, inside the group's transaction: dedupe by id, the library's effects, the inbox
+    /// row. `duplicate` when the id was taken before (nothing done again).
+    private func takeEvent(_ event: InboxEvent, name: String, path: String) throws(AgentError) -> (duplicate: Bool, sameFile: Bool, step: StepSummary) {
+        var duplicate = false
+        var sameFile = false
+        var transfer: String?
+        if case let .basketTransfer(_, transferId) = event.event { transfer = transferId }
+        let step = try stepInTransaction(transfer: transfer, { (machine, now) throws(AgentError) in
+            if let takenFrom = try store.inboxFile(id: event.id) {
+                duplicate = true
+                // A redelivery (another file with the same id) is counted for status: cur/ holds
+                // one file per delivery, the inbox table one row per id. This very file taken by
+                // another process meanwhile (the agent and a sync racing) is not a redelivery.
+                try store.recordSettled(folder: "cur", name: name, at: now)
+                if takenFrom != name {
+                    try store.setNote("inboxDuplicates", String((Int(try store.note("inboxDuplicates") ?? "") ?? 0) + 1))
+                } else {
+                    sameFile = true
+                }
+                return []
+            }
+            do throws(SyncInputError) { return try machine.receive(event.event, source: event.id, at: now) } catch {
+                throw AgentError.badData(path: path, line: 1, column: 1, reason: error.description)
+            }
+        }, record: { (summary) throws(AgentError) in
+            guard !duplicate else { return }
+            let outcome = summary.outbox.first.map { "outbox #\($0.seq)" }
+                ?? (summary.ignored ? "ignored: no synchronizer" : summary.duplicateTransfer ? "duplicate transfer" : "nothing to send")
+            try store.recordInbox(id: event.id, file: name, outcome: outcome, at: Date())
+            try store.recordSettled(folder: "cur", name: name, at: Date())
+        })
+        return (duplicate, sameFile, step)
+    }
+
+    /// Sets a malformed or unreadable event aside in `inbox/bad/` and reports why. False when
+    /// another process took it meanwhile.
+    private func quarantine(_ name: String, _ error: AgentError, in inbox: Inbox) throws(AgentError) -> Bool {
+        let why = error
+        let moved: String?
+        do { moved = try inbox.quarantine(name, because: why) } catch {
+            // Not even set aside (bad/ not writable, an entry that cannot be moved): skipped and
+            // reported, never in the way of the entries behind it (SPEC §7).
+            reportError(.system(inbox.shown(error)), logAs: "an inbox entry cannot be set aside in bad/, so it stays in new/ and is tried again at the next pass; the entries behind it go on. The entry: \(inbox.shown(name)) (\(why.description)); why it could not be moved: ")
+            return false
+        }
+        guard let moved else { return false }
+        reportError(error)
+        // Kept there until retention removes it (if it is set).
+        _ = try? store.withTransaction { () throws(AgentError) in try store.recordSettled(folder: "bad", name: moved, at: Date()) }
+        return true
+    }
+}

@@ -1,0 +1,329 @@
+import BasketSync
+import BasketSyncWire
+
+/// The records that JSON Lines files project from the database.
+enum Projection: String, CaseIterable, Sendable {
+    case outbox
+    case notifications
+    case payments
+
+    /// The file in the sync directory.
+    var fileName: String { "\(rawValue).jsonl" }
+
+    /// Whether a line (with its newline) reads as a whole record of this file.
+    func isRecord(_ line: [UInt8]) -> Bool {
+        switch self {
+        case .outbox: (try? RecordFormat.outboxRecord(line)) != nil
+        case .notifications: (try? RecordFormat.notification(line)) != nil
+        case .payments: (try? RecordFormat.payment(line)) != nil
+        }
+    }
+}
+
+/// The SQLite database file of a sync directory or of a tree of carts: one connection, its
+/// prepared statements, and the transactions. Every row of every table belongs to one cart
+/// (column `cart`: 0 in a single sync directory, the cart's number in a tree); a ``Store`` reads
+/// and writes one cart's rows.
+///
+/// Every change runs in one `BEGIN IMMEDIATE` transaction, so the agent and one-shot commands
+/// serialize on the database; `synchronous=FULL` makes a commit durable before it returns.
+final class Database {
+    /// `.basket-sync/` of the sync directory or the tree.
+    let stateDirectory: String
+    let connection: SQLiteConnection
+    /// Opened for reading only: transactions are deferred, nothing is written.
+    let readOnly: Bool
+    /// The database file, and which file it was when opened (device, inode).
+    let databasePath: String
+    private let databaseIdentity: [Int64]
+    /// The device and inode of `-wal` and `-shm`, once seen.
+    private var companionIdentities: [ArraySlice<Int64>?] = [nil, nil]
+    /// Counts the transactions and savepoints rolled back: a cart's cached state read before
+    /// one may hold what it undid.
+    private(set) var rollbacks = 0
+    private var statements: [String: SQLiteConnection.Statement] = [:]
+
+    /// The layout this version writes: 2 keeps the ids of orders and transfers in tables, and the
+    /// host cart beside the state, not in it; 3 gives every row its cart (a tree of carts).
+    static let schemaVersion: Int64 = 3
+
+    /// Opens the database of `directory` (a sync directory or a tree's root), creating
+    /// `.basket-sync/` (0700) and the file when `create` is set. `readOnly` opens it for reading
+    /// only (`status`): it works on a read-only file system.
+    init(directory: String, create: Bool, readOnly: Bool = false, busyTimeoutMilliseconds: Int32 = 15_000) throws(AgentError) {
+        self.readOnly = readOnly
+        // The directory may be a link (the operator's choice); SQLite opens a database only by a
+        // path without links (`SQLITE_OPEN_NOFOLLOW`): its real path is used.
+        stateDirectory = "\(Posix.resolved(directory) ?? directory)/\(Store.stateDirectoryName)"
+        let databasePath = "\(stateDirectory)/\(Store.databaseName)"
+        // SQLite opens these by name, following links and blocking on a FIFO: what is not a
+        // regular file (the state directory: not a directory) is refused before it gets there.
+        if let info = Posix.linkInfo(stateDirectory), info.kind != .directory {
+            throw .system(SystemError(path: stateDirectory, shape: info.kind.name, expectsDirectory: true))
+        }
+        for path in [databasePath, databasePath + "-wal", databasePath + "-shm"] {
+            guard let info = Posix.linkInfo(path) else { continue }
+            if info.kind != .regular { throw .system(SystemError(path: path, shape: info.kind.name)) }
+            // A hard link: SQLite would write the file its other names are (SPEC §7).
+            if info.links > 1 {
+                throw .refused("\(path): has \(info.links) names (a hard link): SQLite would write the file the other names are too. Give it a name of its own (cp it to a new file and move that over it; back up with cp or sqlite3 .backup, never with hard links)")
+            }
+        }
+        if !Posix.exists(databasePath) {
+            if Posix.isPermissionDenied(databasePath) { throw .system(SystemError(operation: "open the database", path: databasePath, code: SystemError.permissionDenied)) }
+            guard create else {
+                // Its .basket-sync/ gone but records in the files: the database was lost, and a
+                // plain init would refuse (73); the advice is the one that works.
+                let holdsRecords = {
+                    Projection.allCases.contains {
+                        JSONLinesFile.recordBeyond(inFileOrParts: "\(directory)/\($0.fileName)", databaseSeq: 0, isRecord: $0.isRecord) != nil
+                    }
+                }
+                if case .treeRoot = Place.of(directory) {
+                    throw .missingInput("\(databasePath): missing: the tree's database is gone; restore \(Store.stateDirectoryName)/ from a backup, or run basket-sync -C \(directory) init --tree --adopt to make it again and adopt the carts with their records")
+                }
+                if Posix.linkInfo(stateDirectory) != nil || holdsRecords() {
+                    throw .missingInput("\(databasePath): missing: the database is gone; restore \(Store.stateDirectoryName)/ from a backup, or run basket-sync init --adopt to go on from the files' records")
+                }
+                throw .missingInput("\(directory): not a sync directory (no \(Store.stateDirectoryName)/); run basket-sync init there first")
+            }
+            do {
+                try Posix.makeDirectory(stateDirectory, mode: 0o700)
+                // SQLite would create it 0644; its -wal and -shm files take the database's mode.
+                Posix.close(try Posix.open(databasePath, [.writeOnly, .create], mode: 0o600))
+            } catch {
+                throw .system(error)
+            }
+        }
+        // SQLite says "unable to open database file" for several causes: name the one at hand.
+        if !readOnly, let cause = Posix.unwritable(stateDirectory) {
+            throw .system(SystemError(operation: "open the database", path: databasePath, code: cause))
+        }
+        connection = try SQLiteConnection(path: databasePath, readOnly: readOnly)
+        self.databasePath = databasePath
+        databaseIdentity = Posix.linkInfo(databasePath)?.identity ?? []
+        connection.setBusyTimeout(milliseconds: busyTimeoutMilliseconds)
+        // A layout this version does not know would be read wrong, or written over.
+        let version = try connection.scalar("PRAGMA user_version") ?? 0
+        if version > Database.schemaVersion {
+            throw .database(path: databasePath, message: "written by a newer basket-sync (database layout \(version), this one knows up to \(Database.schemaVersion)); run that version, or restore .basket-sync/ from a backup made by this one")
+        }
+        if readOnly {
+            if version < Database.schemaVersion, try connection.scalar("SELECT COUNT(*) FROM sqlite_master WHERE name = 'meta'") != 0 {
+                throw .database(path: databasePath, message: "\(Database.olderLayout) (database layout \(version)); run any other command once (basket-sync sync) to bring it up to date, then this one")
+            }
+            return
+        }
+        // Pages freed by retention go back to the file system (SQLite can set it only on a new
+        // database; an older one is converted once, see ``useIncrementalVacuum()``).
+        try connection.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        try connection.execute("PRAGMA journal_mode=WAL")
+        try connection.execute("PRAGMA synchronous=FULL")
+        // The write-ahead log is cut back to this after a checkpoint, not left at its largest.
+        try connection.execute("PRAGMA journal_size_limit=8388608")
+        try withTransaction { () throws(AgentError) in
+            let isOld = try connection.scalar("SELECT COUNT(*) FROM sqlite_master WHERE name = 'meta'") != 0
+            if isOld, try connection.scalar("PRAGMA user_version") ?? 0 < 3 {
+                try convertToCartRows()
+            } else {
+                try connection.execute(Database.tables)
+                try connection.execute("PRAGMA user_version=\(Database.schemaVersion)")
+            }
+        }
+    }
+
+    /// What a read-only open says of a database of an older layout (it cannot convert it).
+    static let olderLayout = "written by an older basket-sync"
+
+    /// The configuration error of a layout that does not match the database.
+    static func layoutMismatch(_ directory: String, _ reason: String) -> AgentError {
+        .configuration(path: "\(directory)/\(AgentConfiguration.fileName)", line: 1, column: 1, reason: reason)
+    }
+
+    /// Every table of layout 3: each row belongs to a cart.
+    private static let tables = """
+        CREATE TABLE IF NOT EXISTS meta(cart INTEGER NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY(cart, key)) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS outbox(cart INTEGER NOT NULL, seq INTEGER NOT NULL, line BLOB NOT NULL, PRIMARY KEY(cart, seq));
+        CREATE TABLE IF NOT EXISTS notifications(cart INTEGER NOT NULL, seq INTEGER NOT NULL, line BLOB NOT NULL, PRIMARY KEY(cart, seq));
+        CREATE TABLE IF NOT EXISTS payments(cart INTEGER NOT NULL, seq INTEGER NOT NULL, line BLOB NOT NULL, PRIMARY KEY(cart, seq));
+        CREATE TABLE IF NOT EXISTS inbox(cart INTEGER NOT NULL, id TEXT NOT NULL, file TEXT NOT NULL, outcome TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(cart, id));
+        CREATE TABLE IF NOT EXISTS reports(n INTEGER PRIMARY KEY, cart INTEGER NOT NULL, at TEXT NOT NULL, level TEXT NOT NULL, message TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS completions(cart INTEGER NOT NULL, order_id TEXT NOT NULL, payment INTEGER NOT NULL, at TEXT NOT NULL, PRIMARY KEY(cart, order_id));
+        CREATE TABLE IF NOT EXISTS orders(cart INTEGER NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, at TEXT NOT NULL, PRIMARY KEY(cart, id));
+        CREATE TABLE IF NOT EXISTS transfers(cart INTEGER NOT NULL, id TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(cart, id));
+        CREATE TABLE IF NOT EXISTS unfinished(cart INTEGER NOT NULL, order_id TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(cart, order_id));
+        CREATE TABLE IF NOT EXISTS settled(cart INTEGER NOT NULL, folder TEXT NOT NULL, name TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(cart, folder, name)) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS pending(cart INTEGER NOT NULL, seq INTEGER NOT NULL, batch BLOB NOT NULL, PRIMARY KEY(cart, seq));
+        CREATE TABLE IF NOT EXISTS carts(n INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, sync_id TEXT NOT NULL, made TEXT NOT NULL);
+        CREATE INDEX IF NOT EXISTS reports_cart ON reports(cart, n);
+        CREATE INDEX IF NOT EXISTS inbox_at ON inbox(cart, at);
+        CREATE INDEX IF NOT EXISTS orders_at ON orders(cart, at);
+        CREATE INDEX IF NOT EXISTS transfers_at ON transfers(cart, at);
+        CREATE INDEX IF NOT EXISTS settled_at ON settled(cart, at);
+        """
+
+    /// The tables of layouts 1 and 2, as that version made them (those it did not have yet are
+    /// made empty, to be converted like the others).
+    private static let tablesBeforeCarts = """
+        CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS outbox(seq INTEGER PRIMARY KEY, line BLOB NOT NULL);
+        CREATE TABLE IF NOT EXISTS notifications(seq INTEGER PRIMARY KEY, line BLOB NOT NULL);
+        CREATE TABLE IF NOT EXISTS payments(seq INTEGER PRIMARY KEY, line BLOB NOT NULL);
+        CREATE TABLE IF NOT EXISTS inbox(id TEXT PRIMARY KEY, file TEXT NOT NULL, outcome TEXT NOT NULL, at TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS reports(n INTEGER PRIMARY KEY, at TEXT NOT NULL, level TEXT NOT NULL, message TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS completions(order_id TEXT PRIMARY KEY, payment INTEGER NOT NULL, at TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS orders(id TEXT PRIMARY KEY, seq INTEGER NOT NULL, at TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS transfers(id TEXT PRIMARY KEY, at TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS unfinished(order_id TEXT PRIMARY KEY, at TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS settled(folder TEXT NOT NULL, name TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(folder, name)) WITHOUT ROWID;
+        """
+
+    /// Layouts 1 and 2 (one sync directory) become layout 3: every row goes to cart 0, once, in
+    /// the caller's transaction. The state's own conversion (1 to 2) follows in ``Store``.
+    private func convertToCartRows() throws(AgentError) {
+        try connection.execute(Database.tablesBeforeCarts)
+        let columns: [(table: String, columns: String)] = [
+            ("meta", "key, value"), ("outbox", "seq, line"), ("notifications", "seq, line"), ("payments", "seq, line"),
+            ("inbox", "id, file, outcome, at"), ("reports", "n, at, level, message"), ("completions", "order_id, payment, at"),
+            ("orders", "id, seq, at"), ("transfers", "id, at"), ("unfinished", "order_id, at"), ("settled", "folder, name, at"),
+        ]
+        for (table, _) in columns { try connection.execute("ALTER TABLE \(table) RENAME TO \(table)_before_carts") }
+        // The old indexes keep their names on the renamed tables: they go with them.
+        for index in ["inbox_at", "orders_at", "transfers_at", "settled_at"] { try connection.execute("DROP INDEX IF EXISTS \(index)") }
+        try connection.execute(Database.tables)
+        for (table, names) in columns {
+            try connection.execute("INSERT INTO \(table)(cart, \(names)) SELECT 0, \(names) FROM \(table)_before_carts; DROP TABLE \(table)_before_carts")
+        }
+        // Marks the rows converted; Store brings the state itself up (layout 1 kept ids in it).
+        let layout = try connection.scalar("PRAGMA user_version") ?? 0
+        try connection.execute("INSERT INTO meta(cart, key, value) VALUES(0, 'layoutBeforeCarts', CAST('\(layout)' AS BLOB))")
+        try connection.execute("PRAGMA user_version=\(Database.schemaVersion)")
+    }
+
+    // MARK: Transactions
+
+    /// Runs `body` in one IMMEDIATE transaction: committed when it returns, rolled back when it throws.
+    func withTransaction<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
+        try connection.execute(readOnly ? "BEGIN" : "BEGIN IMMEDIATE")
+        // Under the lock: the file this connection writes must still be the database at its path.
+        if Posix.linkInfo(databasePath)?.identity.prefix(2) != databaseIdentity.prefix(2) {
+            try? connection.execute("ROLLBACK")
+            throw .databaseGone(path: databasePath)
+        }
+        // Its write-ahead log and shared memory too: SQLite deletes them only when the last
+        // connection closes, and this one is open. Deleted under it, the commits would go to an
+        // unlinked file and be lost at the next start.
+        if !readOnly {
+            for (index, path) in [databasePath + "-wal", databasePath + "-shm"].enumerated() {
+                let now = Posix.linkInfo(path)?.identity.prefix(2)
+                if let seen = companionIdentities[index] {
+                    if now != seen {
+                        try? connection.execute("ROLLBACK")
+                        throw .databaseGone(path: path)
+                    }
+                } else if let now {
+                    companionIdentities[index] = now
+                }
+            }
+        }
+        do {
+            let result = try body()
+            try connection.execute("COMMIT")
+            return result
+        } catch {
+            try? connection.execute("ROLLBACK")
+            rollbacks += 1
+            throw error
+        }
+    }
+
+    /// Runs `body` inside the caller's transaction under a savepoint: undone alone when it throws
+    /// (one input of a group that fails does not undo the others).
+    func withSavepoint<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
+        try connection.execute("SAVEPOINT step")
+        do {
+            let result = try body()
+            try connection.execute("RELEASE step")
+            return result
+        } catch {
+            try? connection.execute("ROLLBACK TO step")
+            try? connection.execute("RELEASE step")
+            rollbacks += 1
+            throw error
+        }
+    }
+
+    /// A prepared statement kept for the life of the connection.
+    func cached(_ sql: String) throws(AgentError) -> SQLiteConnection.Statement {
+        if let statement = statements[sql] { return statement }
+        let statement = try connection.prepare(sql)
+        statements[sql] = statement
+        return statement
+    }
+
+    /// Changes whenever another connection committed (`PRAGMA data_version`).
+    func dataVersion() throws(AgentError) -> Int64 {
+        let statement = try cached("PRAGMA data_version")
+        defer { statement.reset() }
+        return try statement.step() ? statement.int64(0) : 0
+    }
+
+    // MARK: The carts of a tree
+
+    /// Whether `init --tree` made this database (kept in the tree's own row, cart 0).
+    func isTree() throws(AgentError) -> Bool {
+        let statement = try cached("SELECT 1 FROM meta WHERE cart = 0 AND key = 'layout' AND value = CAST('tree' AS BLOB)")
+        defer { statement.reset() }
+        return try statement.step()
+    }
+
+    /// Marks the database as a tree's (in the caller's transaction).
+    func markTree() throws(AgentError) {
+        try connection.execute("INSERT OR REPLACE INTO meta(cart, key, value) VALUES(0, 'layout', CAST('tree' AS BLOB))")
+    }
+
+    /// The carts of a tree, by id, with their numbers.
+    func carts() throws(AgentError) -> [String: Int64] {
+        let statement = try cached("SELECT id, n FROM carts")
+        defer { statement.reset() }
+        var carts: [String: Int64] = [:]
+        while try statement.step() { carts[statement.text(0)] = statement.int64(1) }
+        return carts
+    }
+
+    /// The number and sync id of cart `id`, if the tree has it.
+    func cart(_ id: String) throws(AgentError) -> (number: Int64, syncId: String)? {
+        let statement = try cached("SELECT n, sync_id FROM carts WHERE id = ?")
+        defer { statement.reset() }
+        statement.bind(1, id)
+        return try statement.step() ? (statement.int64(0), statement.text(1)) : nil
+    }
+
+    /// Adds cart `id` (in the caller's transaction) under a number never used before.
+    func addCart(_ id: String, syncId: String, at: Date) throws(AgentError) -> Int64 {
+        let statement = try cached("INSERT INTO carts(id, sync_id, made) VALUES(?, ?, ?) RETURNING n")
+        defer { statement.reset() }
+        statement.bind(1, id)
+        statement.bind(2, syncId)
+        statement.bind(3, Timestamp.text(at))
+        guard try statement.step() else { throw .database(path: databasePath, message: "adding cart \(id) returned no number") }
+        return statement.int64(0)
+    }
+
+    /// Ends cart `number`: every row of it goes (in the caller's transaction).
+    func removeCart(_ number: Int64) throws(AgentError) {
+        for table in ["meta", "outbox", "notifications", "payments", "inbox", "reports", "completions", "orders", "transfers", "unfinished", "settled", "pending"] {
+            let statement = try cached("DELETE FROM \(table) WHERE cart = ?")
+            defer { statement.reset() }
+            statement.bind(1, number)
+            _ = try statement.step()
+        }
+        let statement = try cached("DELETE FROM carts WHERE n = ?")
+        defer { statement.reset() }
+        statement.bind(1, number)
+        _ = try statement.step()
+    }
+}
+
+/// The rows of one cart in the ``Database``: its library state, every record of the three
+/// projections, the inbox ids already taken, and the reports. The single source of truth of the

@@ -1,0 +1,337 @@
+import BasketSync
+import BasketSyncWire
+
+/// cart's files.
+final class Store {
+    /// The sync directory (in a tree: the cart's directory).
+    let directory: String
+    /// `.basket-sync/` of the sync directory or of the tree.
+    var stateDirectory: String { database.stateDirectory }
+    /// The database file.
+    var databasePath: String { database.databasePath }
+    let database: Database
+    /// The cart's number: 0 in a single sync directory.
+    let cart: Int64
+    /// The file touched after a commit, so that a running agent wakes without polling.
+    let signalPath: String
+    var connection: SQLiteConnection { database.connection }
+    private var cachedState: SyncState?
+    private var cachedDataVersion: Int64 = -1
+    private var cachedRollbacks = -1
+    /// Inside ``withStateSavedOnce(_:)``: the state the group's steps saved so far, written once
+    /// at the group's end (nil until a step saved one).
+    private var unsavedState: SyncState?
+    private var defersState = false
+
+    static let stateDirectoryName = ".basket-sync"
+    static let databaseName = "state.db"
+    /// Touched by a process after it commits, so that a running agent wakes without polling.
+    static let commitSignalName = "committed"
+
+    /// Opens the database of a single sync directory (cart 0), creating `.basket-sync/` (0700)
+    /// and the schema when `create` is set. `readOnly` opens it for reading only (`status`).
+    convenience init(directory: String, create: Bool, readOnly: Bool = false, busyTimeoutMilliseconds: Int32 = 15_000) throws(AgentError) {
+        let database: Database
+        do {
+            database = try Database(directory: directory, create: create, readOnly: readOnly, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
+        } catch {
+            // A reader (status, wait) of a database an older version wrote: converted once by a
+            // writer's open where the directory allows it, then read.
+            guard readOnly, case let .database(_, message) = error, message.hasPrefix(Database.olderLayout), Posix.unwritable(directory) == nil else { throw error }
+            _ = try Store(directory: directory, create: false)
+            database = try Database(directory: directory, create: create, readOnly: readOnly, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
+        }
+        self.init(database: database, cart: 0, directory: directory, signalPath: "\(database.stateDirectory)/\(Store.commitSignalName)")
+        if readOnly {
+            if try database.withTransaction({ () throws(AgentError) in try database.isTree() }) {
+                // A configuration that does not parse is its own error, with its place.
+                _ = try AgentConfiguration.loadFile(directory: directory)
+                throw Database.layoutMismatch(directory, "the database is a tree's (basket-sync init --tree made it), but \"layout\" is not \"tree\" here; put \"layout\": \"tree\" back")
+            }
+            return
+        }
+        try withTransaction { () throws(AgentError) in
+            if try database.isTree() {
+                _ = try AgentConfiguration.loadFile(directory: directory)
+                throw Database.layoutMismatch(directory, "the database is a tree's (basket-sync init --tree made it), but \"layout\" is not \"tree\" here; put \"layout\": \"tree\" back")
+            }
+            // A layout before 3 is brought up once: the ids its state carried move to their
+            // tables (saveState moves them), the files already set aside are known to
+            // retention by their age.
+            if try metaBlob("layoutBeforeCarts") != nil {
+                if try metaBlob("state") != nil { try saveState(try loadState()) }
+                for folder in ["cur", "bad"] {
+                    let path = "\(directory)/inbox/\(folder)"
+                    // Read without following a link: a folder that is one is none of basket-sync's.
+                    for name in (try? Posix.entries(of: path)) ?? [] where !(folder == "bad" && name.hasSuffix(".error")) {
+                        let modified = Posix.linkInfo("\(path)/\(name)")?.modified ?? 0
+                        try recordSettled(folder: folder, name: name, at: Date(timeIntervalSince1970: Double(modified) / 1e9))
+                    }
+                }
+                try deleteMeta("layoutBeforeCarts")
+            }
+            if create, try self.metaBlob("state") == nil {
+                try self.saveState(SyncState(syncId: Store.newSyncId()))
+            }
+        }
+    }
+
+    /// One cart's rows in `database` (nothing is read yet).
+    init(database: Database, cart: Int64, directory: String, signalPath: String) {
+        self.database = database
+        self.cart = cart
+        self.directory = directory
+        self.signalPath = signalPath
+    }
+
+    /// Whether the cart has a state yet.
+    func hasState() throws(AgentError) -> Bool { try metaBlob("state") != nil }
+
+    /// A random id for a new sync directory, used in outbox record ids.
+    static func newSyncId() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let value = generator.next() as UInt64
+        let hex = String(value, radix: 16)
+        return String(repeating: "0", count: 16 - hex.count) + hex
+    }
+
+    // MARK: Transactions
+
+    /// Runs `body` in one IMMEDIATE transaction: committed when it returns, rolled back when it
+    /// throws. A sync directory gone from under it is told apart from its database gone.
+    func withTransaction<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
+        do {
+            return try database.withTransaction(body)
+        } catch {
+            if case .databaseGone = error, cart == 0, !Posix.isDirectory(stateDirectory) { throw .directoryGone(path: directory) }
+            throw error
+        }
+    }
+
+    /// Runs `body` inside the caller's transaction under a savepoint: undone alone when it throws
+    /// (one input of a group that fails does not undo the others).
+    func withSavepoint<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
+        // A step undone takes back the state it saved, like its rows.
+        let before = unsavedState
+        do { return try database.withSavepoint(body) } catch {
+            unsavedState = before
+            throw error
+        }
+    }
+
+    /// Runs `body` (the steps of a group, inside the caller's transaction) with the state each
+    /// step saves kept in memory, then writes the last one once: a group of many events encodes
+    /// the state, diffs its pending batches and writes its rows once, not once per event.
+    func withStateSavedOnce<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
+        defersState = true
+        unsavedState = nil
+        defer {
+            defersState = false
+            unsavedState = nil
+        }
+        do {
+            let result = try body()
+            defersState = false
+            if let state = unsavedState { try saveState(state) }
+            return result
+        } catch {
+            cachedState = nil
+            throw error
+        }
+    }
+
+    // MARK: State
+
+    func metaBlob(_ key: String) throws(AgentError) -> [UInt8]? {
+        let statement = try cached("SELECT value FROM meta WHERE cart = ? AND key = ?")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, key)
+        return try statement.step() ? statement.blob(0) : nil
+    }
+
+    func deleteMeta(_ key: String) throws(AgentError) {
+        let statement = try cached("DELETE FROM meta WHERE cart = ? AND key = ?")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, key)
+        _ = try statement.step()
+    }
+
+    func setMeta(_ key: String, _ value: [UInt8]) throws(AgentError) {
+        // One B-tree (WITHOUT ROWID) updated in place: the state costs one page a commit, not three.
+        let statement = try cached("INSERT INTO meta(cart, key, value) VALUES(?, ?, ?) ON CONFLICT(cart, key) DO UPDATE SET value = excluded.value")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, key)
+        statement.bind(3, value)
+        _ = try statement.step()
+    }
+
+    /// A small text kept beside the state (what `status` tells of the last cart, the last good
+    /// pass, counts the library does not keep); nil when never set.
+    func note(_ key: String) throws(AgentError) -> String? {
+        try metaBlob("note." + key).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// Sets a note (inside the caller's transaction).
+    func setNote(_ key: String, _ text: String) throws(AgentError) {
+        try setMeta("note." + key, Array(text.utf8))
+    }
+
+    /// A prepared statement kept for the life of the connection.
+    func cached(_ sql: String) throws(AgentError) -> SQLiteConnection.Statement { try database.cached(sql) }
+
+    /// The library state, read again only when another process committed since (`data_version`).
+    /// Its `recordedOrders` and `landedTransfers` are empty: those ids live in tables (see
+    /// ``orderSeq(_:)``, ``transferLanded(_:)``); the host cart is kept beside it.
+    func loadState() throws(AgentError) -> SyncState {
+        if defersState, let unsavedState { return unsavedState }
+        let version = try database.dataVersion()
+        if let cachedState, version == cachedDataVersion, database.rollbacks == cachedRollbacks { return cachedState }
+        guard let blob = try metaBlob("state") else {
+            throw .database(path: stateDirectory, message: "the database has no state; run basket-sync init again")
+        }
+        let hostCart = try metaBlob("hostCart")
+        // The pending batches are rows of their own once a state was saved by this version.
+        var rows: [[UInt8]]?
+        if try metaBlob("pendingRows") != nil {
+            let statement = try cached("SELECT batch FROM pending WHERE cart = ? ORDER BY seq")
+            defer { statement.reset() }
+            statement.bind(1, cart)
+            rows = []
+            while try statement.step() { rows!.append(statement.blob(0)) }
+        }
+        do throws(JSONProblem) {
+            var state = try StateFormat.decode(blob)
+            if let rows {
+                state.pending = []
+                for row in rows { state.pending.append(try StateFormat.decodeBatch(row)) }
+                savedPending = state.pending
+            } else {
+                savedPending = nil
+            }
+            // A state written before schema 2 carries the cart (and the ids) itself.
+            if let hostCart {
+                state.hostCart = try StateFormat.decodeQuantities(hostCart)
+                savedHostCart = .some(state.hostCart)
+            } else {
+                savedHostCart = nil
+            }
+            cachedState = state
+            cachedDataVersion = version
+            cachedRollbacks = database.rollbacks
+            return state
+        } catch {
+            throw .database(path: stateDirectory, message: "the saved state cannot be read (offset \(error.offset): \(error.reason)); restore .basket-sync/ from a backup")
+        }
+    }
+
+    /// The next pending-window deadline of the state as saved (from the state itself when it was
+    /// saved before the deadline was kept beside it).
+    func nextDeadline() throws(AgentError) -> Date? {
+        if let cachedState, cachedRollbacks == database.rollbacks, try database.dataVersion() == cachedDataVersion {
+            return SyncStateMachine(state: cachedState).nextDeadline
+        }
+        guard let kept = try metaBlob("deadline") else { return SyncStateMachine(state: try loadState()).nextDeadline }
+        // To the nanosecond, rounded up: a wake-up at it finds the window over (the machine decides).
+        return Int64(String(decoding: kept, as: UTF8.self)).map { Date(timeIntervalSince1970: Double($0) / 1e9) }
+    }
+
+    /// The pending batches as saved in their table, in seq order; nil when not known to be saved there.
+    private var savedPending: [PendingBatch]?
+
+    /// Saves the pending batches as rows of their own, writing only those that changed (a host
+    /// that does not acknowledge makes them many: a step writes what it changed, and compares
+    /// the rest in one walk of two lists in seq order).
+    func savePending(_ batches: [PendingBatch]) throws(AgentError) {
+        let saved: [PendingBatch]
+        if let known = savedPending, cachedRollbacks == database.rollbacks {
+            saved = known
+        } else {
+            let all = try cached("DELETE FROM pending WHERE cart = ?")
+            defer { all.reset() }
+            all.bind(1, cart)
+            _ = try all.step()
+            if try metaBlob("pendingRows") == nil { try setMeta("pendingRows", Array("1".utf8)) }
+            saved = []
+        }
+        func write(_ batch: PendingBatch) throws(AgentError) {
+            let insert = try cached("INSERT OR REPLACE INTO pending(cart, seq, batch) VALUES(?, ?, ?)")
+            defer { insert.reset() }
+            insert.bind(1, cart)
+            insert.bind(2, Int64(batch.seq))
+            insert.bind(3, StateFormat.encode(batch))
+            _ = try insert.step()
+        }
+        func remove(_ seq: UInt64) throws(AgentError) {
+            let delete = try cached("DELETE FROM pending WHERE cart = ? AND seq = ?")
+            defer { delete.reset() }
+            delete.bind(1, cart)
+            delete.bind(2, Int64(seq))
+            _ = try delete.step()
+        }
+        // Both in seq order (the machine keeps its batches so; a list that is not is written whole).
+        guard zip(batches, batches.dropFirst()).allSatisfy({ $0.seq < $1.seq }) else {
+            for batch in saved { try remove(batch.seq) }
+            for batch in batches { try write(batch) }
+            savedPending = batches
+            return
+        }
+        var old = saved.startIndex, new = batches.startIndex
+        while old < saved.endIndex || new < batches.endIndex {
+            if new == batches.endIndex || (old < saved.endIndex && saved[old].seq < batches[new].seq) {
+                try remove(saved[old].seq)
+                old += 1
+            } else if old == saved.endIndex || batches[new].seq < saved[old].seq {
+                try write(batches[new])
+                new += 1
+            } else {
+                if saved[old] != batches[new] { try write(batches[new]) }
+                old += 1
+                new += 1
+            }
+        }
+        savedPending = batches
+    }
+
+    /// The host cart as saved beside the state, to write it again only when it changed; nil
+    /// when not known to be saved there.
+    private var savedHostCart: [ExactID: Int]??
+
+    /// Saves the state: ids of orders and transfers it holds go to their tables (kept), the host
+    /// cart is written only when it changed, the rest — bounded by the cart's Mealz lines and the
+    /// pending batches — as one blob.
+    /// `hostCartChanged` is what the caller knows from comparing with the state it loaded (nil:
+    /// compared here).
+    func saveState(_ state: SyncState, hostCartChanged: Bool? = nil) throws(AgentError) {
+        let at = Timestamp.text(Date())
+        for (order, seq) in state.recordedOrders { try recordOrder(order.string, seq: seq, at: at) }
+        for transfer in state.landedTransfers { try recordTransfer(transfer.string, at: at) }
+        var blob = state
+        blob.recordedOrders = [:]
+        blob.landedTransfers = []
+        if defersState {
+            // Written once at the group's end (its cart compared with the saved one then).
+            unsavedState = blob
+            return
+        }
+        blob.hostCart = nil
+        try savePending(state.pending)
+        blob.pending = []
+        if savedHostCart == nil || cachedRollbacks != database.rollbacks || (hostCartChanged ?? (savedHostCart! != state.hostCart)) {
+            try setMeta("hostCart", state.hostCart.map(StateFormat.encodeQuantities) ?? Array("null".utf8))
+        }
+        try setMeta("state", StateFormat.encode(blob))
+        // Beside it, the next deadline: read without decoding the state (a start over many carts).
+        let deadline = SyncStateMachine(state: state).nextDeadline
+        try setMeta("deadline", Array((deadline.map { String(Int64(($0.timeIntervalSince1970 * 1e9).rounded(.up))) } ?? "").utf8))
+        blob.hostCart = state.hostCart
+        blob.pending = state.pending
+        cachedState = blob
+        savedHostCart = .some(state.hostCart)
+        cachedDataVersion = try database.dataVersion()
+        cachedRollbacks = database.rollbacks
+    }
+
+}

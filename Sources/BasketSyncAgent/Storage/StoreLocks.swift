@@ -1,0 +1,126 @@
+import BasketSync
+import BasketSyncWire
+
+extension Store {
+    // MARK: Locks
+
+    /// Opens `name` in the state directory and waits for its exclusive lock; closing the
+    /// descriptor releases it (so does the process dying).
+    func lock(_ name: String) throws(AgentError) -> Int32 {
+        let path = "\(stateDirectory)/\(name)"
+        let fd: Int32
+        do { fd = try Posix.open(path, [.readWrite, .create], mode: 0o600) } catch { throw .system(error) }
+        // A tree's carts share the file: each locks the byte of its number.
+        do { _ = try cart == 0 ? Posix.lockExclusive(fd, path: path) : Posix.lockByte(fd, at: cart, wait: true, path: path) } catch {
+            Posix.close(fd)
+            throw .system(error)
+        }
+        return fd
+    }
+
+    /// Locks `orderId`'s byte of `payments.lock` (an open-file-description lock), waiting for it;
+    /// `waiting` is called first when another process holds it. Other orders are not held up.
+    func lockOrder(_ orderId: String, waiting: () -> Void) throws(AgentError) -> Int32 {
+        let path = "\(stateDirectory)/payments.lock"
+        let fd: Int32
+        do { fd = try Posix.open(path, [.readWrite, .create], mode: 0o600) } catch { throw .system(error) }
+        // A second name for it would be a file elsewhere that this lock writes to.
+        if let info = try? Posix.fileInfo(fd, path: path), info.links > 1 {
+            Posix.close(fd)
+            throw .refused("\(path): has another name (a hard link); remove it, basket-sync makes it again")
+        }
+        // FNV-1a of the id's bytes: two orders share a byte (and wait for each other) only by a
+        // 1 in 2^46 chance.
+        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
+        for byte in orderId.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3 }
+        // In a tree the same order id in two carts is two orders.
+        if cart != 0 { for byte in String(cart).utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3 } }
+        let offset = Int64(hash & 0x3FFF_FFFF_FFFF)
+        do {
+            if try !Posix.lockByte(fd, at: offset, wait: false, path: path) {
+                waiting()
+                _ = try Posix.lockByte(fd, at: offset, wait: true, path: path)
+            }
+        } catch {
+            Posix.close(fd)
+            throw .system(error)
+        }
+        return fd
+    }
+
+    // MARK: Payment completions
+
+    /// When the completion of `handle-payment` for `orderId` finished successfully; nil when it
+    /// never did (none was given, it failed, or the process died while it ran).
+    func completionFinished(orderId: String) throws(AgentError) -> String? {
+        let statement = try cached("SELECT at FROM completions WHERE cart = ? AND order_id = ?")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, orderId)
+        return try statement.step() ? statement.text(0) : nil
+    }
+
+    /// Remembers that the completion for `orderId` is about to run: until it exits 0, retention
+    /// keeps the order (and its payment record), so that a retry still finds it.
+    func markUnfinished(orderId: String, at: Date) throws(AgentError) {
+        let statement = try cached("INSERT OR IGNORE INTO unfinished(cart, order_id, at) VALUES(?, ?, ?)")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, orderId)
+        statement.bind(3, Timestamp.text(at))
+        _ = try statement.step()
+    }
+
+    /// Records that the completion for `orderId` (payment `payment`) exited 0: it never runs again.
+    func recordCompletion(orderId: String, payment: UInt64, at: Date) throws(AgentError) {
+        let finished = try cached("DELETE FROM unfinished WHERE cart = ? AND order_id = ?")
+        defer { finished.reset() }
+        finished.bind(1, cart)
+        finished.bind(2, orderId)
+        _ = try finished.step()
+        let statement = try cached("INSERT OR IGNORE INTO completions(cart, order_id, payment, at) VALUES(?, ?, ?, ?)")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, orderId)
+        statement.bind(3, Int64(payment))
+        statement.bind(4, Timestamp.text(at))
+        _ = try statement.step()
+    }
+
+    // MARK: Reports
+
+    /// Keeps a report (a rollback, a late echo, an ignored batch, an error) for `status`.
+    func report(level: String, message: String, at: Date) throws(AgentError) {
+        let statement = try cached("INSERT INTO reports(cart, at, level, message) VALUES(?, ?, ?, ?)")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, Timestamp.text(at))
+        statement.bind(3, level)
+        statement.bind(4, message)
+        _ = try statement.step()
+        // The last 1,000 of the cart are kept.
+        let trim = try cached("DELETE FROM reports WHERE cart = ?1 AND n <= (SELECT n FROM reports WHERE cart = ?1 ORDER BY n DESC LIMIT 1 OFFSET 1000)")
+        defer { trim.reset() }
+        trim.bind(1, cart)
+        _ = try trim.step()
+    }
+
+    /// The latest reports, newest first.
+    func reports(limit: Int, level: String? = nil) throws(AgentError) -> [(at: String, level: String, message: String)] {
+        let filter = level == nil ? "" : " AND level = ?"
+        let statement = try connection.prepare("SELECT at, level, message FROM reports WHERE cart = ?\(filter) ORDER BY n DESC LIMIT \(limit)")
+        statement.bind(1, cart)
+        if let level { statement.bind(2, level) }
+        var result: [(at: String, level: String, message: String)] = []
+        while try statement.step() { result.append((statement.text(0), statement.text(1), statement.text(2))) }
+        return result
+    }
+
+    // MARK: Waking the agent
+
+    /// Tells a running agent that this process committed: closing a written file in
+    /// `.basket-sync/` is an inotify event it watches for.
+    func signalCommit() {
+        Posix.touch(signalPath, mode: 0o600)
+    }
+}

@@ -1,0 +1,276 @@
+import BasketSync
+import BasketSyncWire
+
+extension Store {
+    // MARK: Ids kept for deduplication
+
+    /// The payment seq `handlePayment` recorded for an order, if it did (and retention kept it).
+    func orderSeq(_ orderId: String) throws(AgentError) -> UInt64? {
+        let statement = try cached("SELECT seq FROM orders WHERE cart = ? AND id = ?")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, orderId)
+        return try statement.step() ? UInt64(statement.int64(0)) : nil
+    }
+
+    func recordOrder(_ orderId: String, seq: UInt64, at: String) throws(AgentError) {
+        let statement = try cached("INSERT OR IGNORE INTO orders(cart, id, seq, at) VALUES(?, ?, ?, ?)")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, orderId)
+        statement.bind(3, Int64(seq))
+        statement.bind(4, at)
+        _ = try statement.step()
+    }
+
+    /// Whether a `basketTransfer` with this id landed (and retention kept it).
+    func transferLanded(_ transferId: String) throws(AgentError) -> Bool {
+        let statement = try cached("SELECT 1 FROM transfers WHERE cart = ? AND id = ?")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, transferId)
+        return try statement.step()
+    }
+
+    func recordTransfer(_ transferId: String, at: String) throws(AgentError) {
+        let statement = try cached("INSERT OR IGNORE INTO transfers(cart, id, at) VALUES(?, ?, ?)")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, transferId)
+        statement.bind(3, at)
+        _ = try statement.step()
+    }
+
+    /// Remembers that a file was moved to `inbox/cur/` or `inbox/bad/`, for retention.
+    func recordSettled(folder: String, name: String, at: Date) throws(AgentError) {
+        let statement = try cached("INSERT OR REPLACE INTO settled(cart, folder, name, at) VALUES(?, ?, ?, ?)")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, folder)
+        statement.bind(3, name)
+        statement.bind(4, Timestamp.text(at))
+        _ = try statement.step()
+    }
+
+    // MARK: The cart at the batches
+
+    /// Which version of the cart file existed when a batch was made: `identity` (nil: no cart)
+    /// and the first batch seq made while that version stood. A cart read later with the same
+    /// identity was written before that batch, and cannot echo it.
+    func cartAtBatch() throws(AgentError) -> (identity: [Int64]?, seq: UInt64)? {
+        guard let blob = try metaBlob("cartAtBatch") else { return nil }
+        let numbers = String(decoding: blob, as: UTF8.self).split(separator: " ").compactMap { Int64($0) }
+        guard let seq = numbers.first, seq > 0 else { return nil }
+        return (numbers.count > 1 ? Array(numbers.dropFirst()) : nil, UInt64(seq))
+    }
+
+    func setCartAtBatch(identity: [Int64]?, seq: UInt64) throws(AgentError) {
+        let text = ([Int64(seq)] + (identity ?? [])).map(String.init).joined(separator: " ")
+        try setMeta("cartAtBatch", Array(text.utf8))
+    }
+
+    // MARK: What the JSON Lines files were given
+
+    /// What a JSON Lines file was given, as last remembered.
+    func given(_ projection: Projection) throws(AgentError) -> JSONLinesFile.Given? {
+        guard let blob = try metaBlob("given.\(projection.rawValue)") else { return nil }
+        let numbers = String(decoding: blob, as: UTF8.self).split(separator: " ").compactMap { UInt64($0) }
+        guard numbers.count == 4 else { return nil }
+        return JSONLinesFile.Given(device: numbers[0], inode: numbers[1], size: Int64(numbers[2]), seq: numbers[3])
+    }
+
+    /// Remembers, inside the caller's transaction (`init --adopt`), that the file was given every
+    /// record through `seq`, as no file in particular: the next catch-up reads the file's end (a
+    /// torn tail is cut), and a file that no longer holds them (rotated away) starts after them.
+    func adoptGiven(_ projection: Projection, seq: UInt64) throws(AgentError) {
+        try setMeta("given.\(projection.rawValue)", Array("0 0 0 \(seq)".utf8))
+    }
+
+    /// Remembers what a file was given. Written without its own fsync (`synchronous=NORMAL`): the
+    /// next commit makes it durable; a crash before loses only this note, and the file's own last
+    /// record line says the same.
+    func setGiven(_ projection: Projection, _ given: JSONLinesFile.Given) throws(AgentError) {
+        try connection.execute("PRAGMA synchronous=NORMAL")
+        defer { try? connection.execute("PRAGMA synchronous=FULL") }
+        try withTransaction { () throws(AgentError) in
+            try setMeta("given.\(projection.rawValue)", Array("\(given.device) \(given.inode) \(given.size) \(given.seq)".utf8))
+        }
+    }
+
+    // MARK: Records
+
+    /// Takes a record line from a file into the database (`init --adopt`); a seq already there is kept.
+    func adopt(_ projection: Projection, seq: UInt64, line: [UInt8]) throws(AgentError) {
+        try insert(projection, seq: seq, line: line, keepingExisting: true)
+    }
+
+    /// Stores one record's line.
+    func insert(_ projection: Projection, seq: UInt64, line: [UInt8], keepingExisting: Bool = false) throws(AgentError) {
+        let statement = try cached("INSERT \(keepingExisting ? "OR IGNORE " : "")INTO \(projection.rawValue)(cart, seq, line) VALUES(?, ?, ?)")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, Int64(seq))
+        statement.bind(3, line)
+        _ = try statement.step()
+    }
+
+    /// The lines of a projection after `seq`, in order, with their seq.
+    func lines(_ projection: Projection, after seq: UInt64) throws(AgentError) -> [(seq: UInt64, line: [UInt8])] {
+        let statement = try cached("SELECT seq, line FROM \(projection.rawValue) WHERE cart = ? AND seq > ? ORDER BY seq")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, Int64(seq))
+        var result: [(seq: UInt64, line: [UInt8])] = []
+        while try statement.step() { result.append((UInt64(statement.int64(0)), statement.blob(1))) }
+        return result
+    }
+
+    /// The line stored for one seq, with its newline; nil when there is none.
+    func line(_ projection: Projection, seq: UInt64) throws(AgentError) -> [UInt8]? {
+        let statement = try cached("SELECT line FROM \(projection.rawValue) WHERE cart = ? AND seq = ?")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, Int64(bitPattern: seq))
+        return try statement.step() ? statement.blob(0) : nil
+    }
+
+    /// The highest seq stored for a projection (0 when none).
+    func lastSeq(_ projection: Projection) throws(AgentError) -> UInt64 {
+        let statement = try cached("SELECT COALESCE(MAX(seq), 0) FROM \(projection.rawValue) WHERE cart = ?")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        return try statement.step() ? UInt64(statement.int64(0)) : 0
+    }
+
+    // MARK: Retention
+
+    /// Removes up to `limit` records below `bound`, lowest first, while `removable` says so (it
+    /// stops at the first one it refuses: records are in seq order, and so in time). Returns how
+    /// many it removed.
+    ///
+    /// `keeping` are passed over (outbox: the batches rolled back and never echoed since; payments:
+    /// those of orders whose completion never finished, found here).
+    func removeRecords(
+        _ projection: Projection, below bound: UInt64, keeping: Set<UInt64> = [], limit: Int,
+        removable: (UInt64, [UInt8]) -> Bool
+    ) throws(AgentError) -> Int {
+        let unfinished = projection == .payments ? " AND seq NOT IN (SELECT seq FROM orders WHERE cart = ?1 AND id IN (SELECT order_id FROM unfinished WHERE cart = ?1))" : ""
+        let select = try cached("SELECT seq, line FROM \(projection.rawValue) WHERE cart = ?1 AND seq < ?2\(unfinished) ORDER BY seq LIMIT ?3")
+        defer { select.reset() }
+        select.bind(1, cart)
+        select.bind(2, Int64(bound))
+        select.bind(3, Int64(limit + keeping.count))
+        var removed: [Int64] = []
+        while try select.step(), removed.count < limit {
+            let seq = select.int64(0)
+            if keeping.contains(UInt64(seq)) { continue }
+            guard removable(UInt64(seq), select.blob(1)) else { break }
+            removed.append(seq)
+        }
+        select.reset()
+        let delete = try cached("DELETE FROM \(projection.rawValue) WHERE cart = ? AND seq = ?")
+        for seq in removed {
+            delete.bind(1, cart)
+            delete.bind(2, seq)
+            _ = try delete.step()
+            delete.reset()
+        }
+        return removed.count
+    }
+
+    /// Forgets up to `limit` ids of each kind (inbox events, transfers, orders and their
+    /// completions) recorded before `cutoff`.
+    func forgetIds(olderThan cutoff: String, limit: Int) throws(AgentError) -> (count: Int, more: Bool) {
+        var count = 0
+        var more = false
+        for (table, keep) in [("inbox", ""), ("transfers", ""), ("orders", " AND id NOT IN (SELECT order_id FROM unfinished WHERE cart = ?1)"), ("completions", "")] {
+            // An order whose completion never finished is kept: its retry must find it.
+            let statement = try cached("DELETE FROM \(table) WHERE rowid IN (SELECT rowid FROM \(table) WHERE cart = ?1 AND at < ?2\(keep) ORDER BY at LIMIT ?3)")
+            defer { statement.reset() }
+            statement.bind(1, cart)
+            statement.bind(2, cutoff)
+            statement.bind(3, Int64(limit))
+            _ = try statement.step()
+            let changed = connection.changes
+            count += changed
+            if changed == limit { more = true }
+        }
+        return (count, more)
+    }
+
+    /// Files moved to `inbox/cur/` or `inbox/bad/` before `cutoff`, oldest first, at most `limit`.
+    func settledFiles(olderThan cutoff: String, limit: Int) throws(AgentError) -> [(folder: String, name: String)] {
+        let statement = try cached("SELECT folder, name FROM settled WHERE cart = ? AND at < ? ORDER BY at LIMIT ?")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, cutoff)
+        statement.bind(3, Int64(limit))
+        var files: [(folder: String, name: String)] = []
+        while try statement.step() { files.append((statement.text(0), statement.text(1))) }
+        return files
+    }
+
+    /// Forgets files retention removed.
+    func forgetSettled(_ files: [(folder: String, name: String)]) throws(AgentError) {
+        let statement = try cached("DELETE FROM settled WHERE cart = ? AND folder = ? AND name = ?")
+        for file in files {
+            statement.bind(1, cart)
+            statement.bind(2, file.folder)
+            statement.bind(3, file.name)
+            _ = try statement.step()
+            statement.reset()
+        }
+    }
+
+    /// Gives the pages retention freed back to the file system (inside the caller's transaction).
+    func vacuumFreePages() throws(AgentError) {
+        try connection.execute("PRAGMA incremental_vacuum")
+    }
+
+    /// Converts a database made before `auto_vacuum=INCREMENTAL` (SQLite sets it only on a new
+    /// one, or by rebuilding it with `VACUUM`), once, so that retention can shrink it.
+    func useIncrementalVacuum() throws(AgentError) {
+        guard !database.readOnly, try connection.scalar("PRAGMA auto_vacuum") != 2 else { return }
+        try connection.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        try connection.execute("VACUUM")
+    }
+
+    // MARK: Inbox
+
+    /// The outcome recorded for an inbox event id, if it was taken before.
+    func inboxOutcome(id: String) throws(AgentError) -> String? {
+        let statement = try cached("SELECT outcome FROM inbox WHERE cart = ? AND id = ?")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, id)
+        return try statement.step() ? statement.text(0) : nil
+    }
+
+    /// The inbox file name an event id was taken from, if it was taken.
+    func inboxFile(id: String) throws(AgentError) -> String? {
+        let statement = try cached("SELECT file FROM inbox WHERE cart = ? AND id = ?")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, id)
+        return try statement.step() ? statement.text(0) : nil
+    }
+
+    func recordInbox(id: String, file: String, outcome: String, at: Date, unlessKnown: Bool = false) throws(AgentError) {
+        let statement = try cached("INSERT \(unlessKnown ? "OR IGNORE " : "")INTO inbox(cart, id, file, outcome, at) VALUES(?, ?, ?, ?, ?)")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, id)
+        statement.bind(3, file)
+        statement.bind(4, outcome)
+        statement.bind(5, Timestamp.text(at))
+        _ = try statement.step()
+    }
+
+    func inboxCount() throws(AgentError) -> Int64 {
+        let statement = try cached("SELECT COUNT(*) FROM inbox WHERE cart = ?")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        return try statement.step() ? statement.int64(0) : 0
+    }
+
+}
