@@ -17,11 +17,7 @@ func watch(_ invocation: Invocation, directory: String, isSynchronizerRegistered
     logger.isQuiet = quiet
     do {
         if invocation.directory != nil { try Terminal.enter(directory) }
-        if case .treeRoot = Place.of(directory) {
-            try TreeAgent(root: directory, isSynchronizerRegistered: isSynchronizerRegistered, logFormat: logFormat, watchOverride: poll, logger: logger).run()
-        } else {
-            try Agent(directory: directory, isSynchronizerRegistered: isSynchronizerRegistered, logFormat: logFormat, watchOverride: poll, logger: logger).run()
-        }
+        try Agent(directory: directory, isSynchronizerRegistered: isSynchronizerRegistered, logFormat: logFormat, watchOverride: poll, logger: logger).run()
         return 0
     } catch {
         logger.log(.error, error.description)

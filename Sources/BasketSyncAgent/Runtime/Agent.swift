@@ -1,45 +1,124 @@
 import BasketSync
 import BasketSyncWire
 
-/// `basket-sync watch`: the long-running agent of one sync directory.
+/// `basket-sync watch`: the agent, one event loop over the carts of what it serves.
 ///
-/// One event loop (a wait on the watcher's descriptor and the signal pipe, with the timeout of the
-/// next pending-window deadline) and one funnel (``SyncEngine``). Idle, it waits with no timeout at
-/// all: only a file event, a signal or a pending window's expiry wakes it.
+/// A sync directory is a tree of one cart — the directory itself; a tree's root (docs/spec.md §8)
+/// has a cart per subdirectory, taken on as they appear. One inotify instance watches each cart's
+/// directories (``Watcher``), and a tree's root for carts coming and going; a cart inotify cannot
+/// see is polled (``Poller``). The loop waits on inotify and the signal pipe with the timeout of
+/// the next pending-window deadline or retry: idle, it waits with no timeout at all. Each cart's
+/// passes run through its ``SyncEngine``; the new cart versions of one wake-up are taken together
+/// (group commit, one database fsync, the files fsynced by the ``FsyncPool``). A cart that fails
+/// (a FIFO as its cart, a permission, a full disk) is retried on its own with a growing delay; the
+/// others go on. Engines are made on demand and only the recently used are kept: 10,000 idle carts
+/// hold their watches, their number and their next deadline, not their state.
 public final class Agent {
-    private let engine: SyncEngine
-    private let logger: Logger
-    private var lockFd: Int32 = -1
-    /// After a temporary failure (disk full, database busy), when to try again.
-    private var retryAt: Date?
-    private var retryDelay: Double = 0.5
-    /// An error the agent must stop on.
-    private var fatal: AgentError?
-    /// `--log-format`, which wins over the configuration's `logFormat`.
-    private let logFormat: LogFormat?
-    /// `--poll[=MS]`, which wins over the configuration's `watch`.
-    private let watchOverride: WatchChoice.Override?
+    /// One cart served.
+    final class Cart {
+        let id: String
+        let store: Store
+        /// inotify's watches of the cart, or the poller that looks at it (docs/spec.md §10): one of them.
+        let watcher: Watcher?
+        let poller: Poller?
+        /// When to try again after a failure, and the delay after that.
+        var retryAt: Date? { didSet { timingChanged(self) } }
+        var retryDelay = 0.5
+        /// The next pending-window deadline, as its last pass left it.
+        var deadline: Date? { didSet { if deadline != oldValue { timingChanged(self) } } }
+        /// Tells the agent that `retryAt` or `deadline` changed.
+        let timingChanged: (Cart) -> Void
+        /// When it was last used (to keep the recent engines only).
+        var used = 0
 
-    /// Opens the sync directory for watching; `isSynchronizerRegistered: false` is
-    /// `--no-synchronizer`, `watchOverride` is `--poll[=MS]`.
+        init(id: String, store: Store, watcher: Watcher?, poller: Poller?, timingChanged: @escaping (Cart) -> Void) {
+            self.id = id
+            self.store = store
+            self.watcher = watcher
+            self.poller = poller
+            self.timingChanged = timingChanged
+        }
+    }
+
+    /// The directory served: the sync directory, or the tree's root.
+    let root: String
+    /// The tree, when the agent serves one; nil for a sync directory, whose one cart is itself.
+    let tree: Tree?
+    /// The database of every cart.
+    let database: Database
+    let logger: Logger
+    let logFormat: LogFormat?
+    let isSynchronizerRegistered: Bool
+    var configuration: AgentConfiguration
+    var carts: [String: Cart] = [:]
+    /// How many carts are polled, kept as carts come and go (each wake-up asks: it must not count).
+    var polledCarts = 0
+    /// Whether the start is over: from then on the watch note follows the carts as they come and go.
+    var started = false
+    /// A tree's directories that could not be taken on (refused: they hold records new to the
+    /// tree), watched for their marker: `init --adopt` writing it has them served.
+    var waiting: [String: Watcher] = [:]
+    /// The carts with a retry or a deadline ahead: a wake-up looks at those, not at every cart.
+    var timed: [String: Cart] = [:]
+    var engines: [String: SyncEngine] = [:]
+    var clock = 0
+    var lockFd: Int32 = -1
+    /// An error the agent must stop on.
+    var fatal: AgentError?
+    /// The process's one inotify instance (none for a sync directory that is polled).
+    var inotify: Inotify?
+    /// fsyncs a group's files together: `BASKET_SYNC_FSYNC_THREADS` at once (1 to 64, default 8;
+    /// 1: one after the other, in the agent's thread).
+    let fsyncPool = FsyncPool(width: Posix.environment("BASKET_SYNC_FSYNC_THREADS").flatMap { Int($0) }.map { max(1, min(64, $0)) } ?? 8)
+
+    /// The engines kept between wake-ups (the most recently used carts): at most this many, fewer
+    /// when the descriptor limit is low.
+    static let enginesKeptAtMost = 256
+    var enginesKept = 8
+
+    /// `--poll[=MS]`, which wins over the configuration's `watch`.
+    let watchOverride: WatchChoice.Override?
+    /// How the root is seen; when it polls, every cart is polled (and a tree's root listed).
+    var rootChoice = WatchChoice(polls: false, intervalMs: 1000, reason: "")
+    /// The inotify watches left for carts; past them, carts are polled.
+    var watchesLeft = Int.max
+    var looks = LookClock(intervalMs: 1000)
+    /// A tree root's identity at the last look (a polled root is listed when it changed).
+    var rootIdentity: [Int64] = []
+    var rootUnsettledUntil = 0.0
+    /// The markers of the directories refused until `init --adopt`, at the last look (polled root).
+    var waitingMarkers: [String: [Int64]] = [:]
+
+    /// The id of a sync directory's one cart.
+    static let directoryCart = ""
+
+    /// Opens what `directory` is — a sync directory or a tree's root — for watching;
+    /// `isSynchronizerRegistered: false` is `--no-synchronizer`, `watchOverride` is `--poll[=MS]`.
+    /// A cart of a tree is refused: the tree's agent serves it.
     public init(directory: String, isSynchronizerRegistered: Bool, logFormat: LogFormat?, watchOverride: WatchChoice.Override? = nil, logger: Logger) throws(AgentError) {
         self.logger = logger
         self.logFormat = logFormat
         self.watchOverride = watchOverride
-        if case let .treeCart(root, id) = Place.of(directory) {
+        self.isSynchronizerRegistered = isSynchronizerRegistered
+        root = directory
+        switch Place.of(directory) {
+        case let .treeCart(root, id):
             throw .busy("\(directory): is cart \(id) of the tree \(root), which one agent serves whole: run basket-sync -C \(root) watch (an agent of one cart inside a tree is refused)")
+        case .treeRoot:
+            let tree = try Tree(root: directory)
+            self.tree = tree
+            database = tree.database
+            configuration = tree.configuration
+        case .directory:
+            let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: isSynchronizerRegistered, logger: logger)
+            // A person following the agent sees one line per record it makes.
+            engine.logsActivity = true
+            tree = nil
+            database = engine.store.database
+            configuration = engine.configuration
+            engines[Agent.directoryCart] = engine
         }
-        engine = try SyncEngine(directory: directory, isSynchronizerRegistered: isSynchronizerRegistered, logger: logger)
-        // A person following the agent sees one line per record it makes.
-        engine.logsActivity = true
-        logger.format = logFormat ?? engine.configuration.logFormat
-    }
-
-    /// Takes the directory's agent lock; a second agent fails as busy and names the first one's pid.
-    private func lock() throws(AgentError) {
-        lockFd = try Agent.takeLock(stateDirectory: engine.store.stateDirectory) { pid in
-            "\(engine.directory): another basket-sync watch (pid \(pid)) is already watching this directory; stop it first, or use basket-sync sync beside it"
-        }
+        logger.format = logFormat ?? configuration.logFormat
     }
 
     /// Takes `agent.lock` in `stateDirectory` without waiting, and writes the pid in it; when
@@ -66,128 +145,149 @@ public final class Agent {
         return fd
     }
 
+    /// The watches the system lets this user have: `fs.inotify.max_user_watches`, lowered by
+    /// `BASKET_SYNC_MAX_WATCHES` (to leave room for other watchers).
+    static func watchLimit() -> (limit: Int, system: Int) {
+        let system = (try? Posix.readFile("/proc/sys/fs/inotify/max_user_watches", limit: 64, follow: true))
+            .flatMap { $0 }.flatMap { Int(String(decoding: $0, as: UTF8.self).trimmingSpaces) } ?? Int.max
+        let cap = Posix.environment("BASKET_SYNC_MAX_WATCHES").flatMap { Int($0) } ?? Int.max
+        return (min(system, cap), system)
+    }
+
     /// Runs until SIGTERM or SIGINT, then returns (exit 0). Throws when it cannot start or must stop.
     public func run() throws(AgentError) {
-        try lock()
+        lockFd = try Agent.takeLock(stateDirectory: database.stateDirectory) { pid in
+            "\(root): another basket-sync watch (pid \(pid)) is already watching this \(tree == nil ? "directory" : "tree"); stop it first, or use basket-sync sync beside it"
+        }
+        // Each engine kept holds its JSON Lines files open: at most 3 × enginesKept descriptors.
+        let descriptors = Posix.raiseDescriptorLimit()
+        enginesKept = max(8, min(Agent.enginesKeptAtMost, (descriptors - 64) / 4))
         let signals: SignalPipe
-        do { signals = try SignalPipe(path: engine.directory) } catch { throw .system(error) }
-        for folder in ["new", "cur", "tmp"] { try Posix.makeFolders(in: engine.directory, "inbox/\(folder)") }
-        var choice = try WatchChoice.decide(directory: engine.directory, cart: engine.configuration.cart, settings: engine.configuration.watch, override: watchOverride)
-        // inotify, or a poller where inotify is blind (SPEC §10): both say what changed alike.
-        let watcher = choice.polls ? nil : try Watcher(directory: engine.directory, cart: engine.configuration.cart)
-        let poller = choice.polls ? Poller(directory: engine.directory, cart: engine.configuration.cart, isTreeCart: false) : nil
-        var looks = LookClock(intervalMs: choice.intervalMs)
-
-        // Everything written before the watches were in place: recover the files, take what waits.
-        attempt(.everything)
+        do { signals = try SignalPipe(path: root) } catch { throw .system(error) }
+        // Every cart as it stands: what was written before the watches were in place is taken now.
+        if let tree { try startTree(tree) } else { try startDirectory() }
         // Said once the start pass is over: from here on the agent reads only what inotify reports,
         // so a host (or a test) that waits for this line never races the start pass.
         if fatal == nil {
-            recordWatch(choice)
-            logger.log(.info, "watching \(engine.directory) (cart \(engine.configuration.cart), pid \(Posix.processId), \(choice.description)\(engine.isSynchronizerRegistered ? "" : ", no synchronizer registered: Mealz deltas are ignored"))", evenWhenQuiet: true)
+            recordWatch()
+            started = true
+            logger.log(.info, startLine(), evenWhenQuiet: true)
         }
 
         while true {
             if let fatal { throw fatal }
             let ready: [Bool]
-            let timeout = poller == nil ? waitTimeout() : looks.timeout(within: waitTimeout())
-            do { ready = try Posix.waitReadable([watcher?.fd ?? -1, signals.fd], timeout: timeout) } catch { throw .system(error) }
+            let polls = rootChoice.polls || polledCarts > 0
+            let timeout = polls ? looks.timeout(within: waitTimeout()) : waitTimeout()
+            do { ready = try Posix.waitReadable([inotify?.fd ?? -1, signals.fd], timeout: timeout) } catch { throw .system(error) }
             if ready[1] {
                 for signal in signals.drain() {
                     switch signal {
-                    case .hangup:
-                        let cart = engine.configuration.cart
-                        do {
-                            try engine.reloadConfiguration()
-                            logger.format = logFormat ?? engine.configuration.logFormat
-                            logger.log(.info, "reloaded \(AgentConfiguration.fileName)")
-                            if engine.configuration.cart != cart {
-                                watcher?.follow(cart: engine.configuration.cart)
-                                poller?.follow(cart: engine.configuration.cart)
-                                logger.log(.info, "the cart is now \(engine.configuration.cart)")
-                                attempt(.cart)
-                            }
-                            let now = try WatchChoice.decide(directory: engine.directory, cart: engine.configuration.cart, settings: engine.configuration.watch, override: watchOverride)
-                            if now.polls != choice.polls {
-                                logger.log(.warning, "the new \"watch\" setting chooses \(now.polls ? "polling" : "inotify"); the agent keeps \(choice.description) until it restarts")
-                            } else if now.polls, now.intervalMs != choice.intervalMs {
-                                choice = now
-                                looks.restart(intervalMs: choice.intervalMs)
-                                logger.log(.info, "polling every \(choice.intervalMs) ms from now on")
-                                recordWatch(choice)
-                            }
-                        } catch {
-                            engine.reportError(error)
-                            logger.log(.warning, "the settings in force are kept until \(AgentConfiguration.fileName) is fixed and SIGHUP sent again")
-                        }
+                    case .hangup: reload()
                     case .interrupt, .terminate:
                         logger.log(.info, "stopping on signal \(signal.number)")
                         return
                     }
                 }
             }
-            var looked: (kinds: Set<Watcher.Change>, delivered: [String])?
-            if let watcher, ready[0] { looked = try watcher.changes() }
-            if let poller, looks.due() { looked = poller.changes(onlyFresh: retryAt != nil) }
-            if let (changes, delivered) = looked {
-                if changes.contains(.directoryGone) {
-                    throw .directoryGone(path: engine.directory)
+            if ready[0] { try takeEvents() }
+            if polls, looks.due() { look() }
+            let now = Date()
+            for cart in Array(timed.values) {
+                if let due = cart.retryAt {
+                    if due <= now {
+                        cart.retryAt = nil
+                        attempt(cart, .everything)
+                    }
+                } else if let deadline = cart.deadline, deadline <= now {
+                    attempt(cart, .expire)
                 }
-                var scope: SyncEngine.PassScope = []
-                if changes.contains(.overflow) {
-                    logger.log(.warning, "the inotify queue overflowed: reading everything again")
-                    scope = [.publish, .inbox, .cart]
-                }
-                if changes.contains(.commit) { scope.insert(.publish) }
-                if changes.contains(.inbox) { scope.insert(.inbox) }
-                if changes.contains(.cart) { scope.insert(.cart) }
-                if !scope.isEmpty { attempt(scope, inboxSeen: delivered) }
-            }
-            if let due = retryAt {
-                if due <= Date() {
-                    retryAt = nil
-                    attempt(.everything)
-                }
-            } else if let deadline = engine.nextDeadline, deadline <= Date() {
-                attempt(.expire)
             }
         }
     }
 
-    /// How this agent watches, kept for `status` with its pid.
-    private func recordWatch(_ choice: WatchChoice) {
-        _ = try? engine.store.withTransaction { () throws(AgentError) in try engine.store.setNote(WatchChoice.noteKey, "\(Posix.processId)\t\(choice.description)") }
+    /// A sync directory's start: its inbox folders, how it is seen, its one cart served.
+    private func startDirectory() throws(AgentError) {
+        for folder in ["new", "cur", "tmp"] { try Posix.makeFolders(in: root, "inbox/\(folder)") }
+        rootChoice = try WatchChoice.decide(directory: root, cart: configuration.cart, settings: configuration.watch, override: watchOverride)
+        looks.restart(intervalMs: rootChoice.intervalMs)
+        var watcher: Watcher?
+        if !rootChoice.polls {
+            let inotify: Inotify
+            do { inotify = try Inotify(path: root) } catch { throw .system(error) }
+            self.inotify = inotify
+            watcher = try Watcher(directory: root, cart: configuration.cart, inotify: inotify, isTreeCart: false)
+        }
+        let poller = watcher == nil ? Poller(directory: root, cart: configuration.cart, isTreeCart: false) : nil
+        serve(Cart(id: Agent.directoryCart, store: engines[Agent.directoryCart]!.store, watcher: watcher, poller: poller) { [unowned self] in self.timingChanged($0) })
     }
 
-    /// Runs a pass; a failure is reported and retried later with a growing delay — except a
-    /// database gone from under the agent, which stops it (`fatal`).
-    private func attempt(_ scope: SyncEngine.PassScope, inboxSeen: [String] = []) {
+    /// A tree's start: the root watched, the watch limit said, the carts gone while the agent was
+    /// down ended, every cart served.
+    private func startTree(_ tree: Tree) throws(AgentError) {
+        let inotify: Inotify
         do {
-            try engine.pass(scope, inboxSeen: inboxSeen)
-            // Only a whole pass that succeeds ends a run of failures: a small one (a cart
-            // unchanged) says nothing of the part that failed.
-            if scope == .everything { retryDelay = 0.5 }
+            inotify = try Inotify(path: tree.root)
+            try inotify.watch(tree.root, [.create, .movedTo, .delete, .movedFrom, .deleteSelf, .moveSelf, .onlyDirectory])
         } catch {
-            switch error {
-            case .databaseGone, .directoryGone, .databaseBehind:
-                // Not temporary: retrying would only add reports to a database that is wrong.
-                fatal = error
-                return
-            default:
-                break
-            }
-            engine.reportError(error)
-            retryAt = Date().addingTimeInterval(retryDelay)
-            logger.log(.info, "retrying in \(retryDelay) s")
-            retryDelay = min(retryDelay * 2, 30)
+            throw .system(error)
         }
+        self.inotify = inotify
+        let ids = try tree.cartDirectories()
+        let perCart = Watcher.watchCount(cart: configuration.cart, isTreeCart: true)
+        let needed = 1 + ids.count * perCart
+        let (limit, systemLimit) = Agent.watchLimit()
+        rootChoice = try WatchChoice.decide(directory: tree.root, cart: configuration.cart, settings: configuration.watch, override: watchOverride)
+        looks.restart(intervalMs: rootChoice.intervalMs)
+        rootIdentity = Posix.linkInfo(tree.root)?.identity ?? []
+        if rootChoice.polls {
+            logger.log(.info, "the tree has \(ids.count) carts, polled every \(rootChoice.intervalMs) ms (\(rootChoice.reason))")
+        } else {
+            logger.log(.info, "the tree has \(ids.count) carts: \(needed) inotify watches needed (\(perCart) per cart), the limit is \(limit == Int.max ? "unknown" : String(limit))")
+            watchesLeft = limit == Int.max ? Int.max : limit - 1
+            if needed > limit {
+                logger.log(.warning, "\(tree.root): \(ids.count) carts need \(needed) inotify watches, over the limit of \(limit): the carts beyond it are polled every \(rootChoice.intervalMs) ms; \(needed <= systemLimit ? "BASKET_SYNC_MAX_WATCHES lowers the limit below the system's \(systemLimit): raise or unset it" : "raise the limit (sysctl fs.inotify.max_user_watches=\(max(needed * 2, 65536)), and in /etc/sysctl.d/ to keep it)") to watch them all")
+            }
+        }
+        for id in try tree.removeGoneCarts() { logger.log(.info, "cart \(id): its directory is gone while the agent was down: the cart ended") }
+        for id in ids { adopt(id) }
     }
 
-    /// Milliseconds until the next pending window or retry; -1 (wait for an event) when none.
-    /// While a retry is due it waits for that alone: the retry expires the windows too, and a
-    /// window already past must not turn a failing step into a busy loop.
+    /// The line that says the start pass is over.
+    private func startLine() -> String {
+        let synchronizer = isSynchronizerRegistered ? "" : ", no synchronizer registered: Mealz deltas are ignored"
+        guard tree != nil else {
+            return "watching \(root) (cart \(configuration.cart), pid \(Posix.processId), \(rootChoice.description)\(synchronizer))"
+        }
+        let polled = polledCarts
+        let how = rootChoice.polls || (polled == carts.count && polled > 0) ? "polled every \(rootChoice.intervalMs) ms" : polled == 0 ? "inotify" : "\(polled) polled every \(rootChoice.intervalMs) ms"
+        return "watching the tree \(root) (\(carts.count) carts, \(how), cart \(configuration.cart), pid \(Posix.processId)\(synchronizer))"
+    }
+
+    /// Keeps `cart` in ``timed`` while it has a retry or a deadline ahead.
+    func timingChanged(_ cart: Cart) {
+        if cart.retryAt != nil || cart.deadline != nil { timed[cart.id] = cart } else { timed[cart.id] = nil }
+    }
+
+    /// Serves `cart` from now on, and runs a whole pass on it.
+    func serve(_ cart: Cart) {
+        carts[cart.id] = cart
+        if cart.poller != nil { polledCarts += 1 }
+        if started { recordWatch() }
+        waiting[cart.id] = nil
+        attempt(cart, .everything)
+    }
+
+    /// Milliseconds until the next deadline or retry of any cart; -1 (wait for an event) when
+    /// none. While a cart's retry is due it waits for that alone: the retry expires the windows
+    /// too, and a window already past must not turn a failing step into a busy loop.
     private func waitTimeout() -> Int32 {
-        guard let due = retryAt ?? engine.nextDeadline else { return -1 }
+        var due: Date?
+        for cart in timed.values {
+            guard let next = cart.retryAt ?? cart.deadline else { continue }
+            if due == nil || next < due! { due = next }
+        }
+        guard let due else { return -1 }
         let milliseconds = (due.timeIntervalSinceNow * 1000).rounded(.up)
         return Int32(max(0, min(milliseconds, Double(Int32.max))))
     }

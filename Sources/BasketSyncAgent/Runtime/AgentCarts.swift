@@ -1,0 +1,204 @@
+import BasketSync
+import BasketSyncWire
+
+/// The carts served: taken on, ended, their engines, their passes and failures; SIGHUP.
+extension Agent {
+    /// Takes on cart `id` of the tree (its directory exists), watches it, and runs a whole pass on it.
+    func adopt(_ id: String) {
+        guard let tree, let inotify else { return }
+        let directory = "\(tree.root)/\(id)"
+        do throws(AgentError) {
+            let store: Store
+            do throws(AgentError) {
+                store = try tree.cartStore(id, create: false)
+            } catch {
+                // Adopted, but its folders could not be made: served all the same, its passes
+                // report what is wrong until it is fixed.
+                guard let known = try? tree.database.withTransaction({ () throws(AgentError) in try tree.database.cart(id) }),
+                      tree.markerMatches(id, number: known.number) else { throw error }
+                store = Store(database: tree.database, cart: known.number, directory: directory, signalPath: "\(directory)/\(Tree.markerName)")
+            }
+            // Watched with inotify while watches are left and its file system lets inotify see
+            // every write; polled otherwise (SPEC §10).
+            let perCart = Watcher.watchCount(cart: configuration.cart, isTreeCart: true)
+            var polls = rootChoice.polls || watchesLeft < perCart
+            if !polls, let choice = try? WatchChoice.decide(directory: directory, cart: configuration.cart, settings: configuration.watch, override: watchOverride), choice.polls {
+                polls = true
+                logger.tagged(cart: id).log(.info, "polled every \(rootChoice.intervalMs) ms (\(choice.reason))")
+            }
+            var watcher: Watcher?
+            if !polls {
+                do throws(AgentError) {
+                    watcher = try Watcher(directory: directory, cart: configuration.cart, inotify: inotify, isTreeCart: true)
+                    if watchesLeft != Int.max { watchesLeft -= perCart }
+                } catch {
+                    // The watch limit reached (other watchers on the machine): polled instead.
+                    guard case let .system(failure) = error, failure.isNoSpace else { throw error }
+                    watchesLeft = 0
+                    logger.log(.warning, "cart \(id): the inotify watch limit is reached (sysctl fs.inotify.max_user_watches): this cart and those made after it are polled every \(rootChoice.intervalMs) ms")
+                }
+            }
+            let poller = watcher == nil ? Poller(directory: directory, cart: configuration.cart, isTreeCart: true) : nil
+            serve(Cart(id: id, store: store, watcher: watcher, poller: poller) { [unowned self] in self.timingChanged($0) })
+        } catch {
+            switch error {
+            case let .system(failure) where failure.isMissing:
+                break  // gone again before it could be adopted
+            default:
+                logger.log(.error, "cart \(id): \(error.description); it is not served until that is done (the agent sees init --adopt, or the directory made again)")
+                // Watched for its marker, so that init --adopt is seen.
+                if waiting[id] == nil, Posix.linkInfo(directory)?.kind == .directory {
+                    waiting[id] = try? Watcher(directory: directory, cart: configuration.cart, inotify: inotify, isTreeCart: true)
+                }
+            }
+        }
+    }
+
+    /// The cart of `id` is no longer the one the agent serves (adopted again by init --adopt, its
+    /// marker overwritten or lost, given back as new): forgotten, then adopted as it is now. Its
+    /// watches stay: the new watcher shares them.
+    func readopt(_ id: String) {
+        if carts[id]?.poller != nil { polledCarts -= 1 }
+        carts[id] = nil
+        engines[id] = nil
+        timed[id] = nil
+        logger.log(.info, "cart \(id): its marker names another cart now: adopted again")
+        adopt(id)
+    }
+
+    /// Ends cart `id`: its directory is gone (or made again): its rows go, its watches too.
+    func end(_ id: String) {
+        guard let tree else { return }
+        if Posix.linkInfo("\(tree.root)/\(id)")?.kind != .directory { waiting[id] = nil }
+        guard let cart = carts[id] else { return }
+        // Only a cart whose directory is gone (or another's now) ends: an event that only looks
+        // like it (a stray name in the root) must never take a cart's history.
+        if Posix.linkInfo("\(tree.root)/\(id)")?.kind == .directory, tree.markerMatches(id, number: cart.store.cart) { return }
+        carts[id] = nil
+        if cart.poller != nil { polledCarts -= 1 }
+        if started { recordWatch() }
+        timed[id] = nil
+        engines[id] = nil
+        cart.watcher?.removeWatches()
+        do {
+            try tree.database.withTransaction { () throws(AgentError) in
+                if let known = try tree.database.cart(id), known.number == cart.store.cart {
+                    try tree.database.removeCart(known.number)
+                }
+            }
+            logger.log(.info, "cart \(id): its directory was removed: the cart ended")
+        } catch {
+            logger.log(.error, "cart \(id): ending it failed: \(error.description)")
+        }
+    }
+
+    /// The engine of a cart, made on demand; only the most recently used are kept.
+    func engine(for cart: Cart) -> SyncEngine {
+        clock += 1
+        cart.used = clock
+        if let engine = engines[cart.id] { return engine }
+        if engines.count >= enginesKept {
+            // The older half goes.
+            let cutoff = engines.keys.compactMap { carts[$0]?.used }.sorted()[engines.count / 2]
+            engines = engines.filter { (carts[$0.key]?.used ?? 0) >= cutoff }
+        }
+        let engine = SyncEngine(store: cart.store, configuration: configuration, isSynchronizerRegistered: isSynchronizerRegistered, logger: tree == nil ? logger : logger.tagged(cart: cart.id))
+        engine.logsActivity = true
+        engines[cart.id] = engine
+        return engine
+    }
+
+    /// Runs a pass on one cart; a failure is reported and retried later for that cart alone.
+    func attempt(_ cart: Cart, _ scope: SyncEngine.PassScope, inboxSeen: [String] = []) {
+        let engine = engine(for: cart)
+        do {
+            // A whole pass of a tree's cart (the start, a retry) makes what is missing of the inbox first.
+            if scope == .everything, tree != nil { try Tree.makeInbox(engine.directory) }
+            try engine.pass(scope, inboxSeen: inboxSeen)
+            if scope == .everything { cart.retryDelay = 0.5 }
+            cart.deadline = engine.nextDeadline
+        } catch {
+            fail(cart, error, engine: engine)
+        }
+    }
+
+    /// A failed pass of one cart: reported, and tried again later for that cart alone with a
+    /// growing delay — except what is wrong with the whole of what the agent serves, which stops
+    /// it: the database gone; for a sync directory, the directory gone or its database behind its
+    /// files (retrying would only add reports to a database that is wrong).
+    func fail(_ cart: Cart, _ error: AgentError, engine: SyncEngine) {
+        switch error {
+        case .databaseGone:
+            fatal = error
+            return
+        case .directoryGone, .databaseBehind:
+            if tree == nil {
+                fatal = error
+                return
+            }
+        default:
+            break
+        }
+        // Not this cart any more (its rows given back, another taken on in its place): taken on again.
+        if let tree, carts[cart.id] === cart, !tree.markerMatches(cart.id, number: cart.store.cart) {
+            engine.logger.log(.error, error.description)
+            readopt(cart.id)
+            return
+        }
+        engine.reportError(error)
+        cart.retryAt = Date().addingTimeInterval(cart.retryDelay)
+        engine.logger.log(.info, "retrying in \(cart.retryDelay) s")
+        cart.retryDelay = min(cart.retryDelay * 2, 30)
+    }
+
+    /// SIGHUP: the settings again; on error the settings in force are kept.
+    func reload() {
+        do throws(AgentError) {
+            let reloaded: AgentConfiguration
+            if tree != nil {
+                reloaded = try AgentConfiguration.loadFile(directory: root)
+                guard reloaded.isTree else {
+                    throw .configuration(path: "\(root)/\(AgentConfiguration.fileName)", line: 1, column: 1, reason: "\"layout\" is no longer \"tree\"; a tree cannot become a sync directory under a running agent")
+                }
+            } else {
+                reloaded = try AgentConfiguration.load(directory: root)
+            }
+            let cartMoved = reloaded.cart != configuration.cart
+            let choice = try WatchChoice.decide(directory: root, cart: reloaded.cart, settings: reloaded.watch, override: watchOverride)
+            configuration = reloaded
+            for engine in engines.values { engine.configuration = reloaded }
+            logger.format = logFormat ?? configuration.logFormat
+            logger.log(.info, "reloaded \(AgentConfiguration.fileName)")
+            if choice.polls != rootChoice.polls {
+                logger.log(.warning, "the new \"watch\" setting chooses \(choice.polls ? "polling" : "inotify"); the agent keeps what it chose at its start until it restarts")
+            }
+            if choice.intervalMs != rootChoice.intervalMs {
+                // Every polled cart (all of them when the root is polled, or carts past the watch limit) looks at the new pace.
+                rootChoice.intervalMs = choice.intervalMs
+                looks.restart(intervalMs: rootChoice.intervalMs)
+                if polledCarts > 0 { logger.log(.info, "polled carts are looked at every \(rootChoice.intervalMs) ms from now on") }
+            }
+            recordWatch()
+            if cartMoved { logger.log(.info, "the cart is now \(configuration.cart)") }
+            for cart in carts.values where cartMoved {
+                cart.watcher?.follow(cart: configuration.cart)
+                cart.poller?.follow(cart: configuration.cart)
+                attempt(cart, .cart)
+            }
+        } catch {
+            // A sync directory keeps the error for status, as its passes' errors.
+            if tree == nil, let engine = engines[Agent.directoryCart] { engine.reportError(error) } else { logger.log(.error, error.description) }
+            logger.log(.warning, "the settings in force are kept until \(AgentConfiguration.fileName) is fixed and SIGHUP sent again")
+        }
+    }
+
+    /// How this agent sees its carts, kept for `status` (with its pid: a note of an agent gone is
+    /// not shown as the truth of now).
+    func recordWatch() {
+        let polled = polledCarts
+        let how = tree == nil ? rootChoice.description
+            : rootChoice.polls || (polled == carts.count && polled > 0) ? "polling every \(rootChoice.intervalMs) ms (\(rootChoice.reason))" : polled == 0 ? "inotify"
+            : "\(polled) of \(carts.count) carts polled every \(rootChoice.intervalMs) ms, the others inotify"
+        _ = try? database.withTransaction { () throws(AgentError) in try Store(database: database, cart: 0, directory: root, signalPath: "").setNote(WatchChoice.noteKey, "\(Posix.processId)\t\(how)") }
+    }
+}

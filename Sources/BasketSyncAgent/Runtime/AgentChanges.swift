@@ -1,0 +1,207 @@
+import BasketSync
+import BasketSyncWire
+
+/// What changed, and the passes it calls for: inotify's events, the polled carts' looks, group commit.
+extension Agent {
+    /// Reads every waiting event and runs one pass per cart it concerns.
+    func takeEvents() throws(AgentError) {
+        guard let inotify else { return }
+        let events: [InotifyEvent]
+        do { events = try inotify.events() } catch { throw .system(error) }
+        var changes: [String: (kinds: Set<Watcher.Change>, delivered: [String])] = [:]
+        var order: [String] = []
+        let rootPrefix = root + "/"
+        for event in events {
+            if event.mask.contains(.overflow) || event.watch < 0 {
+                logger.log(.warning, "the inotify queue overflowed: reading everything again")
+                for id in (try? tree?.cartDirectories()) ?? [] where carts[id] == nil { adopt(id) }
+                // Every cart, those with events already read in this wake-up too: what the queue
+                // lost may be theirs.
+                for cart in carts.values {
+                    if changes[cart.id] == nil { order.append(cart.id) }
+                    changes[cart.id, default: ([], [])].kinds.insert(.overflow)
+                }
+                continue
+            }
+            if event.mask.contains(.ignored) { continue }
+            guard let watched = inotify.path(of: event.watch) else { continue }
+            let path = watched.hasSuffix("/") ? String(watched.dropLast()) : watched
+            // A sync directory's events are its one cart's; a tree's root says which carts come and go.
+            guard let tree else {
+                if let watcher = carts[Agent.directoryCart]?.watcher {
+                    if changes[Agent.directoryCart] == nil { order.append(Agent.directoryCart) }
+                    var entry = changes[Agent.directoryCart] ?? ([], [])
+                    watcher.handle(event, into: &entry.kinds, delivered: &entry.delivered)
+                    changes[Agent.directoryCart] = entry
+                }
+                continue
+            }
+            if path == tree.root {
+                if !event.mask.isDisjoint(with: [.deleteSelf, .moveSelf]) {
+                    fatal = .directoryGone(path: tree.root)
+                    return
+                }
+                if event.name == Store.stateDirectoryName, !event.mask.isDisjoint(with: [.delete, .movedFrom]) {
+                    fatal = .directoryGone(path: tree.root)
+                    return
+                }
+                guard Tree.isCartId(event.name) else { continue }
+                if !event.mask.isDisjoint(with: [.delete, .movedFrom]) {
+                    end(event.name)
+                } else if !event.mask.isDisjoint(with: [.create, .movedTo]), Posix.linkInfo("\(tree.root)/\(event.name)")?.kind == .directory {
+                    // Only a directory is a cart (basket-sync.json rewritten is not one).
+                    // A directory made again under the id of a cart still watched: the old one ended.
+                    if carts[event.name] != nil { end(event.name) }
+                    adopt(event.name)
+                }
+                continue
+            }
+            guard path.hasPrefix(rootPrefix) else { continue }
+            let id = String(path.dropFirst(rootPrefix.count).prefix { $0 != "/" })
+            guard let cart = carts[id] else {
+                if waiting[id] != nil, event.name == Tree.markerName, !order.contains(id) {
+                    changes[id] = ([.commit], [])
+                    order.append(id)
+                }
+                continue
+            }
+            guard let watcher = cart.watcher else { continue }
+            if changes[id] == nil { order.append(id) }
+            var entry = changes[id] ?? ([], [])
+            watcher.handle(event, into: &entry.kinds, delivered: &entry.delivered)
+            changes[id] = entry
+        }
+        take(changes, order: order)
+    }
+
+    /// One look at what is polled: a tree's carts (when its root is polled), then each polled cart.
+    func look() {
+        if let tree, rootChoice.polls {
+            let now = Posix.monotonicSeconds()
+            let identity = Posix.linkInfo(tree.root)?.identity ?? []
+            if identity != rootIdentity { rootUnsettledUntil = now + Poller.settleSeconds }
+            if identity != rootIdentity || now < rootUnsettledUntil + Double(rootChoice.intervalMs) / 1000 {
+                rootIdentity = identity
+                guard Posix.linkInfo(tree.root)?.kind == .directory, Posix.linkInfo(tree.database.stateDirectory)?.kind == .directory else {
+                    fatal = .directoryGone(path: tree.root)
+                    return
+                }
+                let ids = Set((try? tree.cartDirectories()) ?? [])
+                for id in carts.keys where !ids.contains(id) { end(id) }
+                for id in ids.sorted() where carts[id] == nil && waiting[id] == nil { adopt(id) }
+            }
+        }
+        var changes: [String: (kinds: Set<Watcher.Change>, delivered: [String])] = [:]
+        var order: [String] = []
+        for (id, cart) in carts {
+            guard let poller = cart.poller else { continue }
+            let seen = poller.changes(onlyFresh: cart.retryAt != nil)
+            if !seen.kinds.isEmpty {
+                changes[id] = seen
+                order.append(id)
+            }
+        }
+        // A directory refused until init --adopt: its marker written again is looked for too.
+        if let tree, rootChoice.polls {
+            for id in waiting.keys {
+                let identity = Posix.linkInfo("\(tree.root)/\(id)/\(Tree.markerName)")?.identity ?? []
+                if waitingMarkers[id] != nil, waitingMarkers[id] != identity, !order.contains(id) {
+                    changes[id] = ([.commit], [])
+                    order.append(id)
+                }
+                waitingMarkers[id] = identity
+            }
+            waitingMarkers = waitingMarkers.filter { waiting[$0.key] != nil }
+        }
+        take(changes, order: order.sorted())
+    }
+
+    /// Runs what changed in each cart, in order: the new cart versions together (group commit).
+    func take(_ changes: [String: (kinds: Set<Watcher.Change>, delivered: [String])], order: [String]) {
+        var cartsOnly: [Cart] = []
+        for id in order where carts[id] == nil && waiting[id] != nil { adopt(id) }
+        for id in order {
+            guard let cart = carts[id], let (kinds, delivered) = changes[id] else { continue }
+            // The marker touched: still this cart's? (init --adopt, a marker overwritten or lost
+            // make it another, or none.)
+            if let tree, kinds.contains(.commit), !tree.markerMatches(id, number: cart.store.cart) {
+                readopt(id)
+                continue
+            }
+            if kinds.contains(.directoryGone) {
+                // A sync directory gone ends the agent; a tree's cart gone ends that cart.
+                guard tree != nil else {
+                    fatal = .directoryGone(path: root)
+                    return
+                }
+                end(id)
+                continue
+            }
+            var scope: SyncEngine.PassScope = []
+            if kinds.contains(.overflow) { scope = [.publish, .inbox, .cart] }
+            if kinds.contains(.commit) { scope.insert(.publish) }
+            if kinds.contains(.inbox) { scope.insert(.inbox) }
+            if kinds.contains(.cart) { scope.insert(.cart) }
+            // The common case, a new cart version, is taken with the others of this wake-up.
+            if scope == .cart, cart.retryAt == nil { cartsOnly.append(cart) } else if !scope.isEmpty { attempt(cart, scope, inboxSeen: delivered) }
+        }
+        if cartsOnly.count == 1 { attempt(cartsOnly[0], .cart) } else if !cartsOnly.isEmpty { takeCarts(cartsOnly) }
+    }
+
+    /// Group commit: the new versions of many carts read and run in one transaction (one
+    /// database fsync), each under a savepoint (a cart that fails is undone alone); then, once it
+    /// committed, each cart's appends and logs.
+    func takeCarts(_ group: [Cart]) {
+        var reads: [(cart: Cart, engine: SyncEngine, read: SyncEngine.CartRead)] = []
+        var failed: [(cart: Cart, error: AgentError)] = []
+        do throws(AgentError) {
+            try database.withTransaction { () throws(AgentError) in
+                reads = []
+                failed = []
+                for cart in group {
+                    let engine = engine(for: cart)
+                    do throws(AgentError) {
+                        reads.append((cart, engine, try database.withSavepoint { () throws(AgentError) in try engine.readCartInTransaction() }))
+                    } catch {
+                        failed.append((cart, error))
+                    }
+                }
+            }
+        } catch {
+            // The commit itself failed: each cart is tried again alone.
+            if case .databaseGone = error { fatal = error; return }
+            for cart in group { attempt(cart, .cart) }
+            return
+        }
+        // The appends of every cart first, then their fsyncs all at once (the disk takes them
+        // together), then what each cart does after.
+        var finished: [(cart: Cart, engine: SyncEngine)] = []
+        for (cart, engine, read) in reads {
+            engine.defersSync = true
+            defer { engine.defersSync = false }
+            do {
+                _ = try engine.finishCart(read)
+                finished.append((cart, engine))
+            } catch {
+                fail(cart, error, engine: engine)
+            }
+        }
+        // Every engine of the group, a cart that failed after an append too: nothing is left unsynced.
+        let unsynced = reads.flatMap { read in read.engine.unsyncedFiles.map { ((cart: read.cart, engine: read.engine), $0.projection, $0.fd) } }
+        let failures = fsyncPool.fsyncAll(unsynced.map { ($0.2, "\($0.0.engine.directory)/\($0.1.fileName)") })
+        var failedCarts = Set<String>()
+        let finishedIds = Set(finished.map(\.cart.id))
+        for ((entry, projection, _), failure) in zip(unsynced, failures) {
+            do throws(AgentError) { try entry.engine.finishDeferredSync(projection, failure: failure) } catch {
+                failedCarts.insert(entry.cart.id)
+                // A cart that failed before is retried already.
+                if finishedIds.contains(entry.cart.id) { fail(entry.cart, error, engine: entry.engine) }
+            }
+        }
+        for (cart, engine) in finished where !failedCarts.contains(cart.id) {
+            cart.deadline = engine.nextDeadline
+            engine.retainQuietly()
+        }
+        for (cart, error) in failed { fail(cart, error, engine: engine(for: cart)) }
+    }
+}
