@@ -19,14 +19,18 @@ let package = Package(
         .systemLibrary(name: "CStatfs", path: "Sources/CStatfs"),
         // The imperative shell: files, inotify, SQLite, signals.
         .target(name: "BasketSyncAgent", dependencies: ["BasketSync", "BasketSyncWire", "CInotifyTools", "CSQLite", "CMalloc", "CStatfs"]),
+        // A seeded generator (SplitMix64): check-host and the seeded tests replay a run from its seed.
+        .target(name: "Seeded"),
+        // The conformance kit (`check-host`): scenarios, the rules, a host model on the library's own rule, the runner.
+        .target(name: "BasketSyncHostCheck", dependencies: ["BasketSyncAgent", "BasketSyncWire", "BasketSync", "Seeded"]),
         // Argument parsing and command dispatch only.
-        .executableTarget(name: "basket-sync", dependencies: ["BasketSyncAgent", "BasketSyncWire", "BasketSync"]),
+        .executableTarget(name: "basket-sync", dependencies: ["BasketSyncAgent", "BasketSyncHostCheck", "BasketSyncWire", "BasketSync"]),
         // The benchmark: `swift run -c release basket-sync-bench`.
         .executableTarget(name: "basket-sync-bench", dependencies: ["basket-sync"]),
         // Samples/swift-host: a host embedding the library directly.
         .executableTarget(name: "swift-host-sample", dependencies: ["BasketSync"], path: "Samples/swift-host", exclude: ["README.md"]),
-        // A seeded generator the seeded tests share.
-        .target(name: "TestSupport", path: "Tests/TestSupport"),
+        // What the seeded tests share: the knobs, and the seeded generator re-exported.
+        .target(name: "TestSupport", dependencies: ["Seeded"], path: "Tests/TestSupport"),
         .testTarget(name: "BasketSyncTests", dependencies: ["BasketSync", "TestSupport"]),
         .testTarget(name: "BasketSyncWireTests", dependencies: ["BasketSyncWire", "BasketSync", "TestSupport"]),
         .testTarget(name: "BasketSyncAgentTests", dependencies: ["BasketSyncAgent", "BasketSyncWire", "BasketSync", "TestSupport"]),

@@ -1,5 +1,6 @@
 import BasketSync
 import BasketSyncAgent
+import BasketSyncHostCheck
 import BasketSyncWire
 
 /// Writes a result (stdout) or a message (stderr).

@@ -29,7 +29,7 @@ extension AgentConfiguration {
     }
 
     /// Parses a configuration file's bytes; a problem names `path:line:column`.
-    static func parse(_ bytes: [UInt8], path: String) throws(AgentError) -> AgentConfiguration {
+    package static func parse(_ bytes: [UInt8], path: String) throws(AgentError) -> AgentConfiguration {
         do { return try parse(bytes) } catch {
             let (line, column) = lineAndColumn(of: error.offset, in: bytes)
             throw .configuration(path: path, line: line, column: column, reason: error.reason)

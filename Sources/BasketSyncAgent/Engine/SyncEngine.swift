@@ -13,7 +13,7 @@ public final class SyncEngine {
     public internal(set) var configuration: AgentConfiguration
     /// Whether the outbox synchronizer is registered (`--no-synchronizer` leaves it out).
     public let isSynchronizerRegistered: Bool
-    let store: Store
+    package let store: Store
     let logger: Logger
     let inbox: Inbox
     var cartReader = CartReader()

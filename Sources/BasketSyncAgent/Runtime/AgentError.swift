@@ -80,7 +80,7 @@ extension DecodingFailure {
     func badData(path: String, bytes: [UInt8]) -> AgentError { first.badData(path: path, bytes: bytes) }
 
     /// Every problem as `path:line:column: reason`, in file order.
-    func descriptions(path: String, bytes: [UInt8]) -> [String] {
+    package func descriptions(path: String, bytes: [UInt8]) -> [String] {
         problems.map { $0.badData(path: path, bytes: bytes).description }
     }
 }

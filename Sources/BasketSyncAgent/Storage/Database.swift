@@ -2,7 +2,7 @@ import BasketSync
 import BasketSyncWire
 
 /// The records that JSON Lines files project from the database.
-enum Projection: String, CaseIterable, Sendable {
+package enum Projection: String, CaseIterable, Sendable {
     case outbox
     case notifications
     case payments

@@ -2,7 +2,7 @@ import BasketSync
 import BasketSyncWire
 
 /// cart's files.
-final class Store {
+package final class Store {
     /// The sync directory (in a tree: the cart's directory).
     let directory: String
     /// `.basket-sync/` of the sync directory or of the tree.
@@ -99,7 +99,7 @@ final class Store {
 
     /// Runs `body` in one IMMEDIATE transaction: committed when it returns, rolled back when it
     /// throws. A sync directory gone from under it is told apart from its database gone.
-    func withTransaction<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
+    package func withTransaction<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
         do {
             return try database.withTransaction(body)
         } catch {

@@ -115,7 +115,7 @@ extension Store {
     }
 
     /// The lines of a projection after `seq`, in order, with their seq.
-    func lines(_ projection: Projection, after seq: UInt64) throws(AgentError) -> [(seq: UInt64, line: [UInt8])] {
+    package func lines(_ projection: Projection, after seq: UInt64) throws(AgentError) -> [(seq: UInt64, line: [UInt8])] {
         let statement = try cached("SELECT seq, line FROM \(projection.rawValue) WHERE cart = ? AND seq > ? ORDER BY seq")
         defer { statement.reset() }
         statement.bind(1, cart)

@@ -4,12 +4,12 @@ import Glibc
 extension Posix {
     /// Reads the whole file, refusing one larger than `limit` bytes, under the open policy (a
     /// symbolic link is followed only with `follow`). Nil when it does not exist.
-    static func readFile(_ path: String, limit: Int, follow: Bool = false) throws(AgentError) -> [UInt8]? {
+    package static func readFile(_ path: String, limit: Int, follow: Bool = false) throws(AgentError) -> [UInt8]? {
         try readFileAndInfo(path, limit: limit, follow: follow)?.bytes
     }
 
     /// Reads the whole file and says which version it read (`fstat` of the descriptor read).
-    static func readFileAndInfo(_ path: String, limit: Int, follow: Bool = false) throws(AgentError) -> (bytes: [UInt8], info: FileInfo)? {
+    package static func readFileAndInfo(_ path: String, limit: Int, follow: Bool = false) throws(AgentError) -> (bytes: [UInt8], info: FileInfo)? {
         let fd: Int32
         let info: FileInfo
         do {
@@ -33,7 +33,7 @@ extension Posix {
     /// minus the umask.
     /// With `replacing`, whatever is at `path` (a link included: the rename replaces the link,
     /// never what it points to) is replaced by a new file of `mode`.
-    static func writeFileAtomically(_ path: String, _ bytes: [UInt8], mode: UInt32 = sharedFileMode, replacing: Bool = false) throws(SystemError) {
+    package static func writeFileAtomically(_ path: String, _ bytes: [UInt8], mode: UInt32 = sharedFileMode, replacing: Bool = false) throws(SystemError) {
         var kept: UInt32?
         var owner: (UInt32, UInt32)?
         if !replacing, let existing = linkInfo(path) {
@@ -68,7 +68,7 @@ extension Posix {
     /// `openat` and `O_NOFOLLOW`: a folder that is a link, or is swapped for one while basket-sync
     /// works, is refused, never followed. The path goes through `/proc/self/fd/N` (the folder
     /// opened, whatever its name points to later); errors name `base/relative`.
-    static func withPinnedFolders<T>(base: String, relative: String, _ body: (String) throws(AgentError) -> T) throws(AgentError) -> T {
+    package static func withPinnedFolders<T>(base: String, relative: String, _ body: (String) throws(AgentError) -> T) throws(AgentError) -> T {
         let components = relative.split(separator: "/")
         guard components.count > 1, let last = components.last else { return try body("\(base)/\(relative)") }
         var fd: Int32
@@ -88,14 +88,14 @@ extension Posix {
     }
 
     /// fsyncs a directory, so that a rename or a creation inside it is durable.
-    static func fsyncDirectory(_ path: String) throws(SystemError) {
+    package static func fsyncDirectory(_ path: String) throws(SystemError) {
         let fd = try open(path, [.readOnly, .directory])
         defer { close(fd) }
         try fsync(fd, path: path)
     }
 
     /// `mkdir -p`: creates the directory and its missing parents (0755).
-    static func makeDirectoryTree(_ path: String) throws(AgentError) {
+    package static func makeDirectoryTree(_ path: String) throws(AgentError) {
         var current = path.hasPrefix("/") ? "" : "."
         for component in path.split(separator: "/") {
             current += "/\(component)"
@@ -107,7 +107,7 @@ extension Posix {
     /// through a link: a component that exists and is not a directory (a link to elsewhere, a
     /// file) is refused before anything is made below it. Returns the folders made.
     @discardableResult
-    static func makeFolders(in base: String, _ relative: String) throws(AgentError) -> [String] {
+    package static func makeFolders(in base: String, _ relative: String) throws(AgentError) -> [String] {
         var current = base
         var made: [String] = []
         for component in relative.split(separator: "/") {
@@ -124,12 +124,12 @@ extension Posix {
         return made
     }
 
-    static func dirname(of path: String) -> String {
+    package static func dirname(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
         return slash == path.startIndex ? "/" : String(path[..<slash])
     }
 
-    static func basename(of path: String) -> String {
+    package static func basename(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return path }
         return String(path[path.index(after: slash)...])
     }

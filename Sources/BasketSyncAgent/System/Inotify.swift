@@ -2,29 +2,30 @@ import CInotifyTools
 import Glibc
 
 /// The inotify events the watcher asks for.
-struct InotifyMask: OptionSet, Hashable {
-    let rawValue: UInt32
+package struct InotifyMask: OptionSet, Hashable {
+    package let rawValue: UInt32
+    package init(rawValue: UInt32) { self.rawValue = rawValue }
 
-    static let closeWrite = InotifyMask(rawValue: UInt32(IN_CLOSE_WRITE))
-    static let modify = InotifyMask(rawValue: UInt32(IN_MODIFY))
-    static let movedTo = InotifyMask(rawValue: UInt32(IN_MOVED_TO))
-    static let movedFrom = InotifyMask(rawValue: UInt32(IN_MOVED_FROM))
-    static let create = InotifyMask(rawValue: UInt32(IN_CREATE))
-    static let delete = InotifyMask(rawValue: UInt32(IN_DELETE))
-    static let deleteSelf = InotifyMask(rawValue: UInt32(IN_DELETE_SELF))
-    static let moveSelf = InotifyMask(rawValue: UInt32(IN_MOVE_SELF))
-    static let onlyDirectory = InotifyMask(rawValue: UInt32(IN_ONLYDIR))
-    static let ignored = InotifyMask(rawValue: UInt32(IN_IGNORED))
-    static let overflow = InotifyMask(rawValue: UInt32(IN_Q_OVERFLOW))
+    package static let closeWrite = InotifyMask(rawValue: UInt32(IN_CLOSE_WRITE))
+    package static let modify = InotifyMask(rawValue: UInt32(IN_MODIFY))
+    package static let movedTo = InotifyMask(rawValue: UInt32(IN_MOVED_TO))
+    package static let movedFrom = InotifyMask(rawValue: UInt32(IN_MOVED_FROM))
+    package static let create = InotifyMask(rawValue: UInt32(IN_CREATE))
+    package static let delete = InotifyMask(rawValue: UInt32(IN_DELETE))
+    package static let deleteSelf = InotifyMask(rawValue: UInt32(IN_DELETE_SELF))
+    package static let moveSelf = InotifyMask(rawValue: UInt32(IN_MOVE_SELF))
+    package static let onlyDirectory = InotifyMask(rawValue: UInt32(IN_ONLYDIR))
+    package static let ignored = InotifyMask(rawValue: UInt32(IN_IGNORED))
+    package static let overflow = InotifyMask(rawValue: UInt32(IN_Q_OVERFLOW))
 }
 
 /// One event read from the inotify descriptor.
-struct InotifyEvent {
+package struct InotifyEvent {
     /// The watch it came from; negative for a queue overflow.
-    var watch: Int32
-    var mask: InotifyMask
+    package var watch: Int32
+    package var mask: InotifyMask
     /// The name inside the watched directory, empty for the directory itself.
-    var name: String
+    package var name: String
 }
 
 /// libinotifytools, the one inotify instance of the process. The library places the watches and
@@ -33,12 +34,12 @@ struct InotifyEvent {
 /// blocks, and cannot share a `poll`).
 ///
 /// The library keeps process-wide state: one owner, on one thread, and not `Sendable`.
-final class Inotify {
+package final class Inotify {
     /// The inotify descriptor, non-blocking, for the event loop to poll.
-    let fd: Int32
+    package let fd: Int32
     private var buffer = [UInt8](repeating: 0, count: 64 * 1024)
 
-    init(path: String) throws(SystemError) {
+    package init(path: String) throws(SystemError) {
         guard inotifytools_initialize() != 0 else {
             throw SystemError(operation: "inotify_init", path: path, code: inotifytools_error())
         }
@@ -60,7 +61,7 @@ final class Inotify {
     }
 
     /// Watches a directory; throws when it cannot (it does not exist, or the limit is reached).
-    func watch(_ path: String, _ mask: InotifyMask) throws(SystemError) {
+    package func watch(_ path: String, _ mask: InotifyMask) throws(SystemError) {
         guard inotifytools_watch_file(path, Int32(bitPattern: mask.rawValue)) != 0 else {
             throw SystemError(operation: "watch", path: path, code: inotifytools_error())
         }
@@ -69,21 +70,21 @@ final class Inotify {
     /// Removes a watch, silently when the kernel already did (its directory was deleted; the
     /// library would print an error). The library's record of its path stays: it names a
     /// descriptor no event comes from any more.
-    func removeWatch(_ watch: Int32) { _ = inotify_rm_watch(fd, watch) }
+    package func removeWatch(_ watch: Int32) { _ = inotify_rm_watch(fd, watch) }
 
     /// The watch descriptor of a watched path; nil when it is not watched.
-    func watchDescriptor(_ path: String) -> Int32? {
+    package func watchDescriptor(_ path: String) -> Int32? {
         let watch = inotifytools_wd_from_filename(path)
         return watch > 0 ? watch : nil
     }
 
     /// The path a watch descriptor watches, as the library recorded it.
-    func path(of watch: Int32) -> String? {
+    package func path(of watch: Int32) -> String? {
         inotifytools_filename_from_wd(watch).map { String(cString: $0) }
     }
 
     /// Every event waiting on the descriptor; empty when none (it never blocks).
-    func events() throws(SystemError) -> [InotifyEvent] {
+    package func events() throws(SystemError) -> [InotifyEvent] {
         var events: [InotifyEvent] = []
         let header = MemoryLayout<inotify_event>.size
         while true {

@@ -7,7 +7,7 @@ extension Posix {
     /// The first directory on the way from `base` to `base/relative` (its last component
     /// excluded) that is a symbolic link, if any: opening with `O_NOFOLLOW` checks the last
     /// component only.
-    static func linkOnTheWay(from base: String, to relative: String) -> String? {
+    package static func linkOnTheWay(from base: String, to relative: String) -> String? {
         var path = base
         for component in relative.split(separator: "/").dropLast() {
             path += "/\(component)"
@@ -17,53 +17,62 @@ extension Posix {
     }
 
     /// Seconds on the monotonic clock (never set back).
-    static func monotonicSeconds() -> Double {
+    package static func monotonicSeconds() -> Double {
         var now = timespec()
         clock_gettime(CLOCK_MONOTONIC, &now)
         return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
     }
 
     /// What the path itself is, without following a final symbolic link; nil when it does not exist.
-    static func linkInfo(_ path: String) -> FileInfo? {
+    package static func linkInfo(_ path: String) -> FileInfo? {
         var info = stat()
         return lstat(path, &info) == 0 ? FileInfo(info) : nil
     }
 
     /// What the path is, following symbolic links; nil when it does not exist.
-    static func info(_ path: String) -> FileInfo? {
+    package static func info(_ path: String) -> FileInfo? {
         var info = stat()
         return stat(path, &info) == 0 ? FileInfo(info) : nil
     }
 
-    static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
+    package static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
 
-    static func isDirectory(_ path: String) -> Bool {
+    package static func isDirectory(_ path: String) -> Bool {
         var info = stat()
         return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
     }
 
-    static func rename(_ from: String, _ to: String) throws(SystemError) {
+    package static func rename(_ from: String, _ to: String) throws(SystemError) {
         if Glibc.rename(from, to) != 0 { throw .last("rename to \(to)", from) }
     }
 
-    static func unlink(_ path: String) { _ = Glibc.unlink(path) }
+    package static func unlink(_ path: String) { _ = Glibc.unlink(path) }
 
     /// Gives the heap glibc keeps after freeing back to the system (`malloc_trim`): after a large
     /// cart, the resident memory falls back.
-    static func releaseFreedMemory() { _ = malloc_trim(0) }
+    package static func releaseFreedMemory() { _ = malloc_trim(0) }
 
     /// Removes a file, a link (not what it leads to) or an empty folder; false when nothing was removed.
-    static func remove(_ path: String) -> Bool {
+    package static func remove(_ path: String) -> Bool {
         if Glibc.unlink(path) == 0 { return true }
         return (errno == EISDIR || errno == EPERM) && rmdir(path) == 0
     }
 
-    static func makeDirectory(_ path: String, mode: UInt32) throws(SystemError) {
+    /// Removes `path` and, when it is a folder (not a link to one), everything in it; what cannot
+    /// be removed is left.
+    package static func removeTree(_ path: String) {
+        if linkInfo(path)?.kind == .directory {
+            for name in (try? entries(of: path)) ?? [] { removeTree("\(path)/\(name)") }
+        }
+        _ = remove(path)
+    }
+
+    package static func makeDirectory(_ path: String, mode: UInt32) throws(SystemError) {
         if mkdir(path, mode_t(mode)) != 0, errno != EEXIST { throw .last("mkdir", path) }
     }
 
     /// Creates the file if it is missing and closes it: the close is an inotify event.
-    static func touch(_ path: String, mode: UInt32) {
+    package static func touch(_ path: String, mode: UInt32) {
         guard let fd = try? open(path, [.writeOnly, .create], mode: mode) else { return }
         // A file with other names (a hard link to one elsewhere) is replaced, never touched:
         // its times are those of the file elsewhere (SPEC §7). Its few bytes go with it.
@@ -80,7 +89,7 @@ extension Posix {
 
     /// The pids holding a `flock` on the file at `path`, from `/proc/locks` (nothing is locked or
     /// tried: a process starting at that instant is never disturbed).
-    static func lockHolders(_ path: String) -> [Int32] {
+    package static func lockHolders(_ path: String) -> [Int32] {
         guard let info = linkInfo(path),
               let bytes = try? readFile("/proc/locks", limit: 16 * 1024 * 1024, follow: true) else { return [] }
         var holders: [Int32] = []
@@ -95,21 +104,21 @@ extension Posix {
     }
 
     /// Sixteen random hex digits, for names nobody can guess.
-    static func randomName() -> String {
+    package static func randomName() -> String {
         var generator = SystemRandomNumberGenerator()
         let hex = String(generator.next() as UInt64, radix: 16)
         return String(repeating: "0", count: 16 - hex.count) + hex
     }
 
     /// The path a chain of symbolic links leads to, absolute; nil when it leads nowhere.
-    static func resolved(_ path: String) -> String? {
+    package static func resolved(_ path: String) -> String? {
         guard let pointer = realpath(path, nil) else { return nil }
         defer { free(pointer) }
         return String(cString: pointer)
     }
 
     /// Why a new file cannot be made in `directory`, if it cannot: EROFS or EACCES.
-    static func unwritable(_ directory: String) -> Int32? {
+    package static func unwritable(_ directory: String) -> Int32? {
         var info = statvfs()
         if statvfs(directory, &info) == 0, info.f_flag & UInt(ST_RDONLY) != 0 { return EROFS }
         if access(directory, W_OK) != 0, errno == EACCES || errno == EROFS { return errno }
@@ -117,17 +126,17 @@ extension Posix {
     }
 
     /// Why `path` cannot be opened for reading or writing, if the answer is a permission: EACCES.
-    static func isPermissionDenied(_ path: String) -> Bool { access(path, F_OK) != 0 && errno == EACCES }
+    package static func isPermissionDenied(_ path: String) -> Bool { access(path, F_OK) != 0 && errno == EACCES }
 
     /// The names in a directory, sorted; empty when it cannot be read.
-    static func listDirectory(_ path: String) -> [String] {
+    package static func listDirectory(_ path: String) -> [String] {
         guard let directory = opendir(path) else { return [] }
         return names(in: directory)
     }
 
     /// The names in a directory (no `.`, `..`), sorted; the directory is opened without
     /// following a link and without blocking, and must be one: otherwise an error says what it is.
-    static func entries(of path: String) throws(SystemError) -> [String] {
+    package static func entries(of path: String) throws(SystemError) -> [String] {
         let fd = try open(path, [.directory])
         guard let directory = fdopendir(fd) else {
             let error = SystemError.last("opendir", path)
@@ -139,7 +148,7 @@ extension Posix {
 
     /// The names in a directory that are not UTF-8, as bytes (a `String` cannot name them: they
     /// are set aside by ``renameRaw(in:_:to:)``); empty when it cannot be read.
-    static func nonUTF8Names(in path: String) -> [[UInt8]] {
+    package static func nonUTF8Names(in path: String) -> [[UInt8]] {
         guard let directory = opendir(path) else { return [] }
         defer { closedir(directory) }
         let nameOffset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
@@ -154,7 +163,7 @@ extension Posix {
     }
 
     /// Renames the entry named by the bytes `name` in `directory` to `target` (never following a link).
-    static func renameRaw(in directory: String, _ name: [UInt8], to target: String) throws(SystemError) {
+    package static func renameRaw(in directory: String, _ name: [UInt8], to target: String) throws(SystemError) {
         let path = Array(directory.utf8) + [0x2F] + name + [0]
         let result = path.withUnsafeBufferPointer { buffer in
             buffer.withMemoryRebound(to: CChar.self) { Glibc.rename($0.baseAddress!, target) }
@@ -163,7 +172,7 @@ extension Posix {
     }
 
     /// Bytes that are not UTF-8, shown: printable ASCII as is, any other byte as `\xNN`.
-    static func shownBytes(_ bytes: [UInt8]) -> String {
+    package static func shownBytes(_ bytes: [UInt8]) -> String {
         bytes.map { (0x20..<0x7F).contains($0) && $0 != 0x5C ? String(UnicodeScalar($0)) : "\\x" + String($0, radix: 16, uppercase: true).leftPadded(2) }.joined()
     }
 
@@ -181,7 +190,7 @@ extension Posix {
     }
 
     /// The target of a symbolic link, if `path` is one.
-    static func linkTarget(_ path: String) -> String? {
+    package static func linkTarget(_ path: String) -> String? {
         var target = [CChar](repeating: 0, count: 4096)
         let count = readlink(path, &target, target.count - 1)
         guard count > 0 else { return nil }
@@ -190,33 +199,33 @@ extension Posix {
 
     // MARK: The process
 
-    static var processId: Int32 { getpid() }
+    package static var processId: Int32 { getpid() }
 
-    static var userId: UInt32 { getuid() }
+    package static var userId: UInt32 { getuid() }
 
-    static func environment(_ name: String) -> String? { getenv(name).map { String(cString: $0) } }
+    package static func environment(_ name: String) -> String? { getenv(name).map { String(cString: $0) } }
 
     /// Executes this program again with `SWIFT_BACKTRACE=enable=no` when the variable is not set
     /// (see ``Terminal/withoutBacktracer()``); returns only when it cannot.
-    static func startAgainWithoutBacktracer() {
+    package static func startAgainWithoutBacktracer() {
         guard getenv("SWIFT_BACKTRACE") == nil else { return }
         setenv("SWIFT_BACKTRACE", "enable=no", 1)
         _ = execv("/proc/self/exe", CommandLine.unsafeArgv)
     }
 
-    static func currentDirectory() -> String? {
+    package static func currentDirectory() -> String? {
         guard let pointer = getcwd(nil, 0) else { return nil }
         defer { free(pointer) }
         return String(cString: pointer)
     }
 
-    static func changeDirectory(_ path: String) -> Bool { chdir(path) == 0 }
+    package static func changeDirectory(_ path: String) -> Bool { chdir(path) == 0 }
 
-    static func exit(_ code: Int32) -> Never { Glibc.exit(code) }
+    package static func exit(_ code: Int32) -> Never { Glibc.exit(code) }
 
     /// Runs `argv` without a shell (nothing in data is ever executed) and waits for it: its exit
     /// status, or 128 + the signal that killed it.
-    static func spawnAndWait(_ argv: [String], passing inherited: Int32? = nil) throws(SystemError) -> Int32 {
+    package static func spawnAndWait(_ argv: [String], passing inherited: Int32? = nil) throws(SystemError) -> Int32 {
         // The child gets stdin, stdout, stderr and, as descriptor 3, `inherited`: nothing else of
         // this process (its database, its files) stays open in it or in what it leaves running.
         var actions = posix_spawn_file_actions_t()
@@ -238,7 +247,7 @@ extension Posix {
 
     /// Waits until one of `fds` is readable, a signal interrupts, or `timeout` milliseconds pass
     /// (-1: no timeout). Returns which descriptors are readable.
-    static func waitReadable(_ fds: [Int32], timeout: Int32) throws(SystemError) -> [Bool] {
+    package static func waitReadable(_ fds: [Int32], timeout: Int32) throws(SystemError) -> [Bool] {
         var polled = fds.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
         if poll(&polled, nfds_t(polled.count), timeout) < 0 {
             if errno == EINTR { return fds.map { _ in false } }

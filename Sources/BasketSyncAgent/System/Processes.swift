@@ -2,8 +2,8 @@ import Glibc
 
 /// Another program run and watched: `check-host` runs a host's apply command in a directory of
 /// its own, may kill it at any instant, and must not leave its children behind.
-final class SpawnedProcess {
-    let pid: pid_t
+package final class SpawnedProcess {
+    package let pid: pid_t
     /// Its exit status, once reaped.
     private var reaped: Int32?
 
@@ -14,14 +14,14 @@ final class SpawnedProcess {
     private static let closeFrom = dlsym(dlopen(nil, RTLD_NOW), "posix_spawn_file_actions_addclosefrom_np").map { unsafeBitCast($0, to: CloseFrom.self) }
 
     /// Adds "close every descriptor from `first` on" to `actions`, where the C library can.
-    static func closeDescriptors(from first: Int32, in actions: inout posix_spawn_file_actions_t) {
+    package static func closeDescriptors(from first: Int32, in actions: inout posix_spawn_file_actions_t) {
         if let closeFrom { _ = closeFrom(&actions, first) }
     }
 
     /// Starts `argv` (searched on the PATH, no shell) in `directory`, in a process group of its
     /// own, with `environment` added to this process's, stdin from /dev/null and its output
     /// appended to `log`.
-    init(_ argv: [String], directory: String, environment: [String: String], log: String) throws(SystemError) {
+    package init(_ argv: [String], directory: String, environment: [String: String], log: String) throws(SystemError) {
         guard let changeDirectory = SpawnedProcess.changeDirectory else {
             throw SystemError(operation: "run (this C library cannot start a program in a directory)", path: argv[0], code: ENOSYS)
         }
@@ -40,7 +40,7 @@ final class SpawnedProcess {
 
     /// Its exit status (128 + the signal that killed it) once it has ended, without waiting; nil
     /// while it runs.
-    func exitStatus() -> Int32? {
+    package func exitStatus() -> Int32? {
         if let reaped { return reaped }
         var status: Int32 = 0
         while true {
@@ -56,7 +56,7 @@ final class SpawnedProcess {
     }
 
     /// Kills it and everything it started (its process group), and reaps it.
-    func killAll() {
+    package func killAll() {
         kill(-pid, SIGKILL)
         guard reaped == nil else { return }
         kill(pid, SIGKILL)
@@ -70,7 +70,7 @@ extension Posix {
     /// Starts `argv` (searched on the PATH, no shell) with `actions`: the child gets an empty
     /// signal mask, the default action for `defaults`, a process group of its own when
     /// `ownGroup`, and this process's environment with `environment` set over it.
-    static func spawn(_ argv: [String], actions: inout posix_spawn_file_actions_t, defaults: [Int32],
+    package static func spawn(_ argv: [String], actions: inout posix_spawn_file_actions_t, defaults: [Int32],
                       ownGroup: Bool = false, environment: [String: String] = [:]) throws(SystemError) -> pid_t {
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
@@ -106,19 +106,19 @@ extension Posix {
     }
 
     /// A new directory of mode 0700 with a unique name, from `template` ending in XXXXXX.
-    static func makeTemporaryDirectory(_ template: String) throws(SystemError) -> String {
+    package static func makeTemporaryDirectory(_ template: String) throws(SystemError) -> String {
         var bytes = Array(template.utf8CString)
         guard mkdtemp(&bytes) != nil else { throw .last("create a temporary directory", template) }
         return String(decoding: bytes.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     /// Sleeps `microseconds` (a few milliseconds at most, between two looks at a running program).
-    static func pause(microseconds: UInt32) { usleep(microseconds) }
+    package static func pause(microseconds: UInt32) { usleep(microseconds) }
 }
 
 extension Posix {
     /// Whether `path` is on a file system mounted read-only.
-    static func isReadOnlyFileSystem(_ path: String) -> Bool {
+    package static func isReadOnlyFileSystem(_ path: String) -> Bool {
         var info = statvfs()
         return statvfs(path, &info) == 0 && info.f_flag & UInt(ST_RDONLY) != 0
     }
@@ -128,17 +128,17 @@ import Synchronization
 
 /// SIGINT, SIGTERM and SIGHUP turned into a flag a long-running command looks at between steps, so that
 /// it can stop what it started and clean up before it exits.
-enum Interruption {
+package enum Interruption {
     private static let flag = Atomic<Bool>(false)
 
     /// From now on SIGINT, SIGTERM and SIGHUP (the terminal closed) set the flag instead of
     /// ending the process.
-    static func catchSignals() {
+    package static func catchSignals() {
         for signal in [SIGINT, SIGTERM, SIGHUP] {
             _ = Glibc.signal(signal) { _ in Interruption.flag.store(true, ordering: .relaxed) }
         }
     }
 
     /// Whether SIGINT, SIGTERM or SIGHUP came.
-    static var requested: Bool { flag.load(ordering: .relaxed) }
+    package static var requested: Bool { flag.load(ordering: .relaxed) }
 }

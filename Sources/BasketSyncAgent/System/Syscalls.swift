@@ -2,23 +2,24 @@ import Glibc
 import CMalloc
 
 /// How a file is opened: the `open(2)` flags the agent uses, without libc in the callers.
-struct OpenOptions: OptionSet {
-    let rawValue: Int32
+package struct OpenOptions: OptionSet {
+    package let rawValue: Int32
+    package init(rawValue: Int32) { self.rawValue = rawValue }
 
-    static let readOnly = OpenOptions([])
-    static let writeOnly = OpenOptions(rawValue: O_WRONLY)
-    static let readWrite = OpenOptions(rawValue: O_RDWR)
-    static let create = OpenOptions(rawValue: O_CREAT)
-    static let exclusive = OpenOptions(rawValue: O_EXCL)
-    static let append = OpenOptions(rawValue: O_APPEND)
-    static let directory = OpenOptions(rawValue: O_DIRECTORY)
-    static let truncate = OpenOptions(rawValue: O_TRUNC)
+    package static let readOnly = OpenOptions([])
+    package static let writeOnly = OpenOptions(rawValue: O_WRONLY)
+    package static let readWrite = OpenOptions(rawValue: O_RDWR)
+    package static let create = OpenOptions(rawValue: O_CREAT)
+    package static let exclusive = OpenOptions(rawValue: O_EXCL)
+    package static let append = OpenOptions(rawValue: O_APPEND)
+    package static let directory = OpenOptions(rawValue: O_DIRECTORY)
+    package static let truncate = OpenOptions(rawValue: O_TRUNC)
 }
 
 /// What `stat` says of a file, as far as the agent cares.
-struct FileInfo: Equatable {
+package struct FileInfo: Equatable {
     /// What kind of file it is.
-    enum Kind: Equatable {
+    package enum Kind: Equatable {
         case regular, directory, symbolicLink, fifo, device, socket, other
 
         /// How an error names it.
@@ -35,26 +36,26 @@ struct FileInfo: Equatable {
         }
     }
 
-    var kind: Kind
-    var size: Int64
-    var inode: UInt64
+    package var kind: Kind
+    package var size: Int64
+    package var inode: UInt64
     /// The permission bits.
-    var mode: UInt32
-    var device: UInt64
+    package var mode: UInt32
+    package var device: UInt64
     /// Last change of the content, and of the inode (a rename, a chmod), in nanoseconds.
-    var modified: Int64
-    var changed: Int64
+    package var modified: Int64
+    package var changed: Int64
     /// How many names the file has (hard links).
-    var links: UInt64
+    package var links: UInt64
     /// Its owner and group.
-    var owner: UInt32
-    var group: UInt32
+    package var owner: UInt32
+    package var group: UInt32
 
     /// What tells one version of a file from another: a rewrite, a rename over it or a touch
     /// changes it.
-    var identity: [Int64] { [Int64(bitPattern: device), Int64(bitPattern: inode), size, modified, changed] }
+    package var identity: [Int64] { [Int64(bitPattern: device), Int64(bitPattern: inode), size, modified, changed] }
 
-    init(_ info: stat) {
+    package init(_ info: stat) {
         switch info.st_mode & S_IFMT {
         case S_IFREG: kind = .regular
         case S_IFDIR: kind = .directory
@@ -79,9 +80,9 @@ struct FileInfo: Equatable {
 /// Every libc call of the agent, one small wrapper each: errno is read at once, EINTR retried,
 /// partial reads and writes completed, failures typed as ``SystemError``. Nothing outside
 /// `System/` imports Glibc.
-enum Posix {
+package enum Posix {
     /// Runs a call again while it fails with EINTR.
-    static func retrying<T: SignedInteger>(_ body: () -> T) -> T {
+    package static func retrying<T: SignedInteger>(_ body: () -> T) -> T {
         while true {
             let result = body()
             if result >= 0 || errno != EINTR { return result }
@@ -89,7 +90,7 @@ enum Posix {
     }
 
     /// Files the host or the Mealz side read: owner and group, minus the umask.
-    static let sharedFileMode: UInt32 = 0o640
+    package static let sharedFileMode: UInt32 = 0o640
 
     // MARK: Descriptors
 
@@ -97,7 +98,7 @@ enum Posix {
     /// `follow`), without blocking (a FIFO never hangs the process), then checked with `fstat`:
     /// only a regular file (a directory with `.directory`) is returned, anything else is closed
     /// and refused with an error that says what it is.
-    static func open(_ path: String, _ options: OpenOptions, mode: UInt32 = sharedFileMode, follow: Bool = false) throws(SystemError) -> Int32 {
+    package static func open(_ path: String, _ options: OpenOptions, mode: UInt32 = sharedFileMode, follow: Bool = false) throws(SystemError) -> Int32 {
         let flags = options.rawValue | O_CLOEXEC | O_NONBLOCK | (follow ? 0 : O_NOFOLLOW)
         let fd = retrying { Glibc.open(path, flags, mode_t(mode)) }
         if fd < 0 {
@@ -119,12 +120,12 @@ enum Posix {
         return fd
     }
 
-    static func close(_ fd: Int32) { _ = Glibc.close(fd) }
+    package static func close(_ fd: Int32) { _ = Glibc.close(fd) }
 
     /// Raises the soft limit of open descriptors to the hard one (an agent over many carts keeps
     /// a few files open per cart it serves); returns the limit now in force.
     @discardableResult
-    static func raiseDescriptorLimit() -> Int {
+    package static func raiseDescriptorLimit() -> Int {
         var limit = rlimit()
         guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1024 }
         if limit.rlim_cur < limit.rlim_max {
@@ -136,11 +137,11 @@ enum Posix {
     }
 
     /// Sets `O_NONBLOCK` on a descriptor.
-    static func setNonBlocking(_ fd: Int32) { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+    package static func setNonBlocking(_ fd: Int32) { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
 
     /// One `read` into `buffer`, retried on EINTR: the count read, 0 at the end, nil when a
     /// non-blocking descriptor has nothing now.
-    static func read(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, path: String) throws(SystemError) -> Int? {
+    package static func read(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, path: String) throws(SystemError) -> Int? {
         let count = retrying { Glibc.read(fd, buffer.baseAddress, buffer.count) }
         if count < 0 {
             if errno == EAGAIN { return nil }
@@ -151,7 +152,7 @@ enum Posix {
 
     /// Reads from the current offset to the end, refusing more than `limit` bytes; `expected`
     /// sizes the first buffer (one byte more tells whether the file grew since).
-    static func readToEnd(_ fd: Int32, path: String, limit: Int, expected: Int = 0) throws(AgentError) -> [UInt8] {
+    package static func readToEnd(_ fd: Int32, path: String, limit: Int, expected: Int = 0) throws(AgentError) -> [UInt8] {
         var bytes: [UInt8] = []
         var capacity = max(expected + 1, 4096)
         while true {
@@ -179,7 +180,7 @@ enum Posix {
     }
 
     /// Reads up to `count` bytes at `offset` (fewer at the end of the file).
-    static func read(_ fd: Int32, at offset: Int64, count: Int, path: String) throws(SystemError) -> [UInt8] {
+    package static func read(_ fd: Int32, at offset: Int64, count: Int, path: String) throws(SystemError) -> [UInt8] {
         var bytes = [UInt8](repeating: 0, count: count)
         var done = 0
         while done < count {
@@ -192,7 +193,7 @@ enum Posix {
     }
 
     /// Writes all of `bytes` at the current offset, however many calls it takes.
-    static func writeAll(_ fd: Int32, _ bytes: [UInt8], path: String) throws(SystemError) {
+    package static func writeAll(_ fd: Int32, _ bytes: [UInt8], path: String) throws(SystemError) {
         var failure: SystemError?
         bytes.withUnsafeBytes { buffer in
             var offset = 0
@@ -209,7 +210,7 @@ enum Posix {
     }
 
     /// Writes all of `bytes` at `offset`.
-    static func writeAll(_ fd: Int32, _ bytes: [UInt8], at offset: Int64, path: String) throws(SystemError) {
+    package static func writeAll(_ fd: Int32, _ bytes: [UInt8], at offset: Int64, path: String) throws(SystemError) {
         var failure: SystemError?
         bytes.withUnsafeBytes { buffer in
             var done = 0
@@ -225,25 +226,25 @@ enum Posix {
         if let failure { throw failure }
     }
 
-    static func fsync(_ fd: Int32, path: String) throws(SystemError) {
+    package static func fsync(_ fd: Int32, path: String) throws(SystemError) {
         if retrying({ Glibc.fsync(fd) }) != 0 { throw .last("fsync", path) }
     }
 
 
-    static func setMode(_ fd: Int32, _ mode: UInt32) { _ = fchmod(fd, mode_t(mode)) }
+    package static func setMode(_ fd: Int32, _ mode: UInt32) { _ = fchmod(fd, mode_t(mode)) }
 
-    static func truncate(_ fd: Int32, to size: Int64, path: String) throws(SystemError) {
+    package static func truncate(_ fd: Int32, to size: Int64, path: String) throws(SystemError) {
         if retrying({ ftruncate(fd, off_t(size)) }) != 0 { throw .last("ftruncate", path) }
     }
 
-    static func fileInfo(_ fd: Int32, path: String) throws(SystemError) -> FileInfo {
+    package static func fileInfo(_ fd: Int32, path: String) throws(SystemError) -> FileInfo {
         var info = stat()
         if fstat(fd, &info) != 0 { throw .last("fstat", path) }
         return FileInfo(info)
     }
 
     /// Takes an exclusive `flock`, waiting for it; with `wait: false`, false when another holds it.
-    static func lockExclusive(_ fd: Int32, wait: Bool = true, path: String) throws(SystemError) -> Bool {
+    package static func lockExclusive(_ fd: Int32, wait: Bool = true, path: String) throws(SystemError) -> Bool {
         if retrying({ flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB)) }) == 0 { return true }
         if errno == EWOULDBLOCK { return false }
         throw .last("flock", path)
@@ -252,7 +253,7 @@ enum Posix {
     /// Takes an exclusive lock on one byte at `offset` of the file (an open-file-description lock:
     /// kept by a child that inherits the descriptor, released when the last holder closes it or
     /// dies). False when `wait` is false and another holds it.
-    static func lockByte(_ fd: Int32, at offset: Int64, wait: Bool, path: String) throws(SystemError) -> Bool {
+    package static func lockByte(_ fd: Int32, at offset: Int64, wait: Bool, path: String) throws(SystemError) -> Bool {
         // F_OFD_SETLK and F_OFD_SETLKW (Linux ≥ 3.15); the Glibc module does not show them.
         let command: Int32 = wait ? 38 : 37
         var lock = flock()
@@ -269,7 +270,7 @@ enum Posix {
     /// Opens the folder `name` inside the directory `parent` is open on, without following a link
     /// and without blocking. `path` names it in errors: one of the wrong shape (a link, a file)
     /// says what it is; a missing one is an error whose `isMissing` is true.
-    static func openFolder(named name: String, in parent: Int32, path: String) throws(SystemError) -> Int32 {
+    package static func openFolder(named name: String, in parent: Int32, path: String) throws(SystemError) -> Int32 {
         let fd = retrying { openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) }
         guard fd < 0 else { return fd }
         let code = errno
@@ -280,5 +281,5 @@ enum Posix {
     }
 
     /// Releases a `flock` (a descriptor kept open between uses holds it until then).
-    static func unlock(_ fd: Int32) { _ = retrying { flock(fd, LOCK_UN) } }
+    package static func unlock(_ fd: Int32) { _ = retrying { flock(fd, LOCK_UN) } }
 }

@@ -1,4 +1,4 @@
-/// A small seeded generator (SplitMix64) for the seeded tests, so that a run can be replayed from
+/// A small seeded generator (SplitMix64) for the seeded tests and check-host, so that a run can be replayed from
 /// the seed it prints.
 public struct SplitMix64: RandomNumberGenerator {
     private var state: UInt64
@@ -14,4 +14,9 @@ public struct SplitMix64: RandomNumberGenerator {
         z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
         return z ^ (z >> 31)
     }
+}
+
+extension SplitMix64 {
+    /// A number in `0..<bound` (`bound` > 0).
+    public mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
 }

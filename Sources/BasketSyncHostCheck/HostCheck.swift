@@ -1,0 +1,131 @@
+import BasketSync
+import BasketSyncAgent
+import BasketSyncWire
+import Seeded
+
+/// `check-host`: the conformance kit. A host's own apply command is run against scripted
+/// scenarios, each in a scratch sync directory of its own with the host's settings (key names,
+/// cart path), and what it leaves is compared with what the outbox records lead to.
+public enum HostCheck {
+    /// What a host must do with the outbox (docs/spec.md §3 and §5).
+    public enum Rule: String, CaseIterable, Sendable {
+        case exits = "runs to its end (exit 0) within the time limit"
+        case valid = "leaves a cart basket-sync can read"
+        case atomic = "writes the cart atomically (a temp file renamed over it)"
+        case keeps = "keeps other lines and fields"
+        case clamp = "clamps a line at 0"
+        case reports = "reports syncedThrough"
+        case tooFar = "reports syncedThrough no further than what it applied"
+        case once = "applies each record once"
+        case order = "applies records in seq order"
+        case skip = "skips no record"
+        case result = "leaves the quantities the records lead to"
+    }
+
+    /// The scenarios' names, in the order they run.
+    public static var scenarioNames: [String] { Scenario.allCases.map(\.rawValue) }
+
+    /// One broken rule, in one scenario.
+    public struct Finding: Sendable {
+        public var scenario: String
+        public var rule: Rule
+        /// What the host did wrong, with the record and the cart it left.
+        public var detail: String
+    }
+
+    /// What a check found.
+    public struct Report: Sendable {
+        public var command: [String]
+        public var scenarios: [String]
+        public var seed: UInt64
+        public var findings: [Finding] = []
+        /// Where the scratch directories are (kept when something failed, for a look).
+        public var scratch: String
+        /// Whether the host wrote the cart in at least one scenario: the rules about the carts it
+        /// writes are judged only then (a host that does nothing breaks none of them).
+        public var hostWroteCart = false
+        /// Every rule holds.
+        public var passed: Bool { findings.isEmpty }
+
+        /// The report for people: per scenario, then per rule, `ok` or what went wrong.
+        public var human: String {
+            var lines = ["check-host: \(command.joined(separator: " ")) (seed \(seed); replay with --seed \(seed))"]
+            for scenario in scenarios {
+                let failed = findings.filter { $0.scenario == scenario }
+                if failed.isEmpty { lines.append("ok    \(scenario)") }
+                for finding in failed { lines.append("FAIL  \(scenario): \(finding.rule.rawValue): \(finding.detail)") }
+            }
+            lines.append("rules:")
+            for rule in Rule.allCases {
+                let broken = findings.filter { $0.rule == rule }.map(\.scenario)
+                if !broken.isEmpty {
+                    lines.append("  FAIL  \(rule.rawValue) (\(broken.joined(separator: ", ")))")
+                } else if !hostWroteCart, ![.exits, .reports].contains(rule) {
+                    lines.append("  --    \(rule.rawValue) (not judged: the host never wrote the cart)")
+                } else {
+                    lines.append("  ok    \(rule.rawValue)")
+                }
+            }
+            if passed {
+                lines.append("every rule holds in \(scenarios.count) scenario(s)")
+            } else {
+                lines.append("the host breaks \(Set(findings.map(\.rule)).count) rule(s); the scratch directories are kept in \(scratch) (each with its cart, outbox.jsonl and host.log)")
+            }
+            return lines.map(JSONWriter.printable).joined(separator: "\n")
+        }
+    }
+
+    /// What stops a check that SIGINT or SIGTERM interrupted (the host stopped, the scratch removed).
+    static let interrupted = AgentError.busy("check-host was interrupted: the host was stopped and the scratch directories removed")
+
+    /// The limit on one run of the host's command, unless `--limit` says otherwise.
+    public static let defaultRunLimitSeconds = 30.0
+
+    /// Runs the scenarios against `command`, with the settings of `directory` (its
+    /// `basket-sync.json`, when it has one).
+    public static func run(directory: String, command: [String], scenarios: [String]?, seed: UInt64?, limit: Double? = nil) throws(AgentError) -> Report {
+        var command = command
+        // As with git -C, a relative path is relative to where the command runs (the sync
+        // directory with -C), not to the scratch directory the host runs in.
+        if command[0].contains("/"), !command[0].hasPrefix("/") {
+            command[0] = (Posix.currentDirectory() ?? ".") + "/" + command[0]
+        }
+        var chosen: [Scenario] = []
+        for name in scenarios ?? scenarioNames {
+            guard let scenario = Scenario(rawValue: name) else {
+                throw .usage("check-host: no scenario \(JSONWriter.quoted(name)); the scenarios are \(scenarioNames.joined(separator: ", "))")
+            }
+            chosen.append(scenario)
+        }
+        let settings = try Posix.readFile("\(directory)/\(AgentConfiguration.fileName)", limit: 1 << 20, follow: true)
+        let configuration = try settings.map { (bytes) throws(AgentError) in try AgentConfiguration.parse(bytes, path: "\(directory)/\(AgentConfiguration.fileName)") } ?? AgentConfiguration()
+        let base = Posix.environment("TMPDIR").flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
+        let scratch: String
+        do { scratch = try Posix.makeTemporaryDirectory("\(base)/basket-sync-check-XXXXXX") } catch { throw .system(error) }
+        let seed = seed ?? UInt64.random(in: 1...999_999)
+        var report = Report(command: command, scenarios: chosen.map(\.rawValue), seed: seed, scratch: scratch)
+        let inotify: Inotify
+        do { inotify = try Inotify(path: scratch) } catch { throw .system(error) }
+        var random = SplitMix64(seed: seed)
+        Interruption.catchSignals()
+        do {
+            for scenario in chosen {
+                var check = try ScenarioRun(name: scenario.rawValue, root: scratch, settings: settings, configuration: configuration,
+                                            command: command, inotify: inotify, runLimit: limit ?? defaultRunLimitSeconds)
+                try check.play(scenario, random: &random)
+                report.findings += check.findings
+                report.hostWroteCart = report.hostWroteCart || check.hostWroteCart
+                if check.neverExits {
+                    report.scenarios = Array(chosen.prefix { $0 != scenario }.map(\.rawValue)) + [scenario.rawValue]
+                    break
+                }
+            }
+        } catch {
+            // The check itself could not go on (the command cannot run, the disk is full): no report.
+            Posix.removeTree(scratch)
+            throw error
+        }
+        if report.passed { Posix.removeTree(scratch) }
+        return report
+    }
+}

@@ -1,0 +1,202 @@
+import BasketSync
+import BasketSyncAgent
+import BasketSyncWire
+import Seeded
+
+/// The cart a host left, as far as the rules look at it.
+struct LeftCart {
+    /// Quantity per SKU; lines at 0 count as absent (a host may keep or remove them).
+    var quantities: [ExactID: Int] = [:]
+    var labels: [ExactID: String] = [:]
+    var syncedThrough: UInt64?
+    /// The top-level members other than the lines and syncedThrough, as compact JSON.
+    var others: [String: String] = [:]
+    /// Lines with a negative quantity.
+    var negative: [(ExactID, Int)] = []
+
+    var shown: String {
+        let lines = quantities.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+        return "{" + lines.joined(separator: ", ") + "}"
+    }
+}
+
+/// The rules judged on what a host left.
+extension ScenarioRun {
+    mutating func fail(_ rule: HostCheck.Rule, _ detail: String) {
+        if findings.contains(where: { $0.rule == rule }) { return }
+        findings.append(HostCheck.Finding(scenario: name, rule: rule, detail: detail))
+    }
+
+    /// The cart as the rules look at it; nil when it cannot be read (a finding is made).
+    func leftCart() throws(AgentError) -> LeftCart? {
+        guard let bytes = try? Posix.readFile(cartPath, limit: configuration.limits.maxFileBytes, follow: configuration.followSymlinks) else { return nil }
+        guard let root = try? JSONParser.parse(bytes) else { return nil }
+        var cart = LeftCart()
+        var lines: [JSONNode] = []
+        switch root.value {
+        case let .array(elements):
+            lines = elements
+        case let .object(members):
+            for member in members {
+                if member.key.isByteEqual(to: keys.products), case let .array(elements) = member.node.value {
+                    lines = elements
+                } else if member.key.isByteEqual(to: keys.syncedThrough) {
+                    cart.syncedThrough = member.node.integer.flatMap { $0 >= 0 ? UInt64($0) : nil }
+                } else {
+                    var writer = JSONWriter()
+                    member.node.write(into: &writer)
+                    cart.others[member.key] = writer.text
+                }
+            }
+        default:
+            return nil
+        }
+        for line in lines {
+            guard case let .string(id)? = line[keys.id]?.value, let quantity = line[keys.quantity]?.integer else { continue }
+            let key = ExactID(id)
+            cart.quantities[key, default: 0] += quantity
+            if case let .string(label)? = line["label"]?.value ?? line["hostLabel"]?.value { cart.labels[key] = label }
+        }
+        for (id, quantity) in cart.quantities where quantity < 0 { cart.negative.append((id, quantity)) }
+        cart.quantities = cart.quantities.filter { $0.value > 0 }
+        return cart
+    }
+
+    /// The records of the outbox, in seq order.
+    func records() throws(AgentError) -> [OutboxRecord] {
+        try engine.store.withTransaction { () throws(AgentError) in try engine.store.lines(.outbox, after: 0) }
+            .compactMap { try? RecordFormat.outboxRecord($0.line) }
+    }
+
+    /// The quantities records lead to from the starting cart, as a host must apply them.
+    func model(_ records: [OutboxRecord], clamp: Bool = true) -> [ExactID: Int] {
+        var quantities = initial.quantities
+        for record in records where record.type == .updateBasket {
+            for delta in record.products {
+                let id = ExactID(delta.id)
+                // A host clamps at 0 (the library's own rule); a host that does not is modelled too.
+                quantities[id] = clamp ? RetailerProduct.applying(delta: delta.quantity, to: quantities[id] ?? 0) : (quantities[id] ?? 0) + delta.quantity
+            }
+        }
+        return clamp ? quantities.filter { $0.value > 0 } : quantities.mapValues { max(0, $0) }.filter { $0.value > 0 }
+    }
+
+    /// The starting lines that never reach 0 along the records: a host keeps them as they are.
+    func stayingLines(_ records: [OutboxRecord]) -> Set<ExactID> {
+        var quantities = initial.quantities
+        var staying = Set(quantities.keys)
+        for record in records where record.type == .updateBasket {
+            for delta in record.products {
+                let id = ExactID(delta.id)
+                quantities[id] = RetailerProduct.applying(delta: delta.quantity, to: quantities[id] ?? 0)
+                if quantities[id] == 0 { staying.remove(id) }
+            }
+        }
+        return staying
+    }
+
+    static func shown(_ quantities: [ExactID: Int]) -> String {
+        "{" + quantities.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ", ") + "}"
+    }
+
+    /// Checks the cart against the records; `expectAll`: every record must be applied by now.
+    @discardableResult
+    mutating func check(after moment: String, expectAll: Bool = false, killed: Bool = false) throws(AgentError) -> Bool {
+        let all = try records()
+        let last = all.last?.seq ?? 0
+        let before = findings.count
+        if Posix.linkInfo(cartPath)?.identity != initialIdentity { hostWroteCart = true }
+        if !hostWroteCart, last > 0, !killed {
+            fail(.reports, "after \(moment), \(configuration.cart) is still the cart check-host wrote: the host applied no record and reported no \"\(keys.syncedThrough)\" (it never wrote the cart)")
+            return false
+        }
+        guard let cart = try leftCart() else {
+            if Posix.linkInfo(cartPath).map({ $0.kind != .regular }) == true {
+                fail(.valid, "after \(moment), \(configuration.cart) is not a regular file (a link, a FIFO…): basket-sync reads a cart that is a file\(configuration.followSymlinks ? "" : " (a link only with \"followSymlinks\")")")
+                return false
+            }
+            if killed {
+                fail(.atomic, "\(moment), it left a cart that does not parse as JSON: write a temp file and rename it over the cart, so that a crash leaves the old cart or the new one")
+            } else {
+                fail(.valid, "after \(moment), \(configuration.cart) does not parse as JSON")
+            }
+            return false
+        }
+        if let (id, quantity) = cart.negative.first {
+            fail(.clamp, "after \(moment), line \(id) is at \(quantity): a host clamps at 0 when asked to remove more than it has (and may remove the line)")
+            return false
+        }
+        if let bytes = try? Posix.readFile(cartPath, limit: configuration.limits.maxFileBytes, follow: configuration.followSymlinks),
+           case let .failure(error) = Result(catching: { () throws(DecodingFailure) in try CartFormat.decode(bytes, keys: keys, limits: configuration.limits) }) {
+            fail(.valid, "after \(moment), basket-sync rejects the cart: \(error.descriptions(path: configuration.cart, bytes: bytes).first ?? "invalid")")
+            return false
+        }
+        // Other lines and fields: X is never in a record, labels stay with their lines.
+        if cart.quantities["X"] != initial.quantities["X"] {
+            fail(.keeps, "after \(moment), the line X (the shopper's, in no record) is \(cart.quantities["X"].map(String.init) ?? "gone"), it was \(initial.quantities["X"] ?? 0)")
+        }
+        // A line that went to 0 may have been removed and come back new, without its label.
+        let kept = stayingLines(all.filter { $0.seq <= (cart.syncedThrough ?? last) })
+        for (id, label) in initial.labels where kept.contains(id) && cart.quantities[id] != nil && cart.labels[id] != label {
+            fail(.keeps, "after \(moment), the line \(id) lost its \"label\" field (\(label.debugDescription)); a host keeps the fields of a line it changes")
+        }
+        for (key, value) in initial.others where cart.others[key] != value {
+            fail(.keeps, "after \(moment), the cart's field \(key.debugDescription) is \(cart.others[key] ?? "gone"), it was \(value)")
+        }
+        guard let claim = cart.syncedThrough else {
+            fail(.reports, "after \(moment), the cart has no \"\(keys.syncedThrough)\": basket-sync cannot tell which records it processed (the cart is \(cart.shown))")
+            return false
+        }
+        if claim > last {
+            fail(.tooFar, "after \(moment), \"\(keys.syncedThrough)\" is \(claim) but the outbox ends at \(last)")
+            return false
+        }
+        if expectAll, claim < last {
+            fail(.skip, "after \(moment), \"\(keys.syncedThrough)\" is \(claim) but the outbox ends at \(last): records \(claim + 1)…\(last) were not processed")
+        }
+        let applied = all.filter { $0.seq <= claim }
+        let expected = model(applied)
+        if cart.quantities != expected {
+            diagnose(cart, applied: applied, claim: claim, expected: expected, moment: moment)
+        }
+        return findings.count == before
+    }
+
+    /// Names the mistake that explains the cart, when one does.
+    mutating func diagnose(_ cart: LeftCart, applied: [OutboxRecord], claim: UInt64, expected: [ExactID: Int], moment: String) {
+        let left = cart.quantities
+        let leftText = "the cart holds \(cart.shown) with \"\(keys.syncedThrough)\" \(claim)"
+        let wanted = "records 1…\(claim) lead to \(Self.shown(expected))"
+        let before = applied.filter { $0.seq <= claimBefore }
+        let since = applied.filter { $0.seq > claimBefore }
+        if model(applied + applied) == left || (!before.isEmpty && model(before + applied) == left) {
+            return fail(.once, "after \(moment), \(leftText): records were applied again\(before.isEmpty ? "" : " (it had applied 1…\(claimBefore) before)"); \(wanted)")
+        }
+        if model(before + since.reversed()) == left || model(applied.reversed()) == left {
+            return fail(.order, "after \(moment), \(leftText): the records were applied out of seq order; \(wanted)")
+        }
+        // One record missing: named (with those alike, which leave the same cart).
+        let missing = applied.indices.filter { index in
+            applied[index].type == .updateBasket && model(applied.enumerated().filter { $0.offset != index }.map(\.element)) == left
+        }
+        if let first = missing.first {
+            let record = applied[first]
+            let alike = missing.count > 1 ? " (or any of records \(missing.dropFirst().prefix(5).map { "#\(applied[$0].seq)" }.joined(separator: ", ")): leaving out any of them gives this cart)" : ""
+            return fail(.skip, "after \(moment), \(leftText): record #\(record.seq) (\(record.products.map { "\($0.id) \($0.quantity > 0 ? "+" : "")\($0.quantity)" }.joined(separator: ", ")))\(alike) is missing; \(wanted)")
+        }
+        // One record applied twice (after the skip: when both explain the cart, a skip is the
+        // likelier mistake).
+        if let twice = applied.first(where: { $0.type == .updateBasket && model(applied + [$0]) == left }) {
+            return fail(.once, "after \(moment), \(leftText): record #\(twice.seq) was applied twice; \(wanted)")
+        }
+        // Several records missing at the end: it claims more than it applied.
+        for count in stride(from: applied.count - 1, through: 0, by: -1) where model(Array(applied.prefix(count))) == left {
+            let through = count == 0 ? 0 : applied[count - 1].seq
+            return fail(.tooFar, "after \(moment), \(leftText), but it holds only records 1…\(through); \(wanted)")
+        }
+        if model(applied, clamp: false) == left {
+            return fail(.clamp, "after \(moment), \(leftText): a line went below 0 along the way and was not clamped there; \(wanted)")
+        }
+        fail(.result, "after \(moment), \(leftText); \(wanted)")
+    }
+}

@@ -1,0 +1,121 @@
+import BasketSync
+import BasketSyncAgent
+import BasketSyncWire
+import Seeded
+
+/// The scripted scenarios, in the order they run: each a cart, records, and runs of the host.
+public enum Scenario: String, CaseIterable, Sendable {
+    /// Records on lines the cart holds and on new ones.
+    case newAndExisting = "new-and-existing"
+    /// Removals past 0: the host clamps.
+    case pastZero = "past-zero"
+    /// Forty seeded records: order and each once.
+    case many
+    /// `redirectToCart` records among the deltas, one last.
+    case redirect
+    /// A second run with nothing new changes nothing.
+    case replay
+    /// Records arriving while the host runs: its claim says what it took.
+    case arriving
+    /// Runs killed at seeded instants: nothing twice, nothing torn.
+    case crash
+}
+
+extension ScenarioRun {
+    /// Plays `scenario` here: sets up the cart, pushes records, runs the host and judges it.
+    mutating func play(_ scenario: Scenario, random: inout SplitMix64) throws(AgentError) {
+        switch scenario {
+        case .newAndExisting:
+            try start(["X": 1, "A": 1])
+            try push([("A", 2), ("B", 1)])
+            try runAndCheck()
+        case .pastZero:
+            try start(["X": 1, "A": 1, "D": 2])
+            try push([("A", -3), ("C", -1), ("D", -1)])
+            try runAndCheck()
+        case .many:
+            try start(["X": 1, "A": 3, "B": 1])
+            // Never below 0 in seq order: this scenario is about order, and a host that does not
+            // clamp must not look like one that reorders (past-zero is about clamping).
+            var holding = ["A": 3, "B": 1, "C": 0, "D": 0]
+            for _ in 0..<40 { try push(randomDeltas(&random, holding: &holding)) }
+            // Last, a line added then taken away: a host that reverses the order clamps the
+            // removal first and keeps E — the order shows whatever the seed.
+            try push([("E", 2)])
+            try push([("E", -2)])
+            try runAndCheck()
+        case .redirect:
+            try start(["X": 1])
+            try push([("A", 1)])
+            try pushRedirect()
+            try push([("A", 1)])
+            // Last, a redirect: a host that does not count it in syncedThrough is shown it for ever.
+            try pushRedirect()
+            try runAndCheck()
+        case .replay:
+            try start(["X": 1, "A": 1])
+            try push([("A", 2)])
+            try push([("A", -1), ("B", 2)])
+            guard try runAndCheck() else { return }
+            let before = try leftCart()
+            guard try runOnce() else { return }
+            if let after = try leftCart(), let before, after.quantities != before.quantities || after.syncedThrough != before.syncedThrough {
+                fail(.once, "run again with nothing new, it changed the cart from \(before.shown) to \(after.shown) (syncedThrough \(before.syncedThrough.map(String.init) ?? "none") → \(after.syncedThrough.map(String.init) ?? "none")); a host skips the records up to its syncedThrough")
+            }
+        case .arriving:
+            // How long a run takes, on a twin directory made the same way.
+            var twin = try ScenarioRun(name: "arriving-measure", root: Posix.dirname(of: directory), settings: settings,
+                                       configuration: configuration, command: command, inotify: inotify, runLimit: runLimit)
+            try twin.start(["X": 1])
+            for _ in 0..<5 { try twin.push([("A", 1)]) }
+            let measured = try twin.measureRun()
+            try start(["X": 1])
+            for _ in 0..<5 { try push([("A", 1)]) }
+            // More records while it runs, spread over its whole run (a host that reads, then
+            // claims what the outbox holds when it writes, is caught): whatever it takes of them,
+            // its syncedThrough must say so.
+            let process = try spawn()
+            let interval = UInt32(min(max(measured / 12, 0.001), 2) * 1_000_000)
+            var added = 0
+            while process.exitStatus() == nil, added < 24 {
+                try push([("B", 1)])
+                added += 1
+                var slept: UInt32 = 0
+                while slept < interval, process.exitStatus() == nil {
+                    Posix.pause(microseconds: min(500, interval - slept))
+                    slept += 500
+                }
+            }
+            guard try finish(process) else { return }
+            guard try check(after: "its first run, with records arriving") else { return }
+            guard try runOnce() else { return }
+            try check(after: "a second run", expectAll: true)
+        case .crash:
+            // Never below 0 either: this scenario is about a run killed midway, not clamping.
+            var holding = ["A": 5, "B": 0, "C": 0, "D": 0]
+            let batches = (0..<20).map { _ in randomDeltas(&random, holding: &holding) }
+            // How long a whole run takes, measured on a twin directory made the same way (a copy
+            // would open and close this database's files, and closing drops this process's locks).
+            var twin = try ScenarioRun(name: "crash-measure", root: Posix.dirname(of: directory), settings: settings,
+                                       configuration: configuration, command: command, inotify: inotify, runLimit: runLimit)
+            try twin.start(["X": 1, "A": 5])
+            for deltas in batches { try twin.push(deltas) }
+            let measured = try twin.measureRun()
+            try start(["X": 1, "A": 5])
+            for deltas in batches { try push(deltas) }
+            for round in 1...6 {
+                let delay = UInt32(random.below(max(2, Int(measured * 1.2 * 1_000_000))))
+                let process = try spawn()
+                var waited: UInt32 = 0
+                while waited < delay, process.exitStatus() == nil {
+                    Posix.pause(microseconds: min(200, delay - waited))
+                    waited += 200
+                }
+                process.killAll()
+                guard try check(after: "killed (SIGKILL) \(Double(delay) / 1000) ms into run \(round)", killed: true) else { return }
+            }
+            guard try runOnce() else { return }
+            try check(after: "a run after the kills", expectAll: true)
+        }
+    }
+}

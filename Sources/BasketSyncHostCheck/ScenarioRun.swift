@@ -1,0 +1,189 @@
+import BasketSync
+import BasketSyncAgent
+import BasketSyncWire
+import Seeded
+
+/// One scenario in its scratch sync directory.
+struct ScenarioRun {
+    let name: String
+    let directory: String
+    let configuration: AgentConfiguration
+    let command: [String]
+    let inotify: Inotify
+    /// The limit on one run of the host's command, in seconds.
+    let runLimit: Double
+    let engine: SyncEngine
+    /// The settings file copied into each scratch directory.
+    let settings: [UInt8]?
+    /// The cart's syncedThrough when the last run started: what it should have skipped.
+    var claimBefore: UInt64 = 0
+    /// A run went past the time limit: the other scenarios would only wait it out again.
+    var neverExits = false
+    var findings: [HostCheck.Finding] = []
+    /// The cart the scenario starts from: quantities, labels, other fields.
+    var initial = LeftCart()
+    /// The identity of the cart check-host wrote, and whether the host wrote one since.
+    var initialIdentity: [Int64] = []
+    var hostWroteCart = false
+    var keys: CartKeys { configuration.keys }
+    var cartPath: String { "\(directory)/\(configuration.cart)" }
+
+    init(name: String, root: String, settings: [UInt8]?, configuration: AgentConfiguration, command: [String], inotify: Inotify, runLimit: Double) throws(AgentError) {
+        self.name = name
+        directory = "\(root)/\(name)"
+        self.configuration = configuration
+        self.command = command
+        self.inotify = inotify
+        self.runLimit = runLimit
+        self.settings = settings
+        _ = try Commands.initialize(directory: directory)
+        if let settings {
+            do { try Posix.writeFileAtomically("\(directory)/\(AgentConfiguration.fileName)", settings, replacing: true) } catch { throw .system(error) }
+        }
+        try Posix.makeDirectoryTree(Posix.dirname(of: "\(directory)/\(configuration.cart)"))
+        // basket-sync's own log of the scenario stays beside it, out of the report.
+        let log: Int32
+        do { log = try Posix.open("\(directory)/basket-sync.log", [.writeOnly, .create, .append], mode: 0o600) } catch { throw .system(error) }
+        engine = try SyncEngine(directory: directory, isSynchronizerRegistered: true, logger: Logger(fd: log))
+        do { try inotify.watch(Posix.dirname(of: cartPath), [.modify, .onlyDirectory]) } catch { throw .system(error) }
+    }
+
+    // MARK: Setting up
+
+    /// Writes the starting cart with the host's key names: each line with a label, a field of
+    /// the host's own at the top, syncedThrough 0.
+    mutating func start(_ lines: KeyValuePairs<String, Int>) throws(AgentError) {
+        var writer = JSONWriter()
+        writer.object { object in
+            object.member(named: keys.products) { writer in
+                writer.array(Array(lines)) { writer, line in
+                    writer.object { member in
+                        member.member(named: keys.id) { $0.string(line.key) }
+                        member.member(named: keys.quantity) { $0.integer(line.value) }
+                        member.member(named: keys.id == "label" || keys.quantity == "label" ? "hostLabel" : "label") { $0.string("label of \(line.key)") }
+                    }
+                }
+            }
+            object.member(named: keys.products == "hostNote" || keys.syncedThrough == "hostNote" ? "hostNote2" : "hostNote") { writer in
+                writer.object { $0.member("keep", true); $0.member("text", "the host's own field") }
+            }
+            object.member(named: keys.syncedThrough) { $0.integer(0) }
+        }
+        writer.raw("\n")
+        do { try Posix.writeFileAtomically(cartPath, writer.bytes, replacing: true) } catch { throw .system(error) }
+        guard let cart = try leftCart() else { throw .badData(path: cartPath, line: 1, column: 1, reason: "check-host could not read back the cart it wrote") }
+        initial = cart
+        initialIdentity = Posix.linkInfo(cartPath)?.identity ?? []
+        // The agent's view: the first cart is its baseline.
+        try engine.pass(.everything)
+    }
+
+    func push(_ deltas: [(String, Int)]) throws(AgentError) {
+        _ = try Commands.push(directory: directory, kind: .delta, products: deltas.map { RetailerProduct(id: $0.0, quantity: $0.1) }, id: nil)
+        try engine.pass([.inbox])
+    }
+
+    func pushRedirect() throws(AgentError) {
+        _ = try Commands.push(directory: directory, kind: .redirect, products: [], id: nil)
+        try engine.pass([.inbox])
+    }
+
+    /// One to three deltas over four SKUs, between −3 and +3: removals past 0 are frequent, so
+    /// that applying records out of order shows.
+    /// Random deltas on A–D that never take a line of `holding` below 0 (and keep it up to date).
+    func randomDeltas(_ random: inout SplitMix64, holding: inout [String: Int]) -> [(String, Int)] {
+        var deltas: [(String, Int)] = []
+        for _ in 0...random.below(3) {
+            let id = ["A", "B", "C", "D"][random.below(4)]
+            guard !deltas.contains(where: { $0.0 == id }) else { continue }
+            var delta = 1 + random.below(3)
+            if random.below(2) == 0 { delta = -min(delta, holding[id] ?? 0) }
+            guard delta != 0 else { continue }
+            holding[id, default: 0] += delta
+            deltas.append((id, delta))
+        }
+        return deltas
+    }
+
+    // MARK: Running the host
+
+    mutating func spawn() throws(AgentError) -> SpawnedProcess {
+        _ = try? inotify.events()
+        claimBefore = (try? leftCart())??.syncedThrough ?? 0
+        do {
+            return try SpawnedProcess(command, directory: directory, environment: ["BASKET_SYNC_DIR": directory], log: "\(directory)/host.log")
+        } catch {
+            throw .missingInput("check-host: cannot run \(command[0]): \(error.reason); give a command on the PATH or a path to one")
+        }
+    }
+
+    /// Waits for the run to end (killing it past the limit); false when it failed.
+    mutating func finish(_ process: SpawnedProcess) throws(AgentError) -> Bool {
+        let deadline = Date().addingTimeInterval(runLimit)
+        var status = process.exitStatus()
+        while status == nil, Date() < deadline {
+            if Interruption.requested { process.killAll(); throw HostCheck.interrupted }
+            Posix.pause(microseconds: 1_000)
+            status = process.exitStatus()
+        }
+        // What it left running in its process group (a child in the background) goes with it.
+        process.killAll()
+        capLog()
+        guard let status else {
+            fail(.exits, "it was still running after \(runLimit) s; check-host runs a host's one-shot apply (apply what waits, then exit), not a loop")
+            neverExits = true
+            return false
+        }
+        checkWrites()
+        if status != 0 {
+            fail(.exits, "it exited with status \(status) (its output is in \(directory)/host.log)")
+            return false
+        }
+        return true
+    }
+
+    mutating func runOnce() throws(AgentError) -> Bool { try finish(try spawn()) }
+
+    /// Keeps the last MiB of what the host printed: a chatty host does not fill the disk.
+    func capLog() {
+        let path = "\(directory)/host.log"
+        guard let info = Posix.info(path), info.size > 1 << 20,
+              let fd = try? Posix.open(path, [.readWrite]) else { return }
+        defer { Posix.close(fd) }
+        if let tail = try? Posix.read(fd, at: info.size - (1 << 20), count: 1 << 20, path: path) {
+            _ = try? Posix.truncate(fd, to: 0, path: path)
+            _ = try? Posix.writeAll(fd, Array("[check-host: the host printed \(info.size) bytes; the last MiB follows]\n".utf8) + tail, at: 0, path: path)
+        }
+    }
+
+    /// Runs once and checks the cart against every record.
+    @discardableResult
+    mutating func runAndCheck() throws(AgentError) -> Bool {
+        guard try runOnce() else { return false }
+        return try check(after: "its run", expectAll: true)
+    }
+
+    /// A whole run's duration (this directory is used up by it).
+    mutating func measureRun() throws(AgentError) -> Double {
+        let started = Date()
+        let process = try spawn()
+        let deadline = started.addingTimeInterval(runLimit)
+        while process.exitStatus() == nil {
+            if Interruption.requested { process.killAll(); throw HostCheck.interrupted }
+            if Date() > deadline { break }
+            Posix.pause(microseconds: 500)
+        }
+        process.killAll()
+        return max(0.005, Date().timeIntervalSince(started))
+    }
+
+    /// A write into the cart in place, seen by inotify during the run.
+    mutating func checkWrites() {
+        let cartName = Posix.basename(of: cartPath)
+        let events = (try? inotify.events()) ?? []
+        let cartDirectory = Posix.dirname(of: cartPath)
+        if events.contains(where: { $0.name == cartName && $0.mask.contains(.modify) && inotify.path(of: $0.watch).map { $0.hasPrefix(cartDirectory) } == true }) {
+            fail(.atomic, "it wrote \(configuration.cart) in place (the file was modified, not replaced): a reader can see half a cart; write a temp file in the same directory and rename it over the cart")
+        }
+    }
+}
