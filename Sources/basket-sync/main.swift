@@ -54,14 +54,10 @@ func run() throws(AgentError) -> Int32 {
         emit(created.isEmpty ? "\(directory) is already \(what); nothing to create" : created.map { "created \($0)" }.joined(separator: "\n"))
     case .watch:
         break  // run by watch(_:directory:isSynchronizerRegistered:logFormat:quiet:poll:)
-    case let .sync(noSynchronizer, json) where Place.of(directory) == .treeRoot:
-        let summary = try Commands.syncTree(root: directory, isSynchronizerRegistered: !noSynchronizer, logger: try logger(for: directory))
-        emit(json ? summary.json : summary.human)
-        return summary.status
     case let .sync(noSynchronizer, json):
-        let summary = try Commands.syncOnce(directory: directory, isSynchronizerRegistered: !noSynchronizer, logger: try logger(for: directory))
-        emit(json ? summary.json : summary.human)
-        if case .rejected = summary.cart { return 65 }
+        let report = try Commands.sync(directory: directory, isSynchronizerRegistered: !noSynchronizer, logger: try logger(for: directory))
+        emit(json ? report.json : report.human)
+        return report.status
     case let .push(kind, products, id):
         emit(try Commands.push(directory: directory, kind: kind, products: products, id: id))
     case let .status(json):

@@ -39,23 +39,24 @@ extension Commands {
             return writer.text
         }
     }
-
-    /// `sync`: one pass for cron (the agent's ``SyncEngine/pass(_:)``), then wakes a running agent.
-    public static func syncOnce(directory: String, isSynchronizerRegistered: Bool, logger: Logger) throws(AgentError) -> SyncSummary {
-        let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: isSynchronizerRegistered, logger: logger)
-        let summary = try engine.pass(.everything)
-        engine.signalCommit()
-        return SyncSummary(cart: summary.cart ?? .missing, inbox: summary.inbox)
-    }
 }
 
 extension Commands {
-    /// What `sync` on a tree's root did, cart by cart.
-    public struct TreeSyncSummary {
+    /// What `sync` did, cart by cart: a sync directory is a tree of one cart, the directory itself.
+    public struct SyncReport {
+        /// Whether the directory is a tree's root (its report sums its carts up); a sync directory
+        /// (or one cart of a tree) reports its one pass.
+        public var isTree = false
         /// Each cart's pass, by cart id: what it did, or the error that stopped it.
         public var carts: [(id: String, outcome: Result<SyncSummary, AgentError>)] = []
         /// Carts whose directory was gone: they ended.
         public var ended: [String] = []
+
+        /// A sync directory's one pass.
+        private var only: SyncSummary? {
+            guard !isTree, carts.count == 1, case let .success(summary) = carts[0].outcome else { return nil }
+            return summary
+        }
 
         private func count(_ word: String) -> Int {
             carts.filter { if case let .success(summary) = $0.outcome { summary.human.hasPrefix("cart \(word);") } else { false } }.count
@@ -71,19 +72,22 @@ extension Commands {
 
         /// The exit status: 0, 65 when a cart was rejected, or the first other failure's code.
         public var status: Int32 {
+            if let only { if case .rejected = only.cart { return 65 } else { return 0 } }
             if let error = failed.first(where: { if case .badData = $0.error { false } else { true } })?.error { return error.exitCode }
             return count("rejected") + failed.count > 0 ? 65 : 0
         }
 
         /// One line for people (each failure was logged on stderr, naming its cart).
         public var human: String {
-            "\(carts.count) carts: \(count("taken")) taken, \(count("unchanged")) unchanged, \(count("rejected")) rejected, \(count("missing")) without a cart, \(failed.count) failed"
+            if let only { return only.human }
+            return             "\(carts.count) carts: \(count("taken")) taken, \(count("unchanged")) unchanged, \(count("rejected")) rejected, \(count("missing")) without a cart, \(failed.count) failed"
                 + "; inbox: \(inbox(\.taken)) taken, \(inbox(\.duplicates)) duplicates, \(inbox(\.bad)) bad"
                 + (ended.isEmpty ? "" : "; ended (directory gone): \(ended.joined(separator: " "))")
         }
 
         /// One JSON object for scripts: each cart's own summary under `"carts"`.
         public var json: String {
+            if let only { return only.json }
             var writer = JSONWriter()
             writer.object { object in
                 object.member("carts") { writer in
@@ -103,20 +107,32 @@ extension Commands {
         }
     }
 
-    /// `sync` on a tree's root: ends the carts whose directory is gone, then one pass over every
-    /// cart (adopting the new ones). A cart that fails is reported and the others go on.
-    public static func syncTree(root: String, isSynchronizerRegistered: Bool, logger: Logger) throws(AgentError) -> TreeSyncSummary {
+    /// `sync`: one pass for cron over every cart (the agent's ``SyncEngine/pass(_:)``), each
+    /// followed by a wake-up of a running agent. A sync directory (or `-C ROOT/ID`) is a tree of
+    /// one cart, whose failure is the command's. On a tree's root, the carts whose directory is
+    /// gone end first, the new ones are taken on, and a cart that fails is reported while the
+    /// others go on.
+    public static func sync(directory: String, isSynchronizerRegistered: Bool, logger: Logger) throws(AgentError) -> SyncReport {
+        /// One cart's pass, and the wake-up of an agent.
+        func pass(_ engine: SyncEngine) throws(AgentError) -> SyncSummary {
+            let pass = try engine.pass(.everything)
+            engine.signalCommit()
+            return SyncSummary(cart: pass.cart ?? .missing, inbox: pass.inbox)
+        }
+        guard case .treeRoot = Place.of(directory) else {
+            let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: isSynchronizerRegistered, logger: logger)
+            return SyncReport(carts: [("", .success(try pass(engine)))])
+        }
+        let root = directory
         let tree = try Tree(root: root)
-        var summary = TreeSyncSummary()
+        var summary = SyncReport(isTree: true)
         summary.ended = try tree.removeGoneCarts()
         for id in try tree.cartDirectories() {
             let cartLogger = logger.tagged(cart: id)
             do throws(AgentError) {
                 let engine = SyncEngine(store: try tree.cartStore(id, create: false), configuration: tree.configuration,
                                         isSynchronizerRegistered: isSynchronizerRegistered, logger: cartLogger)
-                let pass = try engine.pass(.everything)
-                engine.signalCommit()
-                summary.carts.append((id, .success(SyncSummary(cart: pass.cart ?? .missing, inbox: pass.inbox))))
+                summary.carts.append((id, .success(try pass(engine))))
             } catch {
                 cartLogger.log(.error, error.description)
                 summary.carts.append((id, .failure(error)))
