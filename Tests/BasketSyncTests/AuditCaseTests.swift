@@ -1,7 +1,7 @@
 import BasketSync
 import Testing
 
-/// The ways an outside audit doubled or lost units (issue 10), each as the transcript that did it.
+/// Ways a synchronizer can double or lose units, each as the transcript that does it.
 /// The agent's two (an older cart committed after a newer one, inbox order) are in the CLI tests.
 @Suite struct AuditCaseTests {
     /// A host's cart, as the host applies the outbox: every delta once, clamped at 0.

@@ -29,14 +29,14 @@ struct HostProfile: CustomStringConvertible, Sendable {
 
     /// A host with which the cart must end holding exactly what Mealz asked for. A host that does
     /// not acknowledge, and is slow, or starts acknowledging late, meets the SDK's window race
-    /// (SPEC §4.5): the WebView may push again what a rolled-back batch already added.
+    /// (docs/spec.md §4 rule 5): the WebView may push again what a rolled-back batch already added.
     var isExact: Bool {
         rejection == 0 && !shopperTouchesMealzSkus && !restoresOldCarts
             && (acknowledgement == .always || (acknowledgement == .never && diligence == 1 && !slowDelivery))
     }
 }
 
-/// The reference model: what the SPEC says, computed from the effects alone, never from the
+/// The reference model: what docs/spec.md §4 says, computed from the effects alone, never from the
 /// machine's state. The WebView's basis is the last notification (emptied when a payment closes
 /// the basket) plus the batches still pending, applied as a host applies them.
 struct ReferenceModel {
@@ -96,8 +96,8 @@ struct Interleaving {
     var orders: [String] = []
     var transfers = 0
 
-    /// SKUs in canonical-equivalent spellings are distinct SKUs (SPEC §4: ids compare byte for
-    /// byte): `café` in NFC and in NFD are two Mealz SKUs, `K` is Mealz's while the Kelvin sign
+    /// SKUs in canonical-equivalent spellings are distinct SKUs (docs/spec.md §4: ids compare byte
+    /// for byte): `café` in NFC and in NFD are two Mealz SKUs, `K` is Mealz's while the Kelvin sign
     /// (U+212A, canonically `K`) is the shopper's. A library that merged them would double units.
     static let mealzSkus: [ExactID] = ["m0", "K", "caf\u{E9}", "cafe\u{301}"]
     static let shopperSkus: [ExactID] = ["x0", "x1", "\u{212A}"]

@@ -1,7 +1,7 @@
 import BasketSync
 import Testing
 
-/// Payments (SPEC §4.5), the store and mode (§4.6), and exact money.
+/// Payments (docs/spec.md §4 rule 7), the store and mode (rule 8), and exact money.
 @Suite struct PaymentTests {
     /// A retailer-mode transcript with a store, and A:2 confirmed in Mealz's basket.
     func retailerWithBasket() throws -> Transcript {

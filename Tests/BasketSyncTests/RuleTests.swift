@@ -1,11 +1,11 @@
 import BasketSync
 import Testing
 
-/// Each rule of SPEC §4, and the cases that broke real Mealz SDKs, as short transcripts.
+/// Each rule of docs/spec.md §4, and the cases that broke real Mealz SDKs, as short transcripts.
 @Suite struct RuleTests {
     /// Two equal batches rolled back: a cart that shows one of them applied echoes the first only
     /// (each batch is judged on the cart after the earlier ones the host applied); the second is
-    /// echoed when a cart shows it too (second black-box review, F2).
+    /// echoed when a cart shows it too.
     @Test func twoEqualRolledBackBatchesAreNotBothEchoedByACartThatShowsOne() throws {
         var s = Transcript()
         _ = try s.cart(0, lines(("X", 1)))
@@ -21,8 +21,8 @@ import Testing
         #expect(s.confirmed == ["A": 2])
     }
 
-    /// Batches rolled back on one SKU are confirmed late together by a cart that shows them all
-    /// (second black-box review of session 6: only the last batch of each SKU was).
+    /// Batches rolled back on one SKU are confirmed late together by a cart that shows them all,
+    /// not only the last batch of each SKU.
     @Test func rolledBackBatchesOnOneSkuAreConfirmedTogetherByACartThatShowsThemAll() throws {
         var s = Transcript()
         _ = try s.cart(0, lines(("X", 1)))

@@ -1,7 +1,7 @@
 import BasketSync
 import Testing
 
-/// The worked transcripts of SPEC §4, line by line.
+/// The worked transcripts of docs/spec.md §4 (shown in docs/library.md), line by line.
 @Suite struct SpecTranscriptTests {
     @Test func acknowledgingHost() throws {
         var s = Transcript()

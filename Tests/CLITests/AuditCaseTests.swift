@@ -2,7 +2,7 @@ import CSQLite
 import Foundation
 import Testing
 
-/// The audit's cases (issue 10) end to end, with the binary, as the audit ran them.
+/// The ways to double or lose units, end to end with the binary, and the agent's own order.
 @Suite struct AuditCaseTests {
     func syncDirectory(_ configuration: String? = nil) throws -> Playground {
         let playground = try Playground()
@@ -215,9 +215,9 @@ import Testing
         #expect(retry.stdout.contains("already recorded"))
     }
 
-    // MARK: Found by the second audit (black-box, after the fixes above)
+    // MARK: Deliveries, claims, shared lines, payments, hosts moving to apply
 
-    /// F1: an event delivered by link() into new/ (Python's mailbox.Maildir) wakes the agent and
+    /// An event delivered by link() into new/ (Python's mailbox.Maildir) wakes the agent and
     /// keeps its place in the order.
     @Test func anEventDeliveredByLinkIsTakenAtOnceAndInOrder() async throws {
         let playground = try syncDirectory()
@@ -236,7 +236,7 @@ import Testing
         #expect(products(try cart(playground)) == ["A": 2])
     }
 
-    /// F2: a claim beyond the outbox, left in the cart while the outbox grows up to it, never
+    /// A claim beyond the outbox, left in the cart while the outbox grows up to it, never
     /// settles the batches made after it — in a new process either — and apply delivers them.
     @Test func aStaleClaimBeyondTheOutboxNeverComesToCoverLaterBatches() throws {
         let playground = try syncDirectory()
@@ -257,7 +257,7 @@ import Testing
         #expect((settled?["pending"] as? [Any])?.isEmpty == true)
     }
 
-    /// F3: a removal from a line that also holds the shopper's units leaves Mealz's share as the
+    /// A removal from a line that also holds the shopper's units leaves Mealz's share as the
     /// cart allows; the WebView repeating its state pushes nothing.
     @Test func aRemovalTakesTheShoppersUnitsFirst() throws {
         let playground = try syncDirectory()
@@ -280,7 +280,7 @@ import Testing
         #expect(products(try cart(playground)) == ["X": 4, "A": 3])
     }
 
-    /// F4: a payment whose products are the cart takes the cart first: what apply just wrote
+    /// A payment whose products are the cart takes the cart first: what apply just wrote
     /// counts as Mealz's.
     @Test func aPaymentTakesTheCartItPaysFirst() throws {
         let playground = try syncDirectory()
@@ -295,7 +295,7 @@ import Testing
         #expect(paid.stdout.contains("\"mealzProducts\":[{\"id\":\"A\",\"quantity\":2}]"))
     }
 
-    /// F5: a legacy host that moves to `apply` does not get the batches its carts echoed again.
+    /// A legacy host that moves to `apply` does not get the batches its carts echoed again.
     @Test func aLegacyHostMovingToApplyGetsNoEchoedBatchAgain() throws {
         let playground = try syncDirectory(#"{"pendingTimeoutSeconds": 30}"#)
         try playground.writeAtomically("cart.json", #"{"products":[]}"#)
@@ -311,7 +311,7 @@ import Testing
         #expect(products(try cart(playground)) == ["A": 2])
     }
 
-    /// Found by the third audit: apply takes the cart in place before it decides where to start,
+    /// apply takes the cart in place before it decides where to start,
     /// whether or not a sync ran since the host wrote it.
     @Test func applyTakesTheCartInPlaceFirst() throws {
         let legacy = try syncDirectory(#"{"pendingTimeoutSeconds": 30}"#)

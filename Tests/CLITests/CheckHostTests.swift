@@ -51,14 +51,14 @@ import Testing
         ("toofar", "reports syncedThrough no further than what it applied"),
         ("reverse", "applies records in seq order"),
         ("skip", "skips no record"),
-        // Review of issue 12, M5: records now arrive all through the run.
+        // Records arrive all through the run: a host that claims what it has not applied yet.
         ("raceack", "reports syncedThrough no further than what it applied"),
-        // Review of issue 12, low 3: a cart that is a link out of the directory is not followed.
+        // A cart that is a link out of the directory is not followed.
         ("linkout", "leaves a cart basket-sync can read"),
-        // Second review, finding 6: a redirect not counted in syncedThrough.
+        // A redirect not counted in syncedThrough.
         ("noredirect", "skips no record"),
-        // Review of session 8, F10: a host that never writes the cart broke only "skips no record"
-        // and passed the rules about the carts it writes; those are not judged now.
+        // A host that never writes the cart breaks "reports syncedThrough"; the rules about the
+        // carts it writes are not judged (rather than passed).
         ("nothing", "reports syncedThrough"),
     ])
     func aBrokenHostIsCaughtForItsRuleAndNothingElse(mode: String, rule: String) throws {
@@ -86,7 +86,7 @@ import Testing
         }
     }
 
-    /// Review of issue 12, M6, low 4 and low 5: a relative command is relative to -C's
+    /// A relative command is relative to -C's
     /// directory; what a host leaves running is stopped; a host that never exits ends the check.
     @Test func aRelativeHostItsChildrenAndAHostThatNeverExits() throws {
         let playground = try Playground()

@@ -91,7 +91,7 @@ import Testing
         #expect(json["syncedThrough"] as? Int == 0)
     }
 
-    /// Issue 12 finding 4: status tells when the last cart was taken and what it produced,
+    /// status tells when the last cart was taken and what it produced,
     /// whether the last error still holds, and counts redelivered ids; sync says unchanged.
     @Test func statusTellsTheTruthOfNow() throws {
         let playground = try Playground()
@@ -132,7 +132,7 @@ import Testing
         #expect(try run(["status"]).stdout.contains("inbox: 1 taken, 1 duplicate deliveries"))
     }
 
-    /// Issue 12 finding 5: `validate --cart -` reads standard input; a path under -C says it is
+    /// `validate --cart -` reads standard input; a path under -C says it is
     /// relative to the sync directory.
     @Test func validateReadsStandardInputAndSaysWherePathsAreRelativeTo() throws {
         let playground = try Playground()

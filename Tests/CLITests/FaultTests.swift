@@ -178,7 +178,7 @@ import Testing
             try FileManager.default.moveItem(atPath: directory + "/inbox/tmp/e\(index)", toPath: directory + "/inbox/new/e\(index)")
         }
         try await eventually("the full disk is reported") { agent.log.contains("free some disk space") || agent.log.contains("database or disk is full") }
-        // W2: the retry delay grows, and nothing (no wake-up of the agent's own) resets it.
+        // The retry delay grows, and nothing (no wake-up of the agent's own) resets it.
         try await eventually("the retry delay doubles up to 4 s", timeout: 60) { agent.log.contains("retrying in 4.0 s") }
         let delays = agent.log.split(separator: "\n").compactMap { line -> Double? in
             guard let range = line.range(of: "retrying in ") else { return nil }
@@ -209,7 +209,7 @@ import Testing
         let push = try basketSync(["-C", directory, "push", "A=+1"])
         #expect(push.status == 73 || push.status == 75, "push: \(push.status) \(push.stderr)")
         #expect(push.stderr.contains("the file system is read-only, remount it read-write"))
-        // W5: status only reads: it works on a read-only file system.
+        // status only reads: it works on a read-only file system.
         let status = try basketSync(["-C", directory, "status", "--json"])
         #expect(status.status == 0, "status: \(status.status) \(status.stderr)")
         #expect(status.stdout.contains("\"waiting\":1"))
@@ -248,7 +248,7 @@ import Testing
         stat(directory + "/.basket-sync", &info)
         #expect(info.st_mode & 0o777 == 0o700)
 
-        // Review F3 (tree session): an entry the agent may not read is set aside in bad/, never
+        // An entry the agent may not read is set aside in bad/, never
         // in the way of the entries behind it.
         #expect(try basketSync(["-C", directory, "push", "--id", "root-only", "A=+1"]).status == 0)
         #expect(try asNobody(["-C", directory, "push", "--id", "e2", "A=+1"]).status == 0)
@@ -259,7 +259,7 @@ import Testing
         let errors = playground.names("shop/inbox/bad").filter { $0.hasSuffix(".error") }
         #expect(errors.count == 1 && playground.read("shop/inbox/bad/" + errors[0]).contains("Permission denied"), "\(errors)")
 
-        // Second review: one that cannot even be set aside (bad/ not writable by nobody) is
+        // One that cannot even be set aside (bad/ not writable by nobody) is
         // skipped and reported; the entries behind it go on, and bad/ gets no stray .error.
         #expect(Glibc.chown(directory + "/inbox/bad", 0, 0) == 0)
         #expect(try basketSync(["-C", directory, "push", "--id", "root-only-2", "A=+1"]).status == 0)

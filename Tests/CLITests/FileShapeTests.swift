@@ -2,8 +2,8 @@ import Foundation
 import Synchronization
 import Testing
 
-/// Whoever writes the sync directory can make basket-sync refuse work, never read, write,
-/// truncate or change the mode of a file outside it, nor hang it (SPEC §7). A matrix: each path
+/// Whoever writes the sync directory can make basket-sync refuse work, never read, write, truncate
+/// or change the mode of a file outside it, nor hang it (docs/spec.md §7). A matrix: each path
 /// basket-sync reads or writes × each shape a writer of the directory can give it × each command.
 @Suite struct FileShapeTests {
     /// A file outside the sync directory that nothing may touch.
@@ -116,7 +116,7 @@ import Testing
         ["payment-started", "--total", "1.00"], ["handle-payment", "--total", "1.00", "--order-id", "o1"],
         ["validate", "cart.json"], ["init"], ["watch"],
     ]
-    /// The exit codes the README documents.
+    /// The exit codes docs/spec.md §5 documents.
     static let documentedCodes: Set<Int32> = [0, 64, 65, 66, 73, 74, 75, 78]
 
     /// The directory every case starts from: made once per path, copied per case.
@@ -360,7 +360,7 @@ import Testing
         #expect(canary.damage() == nil)
     }
 
-    /// S1: a JSON Lines file replaced by a link to a file outside is refused, never cut or appended to.
+    /// A JSON Lines file replaced by a link to a file outside is refused, never cut or appended to.
     @Test func aProjectionThatIsALinkIsRefusedNotWrittenThrough() throws {
         let playground = try Playground()
         let canary = try Canary(in: playground.path)
@@ -374,7 +374,7 @@ import Testing
         #expect(canary.damage() == nil)
     }
 
-    /// S3: `followSymlinks: true` and a cart that is a link: `apply` writes the target, atomically,
+    /// `followSymlinks: true` and a cart that is a link: `apply` writes the target, atomically,
     /// keeping its mode; the link stays a link.
     @Test func applyWritesTheTargetOfAFollowedCartKeepingItsMode() throws {
         let playground = try Playground()
@@ -394,8 +394,8 @@ import Testing
         #expect(mode == 0o600)
     }
 
-    /// S2: the `.error` file of a quarantined event is made under a name nobody can guess: a link
-    /// planted under the old predictable name is never written through (nor one planted as its
+    /// The `.error` file of a quarantined event is made under a name nobody can guess: a link
+    /// planted under a predictable name is never written through (nor one planted as its
     /// `.error`: a name bad/ holds sends the event under a name of its own).
     @Test func aPlantedLinkUnderTheOldTemporaryNameIsNeverWrittenThrough() throws {
         let playground = try Playground()
@@ -417,7 +417,7 @@ import Testing
         #expect(canary.damage() == nil)
     }
 
-    /// H2: an event whose name is too long for its `.error`, or whose name `bad/` already holds as
+    /// An event whose name is too long for its `.error`, or whose name `bad/` already holds as
     /// a directory, is set aside under another name; the events behind it are taken.
     @Test func anEventThatCannotBeSetAsideUnderItsNameNeverBlocksTheInbox() throws {
         let playground = try Playground()
@@ -433,14 +433,14 @@ import Testing
         #expect(playground.names("inbox/new").isEmpty)
         #expect(playground.records("outbox.jsonl").count == 1, "the event behind them is taken")
         #expect(playground.names("inbox/bad").filter { $0.hasSuffix(".error") }.count == 2)
-        // A name is input: quoted at most 80 characters long (black-box review of session 8, F9).
+        // A name is input: quoted at most 80 characters long.
         let errorFile = playground.names("inbox/bad").first { $0.hasPrefix("long-name.") && $0.hasSuffix(".error") } ?? "none"
         for text in [sync.stderr, playground.read("inbox/bad/" + errorFile)] {
             #expect(!text.contains(String(repeating: "x", count: 81)) && text.contains("…(a name of 251 bytes)"), "\(text)")
         }
     }
 
-    /// S4, H1: a link or a FIFO delivered into `inbox/new/` is set aside unread; the events behind
+    /// A link or a FIFO delivered into `inbox/new/` is set aside unread; the events behind
     /// it are taken.
     @Test func aLinkOrAFIFOInTheInboxIsSetAsideUnread() throws {
         let playground = try Playground()
@@ -461,9 +461,9 @@ import Testing
         #expect(canary.damage() == nil)
     }
 
-    /// Black-box review of session 8, F4: a hard link in `inbox/new/` to a file outside was read,
-    /// its content quoted in `bad/*.error`, the log and the database. It is set aside unread now;
-    /// a `link()` delivery under way (two names, the other in `tmp/`) is still taken.
+    /// A hard link in `inbox/new/` to a file outside is set aside unread: its content never
+    /// reaches `bad/*.error`, the log or the database. A `link()` delivery under way (two names,
+    /// the other in `tmp/`) is still taken.
     @Test(arguments: [false, true])
     func aHardLinkInTheInboxIsSetAsideUnread(agent: Bool) async throws {
         let playground = try Playground()
@@ -501,9 +501,8 @@ import Testing
         #expect(((try? FileManager.default.attributesOfItem(atPath: outside)[.posixPermissions]) as? Int) == 0o600)
     }
 
-    /// Black-box review of session 8, F5: the commit signal, or a tree cart's marker, hard-linked
-    /// to a file elsewhere had that file's times set at each commit. The name is replaced now;
-    /// the file elsewhere keeps its bytes and modification time.
+    /// The commit signal, or a tree cart's marker, hard-linked to a file elsewhere is replaced at
+    /// a commit, not touched: the file elsewhere keeps its bytes and modification time.
     @Test(arguments: [false, true])
     func aHardLinkedCommitSignalOrMarkerIsReplacedNotTouched(tree: Bool) throws {
         let playground = try Playground()
@@ -531,8 +530,8 @@ import Testing
         #expect(try basketSync(["-C", dir, "status"]).status == 0)
     }
 
-    /// Black-box review of session 8, F7: handle-payment exited 73 for a cart that is not a
-    /// regular file, where sync and apply reject it with 65; nothing is recorded.
+    /// The payment commands reject a cart that is not a regular file with 65, as sync and apply
+    /// do (not 73); nothing is recorded.
     @Test(arguments: ["directory", "fifo", "link"])
     func handlePaymentRejectsACartThatIsNotAFileAsSyncDoes(shape: String) throws {
         let playground = try Playground()
@@ -553,9 +552,8 @@ import Testing
         #expect(playground.records("payments.jsonl").isEmpty, "nothing recorded")
     }
 
-    /// Second review of session 8, H3: the database, its WAL or its SHM hard-linked to a file
-    /// elsewhere had that file overwritten by SQLite. Refused (73) before SQLite opens them; the
-    /// file elsewhere keeps its bytes.
+    /// The database, its WAL or its SHM hard-linked to a file elsewhere is refused (73) before
+    /// SQLite opens it, which would write that file; the file elsewhere keeps its bytes.
     @Test(arguments: ["state.db", "state.db-wal", "state.db-shm"])
     func aHardLinkedDatabaseFileIsRefused(name: String) throws {
         let playground = try Playground()
@@ -578,8 +576,8 @@ import Testing
         #expect(try Data(contentsOf: URL(fileURLWithPath: victim)) == before, "the file elsewhere keeps its bytes")
     }
 
-    /// Second review of session 8, M2: a second bad delivery under a name bad/ holds replaced the
-    /// first and its .error. The first stays; the second goes under a name of its own.
+    /// A second bad delivery under a name bad/ holds never replaces the first and its .error:
+    /// the first stays; the second goes under a name of its own.
     @Test func aSecondBadEventOfTheSameNameKeepsTheFirst() throws {
         let playground = try Playground()
         let dir = playground.path
@@ -595,9 +593,9 @@ import Testing
         #expect(names.filter { $0.hasSuffix(".error") }.count == 2, "\(names)")
     }
 
-    /// Second review of session 8, M3: a cart hard-linked to a file outside was read. Rejected
-    /// (65) by sync, apply and the payment commands, its content never read into a record; with
-    /// `followSymlinks` (the operator's choice to point at a file elsewhere) it is read.
+    /// A cart hard-linked to a file outside is never read: rejected (65) by sync, apply and the
+    /// payment commands, its content never read into a record; with `followSymlinks` (the
+    /// operator's choice to point at a file elsewhere) it is read.
     @Test func aHardLinkedCartIsRejectedUnlessLinksAreFollowed() throws {
         let playground = try Playground()
         let dir = playground.path + "/sync"
@@ -619,7 +617,7 @@ import Testing
         #expect(playground.read("sync/notifications.jsonl").contains("TOPSECRET"), "followed by choice")
     }
 
-    /// H1: the agent, given a FIFO for a cart, rejects it and still stops on SIGTERM.
+    /// The agent, given a FIFO for a cart, rejects it and still stops on SIGTERM.
     @Test func aFIFOCartNeitherHangsTheAgentNorKeepsItFromStopping() async throws {
         let playground = try Playground()
         let dir = playground.path

@@ -39,8 +39,8 @@ import Testing
         #expect(try run(playground, ["validate", "cart.json"]).status == 0, "apply writes a valid cart")
     }
 
-    /// Review of issue 12, H1: apply settled its batches without taking the cart it wrote, so the
-    /// WebView's basis fell back to the old cart and a basketState repeating it pushed them again.
+    /// apply takes the cart it wrote when it settles its batches, so the WebView's basis follows
+    /// that cart and a basketState repeating it pushes nothing again.
     @Test func applyTakesTheCartItWroteSoTheWebViewBasisFollows() throws {
         let playground = try syncDirectory()
         try playground.write("cart.json", cartJSON([("A", 1)], syncedThrough: 0))
@@ -61,9 +61,8 @@ import Testing
         #expect(playground.read("cart.json").contains("\"quantity\":3"), "\(playground.read("cart.json"))")
     }
 
-    /// Second review of issue 12, finding 5: apply made a cart from the new records alone when the
-    /// cart had gone away (and failed otherwise when its folder had). The first cart is made from
-    /// nothing; a cart that went away is not started again.
+    /// The first cart is made from nothing; a cart that went away (or whose folder did) is not
+    /// started again from the new records alone.
     @Test func applyMakesTheFirstCartButNeverRestartsOneThatWentAway() throws {
         let playground = try syncDirectory()
         _ = try run(playground, ["push", "A=+1"])
@@ -144,7 +143,7 @@ import Testing
         #expect(clash.stderr.contains("\"keys\" names products and syncedThrough both \"products\""), "\(clash.stderr)")
     }
 
-    /// Review of issue 12, low 10: the cart setting cannot name basket-sync's own files; a cart
+    /// The cart setting cannot name basket-sync's own files; a cart
     /// whose folder is not there is a missing cart, not an error.
     @Test func theCartSettingNamesTheHostsCartOnly() throws {
         let playground = try syncDirectory()
@@ -157,12 +156,12 @@ import Testing
         let missing = try run(playground, ["sync"])
         #expect(missing.status == 0, "\(missing.stderr)")
         #expect(missing.stdout.hasPrefix("cart missing;"))
-        // Second review, low: a file where the cart's folder should be is named as such.
+        // A file where the cart's folder should be is named as such.
         try playground.write("host", "not a folder")
         let notFolder = try run(playground, ["sync"])
         #expect(notFolder.status == 65 && notFolder.stderr.contains("its folder \(playground.path)/host is a regular file, not a directory"), "\(notFolder.stderr)")
         try FileManager.default.removeItem(atPath: playground.path + "/host")
-        // Second review, finding 4: with followSymlinks, a cart that is a link to basket-sync's own file.
+        // With followSymlinks, a cart that is a link to basket-sync's own file.
         try playground.write("basket-sync.json", "{\"followSymlinks\": true}")
         _ = try run(playground, ["push", "A=+1"])
         _ = try run(playground, ["sync"])
@@ -305,8 +304,8 @@ import Testing
         #expect(try run(playground, ["validate", "missing.json"]).status == 66)
     }
 
-    /// Black-box review of session 8, F6: a configuration over 1 MiB (a long comment) was "valid"
-    /// to validate while every command refused it (78): validate reads it with the same limit.
+    /// A configuration over 1 MiB (a long comment), which every command refuses (78), is not
+    /// "valid" to validate either: validate reads it with the same limit.
     @Test func validateRefusesAConfigurationEveryCommandRefuses() throws {
         let playground = try syncDirectory()
         try playground.write("basket-sync.json", playground.read("basket-sync.json") + "//" + String(repeating: "x", count: 1_100_000) + "\n")
@@ -332,8 +331,8 @@ extension HostCommandTests {
 }
 
 extension HostCommandTests {
-    /// Second review of session 8, M4: `apply` run as root made the host's cart root's (0600: the
-    /// host locked out of its own cart). It keeps the cart's owner and group, as it keeps its mode.
+    /// `apply` run as root keeps the cart's owner and group, as it keeps its mode: the host is
+    /// never locked out of its own cart.
     @Test func applyAsRootKeepsTheCartsOwner() throws {
         guard getuid() == 0 else { return print("applyAsRootKeepsTheCartsOwner: needs root to give a file away; not run") }
         let playground = try syncDirectory()

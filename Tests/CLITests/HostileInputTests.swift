@@ -2,7 +2,7 @@ import Foundation
 import Testing
 
 /// What the host or the Mealz side write never reaches a line raw or unbounded, and ids are
-/// checked the same way on every way in (SPEC §7).
+/// checked the same way on every way in (docs/spec.md §7).
 @Suite struct HostileInputTests {
     func syncDirectory() throws -> Playground {
         let playground = try Playground()
@@ -10,7 +10,7 @@ import Testing
         return playground
     }
 
-    /// W6: U+2028 and U+2029 are written escaped: every line splitter sees one record per line.
+    /// U+2028 and U+2029 are written escaped: every line splitter sees one record per line.
     @Test func lineSeparatorsInIdsAreWrittenEscaped() throws {
         let playground = try syncDirectory()
         let event = #"{"id":"e\u2028x","type":"basketDelta","products":[{"id":"a\u2028b\u2029c","quantity":1}]}"#
@@ -22,7 +22,7 @@ import Testing
         #expect(products(playground.records("outbox.jsonl")[0]) == ["a\u{2028}b\u{2029}c": 1], "it reads back to the same id")
     }
 
-    /// W6: C1 controls (U+0085 splits lines for Python) are refused in ids like C0 and DEL.
+    /// C1 controls (U+0085 splits lines for Python) are refused in ids like C0 and DEL.
     @Test func controlCharactersOfEveryKindAreRefusedInIds() throws {
         let playground = try syncDirectory()
         for (index, id) in ["a\\u0085b", "a\\u009bb", "a\\u007fb", "a\\u001bb"].enumerated() {
@@ -34,7 +34,7 @@ import Testing
         #expect(playground.records("outbox.jsonl").isEmpty)
     }
 
-    /// W3: an error quotes at most 80 characters of the input, escaped.
+    /// An error quotes at most 80 characters of the input, escaped.
     @Test func errorsQuoteInputBoundedAndEscaped() throws {
         let playground = try syncDirectory()
         let huge = String(repeating: "t", count: 1_000_000)
@@ -47,7 +47,7 @@ import Testing
         #expect(status.stdout.utf8.count < 10_000)
     }
 
-    /// W6: a newline in an event's file name cannot forge a log line.
+    /// A newline in an event's file name cannot forge a log line.
     @Test func aNewlineInAFileNameCannotForgeALogLine() throws {
         let playground = try syncDirectory()
         let name = "evil\nbasket-sync: error: forged"
@@ -57,13 +57,13 @@ import Testing
         #expect(sync.stderr.contains("evil\\nbasket-sync: error: forged"))
         let status = try basketSync(["-C", playground.path, "status"])
         #expect(!status.stdout.split(separator: "\n").contains { $0.hasPrefix("basket-sync: error: forged") })
-        // The .error file too: its first line is the error, escaped (second review of session 8, L1).
+        // The .error file too: its first line is the error, escaped.
         let errorFile = playground.names("inbox/bad").first { $0.hasSuffix(".error") } ?? "none"
         let text = playground.read("inbox/bad/" + errorFile)
         #expect(text.split(separator: "\n").count == 2 && text.contains("evil\\nbasket-sync: error: forged"), "\(text)")
     }
 
-    /// D5: ids are compared byte for byte end to end. The audit's case: a cart holding `café` in NFC
+    /// Ids are compared byte for byte end to end: a cart holding `café` in NFC
     /// (1) and in NFD (5), a delta `café`(NFD) +1, then `apply`: NFD becomes 6, NFC stays 1 (it
     /// became one line of 7). Then the cart settles the batch: Mealz's share is the NFD SKU's alone.
     @Test func canonicallyEquivalentIdsStayTwoSkus() throws {
@@ -134,7 +134,7 @@ import Testing
 
     /// A line that only looks like a record (`{"seq":1}`, a number with junk after it) is not
     /// one of ours: in a sound directory nothing is appended twice and nothing is refused; after a
-    /// restore it does not hide the database being behind. (The third review's F1, F2.)
+    /// restore it does not hide the database being behind.
     @Test(arguments: [#"{"seq":1}"#, #"{"seq":1 x"#, #"{"seq":1e99}"#, #"{"seq":01}"#, #"{"seq":99 garbage"#, #"{"seq":3,"type":"x""#])
     func aLineThatOnlyLooksLikeARecordIsNotOurs(forged: String) throws {
         let playground = try syncDirectory()
@@ -205,7 +205,7 @@ import Testing
 
     /// An exact copy of one of our own lines appended at the end (by a host or a careless copy) is
     /// not where the file got to: nothing is appended twice; after a restore it does not hide the
-    /// database being behind (the fourth review's C1, C2).
+    /// database being behind.
     @Test(arguments: [0, 1, 2])
     func aCopyOfOneOfOurLinesAtTheEndIsNotWhereTheFileGotTo(copied: Int) throws {
         let playground = try syncDirectory()
@@ -278,7 +278,7 @@ import Testing
         #expect((line?["message"] as? String)?.contains("nowhere: no such directory") == true, "\(run.stderr)")
     }
 
-    /// C1: quantities at the limits of Int saturate everywhere, `status` included: no trap.
+    /// Quantities at the limits of Int saturate everywhere, `status` included: no trap.
     @Test func hugeQuantitiesNeverCrashStatus() throws {
         let playground = try syncDirectory()
         try playground.write("basket-sync.json", #"{"limits": {"maxQuantity": 9223372036854775807}}"#)
@@ -293,7 +293,7 @@ import Testing
         #expect(try basketSync(["-C", playground.path, "status", "--json"]).stdout.contains("\"pending\":9223372036854775807"))
     }
 
-    /// W4, W6: `push`, `set-store` and the payment commands check ids as the agent does (64).
+    /// `push`, `set-store` and the payment commands check ids as the agent does (64).
     @Test(arguments: [
         ["push", "--id", "", "a=+1"],
         ["push", "a=+1000001"],
@@ -314,7 +314,7 @@ import Testing
     }
 }
 
-/// The JSON Lines files are caught up by `seq`, never by line count (SPEC §3, D4): whatever
+/// The JSON Lines files are caught up by `seq`, never by line count (docs/spec.md §3): whatever
 /// someone else does to a file, no record is ever appended twice, and none is lost from the file
 /// that a reader could not have had.
 @Suite struct CatchUpTests {
@@ -371,7 +371,7 @@ import Testing
         #expect(seqs(playground) == expected + [4])
     }
 
-    /// D1, D2: a database that lost commits the files hold (restored from an older backup, its WAL
+    /// A database that lost commits the files hold (restored from an older backup, its WAL
     /// deleted) is detected before anything is written: the files hold records it does not.
     @Test func aLostDatabaseIsDetectedNotPaperedOver() throws {
         let playground = try Playground()
@@ -389,14 +389,14 @@ import Testing
         #expect(sync.stderr.contains("holds record 2 but the database ends at 1"))
         #expect(playground.read("outbox.jsonl") == before, "nothing written")
         #expect(playground.names("inbox/new").count == 1, "nothing acknowledged")
-        // init there says so with the ways out (second review of session 8, L4: "nothing to create", 0).
+        // init there says so (74) with the ways out, not "nothing to create" and 0.
         for arguments in [["init"], ["init", "--adopt"]] {
             let again = try basketSync(["-C", playground.path] + arguments)
             #expect(again.status == 74 && again.stderr.contains("move .basket-sync/ away and run basket-sync init --adopt"), "\(arguments): \(again.status) \(again.stderr)")
         }
     }
 
-    /// D1: `init` in a directory that holds records but no database refuses (73); `--adopt` goes
+    /// `init` in a directory that holds records but no database refuses (73); `--adopt` goes
     /// on after the files' last records, and a recorded order is still answered as recorded.
     @Test func initRefusesToNumberAgainAndAdoptGoesOn() throws {
         let playground = try Playground()
@@ -411,7 +411,7 @@ import Testing
         #expect(try basketSync(["-C", dir, "handle-payment", "--total", "1.00", "--order-id", "o-1", "--then", "/bin/sh", "-c", "echo ran >> \(ran)"]).status == 0)
         defer { unlink(ran) }
         try FileManager.default.removeItem(atPath: dir + "/.basket-sync")
-        // The advice a command gives is the one that works (review of session 8, F11: it said init).
+        // The advice a command gives is the one that works: init --adopt, not plain init.
         let lost = try basketSync(["-C", dir, "sync"])
         #expect(lost.status == 66 && lost.stderr.contains("the database is gone") && lost.stderr.contains("init --adopt"), "\(lost.stderr)")
 
@@ -428,7 +428,7 @@ import Testing
         #expect(adopted.stdout.contains("the last recorded payment was in store \"S\""), "\(adopted.stdout)")
         #expect(adopted.stdout.split(separator: "\n").allSatisfy { $0.hasPrefix("created ") }, "\(adopted.stdout)")
         _ = try basketSync(["-C", dir, "set-store", "S", "--mode", "retailer"])
-        // Second review of session 8, H4 and M5: a completion that ran is not run again after the
+        // A completion that ran is not run again after the
         // adoption, and the Mealz basket goes on after the one the payment closed.
         let retry = try basketSync(["-C", dir, "handle-payment", "--total", "1.00", "--order-id", "o-1", "--then", "/bin/sh", "-c", "echo again >> \(ran)"])
         #expect(retry.stdout.contains("already recorded"), "\(retry.stdout) \(retry.stderr)")
@@ -439,10 +439,9 @@ import Testing
 }
 
 extension HostileInputTests {
-    /// An inbox entry whose name is not UTF-8 (no Swift string can name it) was neither taken nor
-    /// set aside, silently, for ever — one could fill the disk with them (black-box review M2).
-    /// It goes to bad/ under a name of its own, with a .error, and is reported; the events around
-    /// it are taken.
+    /// An inbox entry whose name is not UTF-8 (no Swift string can name it) is not left in new/
+    /// silently for ever, where one could fill the disk with them: it goes to bad/ under a name of
+    /// its own, with a .error, and is reported; the events around it are taken.
     @Test(arguments: ["ev\\xff1", "\\xed\\xa0\\x80x", "\\xc3"])
     func anEntryNamedInBytesThatAreNotUTF8IsSetAsideAndReported(name: String) throws {
         let playground = try Playground()
@@ -473,9 +472,9 @@ extension HostileInputTests {
 }
 
 extension HostileInputTests {
-    /// A Maildir name used again replaced the file `cur/` archived under it, and a directory of
-    /// that name in `cur/` kept the entry in `new/` for ever, "acknowledged again" at every pass
-    /// (third review F3, F4): now the entry goes to `cur/` under a name of its own.
+    /// A Maildir name used again never replaces the file `cur/` filed under it, and a directory of
+    /// that name in `cur/` never keeps the entry in `new/` for ever, filed again at every pass: the
+    /// entry goes to `cur/` under a name of its own.
     @Test func aNameCurHoldsAlreadyIsNotReplaced() throws {
         let playground = try Playground()
         #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
@@ -521,8 +520,8 @@ extension HostileInputTests {
 }
 
 extension CatchUpTests {
-    /// Black-box review of session 8, F1: after `init --adopt`, an event taken before and delivered
-    /// again was taken again (the host got its delta twice). The adopted database knows the ids
+    /// After `init --adopt`, an event taken before and delivered again is not taken again (the
+    /// host would get its delta twice). The adopted database knows the ids
     /// of the outbox's records (`source`), of the events in `inbox/cur/` (an event ignored with no
     /// synchronizer made no record) and the transfers that landed; in a single directory and in
     /// a tree's cart.
@@ -567,7 +566,7 @@ extension CatchUpTests {
 }
 
 extension CatchUpTests {
-    /// Second review of session 8, H1 and H2: records rotated away (`outbox.jsonl.1`…) are
+    /// Records rotated away (`outbox.jsonl.1`…) are
     /// records: a lost database is said, `init` refuses and `--adopt` goes on after them; and a
     /// new database — a single directory's or a tree's new cart — knows the events `cur/` holds.
     @Test func rotatedRecordsAndTakenEventsSurviveALostDatabase() throws {
@@ -594,7 +593,7 @@ extension CatchUpTests {
 }
 
 extension TreeTests {
-    /// Second review of session 8, H2: a tree's cart adopted by a new database (its records moved
+    /// A tree's cart adopted by a new database (its records moved
     /// away by the host, so nothing to adopt) knows the events its `cur/` holds as taken.
     @Test func aNewDatabaseKnowsTheEventsACartTookBefore() throws {
         let playground = try tree()
@@ -612,9 +611,9 @@ extension TreeTests {
 }
 
 extension CatchUpTests {
-    /// Final review of session 8, F1: after `init --adopt`, Mealz's lines were forgotten: the next
-    /// notification told Mealz they were gone and a basketState repeating the WebView's basket
-    /// pushed them again (the cart doubled). The last notification gives them back.
+    /// After `init --adopt`, Mealz's lines come back from the last notification: forgotten, the
+    /// next notification would tell Mealz they were gone and a basketState repeating the WebView's
+    /// basket would push them again (the cart doubled).
     @Test func adoptionKnowsWhatTheLastNotificationShowed() throws {
         let playground = try Playground()
         let dir = playground.path
@@ -633,10 +632,10 @@ extension CatchUpTests {
         #expect(lines == ["x": 1, "a": 2, "b": 1], "the WebView's basket repeated changes nothing: \(lines)")
     }
 
-    /// Final review of session 8, F2: records moved away (an archived outbox, or a tree cart's
-    /// files moved off with its marker) and the database lost: seq restarted at 1 and the cart's
-    /// old syncedThrough acknowledged the new record unapplied. A new database numbers its records
-    /// after what the host claims (its cart, the last notification).
+    /// Records moved away (an archived outbox, or a tree cart's files moved off with its marker)
+    /// and the database lost: a new database numbers its records after what the host claims (its
+    /// cart, the last notification), so the cart's old syncedThrough never acknowledges a new
+    /// record unapplied, as it would if seq restarted at 1.
     @Test(arguments: [false, true])
     func aNewDatabaseNumbersAfterWhatTheHostClaims(tree: Bool) throws {
         let playground = try Playground()
@@ -669,10 +668,11 @@ extension CatchUpTests {
 }
 
 extension CatchUpTests {
-    /// Last review of session 8 (recovery): adoption read a torn last line and a host's own line as
-    /// records (the next record glued to the torn line, or numbered after 99; apply stuck at 74),
-    /// trusted a claim the database had refused (seq 51 after 2), and forgot the deltas the host
-    /// had not applied yet (a repeated WebView state then doubled them). Each case, then apply.
+    /// Adoption takes whole records only — a torn last line or a host's own line taken as a record
+    /// would glue the next record to it, or number it after 99, and leave apply stuck at 74 —,
+    /// does not trust a claim the database had refused (seq 51 after 2), and keeps the deltas the
+    /// host has not applied yet pending (else a repeated WebView state doubles them). Each case,
+    /// then apply.
     @Test(arguments: ["torn", "hostLine", "bogusClaim", "unapplied"])
     func adoptionReadsWholeRecordsAndKeepsWhatWasPending(damage: String) throws {
         let playground = try Playground()
@@ -712,9 +712,9 @@ extension CatchUpTests {
 }
 
 extension CatchUpTests {
-    /// Last review of session 8, H4: the database and every record gone (moved away), a host
-    /// without syncedThrough: plain `init` numbered from 1 again, unseen by a host that counts.
-    /// The events in inbox/cur/ show the past: init refuses (73); --adopt goes on knowing them.
+    /// The database and every record gone (moved away), a host without syncedThrough: plain
+    /// `init` must not number from 1 again, unseen by a host that counts. The events in inbox/cur/
+    /// show the past: init refuses (73); --adopt goes on knowing them.
     @Test func initRefusesWhenOnlyTheInboxShowsThePast() throws {
         let playground = try Playground()
         let dir = playground.path
@@ -734,10 +734,9 @@ extension CatchUpTests {
 }
 
 extension CatchUpTests {
-    /// Last review of session 8, M1: rotation had dropped the oldest parts before the database was
-    /// lost, the host had processed none: adoption went on silently and apply refused for ever
-    /// ("outbox seq 5 where 1 was expected", 74). Now init names the lost records and apply goes on
-    /// from the first record a file holds.
+    /// Rotation dropped the oldest parts before the database was lost, and the host had processed
+    /// none: init --adopt names the lost records, and apply goes on from the first record a file
+    /// holds instead of refusing for ever ("outbox seq 5 where 1 was expected", 74).
     @Test func adoptionNamesRecordsRotatedAwayAndApplyGoesOn() throws {
         let playground = try Playground()
         let dir = playground.path

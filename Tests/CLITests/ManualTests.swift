@@ -63,7 +63,7 @@ import Testing
         #expect(try complete(["basket-sync", "-C", "/tmp", "watch", "--p"]) == ["--poll"])
         #expect(try complete(["basket-sync", "push", "--"]).contains("--transfer"))
         #expect(try complete(["basket-sync", "init", "--t"]) == ["--tree"])
-        // Review of session 8 (the package): a directory with a space is one candidate; the values
+        // A directory with a space is one candidate; the values
         // of --log-format, --mode and completion are offered.
         try FileManager.default.createDirectory(atPath: playground.path + "/with space", withIntermediateDirectories: true)
         #expect(try complete(["basket-sync", "-C", playground.path + "/with"]) == [playground.path + "/with space"])

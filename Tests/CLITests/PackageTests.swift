@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-/// The Debian package `scripts/package` makes (issue 16): its control and contents, a binary that
+/// The Debian package `scripts/package` makes: its control and contents, a binary that
 /// needs only Debian's libraries, and — where allowed (`BASKET_SYNC_PACKAGE_INSTALL=1`, as
 /// `.ci/run` sets on its throwaway machine) — installed with dpkg, run with the Swift toolchain
 /// hidden, removed and purged.
@@ -55,9 +55,9 @@ import Testing
         let libraries = try run("/usr/bin/ldd", [packaged]).output
         #expect(!libraries.contains("swift") && !libraries.contains("not found"), "\(libraries)")
         #expect(try run(packaged, ["--version"]).output.hasPrefix("basket-sync "))
-        // Review of session 8 (the package), M7: the static runtime ran a ./swift-backtrace of the
-        // current directory on a crash when started by name from the PATH (as an operator does). The
-        // agent, crashed by SIGSEGV in a directory that holds one, never runs it.
+        // The static runtime would run a ./swift-backtrace of the current directory on a crash
+        // when started by name from the PATH (as an operator does). The agent, crashed by SIGSEGV
+        // in a directory that holds one, never runs it.
         let trap = playground.path + "/trap"
         try FileManager.default.createDirectory(atPath: trap, withIntermediateDirectories: true)
         try "#!/bin/sh\ntouch \(trap)/ran\n".write(toFile: trap + "/swift-backtrace", atomically: false, encoding: .utf8)

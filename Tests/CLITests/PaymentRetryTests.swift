@@ -1,8 +1,9 @@
 import Foundation
 import Testing
 
-/// SPEC §4.7: a retried checkout is answered as a duplicate before anything else, its completion
-/// runs until it has succeeded once and never after, and a retry that differs is refused.
+/// docs/spec.md §4 rule 7: a retried checkout is answered as a duplicate before anything else, its
+/// completion runs until it has succeeded once and never after, and a retry that differs is
+/// refused.
 @Suite struct PaymentRetryTests {
     /// A sync directory in retailer mode whose cart holds A, a Mealz line the host applied.
     func paidReadyDirectory() throws -> Playground {
@@ -155,8 +156,8 @@ import Testing
         try startedInBackground(["-C", playground.path] + arguments, errors: playground.path + "/stderr-\(name)")
     }
 
-    /// Review of issue 12, M1: killed while its completion runs, basket-sync let a second retry
-    /// start another completion beside the first. The completion keeps the order's lock.
+    /// basket-sync killed while its completion runs: a second retry does not start another
+    /// completion beside the first, since the completion keeps the order's lock.
     @Test func aRetryWaitsForTheCompletionOfAKilledAttempt() async throws {
         let playground = try paidReadyDirectory()
         let go = playground.path + "/go"
@@ -176,8 +177,8 @@ import Testing
         #expect(playground.read("runs") == "start first\nend first\nstart second\nend second\n", "one completion at a time: \(playground.read("runs"))")
     }
 
-    /// Review of issue 12, M2: one lock for every order made a slow completion hold up every
-    /// payment, and a completion that records another order wait for ever.
+    /// A lock per order: a slow completion holds up no other payment, and a completion that
+    /// records another order does not wait for ever.
     @Test func otherOrdersAreNotHeldUpByACompletion() async throws {
         let playground = try paidReadyDirectory()
         let go = playground.path + "/go"
@@ -195,8 +196,8 @@ import Testing
         #expect(Set(playground.records("payments.jsonl").compactMap { $0["orderId"] as? String }) == ["o-1", "o-2", "o-3"])
     }
 
-    /// Second review of issue 12, finding 3: the completion inherited the database and the JSON
-    /// Lines files. It gets stdin, stdout, stderr and the order's lock as descriptor 3, nothing else.
+    /// The completion inherits neither the database nor the JSON Lines files: it gets stdin,
+    /// stdout, stderr and the order's lock as descriptor 3, nothing else.
     @Test func theCompletionGetsTheOrdersLockAsDescriptor3AndNothingElse() throws {
         let playground = try paidReadyDirectory()
         let paid = try run(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--then",

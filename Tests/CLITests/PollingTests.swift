@@ -1,8 +1,8 @@
 import Foundation
 import Testing
 
-/// Polling where inotify is blind (SPEC §10), on a real FUSE file system: a bindfs mount of a
-/// directory, written underneath as another machine writes a share. inotify on the mount sees
+/// Polling where inotify is blind (docs/spec.md §10), on a real FUSE file system: a bindfs mount of
+/// a directory, written underneath as another machine writes a share. inotify on the mount sees
 /// only what goes through it; `auto` finds FUSE with statfs and polls.
 @Suite(.serialized) struct PollingTests {
     /// A bindfs mount over a fresh directory, the sync directory made through it; nil (the reason
@@ -89,7 +89,7 @@ import Testing
         try await eventually("its event reaches its outbox") { mount.records("c1/outbox.jsonl").count == 1 }
         let status = try basketSync(["-C", mount.mount, "status"], environment: ["BASKET_SYNC_WATCH_MODE": ""])
         #expect(status.stdout.contains("watch: polling every 50 ms"), "\(status.stdout)")
-        // Review of session 7, F4: a new interval on SIGHUP applies to the tree's polled carts.
+        // A new interval on SIGHUP applies to the tree's polled carts.
         let settings = try String(contentsOfFile: mount.under + "/basket-sync.json", encoding: .utf8)
         try settings.replacingOccurrences(of: "\"pollIntervalMs\": 50", with: "\"pollIntervalMs\": 120").write(toFile: mount.under + "/basket-sync.json", atomically: true, encoding: .utf8)
         kill(agent.process.processIdentifier, SIGHUP)
@@ -99,7 +99,7 @@ import Testing
         #expect(agent.stop() == 0)
     }
 
-    /// Review of session 7, F5: `status` says how the running agent watches (its `--poll`, not
+    /// `status` says how the running agent watches (its `--poll`, not
     /// what `status`'s own environment would choose), and once no agent runs, what one would.
     @Test func statusSaysHowTheRunningAgentWatches() async throws {
         let playground = try Playground()
@@ -120,7 +120,7 @@ import Testing
         #expect(stoppedWatch?["agent"] is NSNull && stoppedWatch?["mode"] as? String == "inotify", "\(stoppedJSON.stdout)")
     }
 
-    /// Second review of session 7, F1: in a polled tree, a one-shot `push` and `sync` on a cart
+    /// In a polled tree, a one-shot `push` and `sync` on a cart
     /// (which touches its marker) are seen, and the batch they made is rolled back on time.
     @Test func aPolledTreeRollsBackABatchAOneShotMade() async throws {
         let playground = try Playground()
@@ -144,13 +144,13 @@ import Testing
         try await eventually("both batches are rolled back by the agent") {
             try basketSync(["-C", playground.path, "status"]).stdout.contains("pending batches: none")
         }
-        // status on one cart names the tree's agent (review F4).
+        // status on one cart names the tree's agent.
         let cart = try basketSync(["-C", "\(playground.path)/c1", "status"])
         #expect(cart.stdout.contains("(the agent, pid \(agent.process.processIdentifier))"), "\(cart.stdout)")
         #expect(agent.stop() == 0)
     }
 
-    /// Second review of session 7, F2: `wait` on a polled directory looks once an interval — its
+    /// `wait` on a polled directory looks once an interval — its
     /// own connection's files closing must not wake it into a busy loop.
     @Test func waitOnAPolledDirectoryDoesNotSpin() throws {
         let playground = try Playground()
@@ -173,7 +173,7 @@ import Testing
         #expect(ticks < Int(sysconf(Int32(_SC_CLK_TCK))) / 2, "wait used \(ticks) clock ticks of CPU in 2 s")
     }
 
-    /// Second review of session 7, F3: a killed agent is not "the agent" (its lock is gone),
+    /// A killed agent is not "the agent" (its lock is gone),
     /// even before its parent reaps it.
     @Test func statusDoesNotTakeAKilledAgentForTheAgent() async throws {
         let playground = try Playground()
@@ -219,7 +219,7 @@ extension PollingTests {
         let environment = try basketSync(["-C", playground.path, "watch"], environment: ["BASKET_SYNC_WATCH_MODE": "poll=\(interval)"])
         #expect(environment.status == 78, "a setting, as the configuration's: BASKET_SYNC_WATCH_MODE=poll=\(interval): \(environment.status) \(environment.stderr)")
         #expect(environment.stderr.contains("BASKET_SYNC_WATCH_MODE is auto, inotify, poll or poll=MS"), "\(environment.stderr)")
-        // status says no agent could start so (final review of session 8, F3: it said nothing).
+        // status says no agent could start so, rather than nothing.
         let said = try basketSync(["-C", playground.path, "status"], environment: ["BASKET_SYNC_WATCH_MODE": "poll=\(interval)"])
         #expect(said.stdout.contains("watch: no agent runs; none can start: BASKET_SYNC_WATCH_MODE is"), "\(said.stdout)")
         guard let number = Int(interval.trimmingCharacters(in: .whitespaces)) else { return }
@@ -237,10 +237,10 @@ extension PollingTests {
 }
 
 extension PollingTests {
-    /// Black-box review of session 8, F3: a polled agent whose pass fails keeps its back-off. The
-    /// poller looks again for 2 s at what changed (a write hidden in the same time tick); those
-    /// looks ran the failing pass at every look (40 errors in 10 s at 50 ms, "retrying in 30 s"
-    /// said each 250 ms). Each error must come at least the delay it announced after the one before.
+    /// A polled agent whose pass fails keeps its back-off. The poller looks again for 2 s at what
+    /// changed (a write hidden in the same time tick); those looks must not run the failing pass
+    /// at every look (40 errors in 10 s at 50 ms, "retrying in 30 s" said each 250 ms). Each error
+    /// must come at least the delay it announced after the one before.
     @Test(arguments: [false, true])
     func aFailingPassKeepsItsBackOffWhenPolled(tree: Bool) async throws {
         let playground = try Playground()
@@ -282,9 +282,9 @@ extension PollingTests {
 }
 
 extension PollingTests {
-    /// Second review of session 8, M6: a polled agent rejected a cart that had become a FIFO at
-    /// every look for 2 s (100 log lines and report rows at --poll=20): only what is written in
-    /// place is looked at again to settle. Waits past the 2 s, then counts.
+    /// A polled agent rejects a cart that has become a FIFO once, not at every look for 2 s (100
+    /// log lines and report rows at --poll=20): only what is written in place is looked at again.
+    /// Waits past the 2 s, then counts.
     @Test func aFIFOCartIsRejectedOnceWhenPolled() async throws {
         let playground = try Playground()
         #expect(try basketSync(["-C", playground.path, "init"]).status == 0)

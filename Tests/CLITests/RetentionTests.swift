@@ -3,8 +3,8 @@ import Foundation
 import Testing
 import TestSupport
 
-/// Issue 13: `"retention"` — history older than the retention goes, in bounded slices, and only
-/// what the rules allow (SPEC §9): never a pending batch, never a record the host has not
+/// `"retention"` — history older than the retention goes, in bounded slices, and only
+/// what the rules allow (docs/spec.md §9): never a pending batch, never a record the host has not
 /// acknowledged, never the last record of a file; ids forgotten, so that one redelivered later is
 /// taken again; `inbox/cur/` and `inbox/bad/` emptied of old files; the database shrinks back.
 @Suite struct RetentionTests {
@@ -304,7 +304,7 @@ extension RetentionTests {
 }
 
 extension RetentionTests {
-    /// The black-box review's case: a legacy host (no syncedThrough) lets two batches roll back,
+    /// A legacy host (no syncedThrough) lets two batches roll back,
     /// then its cart echoes only the second, late. The first was never applied: it stays, whatever
     /// its age, and `wait --after 0` still shows it.
     @Test func aBatchRolledBackAndNeverEchoedStays() async throws {
@@ -342,7 +342,7 @@ extension RetentionTests {
 
 extension RetentionTests {
     /// An order whose completion failed (or never ran to its end) is the one whose retry must
-    /// still come: retention keeps it and its payment record (black-box review M4); an order whose
+    /// still come: retention keeps it and its payment record; an order whose
     /// completion finished is forgotten as documented.
     @Test func anOrderWhoseCompletionNeverFinishedIsKept() async throws {
         let playground = try Playground()

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-/// Issue 13: `"rotate"` — past maxBytes a JSON Lines file becomes NAME.1 (… NAME.keep), and the
+/// `"rotate"` — past maxBytes a JSON Lines file becomes NAME.1 (… NAME.keep), and the
 /// next record starts a new NAME: `keep` files kept, no seq ever written twice or lost across them.
 @Suite struct RotationTests {
     func seqs(_ playground: Playground, _ name: String) -> [Int] {

@@ -30,7 +30,7 @@ import Testing
 
     /// The shell host back after a long while: 1,200 records wait (past what one argument can
     /// carry), with rotation at 300 bytes keeping 1 (most of them in no file any more). It applies
-    /// every one, keeps the shopper's line, and announces the redirect (second review F1).
+    /// every one, keeps the shopper's line, and announces the redirect.
     @Test func shellHostAfterALongAbsence() throws {
         let playground = try Playground()
         let host = path("Samples/shell-host/host.sh")
@@ -136,8 +136,8 @@ import Testing
             unit.split(separator: "\n").first { $0.hasPrefix(key + "=") }.map { String($0.dropFirst(key.count + 1)) }
         }
         #expect(value("Restart") == "on-failure")
-        // Review of session 8 (the package): not the sync directory, which others write (the Swift
-        // runtime looked for its crash helper there); the instance directory is made by init.
+        // Not the sync directory, which others write (the Swift runtime would look for its crash
+        // helper there); the instance directory is made by init.
         #expect(value("WorkingDirectory") == "/")
         #expect(value("Environment") == "SWIFT_BACKTRACE=enable=no")
         #expect(value("ReadWritePaths") == "/srv/basket-sync")
@@ -190,7 +190,7 @@ import Testing
         let idle = try basketSync(["-c", script], in: playground.path, executable: "/bin/sh")
         #expect(idle.status == 0, "nothing to apply is not a failure")
         #expect(idle.stderr.isEmpty, "nothing to apply says nothing in the journal: \(idle.stderr)")
-        // Review of issue 12, M8: a failure of wait (here a broken configuration) fails the unit, with its message.
+        // A failure of wait (here a broken configuration) fails the unit, with its message.
         try playground.write("basket-sync.json", "{\"bogus\": 1}")
         let broken = try basketSync(["-c", script], in: playground.path, executable: "/bin/sh")
         #expect(broken.status == 78, "\(broken.stderr)")

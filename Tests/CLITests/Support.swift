@@ -158,7 +158,7 @@ final class AgentProcess {
 }
 
 /// Whether the agents the tests start poll (the watch suite run again with
-/// `BASKET_SYNC_WATCH_MODE=poll…`, SPEC §10) instead of using inotify.
+/// `BASKET_SYNC_WATCH_MODE=poll…`, docs/spec.md §10) instead of using inotify.
 let agentsPoll = ProcessInfo.processInfo.environment["BASKET_SYNC_WATCH_MODE"]?.hasPrefix("poll") == true
 
 struct TimedOut: Error, CustomStringConvertible {

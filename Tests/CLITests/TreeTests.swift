@@ -2,9 +2,9 @@ import Foundation
 import Testing
 import TestSupport
 
-/// A tree of carts (SPEC §8) with real directories, real inotify and the built binary: carts
-/// adopted however they appear, a bad cart stopping only itself, a cart removed and made again
-/// starting over, one agent per tree, and the crash test over many carts.
+/// A tree of carts (docs/spec.md §8) with real directories, real inotify and the built binary:
+/// carts taken on however they appear, a bad cart stopping only itself, a cart removed and made
+/// again starting over, one agent per tree, and the crash test over many carts.
 @Suite(.serialized) struct TreeTests {
     /// A tree at the playground's root.
     func tree() throws -> Playground {
@@ -177,7 +177,8 @@ import TestSupport
 
     /// Past the inotify watches it may use, the agent says how many the tree needs and what raises
     /// the limit (here BASKET_SYNC_MAX_WATCHES, which lowers it below the system's; the sysctl when
-    /// the system's is the one short), and polls the carts beyond it (SPEC §10): every cart is served.
+    /// the system's is the one short), and polls the carts beyond it (docs/spec.md §10): every cart
+    /// is served.
     @Test func pastTheWatchLimitTheCartsBeyondArePolledAndTheSysctlNamed() async throws {
         let playground = try tree()
         let settings = playground.read("basket-sync.json").replacingOccurrences(of: "\"pollIntervalMs\": 1000", with: "\"pollIntervalMs\": 50")
@@ -209,9 +210,9 @@ import TestSupport
         #expect(fits.stop() == 0)
     }
 
-    /// Review of session 7, F2: the engines of a tree's carts are kept for the recently used only;
-    /// a cart whose engine was dropped keeps its pending window, and the agent rolls it back on
-    /// time (a new engine read no deadline and the window was forgotten). The descriptor limit
+    /// The engines of a tree's carts are kept for the recently used only; a cart whose engine was
+    /// dropped keeps its pending window, and the agent rolls it back on time (a new engine reads
+    /// the deadline, else the window would be forgotten). The descriptor limit
     /// lowered with prlimit keeps 9 engines for 20 carts.
     @Test func pendingWindowsExpireInCartsWhoseEngineWasDropped() async throws {
         let playground = try tree()
@@ -239,8 +240,8 @@ import TestSupport
         }
     }
 
-    /// Review F2: `inbox/new` removed and made again under the agent is watched again; a cart
-    /// whose `inbox/new` is not a directory when adopted is reported, then served once it is fixed.
+    /// `inbox/new` removed and made again under the agent is watched again; a cart
+    /// whose `inbox/new` is not a directory when taken on is reported, then served once it is fixed.
     @Test func anInboxFolderMadeAgainUnderTheAgentIsWatchedAgain() async throws {
         let playground = try tree()
         try mealzLine(playground, "m")
@@ -262,13 +263,13 @@ import TestSupport
         #expect(agent.stop() == 0)
     }
 
-    /// Review F5–F8, F11: where a directory stands is told right, before anything is made.
+    /// Where a directory stands is told right, before anything is made.
     @Test func misplacedCommandsAreRefusedBeforeTheyMakeAnything() throws {
         let playground = try tree()
         try mealzLine(playground, "c")
         let single = try Playground()
         #expect(try basketSync(["-C", single.path, "init"]).status == 0)
-        // Nothing inside a cart, a tree or a sync directory but a tree's carts (F6, F7).
+        // Nothing inside a cart, a tree or a sync directory but a tree's carts.
         for (command, made) in [
             (["-C", playground.path + "/c/sub", "init"], playground.path + "/c/sub"),
             (["-C", playground.path + "/c/inbox", "init", "--tree"], playground.path + "/c/inbox/basket-sync.json"),
@@ -280,10 +281,10 @@ import TestSupport
             #expect(run.status == 73 && (run.stderr.contains("is inside") || run.stderr.contains("inside a tree")), "\(command): \(run.status) \(run.stderr)")
             #expect(!FileManager.default.fileExists(atPath: made), "\(command) made \(made)")
         }
-        // A name under a tree that is not a cart id (F11).
+        // A name under a tree that is not a cart id.
         let odd = try basketSync(["-C", playground.path + "/with space", "push", "A=+1"])
         #expect(odd.status == 64 && odd.stderr.contains("is not a cart id"), "\(odd.stderr)")
-        // A broken tree configuration is its error, with its place (F5).
+        // A broken tree configuration is its error, with its place.
         let configuration = playground.read("basket-sync.json")
         try playground.write("basket-sync.json", configuration.replacingOccurrences(of: "\"pendingTimeoutSeconds\": 10", with: "\"pendingTimeoutSeconds\": \"x\""))
         for command in [["push", "A=+1"], ["sync"], ["apply"], ["status"], ["init"]] {
@@ -291,14 +292,14 @@ import TestSupport
             #expect(run.status == 78 && run.stderr.contains("basket-sync.json:"), "\(command): \(run.status) \(run.stderr)")
         }
         #expect(!FileManager.default.fileExists(atPath: playground.path + "/c/.basket-sync"))
-        // "layout" changed on a tree's root: a configuration error, nothing made (F8, F7).
+        // "layout" changed on a tree's root: a configuration error, nothing made.
         try playground.write("basket-sync.json", configuration.replacingOccurrences(of: "\"layout\": \"tree\"", with: "\"layout\": \"directory\""))
         for command in [["sync"], ["status"], ["init"]] {
             let run = try basketSync(["-C", playground.path] + command)
             #expect(run.status == 78 && run.stderr.contains("\"layout\""), "\(command): \(run.status) \(run.stderr)")
         }
         #expect(!FileManager.default.fileExists(atPath: playground.path + "/inbox"))
-        // The same on the root, and with the file gone (second review, 7).
+        // The same on the root, and with the file gone.
         try playground.write("basket-sync.json", "{\"layout\": 5}")
         for command in [["status"], ["init", "--tree"]] {
             let run = try basketSync(["-C", playground.path] + command)
@@ -307,7 +308,7 @@ import TestSupport
         try FileManager.default.removeItem(at: playground.url("basket-sync.json"))
         let lost = try basketSync(["-C", playground.path + "/c", "sync"])
         #expect(lost.status == 78 && lost.stderr.contains("\"layout\""), "\(lost.status) \(lost.stderr)")
-        // A tree is not made over a sync directory (second review, 6).
+        // A tree is not made over a sync directory.
         let above = try Playground()
         #expect(try basketSync(["-C", above.path + "/s", "init"]).status == 0)
         let over = try basketSync(["-C", above.path, "init", "--tree"])
@@ -315,7 +316,7 @@ import TestSupport
         #expect(!FileManager.default.fileExists(atPath: above.path + "/basket-sync.json"))
     }
 
-    /// Review F1: an `inbox` that is a link out of the tree is never made through, whoever adopts the cart.
+    /// An `inbox` that is a link out of the tree is never made through, whoever takes the cart on.
     @Test func anInboxLinkedOutOfTheTreeIsNeverMadeThrough() async throws {
         let playground = try tree()
         let outside = try Playground()
@@ -331,7 +332,7 @@ import TestSupport
         #expect(outside.names(".").isEmpty, "nothing made outside: \(outside.names("."))")
     }
 
-    /// Review F4: a directory new to the tree that holds records (a cart copied, moved, its marker
+    /// A directory new to the tree that holds records (a cart copied, moved, its marker
     /// lost) is refused and the cart it may replace kept; `init --adopt` makes it a cart that goes
     /// on after its records.
     @Test func aDirectoryNewToTheTreeThatHoldsRecordsIsRefusedUntilAdopted() throws {
@@ -358,7 +359,7 @@ import TestSupport
         #expect(try basketSync(["-C", playground.path + "/copy", "sync"]).status == 0)
     }
 
-    /// Second review: a cart copied under the agent (the agent adopts the empty directory before
+    /// A cart copied under the agent (the agent takes on the empty directory before
     /// the copy's records land) is given back and refused, not stuck; `init --adopt` under the
     /// agent is seen by it; a whole `inbox/` made again is watched again; a marker overwritten
     /// makes the agent take the cart as it is now.
@@ -486,11 +487,10 @@ import TestSupport
 }
 
 extension TreeTests {
-    /// Black-box review of session 8, F2: a tree whose database lost its carts (restored from an
-    /// older backup, or gone) said "copied in" and `status` on the root listed no error, and
-    /// `init --tree` made a new database over carts holding records. Now the refusal names the
-    /// lost database, `status` lists the cart as an error, `init --tree` refuses (73) and
-    /// `init --tree --adopt` adopts every such cart, whose taken events stay taken.
+    /// A tree whose database lost its carts (restored from an older backup, or gone): the refusal
+    /// names the lost database (not "copied in"), `status` lists the cart as an error, `init
+    /// --tree` refuses (73) and `init --tree --adopt` adopts every such cart, whose taken events
+    /// stay taken.
     @Test func aTreeThatLostItsDatabaseSaysSoAndAdoptsItsCartsOnlyWhenAsked() throws {
         let playground = try tree()
         let backup = playground.path + "/../" + UUID().uuidString
@@ -508,8 +508,8 @@ extension TreeTests {
         #expect(sync.status == 73 && sync.stderr.contains("or the tree's database lost it"), "\(sync.status) \(sync.stderr)")
         let status = try basketSync(["-C", playground.path, "status"])
         #expect(status.stdout.contains("carts with an error: 1") && status.stdout.contains("c1: "), "\(status.stdout)")
-        // The database gone: commands say so (L2: they advised init), init --tree refuses, --adopt
-        // takes the cart with its records.
+        // The database gone: commands say so (and advise init --tree --adopt), init --tree refuses,
+        // --adopt takes the cart with its records.
         try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
         for directory in [playground.path, playground.path + "/c1"] {
             let gone = try basketSync(["-C", directory, "sync"])
@@ -529,8 +529,8 @@ extension TreeTests {
 }
 
 extension TreeTests {
-    /// Second review of session 8, M1: `init --tree --adopt` stopped at the first cart it could
-    /// not adopt, leaving the carts after it. Each cart is adopted on its own; the failures are
+    /// `init --tree --adopt` does not stop at the first cart it cannot adopt: each cart is
+    /// adopted on its own; the failures are
     /// named (73), and a second run once they are mended adopts them.
     @Test func adoptingATreeAdoptsEveryCartItCanAndNamesTheOthers() throws {
         let playground = try tree()

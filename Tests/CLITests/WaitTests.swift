@@ -85,8 +85,8 @@ import Testing
         #expect(agent.stop() == 0)
     }
 
-    /// Review of issue 12, M3: on a read-only file system, a connection kept open read the same
-    /// snapshot for ever; wait now opens one per look.
+    /// On a read-only file system wait opens a connection per look: one kept open would read the
+    /// same snapshot for ever.
     @Test func onAReadOnlyViewItSeesWhatIsCommittedElsewhere() async throws {
         let playground = try syncDirectory()
         let view = playground.root.deletingLastPathComponent().appendingPathComponent("ro-view-\(UUID().uuidString)").path
@@ -114,7 +114,7 @@ import Testing
         #expect(printed.count == 1 && printed[0].hasPrefix("{\"seq\":2,"), "record 2, committed through the read-write path, is seen through the read-only one: \(printed)")
     }
 
-    /// Review of issue 12, M4 and low 7: the directory removed under wait ends it (66); a
+    /// The directory removed under wait ends it (66); a
     /// database behind the outbox stops it (74), as it stops the commands that write.
     @Test func aRemovedDirectoryOrADatabaseBehindTheOutboxEndsIt() async throws {
         let playground = try syncDirectory()
@@ -146,7 +146,7 @@ import Testing
         #expect(behind.status == 74, "\(behind.stderr)")
         #expect(behind.stderr.contains("outbox.jsonl"), "\(behind.stderr)")
 
-        // Second review, finding 2: the backup copied over the database under a blocked wait.
+        // A backup copied over the database under a blocked wait.
         try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
         try FileManager.default.copyItem(atPath: backup + "-later", toPath: playground.path + "/.basket-sync")
         let blocked = try startedInBackground(["-C", playground.path, "wait", "--after", "2"])

@@ -23,7 +23,8 @@ import Testing
         playground.records("notifications.jsonl").last.map(products)
     }
 
-    /// D3: the database unlinked under a running agent stops it (74) before it acknowledges anything more.
+    /// The database unlinked under a running agent stops it (74) before it acknowledges anything
+    /// more.
     @Test func aDatabaseDeletedUnderTheAgentStopsItBeforeAnyAcknowledgement() async throws {
         let playground = try Playground()
         let agent = try await started(playground)
@@ -37,7 +38,7 @@ import Testing
         #expect(playground.records("outbox.jsonl").count == 1)
     }
 
-    /// W2: the agent's own appends do not wake it: it keeps its JSON Lines files open, so no
+    /// The agent's own appends do not wake it: it keeps its JSON Lines files open, so no
     /// close-after-write of theirs reaches the directory it watches. A watch of the test's own sees
     /// every close-after-write in the sync directory while events and carts go through.
     @Test func theAgentsOwnWritesDoNotWakeIt() async throws {
@@ -75,7 +76,7 @@ import Testing
         #expect(agent.process.isRunning)
     }
 
-    /// D5: two deliveries whose names are canonically equivalent (`café` in NFC and in NFD) are two
+    /// Two deliveries whose names are canonically equivalent (`café` in NFC and in NFD) are two
     /// events: the agent takes both as they arrive.
     @Test func deliveriesNamedAlikeUnderUnicodeAreTwoEvents() async throws {
         let playground = try Playground()
@@ -92,7 +93,7 @@ import Testing
         #expect(agent.process.isRunning)
     }
 
-    /// D2 under a running agent: its WAL (or shared memory) deleted, it stops (74) before it
+    /// Under a running agent: its WAL (or shared memory) deleted, it stops (74) before it
     /// acknowledges anything more — the commits would go to an unlinked file. After the kill,
     /// the commands that write find the database behind the files (74) before writing.
     @Test(arguments: ["state.db-wal", "state.db-shm"])
@@ -109,7 +110,7 @@ import Testing
         #expect(playground.records("outbox.jsonl").count == 1)
     }
 
-    /// W1: a SIGHUP that changes `"cart"` makes the agent watch the new path at once.
+    /// A SIGHUP that changes `"cart"` makes the agent watch the new path at once.
     @Test func aSighupThatMovesTheCartWatchesTheNewPath() async throws {
         let playground = try Playground()
         let agent = try await started(playground)
@@ -321,8 +322,8 @@ import Testing
         let playground = try Playground()
         let agent = try await started(playground)
         // "watching" is said before the start pass: stopped inside it, between its inbox and its
-        // cart, the agent would read the cart below before its event and rightly refuse the
-        // cart's claim to acknowledge a record not yet made (SPEC §4 rule 4). A first round trip
+        // cart, the agent would read the cart below before its event and rightly refuse the cart's
+        // claim to acknowledge a record not yet made (docs/spec.md §4 rule 4). A first round trip
         // done, the agent waits for inotify.
         try await mealzLineNotified(playground)
         let limit = Int((try? String(contentsOfFile: "/proc/sys/fs/inotify/max_queued_events", encoding: .utf8))?
@@ -344,9 +345,9 @@ import Testing
         #expect(agent.stop() == 0)
     }
 
-    /// Second review of issue 12, finding 1: a command beside a busy agent read the database,
-    /// then found in a file a record the agent committed and appended meanwhile, and called the
-    /// database lost (74). Pushes from one process, syncs and applies from another, the agent busy.
+    /// A command beside a busy agent that reads the database, then finds in a file a record the
+    /// agent committed and appended meanwhile, never calls the database lost (74). Pushes from one
+    /// process, syncs and applies from another, the agent busy.
     @Test func commandsBesideABusyAgentNeverCallTheDatabaseBehind() async throws {
         let playground = try Playground()
         let agent = try await started(playground)
@@ -371,7 +372,7 @@ import Testing
         #expect(agent.stop() == 0)
     }
 
-    /// Issue 13 (a log a person can follow): one line per record the agent makes; --quiet keeps
+    /// A log a person can follow: one line per record the agent makes; --quiet keeps
     /// warnings and errors; the JSON format carries the record.
     @Test func theLogSaysWhatTheAgentDid() async throws {
         let playground = try Playground()

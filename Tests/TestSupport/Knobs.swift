@@ -1,6 +1,6 @@
 import Foundation
 
-/// The environment knobs of the seeded and long-running tests (see the README's Test section).
+/// The environment knobs of the seeded and long-running tests (docs/guarantees.md lists them).
 public enum Knobs {
     /// `name` from the environment, or `fallback` when it is unset or not a number.
     public static func value<T: LosslessStringConvertible>(_ name: String, default fallback: T) -> T {
