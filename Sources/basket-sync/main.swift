@@ -49,7 +49,7 @@ func run() throws(AgentError) -> Int32 {
     case .manual:
         emit(Manual.page)
     case let .initialize(adopt, tree):
-        let created = try tree ? Commands.initializeTree(root: directory, adopt: adopt) : Commands.initialize(directory: directory, adopt: adopt)
+        let created = try Commands.initialize(directory: directory, adopt: adopt, tree: tree)
         let what = tree || Place.of(directory) == .treeRoot ? "a tree of carts" : "a sync directory"
         emit(created.isEmpty ? "\(directory) is already \(what); nothing to create" : created.map { "created \($0)" }.joined(separator: "\n"))
     case .watch:
@@ -61,17 +61,12 @@ func run() throws(AgentError) -> Int32 {
     case let .push(kind, products, id):
         emit(try Commands.push(directory: directory, kind: kind, products: products, id: id))
     case let .status(json):
-        if case .treeRoot = Place.of(directory) {
-            let report = try TreeStatusReport(root: directory)
-            emit(json ? report.json : report.human)
-        } else {
-            let report = try StatusReport(directory: directory)
-            emit(json ? report.json : report.human)
-            // Reported, and said where a script looks: the other commands refuse with 78.
-            if let problem = report.configurationProblem {
-                emit("basket-sync: \(problem)", to: .error)
-                return 78
-            }
+        let report = try StatusReport(directory: directory)
+        emit(json ? report.json : report.human)
+        // Reported, and said where a script looks: the other commands refuse with 78.
+        if let problem = report.configurationProblem {
+            emit("basket-sync: \(problem)", to: .error)
+            return 78
         }
     case let .apply(json):
         let summary = try Commands.apply(directory: directory, logger: try logger(for: directory))

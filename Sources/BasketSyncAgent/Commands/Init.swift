@@ -7,10 +7,12 @@ extension Commands {
     ///
     /// A directory holding records but no database lost its database: refused (73), unless
     /// `adopt`, which takes the files' records into the new database and goes on after them.
-    public static func initialize(directory: String, adopt: Bool = false) throws(AgentError) -> [String] {
+    /// `tree` (`init --tree`) makes a tree's root; a directory that is one already is kept one.
+    public static func initialize(directory: String, adopt: Bool = false, tree: Bool = false) throws(AgentError) -> [String] {
+        if tree { return try makeTree(root: directory, adopt: adopt) }
         switch Place.of(directory) {
         case .treeRoot:
-            return try initializeTree(root: directory, adopt: adopt)
+            return try makeTree(root: directory, adopt: adopt)
         case let .treeCart(root, id):
             // A cart of the tree: adopted (made when missing), as the agent would; with --adopt,
             // a directory new to the tree that holds records goes on after them.
@@ -258,7 +260,7 @@ extension Commands {
     /// which says `"layout": "tree"`, and its one database. Idempotent. Returns what was created.
     /// A new database where carts hold records (the database was lost) is refused (73); with
     /// `adopt`, each such cart is adopted with its records, as `init --adopt -C ROOT/ID` would.
-    public static func initializeTree(root: String, adopt: Bool = false) throws(AgentError) -> [String] {
+    private static func makeTree(root: String, adopt: Bool) throws(AgentError) -> [String] {
         var created = try Tree.create(root: root, adopt: adopt)
         guard adopt else { return created }
         let tree = try Tree(root: root)

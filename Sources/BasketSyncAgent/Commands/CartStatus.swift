@@ -1,0 +1,335 @@
+import BasketSync
+import BasketSyncWire
+
+/// `status`: the state of a sync directory at a glance, for people and (`--json`) for scripts.
+public struct CartStatus {
+    let directory: String
+    /// The cart's path relative to the directory (the default when the configuration is broken).
+    let cart: String
+    let state: SyncState
+    let view: [ExactID: Int]
+    let lastLines: [Projection: [UInt8]]
+    let counts: [Projection: UInt64]
+    let inboxTaken: Int64
+    let inboxWaiting: Int
+    let inboxBad: Int
+    /// Why `inbox/new/` cannot be read (not a directory, a link, no permission), if it cannot.
+    let inboxProblem: String?
+    /// JSON Lines files holding records the database does not (it was lost, restored or replaced).
+    let databaseBehind: [String]
+    let errors: [(at: String, level: String, message: String)]
+    let now: Date
+    /// The last cart version read: when, how ("taken", "unchanged", "rejected"), and the error
+    /// of a rejection.
+    let lastCartRead: (at: String, produced: String, error: String)?
+    /// The last cart version that changed something: when, and what it produced ("notified #5").
+    let lastCartTaken: (at: String, produced: String, error: String)?
+    /// When the last whole pass (start of the agent, a retry, `sync`) went through.
+    let lastGoodPass: String?
+    /// Deliveries of an event id taken before: acknowledged, not done again.
+    let inboxDuplicates: Int
+    /// The retention in force, if any: the counts of ids are of those kept.
+    let retentionDays: Double?
+    /// How `watch` sees this directory's changes (inotify or polling, and why) as an agent
+    /// started now would see them; nil when it cannot say (a broken BASKET_SYNC_WATCH_MODE).
+    let watch: WatchChoice?
+    /// How the running agent watches, as it said at its start (nil: no agent runs).
+    let agentWatch: WatchChoice.RunningAgent?
+    /// Why no agent could start with the settings of now (a bad BASKET_SYNC_WATCH_MODE), if so.
+    let watchProblem: String?
+    /// Why `basket-sync.json` cannot be used (file:line:column and what to do), if it cannot:
+    /// the report then shows the defaults, and every other command refuses with 78.
+    public let configurationProblem: String?
+
+    /// Reads the state of `directory` as committed now.
+    public init(directory: String) throws(AgentError) {
+        // It only reads: it works on a read-only file system too.
+        let store = try Store.open(directory: directory, readOnly: true)
+        let configuration: AgentConfiguration
+        var problem: String?
+        do {
+            configuration = try AgentConfiguration.load(directory: directory)
+        } catch where error.exitCode == 78 {
+            (configuration, problem) = (AgentConfiguration(), error.description)
+        }
+        try self.init(store: store, configuration: configuration, lookForAgent: true, configurationProblem: problem)
+    }
+
+    /// Reads the state of the cart `store` holds as committed now.
+    init(store: Store, configuration: AgentConfiguration, lookForAgent: Bool = false, configurationProblem: String? = nil) throws(AgentError) {
+        let directory = store.directory
+        self.directory = directory
+        self.configurationProblem = configurationProblem
+        cart = configuration.cart
+        retentionDays = configuration.retention?.days
+        do {
+            watch = configurationProblem != nil ? nil : try WatchChoice.decide(directory: directory, cart: configuration.cart, settings: configuration.watch, override: nil)
+            watchProblem = nil
+        } catch {
+            (watch, watchProblem) = (nil, error.description)
+        }
+        // A cart of a tree: the tree's agent (its note is on the root's row).
+        let root = store.cart == 0 ? store : Store(database: store.database, cart: 0, directory: "", signalPath: "")
+        agentWatch = lookForAgent ? (try? store.withTransaction { () throws(AgentError) in WatchChoice.runningAgent(root) }) ?? nil : nil
+        var lastLines: [Projection: [UInt8]] = [:]
+        var counts: [Projection: UInt64] = [:]
+        var notes: [String: String] = [:]
+        (state, lastLines, counts, inboxTaken, errors) = try store.withTransaction { () throws(AgentError) in
+            for projection in Projection.allCases {
+                let last = try store.lastSeq(projection)
+                counts[projection] = last
+                if last > 0, let line = try store.lines(projection, after: last - 1).first { lastLines[projection] = line.line }
+            }
+            for key in ["cartRead", "cartTaken", "passOK", "inboxDuplicates"] { notes[key] = try store.note(key) }
+            return (try store.loadState(), lastLines, counts, try store.inboxCount(), try store.reports(limit: 5))
+        }
+        func cartNote(_ key: String) -> (String, String, String)? {
+            let fields = notes[key].map { $0.split(separator: "\t", maxSplits: 2, omittingEmptySubsequences: false).map(String.init) } ?? []
+            return fields.count == 3 ? (fields[0], fields[1], fields[2]) : nil
+        }
+        lastCartRead = cartNote("cartRead")
+        lastCartTaken = cartNote("cartTaken")
+        lastGoodPass = notes["passOK"]
+        inboxDuplicates = notes["inboxDuplicates"].flatMap { Int($0) } ?? 0
+        self.lastLines = lastLines
+        self.counts = counts
+        databaseBehind = Projection.allCases.compactMap { projection in
+            let path = "\(directory)/\(projection.fileName)"
+            let inDatabase = counts[projection] ?? 0
+            guard let inFile = JSONLinesFile.recordBeyond(inFileOrParts: path, databaseSeq: inDatabase, isRecord: projection.isRecord) else { return nil }
+            return "\(path) holds record \(inFile) but the database ends at \(inDatabase): the database was lost, restored or replaced; every command that writes stops (74) until .basket-sync/ is restored from a backup"
+        }
+        view = SyncStateMachine(state: state).mealzView
+        do {
+            inboxWaiting = try Inbox(directory: "\(directory)/inbox").waiting().count
+            inboxProblem = nil
+        } catch {
+            inboxWaiting = 0
+            inboxProblem = error.description
+        }
+        inboxBad = Posix.listDirectory("\(directory)/inbox/bad").filter { !$0.hasSuffix(".error") }.count
+        now = Date()
+    }
+
+    /// Whether the last error still holds, as far as basket-sync can tell: a cart error is
+    /// resolved by a cart taken since, a failed pass by a whole pass that went through since; an
+    /// event set aside in `inbox/bad/` stays there for a person to look at.
+    private func standing(of error: (at: String, level: String, message: String)) -> (current: Bool, note: String) {
+        let cartPath = "\(directory)/\(cart)"
+        if error.message.hasPrefix(cartPath + ":") || error.message.hasPrefix("the cart says") {
+            if error.message.hasPrefix("the cart says syncedThrough"), (state.hostClaim ?? 0) > state.lastOutboxSeq {
+                return (true, "still current: the cart's syncedThrough is beyond the outbox")
+            }
+            if let read = lastCartRead, read.produced != "rejected", read.at > error.at {
+                return (false, "resolved at \(read.at): a valid cart was read since")
+            }
+            return (true, "still current: no valid cart read since")
+        }
+        if error.message.hasPrefix("\(directory)/inbox/") {
+            return (false, "an inbox entry set aside in inbox/bad/ with a .error file")
+        }
+        if let lastGoodPass, lastGoodPass > error.at {
+            return (false, "resolved at \(lastGoodPass): a whole pass went through since")
+        }
+        return (true, "still current: no whole pass has gone through since")
+    }
+
+    /// The last error when it still holds (see ``standing(of:)``).
+    var currentError: String? {
+        if let problem = databaseBehind.first { return problem }
+        if let inboxProblem { return "inbox unusable: \(inboxProblem)" }
+        guard let error = errors.first(where: { $0.level == "error" }), standing(of: error).current else { return nil }
+        return "\(error.at) \(error.message)"
+    }
+
+    private var cartLine: String {
+        var line = lastCartTaken.map { "cart: last taken at \($0.at), \($0.produced)" } ?? "cart: none taken yet"
+        if let read = lastCartRead, read.at != lastCartTaken?.at {
+            line += read.produced == "rejected" ? "; rejected at \(read.at): \(read.error)" : "; read again at \(read.at), unchanged (nothing new for Mealz)"
+        }
+        return line
+    }
+
+    private var mealzIds: [ExactID] {
+        SyncStateMachine(state: state).mealzRelatedIds.sorted()
+    }
+
+    private func pendingDelta(_ id: ExactID) -> Int {
+        SyncStateMachine(state: state).pendingDeltas[id] ?? 0
+    }
+
+    private func seconds(_ interval: Double) -> String {
+        let tenths = (interval * 10).rounded() / 10
+        return "\(tenths) s"
+    }
+
+    /// The report for people.
+    public var human: String {
+        var lines: [String] = []
+        lines.append("sync directory \(directory) (id \(state.syncId))")
+        if let configurationProblem {
+            lines.append("configuration: BROKEN, every other command refuses (78) until it is mended; this report shows the defaults: \(configurationProblem)")
+        }
+        lines.append("store: \(state.storeId ?? "none") (\(state.mode.rawValue) mode), Mealz basket \(state.basket)")
+        if let synced = state.hostSyncedThrough {
+            lines.append("host: acknowledges with syncedThrough, last \(synced)")
+        } else {
+            lines.append("host: has never written syncedThrough; batches wait \(state.pending.isEmpty ? "up to the pending window" : "for their window") for an echo")
+        }
+        let ids = mealzIds
+        lines.append(ids.isEmpty ? "Mealz-related lines: none" : "Mealz-related lines:")
+        for id in ids {
+            let pending = pendingDelta(id)
+            lines.append("  \(id): Mealz's share \(state.confirmed[id] ?? 0), WebView's basis \(view[id] ?? 0)\(pending == 0 ? "" : " (pending \(pending > 0 ? "+" : "")\(pending))"), host cart \(state.hostCart?[id] ?? 0)")
+        }
+        lines.append(state.pending.isEmpty ? "pending batches: none" : "pending batches:")
+        for batch in state.pending {
+            let change = batch.products.map { "\($0.id) \($0.quantity > 0 ? "+" : "")\($0.quantity)" }.joined(separator: ", ")
+            let wait = batch.deadline.map { "window closes in \(seconds($0.timeIntervalSince(now)))" } ?? "waits for syncedThrough ≥ \(batch.seq)"
+            // A clock set back makes no negative age.
+            lines.append("  #\(batch.seq) {\(change)}, age \(seconds(max(0, now.timeIntervalSince(batch.at)))), \(wait)")
+        }
+        if let last = lastLines[.notifications] {
+            lines.append("last notification: \(String(decoding: last.dropLast(), as: UTF8.self))")
+        } else {
+            lines.append("last notification: none yet (no cart taken)")
+        }
+        lines.append("outbox: \(counts[.outbox] ?? 0) records, notifications: \(counts[.notifications] ?? 0), payments: \(counts[.payments] ?? 0)")
+        lines.append(cartLine)
+        if let agentWatch {
+            lines.append("watch: \(agentWatch.text)")
+        } else if let watch {
+            lines.append("watch: no agent runs; one started now would use \(watch.description)")
+        } else if configurationProblem != nil {
+            lines.append("watch: no agent runs; none can start until the configuration is mended")
+        } else if let watchProblem {
+            lines.append("watch: no agent runs; none can start: \(watchProblem)")
+        }
+        let taken = retentionDays.map { "\(inboxTaken) taken within the retention (\(SyncEngine.shownDays($0)))" } ?? "\(inboxTaken) taken"
+        lines.append("inbox: \(taken), \(inboxDuplicates) duplicate deliveries (acknowledged, not done again), \(inboxWaiting) waiting in new/, \(inboxBad) in bad/")
+        if let inboxProblem { lines.append("inbox unusable: \(inboxProblem)") }
+        for problem in databaseBehind { lines.append("database behind the files: \(problem)") }
+        let c = state.counters
+        lines.append("counters: \(c.updateBaskets) updateBasket, \(c.redirects) redirects, \(c.settled) settled, \(c.rolledBack) rolled back, \(c.ignored) ignored (no synchronizer), \(c.paymentsRecorded) payments recorded, \(c.paymentsSkipped) skipped, \(c.duplicatePayments) duplicate payments, \(c.duplicateTransfers) duplicate transfers")
+        lines.append("anomalies: \(c.lateEchoes) late echoes, \(c.lateAcknowledgements) late acknowledgements, \(c.acknowledgementsBeyondOutbox) acknowledgements beyond the outbox, \(c.acknowledgementsWentBack) acknowledgements going back")
+        if !databaseBehind.isEmpty {
+            lines.append("last error: the database is behind the files (above): still current")
+        } else if let error = errors.first(where: { $0.level == "error" }) {
+            lines.append("last error: \(error.at) \(error.message) (\(standing(of: error).note))")
+        } else {
+            lines.append("last error: none")
+        }
+        // Ids and messages come from files others write: each line stays one line.
+        return lines.map(JSONWriter.printable).joined(separator: "\n") + "\n"
+    }
+
+    /// The report for scripts: one JSON object.
+    public var json: String {
+        let lastError = errors.first { $0.level == "error" }
+        var writer = JSONWriter()
+        writer.object { object in
+            object.member("directory", directory)
+            object.member("syncId", state.syncId)
+            object.member("storeId", state.storeId)
+            object.member("mode", state.mode.rawValue)
+            object.member("basket", state.basket)
+            object.member("syncedThrough", state.hostSyncedThrough)
+            // Why basket-sync.json cannot be used, or null; when it is a string, the report shows the defaults.
+            object.member("configurationError", configurationProblem)
+            if let watch {
+                object.member("watch") { writer in
+                    writer.object { object in
+                        object.member("mode", watch.polls ? "poll" : "inotify")
+                        object.member("intervalMs", watch.intervalMs)
+                        object.member("reason", watch.reason)
+                        // The running agent (its pid and how it said it watches), or null: then
+                        // mode, intervalMs and reason are what one started now would use.
+                        object.member("agent") { WatchChoice.RunningAgent.write(agentWatch, into: &$0) }
+                    }
+                }
+            }
+            object.member("mealz") { writer in
+                writer.array(mealzIds) { writer, id in
+                    writer.object { line in
+                        line.member("id", id.string)
+                        line.member("share", state.confirmed[id] ?? 0)
+                        line.member("basis", view[id] ?? 0)
+                        line.member("pending", pendingDelta(id))
+                        line.member("host", state.hostCart?[id] ?? 0)
+                    }
+                }
+            }
+            object.member("pending") { writer in
+                writer.array(state.pending) { writer, batch in
+                    writer.object { line in
+                        line.member("seq", batch.seq)
+                        line.member("ageSeconds") { $0.raw(String(max(0, now.timeIntervalSince(batch.at)))) }
+                        line.member("deadline", batch.deadline.map(Timestamp.text))
+                        line.member("products", products: batch.products)
+                    }
+                }
+            }
+            object.member("lastNotification") { writer in
+                if let last = lastLines[.notifications] { writer.raw(String(decoding: last.dropLast(), as: UTF8.self)) } else { writer.raw("null") }
+            }
+            object.member("records") { writer in
+                writer.object { records in
+                    records.member("outbox", counts[.outbox] ?? 0)
+                    records.member("notifications", counts[.notifications] ?? 0)
+                    records.member("payments", counts[.payments] ?? 0)
+                }
+            }
+            object.member("inbox") { writer in
+                writer.object { inbox in
+                    inbox.member("taken", inboxTaken)
+                    inbox.member("duplicates", inboxDuplicates)
+                    inbox.member("waiting", inboxWaiting)
+                    inbox.member("bad", inboxBad)
+                    inbox.member("problem", inboxProblem)
+                }
+            }
+            object.member("databaseBehind") { writer in writer.array(databaseBehind) { $0.string($1) } }
+            object.member("counters") { writer in
+                let c = state.counters
+                writer.object { counters in
+                    counters.member("updateBaskets", c.updateBaskets)
+                    counters.member("redirects", c.redirects)
+                    counters.member("notifications", c.notifications)
+                    counters.member("settled", c.settled)
+                    counters.member("rolledBack", c.rolledBack)
+                    counters.member("lateEchoes", c.lateEchoes)
+                    counters.member("ignored", c.ignored)
+                    counters.member("paymentsRecorded", c.paymentsRecorded)
+                    counters.member("paymentsSkipped", c.paymentsSkipped)
+                    counters.member("duplicatePayments", c.duplicatePayments)
+                    counters.member("duplicateTransfers", c.duplicateTransfers)
+                    counters.member("lateAcknowledgements", c.lateAcknowledgements)
+                    counters.member("acknowledgementsBeyondOutbox", c.acknowledgementsBeyondOutbox)
+                    counters.member("acknowledgementsWentBack", c.acknowledgementsWentBack)
+                }
+            }
+            object.member("lastError") { writer in
+                guard let lastError else { return writer.raw("null") }
+                let standing = standing(of: lastError)
+                writer.object { error in
+                    error.member("at", lastError.at)
+                    error.member("message", lastError.message)
+                    error.member("current", standing.current)
+                    error.member("standing", standing.note)
+                }
+            }
+            object.member("cart") { writer in
+                writer.object { cart in
+                    cart.member("takenAt", lastCartTaken?.at)
+                    cart.member("produced", lastCartTaken?.produced)
+                    cart.member("readAt", lastCartRead?.at)
+                    cart.member("read", lastCartRead?.produced)
+                    cart.member("error", lastCartRead.flatMap { $0.error.isEmpty ? nil : $0.error })
+                }
+            }
+            object.member("lastWholePass", lastGoodPass)
+        }
+        writer.raw("\n")
+        return writer.text
+    }
+}
