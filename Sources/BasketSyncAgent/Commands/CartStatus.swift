@@ -69,28 +69,28 @@ public struct CartStatus {
             (watch, watchProblem) = (nil, error.description)
         }
         // A cart of a tree: the tree's agent (its note is on the root's row).
-        let root = store.cart == 0 ? store : Store(database: store.database, cart: 0, directory: "", signalPath: "")
+        let root = store.cart == 0 ? store : store.database.rootRows
         agentWatch = lookForAgent ? (try? store.withTransaction { () throws(AgentError) in WatchChoice.runningAgent(root) }) ?? nil : nil
         var lastLines: [Projection: [UInt8]] = [:]
         var counts: [Projection: UInt64] = [:]
-        var notes: [String: String] = [:]
+        var notes: [Note: String] = [:]
         (state, lastLines, counts, inboxTaken, errors) = try store.withTransaction { () throws(AgentError) in
             for projection in Projection.allCases {
                 let last = try store.lastSeq(projection)
                 counts[projection] = last
                 if last > 0, let line = try store.lines(projection, after: last - 1).first { lastLines[projection] = line.line }
             }
-            for key in ["cartRead", "cartTaken", "passOK", "inboxDuplicates"] { notes[key] = try store.note(key) }
+            for note in [Note.cartRead, .cartTaken, .passOK, .inboxDuplicates] { notes[note] = try store.note(note) }
             return (try store.loadState(), lastLines, counts, try store.inboxCount(), try store.reports(limit: 5))
         }
-        func cartNote(_ key: String) -> (String, String, String)? {
+        func cartNote(_ key: Note) -> (String, String, String)? {
             let fields = notes[key].map { $0.split(separator: "\t", maxSplits: 2, omittingEmptySubsequences: false).map(String.init) } ?? []
             return fields.count == 3 ? (fields[0], fields[1], fields[2]) : nil
         }
-        lastCartRead = cartNote("cartRead")
-        lastCartTaken = cartNote("cartTaken")
-        lastGoodPass = notes["passOK"]
-        inboxDuplicates = notes["inboxDuplicates"].flatMap { Int($0) } ?? 0
+        lastCartRead = cartNote(.cartRead)
+        lastCartTaken = cartNote(.cartTaken)
+        lastGoodPass = notes[.passOK]
+        inboxDuplicates = notes[.inboxDuplicates].flatMap { Int($0) } ?? 0
         self.lastLines = lastLines
         self.counts = counts
         databaseBehind = Projection.allCases.compactMap { projection in

@@ -39,7 +39,7 @@ extension Commands {
             let newMode = try tree.database.withTransaction { () throws(AgentError) in
                 let previous = try tree.defaultStore()?.1
                 let mode = mode ?? previous ?? .standalone
-                try Store(database: tree.database, cart: 0, directory: directory, signalPath: "").setNote("defaultStore", "\(externalId)\t\(mode.rawValue)")
+                try tree.database.rootRows.setNote(.defaultStore, "\(externalId)\t\(mode.rawValue)")
                 return mode
             }
             return StoreSummary(storeId: externalId, mode: newMode, basket: 0)
@@ -53,7 +53,7 @@ extension Commands {
             machine.setSelectedStore(externalId: externalId, mode: mode, at: now)
         }, record: { _ throws(AgentError) in
             // A cart of a tree that sets its own store no longer follows the tree's default.
-            if engine.store.cart != 0 { try engine.store.setNote("ownStore", "1") }
+            if engine.store.cart != 0 { try engine.store.setNote(.ownStore, "1") }
         })
         engine.signalCommit()
         let state = try engine.currentState()

@@ -34,7 +34,7 @@ public struct StatusReport {
         self.root = root
         let tree = try Tree(root: root, readOnly: true)
         let known = try tree.database.withTransaction { () throws(AgentError) in try tree.database.carts() }
-        let rootStore = Store(database: tree.database, cart: 0, directory: root, signalPath: "")
+        let rootStore = tree.database.rootRows
         agentWatch = (try? tree.database.withTransaction { () throws(AgentError) in WatchChoice.runningAgent(rootStore) }) ?? nil
         var carts: [(id: String, report: CartStatus)] = []
         var notAdopted: [String] = []

@@ -45,7 +45,7 @@ extension SyncEngine {
         read.summary = try stepInTransaction({ (machine, now) throws(AgentError) in
             let bytes: [UInt8]
             readAt = Int64(now.timeIntervalSince1970 * 1e9)
-            switch try cartReader.read(path, configuration: configuration, seen: try store.note("cartSeen").flatMap(CartReader.Seen.init(text:))) {
+            switch try cartReader.read(path, configuration: configuration, seen: try store.note(.cartSeen).flatMap(CartReader.Seen.init(text:))) {
             case .missing:
                 read.outcome = .missing
                 return []
@@ -76,13 +76,13 @@ extension SyncEngine {
             // What status tells of the last cart read: when, and what it produced.
             let at = Timestamp.text(Date())
             if let (error, _) = read.rejected {
-                try store.setNote("cartRead", "\(at)\trejected\t\(error.description)")
+                try store.setNote(.cartRead, "\(at)\trejected\t\(error.description)")
             } else if read.taken != nil {
                 read.changed = summary.stateChanged || summary.notified != nil
-                try store.setNote("cartRead", "\(at)\t\(read.changed ? "taken" : "unchanged")\t")
+                try store.setNote(.cartRead, "\(at)\t\(read.changed ? "taken" : "unchanged")\t")
                 // The version now known: a start finds it unchanged without reading it.
-                try store.setNote("cartSeen", CartReader.Seen(identity: identity, readAt: readAt).text)
-                if read.changed { try store.setNote("cartTaken", "\(at)\t\(summary.notified.map { "notified #\($0)" } ?? "no new notification")\t") }
+                try store.setNote(.cartSeen, CartReader.Seen(identity: identity, readAt: readAt).text)
+                if read.changed { try store.setNote(.cartTaken, "\(at)\t\(summary.notified.map { "notified #\($0)" } ?? "no new notification")\t") }
             }
         })
         return read

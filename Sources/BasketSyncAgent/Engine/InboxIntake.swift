@@ -152,7 +152,7 @@ extension SyncEngine {
                 // another process meanwhile (the agent and a sync racing) is not a redelivery.
                 try store.recordSettled(folder: "cur", name: name, at: now)
                 if takenFrom != name {
-                    try store.setNote("inboxDuplicates", String((Int(try store.note("inboxDuplicates") ?? "") ?? 0) + 1))
+                    try store.setNote(.inboxDuplicates, String((Int(try store.note(.inboxDuplicates) ?? "") ?? 0) + 1))
                 } else {
                     sameFile = true
                 }

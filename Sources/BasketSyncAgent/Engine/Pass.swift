@@ -61,8 +61,8 @@ extension SyncEngine {
             // A whole pass went through: status says the errors before it are resolved. Written
             // only when an error came after the last one written (a commit costs an fsync).
             try store.withTransaction { () throws(AgentError) in
-                if let error = try store.reports(limit: 1, level: Logger.Level.error.rawValue).first, error.at >= (try store.note("passOK") ?? "") {
-                    try store.setNote("passOK", Timestamp.text(Date()))
+                if let error = try store.reports(limit: 1, level: Logger.Level.error.rawValue).first, error.at >= (try store.note(.passOK) ?? "") {
+                    try store.setNote(.passOK, Timestamp.text(Date()))
                 }
             }
         }

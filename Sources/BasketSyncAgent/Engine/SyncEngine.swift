@@ -133,7 +133,7 @@ public final class SyncEngine {
         var deadline = machine.nextDeadline
         var effects: [SyncEffect] = []
         // A cart of a tree that never set its own store follows the tree's default (set-store on the root).
-        if store.cart != 0, try store.note("ownStore") == nil, let (storeId, mode) = try Tree.defaultStore(store.database),
+        if store.cart != 0, try store.note(.ownStore) == nil, let (storeId, mode) = try Tree.defaultStore(store.database),
            !machine.state.storeId.isByteEqual(to: storeId) || mode != machine.state.mode {
             effects = machine.setSelectedStore(externalId: storeId, mode: mode, at: now)
         }

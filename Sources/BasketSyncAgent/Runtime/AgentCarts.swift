@@ -199,6 +199,6 @@ extension Agent {
         let how = tree == nil ? rootChoice.description
             : rootChoice.polls || (polled == carts.count && polled > 0) ? "polling every \(rootChoice.intervalMs) ms (\(rootChoice.reason))" : polled == 0 ? "inotify"
             : "\(polled) of \(carts.count) carts polled every \(rootChoice.intervalMs) ms, the others inotify"
-        _ = try? database.withTransaction { () throws(AgentError) in try Store(database: database, cart: 0, directory: root, signalPath: "").setNote(WatchChoice.noteKey, "\(Posix.processId)\t\(how)") }
+        _ = try? database.withTransaction { () throws(AgentError) in try database.rootRows.setNote(.watch, "\(Posix.processId)\t\(how)") }
     }
 }

@@ -9,13 +9,11 @@ public struct WatchChoice: Equatable, Sendable {
     /// Why, for the log and `status`: the setting that forced it, or the file system.
     public var reason: String
 
-    /// The note where a running agent keeps how it watches: `PID\tDESCRIPTION`.
-    static let noteKey = "watch"
 
     /// How the agent whose note `store` holds watches, if that agent still runs: what it chose at
     /// its start (a `--poll` of its own, its environment, carts past the watch limit included).
     static func runningAgent(_ store: Store) -> RunningAgent? {
-        guard let note = try? store.note(noteKey) else { return nil }
+        guard let note = try? store.note(.watch) else { return nil }
         let parts = note.split(separator: "\t", maxSplits: 1)
         // The pid must hold the agent's lock now: a pid reused by another process, or an agent
         // killed and not reaped, is not the agent.

@@ -132,74 +132,6 @@ final class Database {
         }
     }
 
-    /// What a read-only open says of a database of an older layout (it cannot convert it).
-    static let olderLayout = "written by an older basket-sync"
-
-    /// The configuration error of a layout that does not match the database.
-    static func layoutMismatch(_ directory: String, _ reason: String) -> AgentError {
-        .configuration(path: "\(directory)/\(AgentConfiguration.fileName)", line: 1, column: 1, reason: reason)
-    }
-
-    /// Every table of layout 3: each row belongs to a cart.
-    private static let tables = """
-        CREATE TABLE IF NOT EXISTS meta(cart INTEGER NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY(cart, key)) WITHOUT ROWID;
-        CREATE TABLE IF NOT EXISTS outbox(cart INTEGER NOT NULL, seq INTEGER NOT NULL, line BLOB NOT NULL, PRIMARY KEY(cart, seq));
-        CREATE TABLE IF NOT EXISTS notifications(cart INTEGER NOT NULL, seq INTEGER NOT NULL, line BLOB NOT NULL, PRIMARY KEY(cart, seq));
-        CREATE TABLE IF NOT EXISTS payments(cart INTEGER NOT NULL, seq INTEGER NOT NULL, line BLOB NOT NULL, PRIMARY KEY(cart, seq));
-        CREATE TABLE IF NOT EXISTS inbox(cart INTEGER NOT NULL, id TEXT NOT NULL, file TEXT NOT NULL, outcome TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(cart, id));
-        CREATE TABLE IF NOT EXISTS reports(n INTEGER PRIMARY KEY, cart INTEGER NOT NULL, at TEXT NOT NULL, level TEXT NOT NULL, message TEXT NOT NULL);
-        CREATE TABLE IF NOT EXISTS completions(cart INTEGER NOT NULL, order_id TEXT NOT NULL, payment INTEGER NOT NULL, at TEXT NOT NULL, PRIMARY KEY(cart, order_id));
-        CREATE TABLE IF NOT EXISTS orders(cart INTEGER NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, at TEXT NOT NULL, PRIMARY KEY(cart, id));
-        CREATE TABLE IF NOT EXISTS transfers(cart INTEGER NOT NULL, id TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(cart, id));
-        CREATE TABLE IF NOT EXISTS unfinished(cart INTEGER NOT NULL, order_id TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(cart, order_id));
-        CREATE TABLE IF NOT EXISTS settled(cart INTEGER NOT NULL, folder TEXT NOT NULL, name TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(cart, folder, name)) WITHOUT ROWID;
-        CREATE TABLE IF NOT EXISTS pending(cart INTEGER NOT NULL, seq INTEGER NOT NULL, batch BLOB NOT NULL, PRIMARY KEY(cart, seq));
-        CREATE TABLE IF NOT EXISTS carts(n INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, sync_id TEXT NOT NULL, made TEXT NOT NULL);
-        CREATE INDEX IF NOT EXISTS reports_cart ON reports(cart, n);
-        CREATE INDEX IF NOT EXISTS inbox_at ON inbox(cart, at);
-        CREATE INDEX IF NOT EXISTS orders_at ON orders(cart, at);
-        CREATE INDEX IF NOT EXISTS transfers_at ON transfers(cart, at);
-        CREATE INDEX IF NOT EXISTS settled_at ON settled(cart, at);
-        """
-
-    /// The tables of layouts 1 and 2, as that version made them (those it did not have yet are
-    /// made empty, to be converted like the others).
-    private static let tablesBeforeCarts = """
-        CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
-        CREATE TABLE IF NOT EXISTS outbox(seq INTEGER PRIMARY KEY, line BLOB NOT NULL);
-        CREATE TABLE IF NOT EXISTS notifications(seq INTEGER PRIMARY KEY, line BLOB NOT NULL);
-        CREATE TABLE IF NOT EXISTS payments(seq INTEGER PRIMARY KEY, line BLOB NOT NULL);
-        CREATE TABLE IF NOT EXISTS inbox(id TEXT PRIMARY KEY, file TEXT NOT NULL, outcome TEXT NOT NULL, at TEXT NOT NULL);
-        CREATE TABLE IF NOT EXISTS reports(n INTEGER PRIMARY KEY, at TEXT NOT NULL, level TEXT NOT NULL, message TEXT NOT NULL);
-        CREATE TABLE IF NOT EXISTS completions(order_id TEXT PRIMARY KEY, payment INTEGER NOT NULL, at TEXT NOT NULL);
-        CREATE TABLE IF NOT EXISTS orders(id TEXT PRIMARY KEY, seq INTEGER NOT NULL, at TEXT NOT NULL);
-        CREATE TABLE IF NOT EXISTS transfers(id TEXT PRIMARY KEY, at TEXT NOT NULL);
-        CREATE TABLE IF NOT EXISTS unfinished(order_id TEXT PRIMARY KEY, at TEXT NOT NULL);
-        CREATE TABLE IF NOT EXISTS settled(folder TEXT NOT NULL, name TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(folder, name)) WITHOUT ROWID;
-        """
-
-    /// Layouts 1 and 2 (one sync directory) become layout 3: every row goes to cart 0, once, in
-    /// the caller's transaction. The state's own conversion (1 to 2) follows in ``Store``.
-    private func convertToCartRows() throws(AgentError) {
-        try connection.execute(Database.tablesBeforeCarts)
-        let columns: [(table: String, columns: String)] = [
-            ("meta", "key, value"), ("outbox", "seq, line"), ("notifications", "seq, line"), ("payments", "seq, line"),
-            ("inbox", "id, file, outcome, at"), ("reports", "n, at, level, message"), ("completions", "order_id, payment, at"),
-            ("orders", "id, seq, at"), ("transfers", "id, at"), ("unfinished", "order_id, at"), ("settled", "folder, name, at"),
-        ]
-        for (table, _) in columns { try connection.execute("ALTER TABLE \(table) RENAME TO \(table)_before_carts") }
-        // The old indexes keep their names on the renamed tables: they go with them.
-        for index in ["inbox_at", "orders_at", "transfers_at", "settled_at"] { try connection.execute("DROP INDEX IF EXISTS \(index)") }
-        try connection.execute(Database.tables)
-        for (table, names) in columns {
-            try connection.execute("INSERT INTO \(table)(cart, \(names)) SELECT 0, \(names) FROM \(table)_before_carts; DROP TABLE \(table)_before_carts")
-        }
-        // Marks the rows converted; Store brings the state itself up (layout 1 kept ids in it).
-        let layout = try connection.scalar("PRAGMA user_version") ?? 0
-        try connection.execute("INSERT INTO meta(cart, key, value) VALUES(0, 'layoutBeforeCarts', CAST('\(layout)' AS BLOB))")
-        try connection.execute("PRAGMA user_version=\(Database.schemaVersion)")
-    }
-
     // MARK: Transactions
 
     /// Runs `body` in one IMMEDIATE transaction: committed when it returns, rolled back when it throws.
@@ -312,8 +244,8 @@ final class Database {
 
     /// Ends cart `number`: every row of it goes (in the caller's transaction).
     func removeCart(_ number: Int64) throws(AgentError) {
-        for table in ["meta", "outbox", "notifications", "payments", "inbox", "reports", "completions", "orders", "transfers", "unfinished", "settled", "pending"] {
-            let statement = try cached("DELETE FROM \(table) WHERE cart = ?")
+        for table in Table.allCases where table.holdsCartRows {
+            let statement = try cached("DELETE FROM \(table.rawValue) WHERE cart = ?")
             defer { statement.reset() }
             statement.bind(1, number)
             _ = try statement.step()

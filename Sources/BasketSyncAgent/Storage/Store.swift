@@ -58,8 +58,8 @@ package final class Store {
             // A layout before 3 is brought up once: the ids its state carried move to their
             // tables (saveState moves them), the files already set aside are known to
             // retention by their age.
-            if try metaBlob("layoutBeforeCarts") != nil {
-                if try metaBlob("state") != nil { try saveState(try loadState()) }
+            if try metaBlob(.layoutBeforeCarts) != nil {
+                if try metaBlob(.state) != nil { try saveState(try loadState()) }
                 for folder in ["cur", "bad"] {
                     let path = "\(directory)/inbox/\(folder)"
                     // Read without following a link: a folder that is one is none of basket-sync's.
@@ -68,9 +68,9 @@ package final class Store {
                         try recordSettled(folder: folder, name: name, at: Date(timeIntervalSince1970: Double(modified) / 1e9))
                     }
                 }
-                try deleteMeta("layoutBeforeCarts")
+                try deleteMeta(.layoutBeforeCarts)
             }
-            if create, try self.metaBlob("state") == nil {
+            if create, try self.metaBlob(.state) == nil {
                 try self.saveState(SyncState(syncId: Store.newSyncId()))
             }
         }
@@ -85,7 +85,7 @@ package final class Store {
     }
 
     /// Whether the cart has a state yet.
-    func hasState() throws(AgentError) -> Bool { try metaBlob("state") != nil }
+    func hasState() throws(AgentError) -> Bool { try metaBlob(.state) != nil }
 
     /// A random id for a new sync directory, used in outbox record ids.
     static func newSyncId() -> String {
@@ -142,41 +142,40 @@ package final class Store {
 
     // MARK: State
 
-    func metaBlob(_ key: String) throws(AgentError) -> [UInt8]? {
+    func metaBlob(_ key: MetaKey) throws(AgentError) -> [UInt8]? {
         let statement = try cached("SELECT value FROM meta WHERE cart = ? AND key = ?")
         defer { statement.reset() }
         statement.bind(1, cart)
-        statement.bind(2, key)
+        statement.bind(2, key.text)
         return try statement.step() ? statement.blob(0) : nil
     }
 
-    func deleteMeta(_ key: String) throws(AgentError) {
+    func deleteMeta(_ key: MetaKey) throws(AgentError) {
         let statement = try cached("DELETE FROM meta WHERE cart = ? AND key = ?")
         defer { statement.reset() }
         statement.bind(1, cart)
-        statement.bind(2, key)
+        statement.bind(2, key.text)
         _ = try statement.step()
     }
 
-    func setMeta(_ key: String, _ value: [UInt8]) throws(AgentError) {
+    func setMeta(_ key: MetaKey, _ value: [UInt8]) throws(AgentError) {
         // One B-tree (WITHOUT ROWID) updated in place: the state costs one page a commit, not three.
         let statement = try cached("INSERT INTO meta(cart, key, value) VALUES(?, ?, ?) ON CONFLICT(cart, key) DO UPDATE SET value = excluded.value")
         defer { statement.reset() }
         statement.bind(1, cart)
-        statement.bind(2, key)
+        statement.bind(2, key.text)
         statement.bind(3, value)
         _ = try statement.step()
     }
 
-    /// A small text kept beside the state (what `status` tells of the last cart, the last good
-    /// pass, counts the library does not keep); nil when never set.
-    func note(_ key: String) throws(AgentError) -> String? {
-        try metaBlob("note." + key).map { String(decoding: $0, as: UTF8.self) }
+    /// A note (``Note``); nil when never set.
+    func note(_ note: Note) throws(AgentError) -> String? {
+        try metaBlob(.note(note)).map { String(decoding: $0, as: UTF8.self) }
     }
 
     /// Sets a note (inside the caller's transaction).
-    func setNote(_ key: String, _ text: String) throws(AgentError) {
-        try setMeta("note." + key, Array(text.utf8))
+    func setNote(_ note: Note, _ text: String) throws(AgentError) {
+        try setMeta(.note(note), Array(text.utf8))
     }
 
     /// A prepared statement kept for the life of the connection.
@@ -189,13 +188,13 @@ package final class Store {
         if defersState, let unsavedState { return unsavedState }
         let version = try database.dataVersion()
         if let cachedState, version == cachedDataVersion, database.rollbacks == cachedRollbacks { return cachedState }
-        guard let blob = try metaBlob("state") else {
+        guard let blob = try metaBlob(.state) else {
             throw .database(path: stateDirectory, message: "the database has no state; run basket-sync init again")
         }
-        let hostCart = try metaBlob("hostCart")
+        let hostCart = try metaBlob(.hostCart)
         // The pending batches are rows of their own once a state was saved by this version.
         var rows: [[UInt8]]?
-        if try metaBlob("pendingRows") != nil {
+        if try metaBlob(.pendingRows) != nil {
             let statement = try cached("SELECT batch FROM pending WHERE cart = ? ORDER BY seq")
             defer { statement.reset() }
             statement.bind(1, cart)
@@ -233,7 +232,7 @@ package final class Store {
         if let cachedState, cachedRollbacks == database.rollbacks, try database.dataVersion() == cachedDataVersion {
             return SyncStateMachine(state: cachedState).nextDeadline
         }
-        guard let kept = try metaBlob("deadline") else { return SyncStateMachine(state: try loadState()).nextDeadline }
+        guard let kept = try metaBlob(.deadline) else { return SyncStateMachine(state: try loadState()).nextDeadline }
         // To the nanosecond, rounded up: a wake-up at it finds the window over (the machine decides).
         return Int64(String(decoding: kept, as: UTF8.self)).map { Date(timeIntervalSince1970: Double($0) / 1e9) }
     }
@@ -253,7 +252,7 @@ package final class Store {
             defer { all.reset() }
             all.bind(1, cart)
             _ = try all.step()
-            if try metaBlob("pendingRows") == nil { try setMeta("pendingRows", Array("1".utf8)) }
+            if try metaBlob(.pendingRows) == nil { try setMeta(.pendingRows, Array("1".utf8)) }
             saved = []
         }
         func write(_ batch: PendingBatch) throws(AgentError) {
@@ -320,12 +319,12 @@ package final class Store {
         try savePending(state.pending)
         blob.pending = []
         if savedHostCart == nil || cachedRollbacks != database.rollbacks || (hostCartChanged ?? (savedHostCart! != state.hostCart)) {
-            try setMeta("hostCart", state.hostCart.map(StateFormat.encodeQuantities) ?? Array("null".utf8))
+            try setMeta(.hostCart, state.hostCart.map(StateFormat.encodeQuantities) ?? Array("null".utf8))
         }
-        try setMeta("state", StateFormat.encode(blob))
+        try setMeta(.state, StateFormat.encode(blob))
         // Beside it, the next deadline: read without decoding the state (a start over many carts).
         let deadline = SyncStateMachine(state: state).nextDeadline
-        try setMeta("deadline", Array((deadline.map { String(Int64(($0.timeIntervalSince1970 * 1e9).rounded(.up))) } ?? "").utf8))
+        try setMeta(.deadline, Array((deadline.map { String(Int64(($0.timeIntervalSince1970 * 1e9).rounded(.up))) } ?? "").utf8))
         blob.hostCart = state.hostCart
         blob.pending = state.pending
         cachedState = blob
@@ -334,4 +333,10 @@ package final class Store {
         cachedRollbacks = database.rollbacks
     }
 
+}
+
+extension Database {
+    /// The rows of cart 0: a sync directory's own cart; in a tree, what belongs to the tree as a
+    /// whole (its default store, the running agent's note).
+    var rootRows: Store { Store(database: self, cart: 0, directory: Posix.dirname(of: stateDirectory), signalPath: "") }
 }

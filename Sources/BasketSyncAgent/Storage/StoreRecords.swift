@@ -58,7 +58,7 @@ extension Store {
     /// and the first batch seq made while that version stood. A cart read later with the same
     /// identity was written before that batch, and cannot echo it.
     func cartAtBatch() throws(AgentError) -> (identity: [Int64]?, seq: UInt64)? {
-        guard let blob = try metaBlob("cartAtBatch") else { return nil }
+        guard let blob = try metaBlob(.cartAtBatch) else { return nil }
         let numbers = String(decoding: blob, as: UTF8.self).split(separator: " ").compactMap { Int64($0) }
         guard let seq = numbers.first, seq > 0 else { return nil }
         return (numbers.count > 1 ? Array(numbers.dropFirst()) : nil, UInt64(seq))
@@ -66,14 +66,14 @@ extension Store {
 
     func setCartAtBatch(identity: [Int64]?, seq: UInt64) throws(AgentError) {
         let text = ([Int64(seq)] + (identity ?? [])).map(String.init).joined(separator: " ")
-        try setMeta("cartAtBatch", Array(text.utf8))
+        try setMeta(.cartAtBatch, Array(text.utf8))
     }
 
     // MARK: What the JSON Lines files were given
 
     /// What a JSON Lines file was given, as last remembered.
     func given(_ projection: Projection) throws(AgentError) -> JSONLinesFile.Given? {
-        guard let blob = try metaBlob("given.\(projection.rawValue)") else { return nil }
+        guard let blob = try metaBlob(.given(projection)) else { return nil }
         let numbers = String(decoding: blob, as: UTF8.self).split(separator: " ").compactMap { UInt64($0) }
         guard numbers.count == 4 else { return nil }
         return JSONLinesFile.Given(device: numbers[0], inode: numbers[1], size: Int64(numbers[2]), seq: numbers[3])
@@ -83,7 +83,7 @@ extension Store {
     /// record through `seq`, as no file in particular: the next catch-up reads the file's end (a
     /// torn tail is cut), and a file that no longer holds them (rotated away) starts after them.
     func adoptGiven(_ projection: Projection, seq: UInt64) throws(AgentError) {
-        try setMeta("given.\(projection.rawValue)", Array("0 0 0 \(seq)".utf8))
+        try setMeta(.given(projection), Array("0 0 0 \(seq)".utf8))
     }
 
     /// Remembers what a file was given. Written without its own fsync (`synchronous=NORMAL`): the
@@ -93,7 +93,7 @@ extension Store {
         try connection.execute("PRAGMA synchronous=NORMAL")
         defer { try? connection.execute("PRAGMA synchronous=FULL") }
         try withTransaction { () throws(AgentError) in
-            try setMeta("given.\(projection.rawValue)", Array("\(given.device) \(given.inode) \(given.size) \(given.seq)".utf8))
+            try setMeta(.given(projection), Array("\(given.device) \(given.inode) \(given.size) \(given.seq)".utf8))
         }
     }
 

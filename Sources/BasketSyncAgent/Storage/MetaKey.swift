@@ -1,0 +1,55 @@
+/// Every key of a cart's `meta` rows: the state and what is kept beside it. One list, so that a
+/// key is spelled once and a new one is seen here.
+enum MetaKey: Hashable, Sendable {
+    /// The library state (``SyncState``), as ``StateFormat`` writes it.
+    case state
+    /// The pending batches' rows, kept beside the state so that a step rewrites only what changed.
+    case pendingRows
+    /// The host cart as last taken, in its compact binary form.
+    case hostCart
+    /// The next pending-window deadline.
+    case deadline
+    /// The identity of the cart file when the last batch was made, and that batch's seq.
+    case cartAtBatch
+    /// What a JSON Lines file was last given: its identity, size and last seq.
+    case given(Projection)
+    /// Set while a database of the layout before carts waits to be brought up.
+    case layoutBeforeCarts
+    /// A small text kept for `status` and the agent.
+    case note(Note)
+
+    /// The key as stored.
+    var text: String {
+        switch self {
+        case .state: return "state"
+        case .pendingRows: return "pendingRows"
+        case .hostCart: return "hostCart"
+        case .deadline: return "deadline"
+        case .cartAtBatch: return "cartAtBatch"
+        case let .given(projection): return "given.\(projection.rawValue)"
+        case .layoutBeforeCarts: return "layoutBeforeCarts"
+        case let .note(note): return "note.\(note.rawValue)"
+        }
+    }
+}
+
+/// The notes: small texts kept beside the state (what `status` tells of the last cart, the last
+/// good pass, counts the library does not keep).
+enum Note: String, CaseIterable, Sendable {
+    /// The last read of the cart: `AT\t(taken|unchanged|rejected)\tERROR`.
+    case cartRead
+    /// The last cart taken: `AT\tWHAT IT NOTIFIED\t`.
+    case cartTaken
+    /// The identity and read time of the cart version last read (``CartReader/Seen``).
+    case cartSeen
+    /// When the last whole pass went through.
+    case passOK
+    /// How many redelivered events were taken as duplicates.
+    case inboxDuplicates
+    /// A tree's cart that set its own store (it no longer follows the root's default).
+    case ownStore
+    /// A tree's default store and mode (on the root's row): `STORE\tMODE`.
+    case defaultStore
+    /// How the running agent watches: `PID\tDESCRIPTION` (on the root's row).
+    case watch
+}
