@@ -1,4 +1,4 @@
-/// An id compared byte for byte, as SPEC §4 wants ids compared: Swift's `String` equality, hashing
+/// An id compared byte for byte, as docs/spec.md §4 wants ids compared: Swift's `String` equality, hashing
 /// and ordering follow Unicode canonical equivalence (`"café"` in NFC equals `"café"` in NFD, the
 /// Kelvin sign equals `K`), ids do not — two spellings are two SKUs, two orders, two events.
 ///

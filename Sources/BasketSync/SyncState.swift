@@ -1,55 +1,62 @@
 /// Everything the library knows about one sync directory. `Codable`, so that the agent can persist
 /// it after each input and resume after a restart without losing or repeating anything.
+///
+/// Read-only outside the package: only ``SyncStateMachine``'s inputs change it (recovery
+/// included: ``SyncStateMachine/recover(from:)``), and the package's persistence writes back what
+/// it stored.
 public struct SyncState: Codable, Hashable, Sendable {
     /// The sync directory's id; outbox record ids are `"<syncId>-<seq>"`.
-    public var syncId: String
+    public package(set) var syncId: String
     /// The last outbox seq written (0 before the first).
-    public var lastOutboxSeq: UInt64 = 0
+    public package(set) var lastOutboxSeq: UInt64 = 0
     /// The last notification seq written (0 before the first).
-    public var lastNotificationSeq: UInt64 = 0
+    public package(set) var lastNotificationSeq: UInt64 = 0
     /// The last payment seq written (0 before the first).
-    public var lastPaymentSeq: UInt64 = 0
+    public package(set) var lastPaymentSeq: UInt64 = 0
     /// The current Mealz basket's number; a payment or a store change starts the next one.
-    public var basket: UInt64 = 1
+    public package(set) var basket: UInt64 = 1
     /// Mealz's own confirmed quantity per SKU (only SKUs above 0).
-    public var confirmed: [ExactID: Int] = [:]
+    public package(set) var confirmed: [ExactID: Int] = [:]
     /// Batches sent to the host and not yet settled, in seq order.
-    public var pending: [PendingBatch] = []
+    public package(set) var pending: [PendingBatch] = []
     /// The most recent batches rolled back, kept to report a late echo.
-    public var rolledBack: [PendingBatch] = []
+    public package(set) var rolledBack: [PendingBatch] = []
     /// The host's last absolute cart (only lines above 0), or nil before the first cart.
-    public var hostCart: [ExactID: Int]?
+    public package(set) var hostCart: [ExactID: Int]?
     /// The highest outbox seq the host has acknowledged (its `syncedThrough`, checked against
     /// the outbox); nil for a host that never wrote one.
-    public var hostSyncedThrough: UInt64?
+    public package(set) var hostSyncedThrough: UInt64?
     /// The highest seq a cart echoed (a host without `syncedThrough` applied it): `apply` starts
     /// after it, so a legacy host moving to `apply` never gets a batch twice.
-    public var echoedThrough: UInt64?
+    public package(set) var echoedThrough: UInt64?
     /// The last `syncedThrough` the host wrote, as written (a repeated claim is not reported again).
-    public var hostClaim: UInt64?
+    public package(set) var hostClaim: UInt64?
     /// While the host claims beyond the outbox: the seq its acknowledgements are capped at.
-    public var acknowledgementCap: UInt64?
+    public package(set) var acknowledgementCap: UInt64?
     /// The Mealz-related lines of the last notification, or nil before the first one.
-    public var lastNotified: [ExactID: Int]?
+    public package(set) var lastNotified: [ExactID: Int]?
     /// The WebView's basis before the pending deltas: the lines of the last notification, emptied
     /// when a payment closes the basket; nil before the first notification (the share stands in).
-    public var viewBase: [ExactID: Int]?
+    public package(set) var viewBase: [ExactID: Int]?
     /// The `syncedThrough` of the last notification.
-    public var lastNotifiedSyncedThrough: UInt64?
+    public package(set) var lastNotifiedSyncedThrough: UInt64?
     /// The store set with `setSelectedStoreWithExternalId`.
-    public var storeId: String?
+    public package(set) var storeId: String?
     /// The mode; payments are recorded only in retailer mode.
-    public var mode: SyncMode = .standalone
+    public package(set) var mode: SyncMode = .standalone
     /// Order ids of recorded `handlePayment` calls → their payment seq.
-    public var recordedOrders: [ExactID: UInt64] = [:]
+    public package(set) var recordedOrders: [ExactID: UInt64] = [:]
     /// Transfer ids of `basketTransfer` events already landed.
-    public var landedTransfers: Set<ExactID> = []
+    public package(set) var landedTransfers: Set<ExactID> = []
     /// What happened so far, for `status`.
-    public var counters = SyncCounters()
+    public package(set) var counters = SyncCounters()
 
-    /// A fresh state for a new sync directory.
-    public init(syncId: String) {
+    /// A fresh state for a new sync directory; `storeId` and `mode` as set before its first input
+    /// (a tree's cart starts in the tree's default store).
+    public init(syncId: String, storeId: String? = nil, mode: SyncMode = .standalone) {
         self.syncId = syncId
+        self.storeId = storeId
+        self.mode = mode
     }
 }
 

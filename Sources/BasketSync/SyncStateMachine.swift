@@ -7,7 +7,7 @@
 /// happened to fire.
 public struct SyncStateMachine: Sendable {
     /// The persistent state; save it after every input to resume after a restart.
-    public private(set) var state: SyncState
+    public internal(set) var state: SyncState
     /// The settings; a change applies to batches sent from then on.
     public var configuration: SyncConfiguration
     /// Whether a `RetailerBasketSynchronizer` is registered. Runtime only, as in the SDK: without

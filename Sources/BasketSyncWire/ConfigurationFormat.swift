@@ -48,7 +48,7 @@ public struct AgentConfiguration: Equatable, Sendable {
     /// How the agent learns of changes: inotify, polling, or chosen by the file system.
     public var watch = Watching()
 
-    /// How `watch` sees changes (SPEC §10).
+    /// How `watch` sees changes (docs/spec.md §10).
     public struct Watching: Equatable, Sendable {
         /// inotify where it sees every write, polling where it cannot (network and FUSE file
         /// systems); always inotify; always polling.

@@ -4,7 +4,7 @@ import Glibc
 // retention and a small rotation size, one after the other. Prints the step time (cart renamed →
 // notification line written) of the first and the last tenth, and at ten points the database, the
 // inbox and the JSON Lines files' sizes and the agent's resident memory: what a year of running
-// does to a step's cost and to storage (SPEC §9).
+// does to a step's cost and to storage (docs/spec.md §9).
 
 /// Bytes of the regular files under `path` (not following links), and how many.
 func treeSize(_ path: String) -> (bytes: Int, files: Int) {

@@ -1,7 +1,7 @@
 import Glibc
 
 // `basket-sync-bench --tree [--carts N] [--seconds S] [--rate R] [--events E]`: one agent over a
-// tree of N carts (SPEC §8). Prints the start with nothing changed, resident memory, idle
+// tree of N carts (docs/spec.md §8). Prints the start with nothing changed, resident memory, idle
 // wake-ups, one cart change → notification line, a sustained load (R cart changes per second
 // over random carts plus E inbox events per second for S seconds: latency per second, backlog,
 // every change notified), the disk's fsync rate, and the throughput ceiling (rates doubled until
@@ -206,7 +206,7 @@ func runTreeBench(carts: Int, seconds: Double, rate: Double, events: Double) -> 
         .split(separator: " ").dropFirst().first.map(String.init) ?? "?"
     stop(agent, SIGTERM)
 
-    // The same tree polled every second (SPEC §10: as on a network file system): the CPU of the
+    // The same tree polled every second (docs/spec.md §10: as on a network file system): the CPU of the
     // looks while nothing changes, then one change at a time (seen at the next look).
     let pollLog = log + ".poll"
     let polled = spawn([basketSync, "-C", root, "watch", "--quiet", "--poll=1000"], stderrPath: pollLog)

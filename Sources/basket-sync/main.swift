@@ -36,7 +36,7 @@ func run() throws(AgentError) -> Int32 {
     // Where the directory stands, told right before anything is touched (a broken tree
     // configuration is its error, a name under a tree that is not a cart id a usage error).
     if !invocation.command.isHelpOrVersion { try Place.check(directory) }
-    // A cart of a tree is made by whoever comes first: the Mealz side's push may (SPEC §8).
+    // A cart of a tree is made by whoever comes first: the Mealz side's push may (docs/spec.md §8).
     if case .push = invocation.command { try Commands.prepareCart(directory: directory) }
     if invocation.directory != nil, !invocation.command.isInitialize { try Terminal.enter(directory) }
     switch invocation.command {

@@ -36,16 +36,6 @@ extension Commands {
         }
     }
 
-    /// Where the host is in the outbox: the highest seq acknowledged in the database, or the
-    /// cart's claim when it is further and within the outbox (the agent has not taken it yet). A
-    /// claim the database has already seen counts for what it acknowledged there (a claim once
-    /// beyond the outbox is not trusted when the outbox reaches it); a legacy host's echoed
-    /// batches count as applied.
-    static func hostProgress(state: SyncState, claim: UInt64) -> UInt64 {
-        let newClaim = claim != state.hostClaim && claim <= state.lastOutboxSeq ? claim : 0
-        return max(state.hostSyncedThrough ?? 0, state.echoedThrough ?? 0, newClaim)
-    }
-
     /// `apply`: the reference host. Applies the outbox records after the cart's `syncedThrough`
     /// in seq order (clamping each line at 0), keeps every other line and field as it is, and
     /// writes the cart atomically with the new `syncedThrough`. Serialized with other `apply`
@@ -110,7 +100,7 @@ extension Commands {
         // database, or one claiming beyond the outbox, must not make records applied twice or skipped.
         let state = try engine.currentState()
         let claim = summary.syncedThroughBefore
-        summary.syncedThrough = hostProgress(state: state, claim: claim)
+        summary.syncedThrough = state.hostProgress(claim: claim)
 
         let records = try outboxRecords(engine.store.lines(.outbox, after: summary.syncedThrough),
                                         path: "\(directory)/\(Projection.outbox.fileName)", after: summary.syncedThrough)

@@ -65,7 +65,7 @@ extension Commands {
             // No record left, no claim from the host, but events taken before (inbox/cur/): the
             // directory had a past the files no longer show; a new database would number from 1.
             let taken = Posix.listDirectory("\(directory)/inbox/cur").filter { !$0.hasPrefix(".") }.count
-            if found.isEmpty, !adopt, taken > 0, hostClaim(directory: directory, notice: nil) == 0 {
+            if found.isEmpty, !adopt, taken > 0, cartClaim(directory: directory) == 0 {
                 throw .refused("\(directory): inbox/cur/ holds \(taken) events taken before, but no record is left and the cart shows no syncedThrough: the database and the records were lost or moved away, and a new database would number records from 1 again. Restore .basket-sync/ (and the records) from a backup, or run basket-sync init --adopt to go on (numbered from 1: tell a host that counts the records it processed)")
             }
         }
@@ -118,95 +118,41 @@ extension Commands {
     /// stays taken — its id from an outbox record's `source` or from its file in `inbox/cur/`, a
     /// transfer that landed from its record's `transferId` — so a redelivery is not done again.
     static func adoptRecords(_ found: [Projection: [(seq: UInt64, line: [UInt8])]], into store: Store, directory: String) throws(AgentError) {
-        var state = try store.loadState()
         let now = Date()
         for (projection, records) in found {
             for record in records { try store.adopt(projection, seq: record.seq, line: record.line) }
-            let last = records.map(\.seq).max()!
             // The files were given them all, rotated parts included: none is appended again.
-            try store.adoptGiven(projection, seq: last)
-            switch projection {
-            case .outbox:
-                state.lastOutboxSeq = last
-                for record in records {
-                    guard let outbox = try? RecordFormat.outboxRecord(record.line) else { continue }
-                    if let source = outbox.source {
-                        try store.recordInbox(id: source, file: "", outcome: "adopted: outbox #\(outbox.seq)", at: now, unlessKnown: true)
-                    }
-                    if let transfer = outbox.transferId { state.landedTransfers.insert(ExactID(transfer)) }
-                }
-            case .notifications: state.lastNotificationSeq = last
-            case .payments:
-                state.lastPaymentSeq = last
-                for record in records {
-                    guard let payment = try? RecordFormat.payment(record.line) else { continue }
-                    // The Mealz basket goes on after the last one the records show (a recorded
-                    // handlePayment closed its basket).
-                    let closed = payment.type == .handlePayment && payment.status == .recorded
-                    state.basket = max(state.basket, payment.basket + (closed ? 1 : 0))
-                    guard payment.type == .handlePayment, let order = payment.orderId else { continue }
-                    // A retried order must still be answered as recorded; its completion may
-                    // have run (the database that knew is lost): never run again (SPEC §4.7).
-                    state.recordedOrders[ExactID(order)] = payment.seq
-                    try store.recordCompletion(orderId: order, payment: payment.seq, at: now)
-                }
+            try store.adoptGiven(projection, seq: records.map(\.seq).max()!)
+        }
+        let recovered = RecoveredRecords(
+            outbox: (found[.outbox] ?? []).compactMap { try? RecordFormat.outboxRecord($0.line) },
+            notifications: (found[.notifications] ?? []).compactMap { try? RecordFormat.notification($0.line) },
+            payments: (found[.payments] ?? []).compactMap { try? RecordFormat.payment($0.line) },
+            cartClaim: cartClaim(directory: directory))
+        for record in recovered.outbox {
+            if let source = record.source {
+                try store.recordInbox(id: source, file: "", outcome: "adopted: outbox #\(record.seq)", at: now, unlessKnown: true)
             }
         }
-        // What the host and the WebView were last shown (the last notification): Mealz's lines are
-        // known again, so the next cart or basketState is compared with them, not with nothing.
-        // Mealz's share is taken as what was notified (a shopper's own units on those lines count
-        // as Mealz's until the next change); a payment recorded after it closed that basket.
-        let notice = found[.notifications]?.last.flatMap { try? RecordFormat.notification($0.line) }
-        if let notice {
-            var lines: [ExactID: Int] = [:]
-            for product in notice.products where product.quantity > 0 { lines[ExactID(product.id), default: 0] += product.quantity }
-            let closed = (found[.payments] ?? []).compactMap { try? RecordFormat.payment($0.line) }
-                .contains { $0.type == .handlePayment && $0.status == .recorded && $0.at >= notice.at }
-            state.lastNotified = lines
-            state.viewBase = closed ? [:] : lines
-            if !closed { state.confirmed = lines }
-            state.lastNotifiedSyncedThrough = notice.syncedThrough
+        // A recorded order's completion may have run (the database that knew is lost): never
+        // run again (docs/spec.md §4 rule 7).
+        for payment in recovered.payments where payment.type == .handlePayment {
+            if let order = payment.orderId { try store.recordCompletion(orderId: order, payment: payment.seq, at: now) }
         }
-        let claim = hostClaim(directory: directory, notice: notice)
-        let outbox = found[.outbox] ?? []
-        if outbox.isEmpty {
-            // Every record moved away: numbered after what the host claims to have processed.
-            state.lastOutboxSeq = max(state.lastOutboxSeq, claim)
-        }
-        // Records before the first one the files hold that the host had not processed are gone
-        // (rotated away before the loss): lost for good; the host goes on from the first one held,
-        // instead of waiting for ever for one no file has (init says which).
-        let firstHeld = outbox.first.map { $0.seq - 1 } ?? 0
-        if !outbox.isEmpty, claim == 0, firstHeld > 0 {
-            state.echoedThrough = firstHeld
-        }
-        if !outbox.isEmpty, claim > 0 {
-            // The host acknowledges with syncedThrough: the deltas after its claim are pending again
-            // (waiting for its syncedThrough, as before the loss); a claim beyond the files is not trusted.
-            let acknowledged = max(min(claim, state.lastOutboxSeq), firstHeld)
-            state.hostSyncedThrough = acknowledged
-            // The claim as written: the same claim read again acknowledges nothing new, and one
-            // beyond the files stays capped where it was (SPEC §4.4).
-            state.hostClaim = claim
-            if claim > state.lastOutboxSeq { state.acknowledgementCap = state.lastOutboxSeq }
-            state.pending = outbox.compactMap { record in
-                guard record.seq > acknowledged, let delta = try? RecordFormat.outboxRecord(record.line),
-                      delta.type == .updateBasket, !delta.products.isEmpty else { return nil }
-                return PendingBatch(seq: delta.seq, products: delta.products, at: delta.at, deadline: nil)
-            }
-        }
+        // The state itself is the library's: recovery is one of its inputs.
+        var machine = SyncStateMachine(state: try store.loadState())
+        _ = machine.recover(from: recovered)
         try learnTakenEvents(directory: directory, into: store)
-        try store.saveState(state)
+        try store.saveState(machine.state)
     }
 
-    /// The highest record the host has shown it processed — its cart's `syncedThrough`, the last
-    /// notification's — so that a new database numbers its records after it: an old claim never
-    /// acknowledges a new record (SPEC §3: seq rises forever, §4.4), whatever files went away.
-    static func hostClaim(directory: String, notice: BasketNotification?) -> UInt64 {
+    /// The `syncedThrough` of the host's cart as it stands (0 when it has none, or no cart can be
+    /// read): a new database numbers its records after it (``RecoveredRecords/hostClaim``).
+    static func cartClaim(directory: String) -> UInt64 {
         let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
         let cart = (try? Posix.readFile("\(directory)/\(configuration.cart)", limit: configuration.limits.maxFileBytes)).flatMap { $0 }
             .flatMap { try? CartFormat.decode($0, keys: configuration.keys, limits: configuration.limits) }
-        return max(cart?.syncedThrough ?? 0, notice?.syncedThrough ?? 0)
+        return cart?.syncedThrough ?? 0
     }
 
     /// Takes the ids of the events in `inbox/cur/` as taken (inside the caller's transaction): a
@@ -236,7 +182,7 @@ extension Commands {
         found.sorted(by: { $0.key.rawValue < $1.key.rawValue }).map { (projection, records) in
             var line = "\(directory)/\(projection.fileName): adopted \(records.count) records, going on after \(records.map(\.seq).max()!)"
             if projection == .outbox, let first = records.first?.seq, first > 1 {
-                let claim = hostClaim(directory: directory, notice: nil)
+                let claim = cartClaim(directory: directory)
                 if claim < first - 1 {
                     line += "; records \(claim + 1)…\(first - 1) are in no file (rotated away) and the host had not processed them: they are lost, and the host goes on from \(first)"
                 }
@@ -256,7 +202,7 @@ extension Commands {
 }
 
 extension Commands {
-    /// `init --tree [--adopt]`: makes a tree of carts at `root` (SPEC §8): its configuration,
+    /// `init --tree [--adopt]`: makes a tree of carts at `root` (docs/spec.md §8): its configuration,
     /// which says `"layout": "tree"`, and its one database. Idempotent. Returns what was created.
     /// A new database where carts hold records (the database was lost) is refused (73); with
     /// `adopt`, each such cart is adopted with its records, as `init --adopt -C ROOT/ID` would.
@@ -264,7 +210,7 @@ extension Commands {
         var created = try Tree.create(root: root, adopt: adopt)
         guard adopt else { return created }
         let tree = try Tree(root: root)
-        // Each cart on its own: one that cannot be adopted stops only itself (SPEC §8).
+        // Each cart on its own: one that cannot be adopted stops only itself (docs/spec.md §8).
         var failed: [String] = []
         for id in try tree.cartDirectories() {
             let directory = "\(root)/\(id)"

@@ -127,7 +127,7 @@ extension Commands {
     }
 
     /// `handle-payment`: records the payment once per order id, closes the Mealz basket, and runs
-    /// the completion `then` (an argv, no shell) until it succeeds once (SPEC §4.7).
+    /// the completion `then` (an argv, no shell) until it succeeds once (docs/spec.md §4.7).
     ///
     /// A retry of an order recorded before is answered first, whatever changed since: refused
     /// (65) when its total, or the product list it gives, differs from the record; otherwise a

@@ -13,7 +13,7 @@ extension Commands {
     /// `wait`: blocks until the outbox holds a record after `after` (default: where the host is,
     /// from the cart's `syncedThrough` and what the database knows), and returns those records.
     /// It sleeps on inotify (the outbox file changing, another process's commit) — and looks at
-    /// every poll interval too where inotify is blind (`watch.mode`, SPEC §10) — and writes
+    /// every poll interval too where inotify is blind (`watch.mode`, docs/spec.md §10) — and writes
     /// nothing: it works beside the agent, beside `sync` from cron, and on a read-only file
     /// system. Throws `.busy` (75) when `timeout` seconds pass first.
     public static func wait(directory: String, after: UInt64?, timeout: Double?) throws(AgentError) -> WaitResult {
@@ -37,11 +37,11 @@ extension Commands {
                 start = after
             } else {
                 let state = try store.withTransaction { () throws(AgentError) in try store.loadState() }
-                start = hostProgress(state: state, claim: cartClaim(directory: directory, configuration: configuration) ?? 0)
+                start = state.hostProgress(claim: cartClaim(directory: directory, configuration: configuration) ?? 0)
             }
         }
         let deadline = timeout.map { Date().addingTimeInterval($0) }
-        // Where inotify is blind (a share written by another machine: SPEC §10), it looks at
+        // Where inotify is blind (a share written by another machine: docs/spec.md §10), it looks at
         // every poll interval as well.
         let polling = (try? WatchChoice.decide(directory: directory, cart: configuration.cart, settings: configuration.watch, override: nil))
             .flatMap { $0.polls ? $0.intervalMs : nil }

@@ -97,7 +97,7 @@ struct CartReader {
         return read.bytes == lastBytes ? .unchanged : .new(read.bytes, identity: read.info.identity)
     }
 
-    /// A cart with other names (a hard link) may be a file elsewhere (SPEC §7): rejected unless
+    /// A cart with other names (a hard link) may be a file elsewhere (docs/spec.md §7): rejected unless
     /// links are followed by choice. Every reader of the cart (the pass, `apply`, the payments) asks.
     static func refuseHardLink(_ info: FileInfo?, path: String, followSymlinks: Bool) throws(AgentError) {
         guard !followSymlinks, let info, info.links > 1 else { return }

@@ -22,7 +22,7 @@ struct Inbox {
     /// An entry of `new/` as people know it, for messages.
     func shown(_ name: String) -> String { "\(shownFolder("new"))/\(Inbox.bounded(name))" }
 
-    /// A name as messages quote it: at most 80 characters of it (SPEC §7: any input is quoted
+    /// A name as messages quote it: at most 80 characters of it (docs/spec.md §7: any input is quoted
     /// bounded), the rest said by its length. A name is input: whoever delivers chooses it.
     static func bounded(_ name: String) -> String {
         name.count <= 80 ? name : "\(name.prefix(64))…(a name of \(name.utf8.count) bytes)"
@@ -136,7 +136,7 @@ struct Inbox {
     func path(of name: String) -> String { "\(folder("new"))/\(name)" }
 
     /// Reads an entry of `new/`; nil when another process took it meanwhile. An entry with other
-    /// names (a hard link to a file elsewhere) is refused unread (SPEC §7: nothing outside the
+    /// names (a hard link to a file elsewhere) is refused unread (docs/spec.md §7: nothing outside the
     /// directory is read), but for a `link()` delivery still under way: two names, the other in `tmp/`.
     func read(_ name: String, limit: Int) throws(AgentError) -> [UInt8]? {
         guard let (bytes, info) = try Posix.readFileAndInfo(path(of: name), limit: limit) else { return nil }

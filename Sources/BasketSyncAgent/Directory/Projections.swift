@@ -23,7 +23,7 @@ final class JSONLinesFile {
     private(set) var given: Given?
     /// The descriptor kept open, and the file it is open on.
     private var open: (fd: Int32, device: UInt64, inode: UInt64)?
-    /// When set, an append is not fsynced at once: ``syncDeferred()`` does it, so that the
+    /// When set, an append is not fsynced at once: ``finishDeferredSync(_:saveGiven:)`` does it, so that the
     /// appends of a group of carts are fsynced together (the tree's agent).
     var defersSync = false
     /// An append not fsynced yet: the descriptor, the size before it and what was given then.

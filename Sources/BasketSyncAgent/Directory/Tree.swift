@@ -1,7 +1,7 @@
 import BasketSync
 import BasketSyncWire
 
-/// Where a command's directory stands (SPEC §8).
+/// Where a command's directory stands (docs/spec.md §8).
 public enum Place: Equatable, Sendable {
     /// One sync directory (or a directory that is not one yet).
     case directory
@@ -65,7 +65,7 @@ extension AgentConfiguration {
 }
 
 /// A tree of carts: one database at `ROOT/.basket-sync/` for every cart, one directory per cart
-/// (SPEC §8). A cart is adopted when first seen: its folders are made, it gets a number and a
+/// (docs/spec.md §8). A cart is adopted when first seen: its folders are made, it gets a number and a
 /// sync id of its own, and a marker file (`.basket-sync-cart`) holding that sync id, so that a
 /// directory removed and made again under the same id is known as a new cart.
 final class Tree {
@@ -215,14 +215,12 @@ final class Tree {
             let syncId = Store.newSyncId()
             let number = try database.addCart(id, syncId: syncId, at: Date())
             let store = Store(database: database, cart: number, directory: directory, signalPath: marker)
-            var state = SyncState(syncId: syncId)
-            // Numbered after what its cart already claims (its records moved away, its marker lost).
-            state.lastOutboxSeq = Commands.hostClaim(directory: directory, notice: nil)
-            if let (storeId, mode) = try defaultStore() {
-                state.storeId = storeId
-                state.mode = mode
-            }
-            try store.saveState(state)
+            // In the tree's default store, numbered after what its cart already claims (its
+            // records moved away, its marker lost): a recovery from no record.
+            let (storeId, mode) = try defaultStore() ?? (nil, .standalone)
+            var machine = SyncStateMachine(state: SyncState(syncId: syncId, storeId: storeId, mode: mode))
+            _ = machine.recover(from: RecoveredRecords(cartClaim: Commands.cartClaim(directory: directory)))
+            try store.saveState(machine.state)
             // What it holds is taken in: its records with --adopt, else the events cur/ shows taken.
             if let adopting { try adopting(store) } else { try Commands.learnTakenEvents(directory: directory, into: store) }
             do throws(SystemError) { try Posix.writeFileAtomically(marker, Array("\(syncId)\n".utf8), replacing: true) } catch { throw .system(error) }

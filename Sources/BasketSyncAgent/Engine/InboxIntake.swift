@@ -178,7 +178,7 @@ extension SyncEngine {
         let moved: String?
         do { moved = try inbox.quarantine(name, because: why) } catch {
             // Not even set aside (bad/ not writable, an entry that cannot be moved): skipped and
-            // reported, never in the way of the entries behind it (SPEC §7).
+            // reported, never in the way of the entries behind it (docs/spec.md §7).
             reportError(.system(inbox.shown(error)), logAs: "an inbox entry cannot be set aside in bad/, so it stays in new/ and is tried again at the next pass; the entries behind it go on. The entry: \(inbox.shown(name)) (\(why.description)); why it could not be moved: ")
             return false
         }

@@ -21,7 +21,7 @@ extension SyncEngine {
     /// bounded however much history is due.
     static let retentionSliceLimit = 1000
 
-    /// One bounded slice of retention (SPEC §9), in one transaction, when `"retention"` is set:
+    /// One bounded slice of retention (docs/spec.md §9), in one transaction, when `"retention"` is set:
     /// records older than the retention that the host acknowledged (outbox: through what it
     /// acknowledged or echoed, never a pending batch) and that their file was given, ids of
     /// events, transfers and orders, and the files of `inbox/cur/` and `inbox/bad/`. The last
@@ -39,21 +39,14 @@ extension SyncEngine {
         try store.useIncrementalVacuum()
         slice = try store.withTransaction { () throws(AgentError) in
             var slice = RetentionSlice()
-            let state = try store.loadState()
-            // The host acknowledged through its syncedThrough; a host without one, through the
-            // highest batch its cart echoed — except the batches rolled back and never echoed
-            // since (the library keeps the last ones it can still confirm late), passed over
-            // unless a syncedThrough covers them.
-            let synced = state.hostSyncedThrough ?? 0
-            let acknowledged = max(synced, state.echoedThrough ?? 0)
-            let pending = Set(state.pending.map(\.seq))
-            let unechoed = Set(state.rolledBack.map(\.seq).filter { $0 > synced })
+            // What of the outbox the host is done with is the library's rule.
+            let outbox = try store.loadState().outboxRetention
             for projection in Projection.allCases {
                 // Below what the file was given, and below the last record.
                 let bound = min(try store.given(projection)?.seq ?? 0, try store.lastSeq(projection))
-                let removed = try store.removeRecords(projection, below: bound, keeping: projection == .outbox ? unechoed : [], limit: limit) { seq, line in
+                let removed = try store.removeRecords(projection, below: bound, keeping: projection == .outbox ? outbox.unechoed : [], limit: limit) { seq, line in
                     guard let at = RecordFormat.at(ofLine: line), at < cutoff else { return false }
-                    return projection != .outbox || (seq <= acknowledged && !pending.contains(seq))
+                    return projection != .outbox || outbox.mayRemove(seq)
                 }
                 slice.records[projection.rawValue] = removed
                 if removed == limit { slice.more = true }

@@ -231,7 +231,7 @@ public final class SyncEngine {
         try store.setCartAtBatch(identity: identity, seq: seq)
     }
 
-    /// Whether appends wait for ``syncDeferred(_:)`` to be fsynced (a group of carts).
+    /// Whether appends wait for ``finishDeferredSync(_:failure:)`` to be fsynced (a group of carts).
     var defersSync: Bool {
         get { files.values.contains { $0.defersSync } }
         set { for file in files.values { file.defersSync = newValue } }

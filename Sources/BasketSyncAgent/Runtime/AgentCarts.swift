@@ -19,7 +19,7 @@ extension Agent {
                 store = Store(database: tree.database, cart: known.number, directory: directory, signalPath: "\(directory)/\(Tree.markerName)")
             }
             // Watched with inotify while watches are left and its file system lets inotify see
-            // every write; polled otherwise (SPEC §10).
+            // every write; polled otherwise (docs/spec.md §10).
             let perCart = Watcher.watchCount(cart: configuration.cart, isTreeCart: true)
             var polls = rootChoice.polls || watchesLeft < perCart
             if !polls, let choice = try? WatchChoice.decide(directory: directory, cart: configuration.cart, settings: configuration.watch, override: watchOverride), choice.polls {

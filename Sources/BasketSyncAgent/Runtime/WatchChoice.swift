@@ -1,6 +1,6 @@
 import BasketSyncWire
 
-/// How `watch` sees a directory's changes — inotify or polling — and why (SPEC §10).
+/// How `watch` sees a directory's changes — inotify or polling — and why (docs/spec.md §10).
 public struct WatchChoice: Equatable, Sendable {
     /// Whether the directory is polled.
     public var polls: Bool

@@ -64,7 +64,7 @@ final class Database {
         for path in [databasePath, databasePath + "-wal", databasePath + "-shm"] {
             guard let info = Posix.linkInfo(path) else { continue }
             if info.kind != .regular { throw .system(SystemError(path: path, shape: info.kind.name)) }
-            // A hard link: SQLite would write the file its other names are (SPEC §7).
+            // A hard link: SQLite would write the file its other names are (docs/spec.md §7).
             if info.links > 1 {
                 throw .refused("\(path): has \(info.links) names (a hard link): SQLite would write the file the other names are too. Give it a name of its own (cp it to a new file and move that over it; back up with cp or sqlite3 .backup, never with hard links)")
             }

@@ -75,7 +75,7 @@ extension Posix {
     package static func touch(_ path: String, mode: UInt32) {
         guard let fd = try? open(path, [.writeOnly, .create], mode: mode) else { return }
         // A file with other names (a hard link to one elsewhere) is replaced, never touched:
-        // its times are those of the file elsewhere (SPEC §7). Its few bytes go with it.
+        // its times are those of the file elsewhere (docs/spec.md §7). Its few bytes go with it.
         if let info = try? fileInfo(fd, path: path), info.links > 1 {
             close(fd)
             let bytes = ((try? readFile(path, limit: 4096)) ?? nil) ?? []

@@ -94,7 +94,7 @@ package enum Posix {
 
     // MARK: Descriptors
 
-    /// Opens a file under the open policy of SPEC §7: without following a symbolic link (unless
+    /// Opens a file under the open policy of docs/spec.md §7: without following a symbolic link (unless
     /// `follow`), without blocking (a FIFO never hangs the process), then checked with `fstat`:
     /// only a regular file (a directory with `.directory`) is returned, anything else is closed
     /// and refused with an error that says what it is.

@@ -1,0 +1,124 @@
+/// What the JSON Lines files hold when the database that made them was lost: the input of
+/// recovery (`init --adopt`), read by the shell, decided here.
+public struct RecoveredRecords: Hashable, Sendable {
+    /// The outbox records the files hold (rotated parts included), in seq order.
+    public var outbox: [OutboxRecord]
+    /// The notifications the files hold, in seq order.
+    public var notifications: [BasketNotification]
+    /// The payment records the files hold, in seq order.
+    public var payments: [PaymentRecord]
+    /// The `syncedThrough` of the host's cart as it stands (0 when it has none).
+    public var cartClaim: UInt64
+
+    /// What the files hold, and the cart's claim.
+    public init(outbox: [OutboxRecord] = [], notifications: [BasketNotification] = [], payments: [PaymentRecord] = [], cartClaim: UInt64 = 0) {
+        self.outbox = outbox
+        self.notifications = notifications
+        self.payments = payments
+        self.cartClaim = cartClaim
+    }
+
+    /// The highest record the host has shown it processed — its cart's claim, the last
+    /// notification's — so that a new database numbers its records after it: an old claim never
+    /// acknowledges a new record (docs/spec.md §3: seq rises forever), whatever files went away.
+    public var hostClaim: UInt64 { max(cartClaim, notifications.last?.syncedThrough ?? 0) }
+}
+
+extension SyncStateMachine {
+    /// Recovery (`init --adopt`): the state of a new database rebuilt from the records the files
+    /// hold. Every seq goes on after them; a recorded order stays recorded and a landed transfer
+    /// landed; the Mealz basket goes on after the last one the payments show; Mealz's lines are
+    /// those of the last notification (Mealz's share taken as what was notified, emptied by a
+    /// payment recorded after it). For a host that acknowledges with `syncedThrough`, the deltas
+    /// after its claim are pending again; records before the first one the files hold that the
+    /// host had not processed are lost, and the host goes on from the first one held. Nothing is
+    /// written: the records are in the files already.
+    public mutating func recover(from records: RecoveredRecords) -> [SyncEffect] {
+        if let last = records.outbox.last?.seq { state.lastOutboxSeq = last }
+        for record in records.outbox {
+            if let transfer = record.transferId { state.landedTransfers.insert(ExactID(transfer)) }
+        }
+        if let last = records.notifications.last?.seq { state.lastNotificationSeq = last }
+        if let last = records.payments.last?.seq { state.lastPaymentSeq = last }
+        for payment in records.payments {
+            // A recorded handlePayment closed its basket.
+            let closed = payment.type == .handlePayment && payment.status == .recorded
+            state.basket = max(state.basket, payment.basket + (closed ? 1 : 0))
+            // A retried order must still be answered as recorded.
+            if payment.type == .handlePayment, let order = payment.orderId { state.recordedOrders[ExactID(order)] = payment.seq }
+        }
+        // What the host and the WebView were last shown: the next cart or basketState is compared
+        // with it, not with nothing.
+        if let notice = records.notifications.last {
+            var lines: [ExactID: Int] = [:]
+            for product in notice.products where product.quantity > 0 { lines[ExactID(product.id), default: 0] += product.quantity }
+            let closed = records.payments.contains { $0.type == .handlePayment && $0.status == .recorded && $0.at >= notice.at }
+            state.lastNotified = lines
+            state.viewBase = closed ? [:] : lines
+            if !closed { state.confirmed = lines }
+            state.lastNotifiedSyncedThrough = notice.syncedThrough
+        }
+        let claim = records.hostClaim
+        let outbox = records.outbox
+        // Every record moved away: numbered after what the host claims to have processed.
+        if outbox.isEmpty { state.lastOutboxSeq = max(state.lastOutboxSeq, claim) }
+        let firstHeld = outbox.first.map { $0.seq - 1 } ?? 0
+        if !outbox.isEmpty, claim == 0, firstHeld > 0 {
+            state.echoedThrough = firstHeld
+        }
+        if !outbox.isEmpty, claim > 0 {
+            // The deltas after its claim are pending again (waiting for its syncedThrough, as
+            // before the loss); a claim beyond the files is not trusted.
+            let acknowledged = max(min(claim, state.lastOutboxSeq), firstHeld)
+            state.hostSyncedThrough = acknowledged
+            // The claim as written: the same claim read again acknowledges nothing new, and one
+            // beyond the files stays capped where it was.
+            state.hostClaim = claim
+            if claim > state.lastOutboxSeq { state.acknowledgementCap = state.lastOutboxSeq }
+            state.pending = outbox.compactMap { record in
+                guard record.seq > acknowledged, record.type == .updateBasket, !record.products.isEmpty else { return nil }
+                return PendingBatch(seq: record.seq, products: record.products, at: record.at, deadline: nil)
+            }
+        }
+        return []
+    }
+}
+
+extension SyncState {
+    /// The host's progress: the highest outbox seq it has processed as far as basket-sync can
+    /// tell — acknowledged (`syncedThrough`) or echoed (a host without it) — or `claim`, what its
+    /// cart says now (0: nothing), when that is a new claim within the outbox. `apply` starts
+    /// after it and `wait` waits for the records after it: one value, so that neither lists a
+    /// record the other would skip.
+    public func hostProgress(claim: UInt64) -> UInt64 {
+        let newClaim = claim != hostClaim && claim <= lastOutboxSeq ? claim : 0
+        return max(hostSyncedThrough ?? 0, echoedThrough ?? 0, newClaim)
+    }
+
+    /// Which outbox records retention may remove (when old enough): those the host acknowledged
+    /// through its `syncedThrough`, or — a host without it — through the highest batch its cart
+    /// echoed, never a pending batch, nor a batch rolled back and never echoed since (the
+    /// library keeps the last ones it can still confirm late) unless a `syncedThrough` covers it.
+    public var outboxRetention: OutboxRetention {
+        let synced = hostSyncedThrough ?? 0
+        return OutboxRetention(
+            through: max(synced, echoedThrough ?? 0),
+            pending: Set(pending.map(\.seq)),
+            unechoed: Set(rolledBack.map(\.seq).filter { $0 > synced }))
+    }
+}
+
+/// What retention may remove of the outbox (``SyncState/outboxRetention``).
+public struct OutboxRetention: Hashable, Sendable {
+    /// The highest seq the host processed: nothing after it goes.
+    public var through: UInt64
+    /// The batches still pending: they stay.
+    public var pending: Set<UInt64>
+    /// The batches rolled back and never echoed since: they stay, to be confirmed late.
+    public var unechoed: Set<UInt64>
+
+    /// Whether the record `seq` may go (its age aside).
+    public func mayRemove(_ seq: UInt64) -> Bool {
+        seq <= through && !pending.contains(seq) && !unechoed.contains(seq)
+    }
+}

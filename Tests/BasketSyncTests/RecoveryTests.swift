@@ -1,0 +1,121 @@
+import BasketSync
+import Testing
+
+/// Recovery (`init --adopt`) as an input of the state machine: a machine plays a transcript, its
+/// records are all that is left (the database lost), and a new machine recovers from them. Each
+/// test says what the new machine must do next, as the records and the host's claim imply.
+struct RecoveryTests {
+    /// The records a transcript's effects wrote, as the files hold them.
+    struct Files {
+        var outbox: [OutboxRecord] = []
+        var notifications: [BasketNotification] = []
+        var payments: [PaymentRecord] = []
+
+        mutating func keep(_ effects: [SyncEffect]) {
+            for effect in effects {
+                switch effect {
+                case let .outbox(record): outbox.append(record)
+                case let .notify(notification): notifications.append(notification)
+                case let .payment(record): payments.append(record)
+                default: break
+                }
+            }
+        }
+
+        func recovered(cartClaim: UInt64) -> Transcript {
+            var fresh = Transcript(syncId: "s2")
+            #expect(fresh.machine.recover(from: RecoveredRecords(outbox: outbox, notifications: notifications, payments: payments, cartClaim: cartClaim)) == [])
+            return fresh
+        }
+    }
+
+    /// An acknowledging host: what it had not acknowledged is pending again, so the WebView's
+    /// state repeated pushes nothing, and the next record goes on after the files' last one.
+    @Test func anAcknowledgingHostsUnacknowledgedDeltasArePendingAgain() throws {
+        var lost = Transcript()
+        var files = Files()
+        files.keep(try lost.delta(0, lines(("A", 2))))
+        files.keep(try lost.cart(1, lines(("A", 2), ("X", 4)), syncedThrough: 1))
+        files.keep(try lost.delta(2, lines(("B", 1))))
+
+        var recovered = files.recovered(cartClaim: 1)
+        #expect(recovered.pendingSeqs == [2])
+        #expect(recovered.confirmed == ["A": 2])
+        #expect(recovered.view == ["A": 2, "B": 1])
+        #expect(recovered.machine.state.hostProgress(claim: 1) == 1)
+        // The WebView repeating what it showed pushes nothing: nothing is doubled.
+        #expect(try recovered.state(3, lines(("A", 2), ("B", 1))) == [])
+        // The host's cart acknowledging #2 settles it; the next delta is #3.
+        _ = try recovered.cart(4, lines(("A", 2), ("B", 1), ("X", 4)), syncedThrough: 2)
+        #expect(recovered.pendingSeqs.isEmpty && recovered.confirmed == ["A": 2, "B": 1])
+        #expect(try recovered.delta(5, lines(("A", 1))) == [update(3, 5, lines(("A", 1)), syncId: "s2")])
+    }
+
+    /// Every record moved away: the new records are numbered after what the host claims, so an
+    /// old claim never acknowledges a new record unapplied.
+    @Test func withNoRecordLeftRecordsAreNumberedAfterTheHostsClaim() throws {
+        var recovered = Files().recovered(cartClaim: 7)
+        #expect(try recovered.delta(0, lines(("A", 1))).contains(update(8, 0, lines(("A", 1)), syncId: "s2")))
+        // The cart's old claim acknowledges nothing new.
+        _ = try recovered.cart(1, lines(("X", 1)), syncedThrough: 7)
+        #expect(recovered.pendingSeqs == [8])
+    }
+
+    /// Records rotated away before the loss, a host without `syncedThrough`: the host goes on
+    /// from the first record a file holds.
+    @Test func recordsRotatedAwayAreSkippedByAHostWithoutAClaim() throws {
+        var files = Files()
+        var lost = Transcript()
+        for t in 0..<6 { files.keep(try lost.delta(Double(t), lines(("A", 1)))) }
+        files.outbox.removeFirst(4)
+        let recovered = files.recovered(cartClaim: 0)
+        #expect(recovered.machine.state.lastOutboxSeq == 6)
+        #expect(recovered.machine.state.hostProgress(claim: 0) == 4)
+    }
+
+    /// A claim beyond the files is not trusted: capped at the last record they hold.
+    @Test func aClaimBeyondTheFilesIsCapped() throws {
+        var files = Files()
+        var lost = Transcript()
+        files.keep(try lost.delta(0, lines(("A", 1))))
+        files.keep(try lost.delta(1, lines(("B", 1))))
+        let recovered = files.recovered(cartClaim: 50)
+        #expect(recovered.machine.state.hostSyncedThrough == 2)
+        #expect(recovered.pendingSeqs.isEmpty)
+        #expect(recovered.machine.state.lastOutboxSeq == 2)
+    }
+
+    /// A recorded payment after the last notification closed its basket: the new basket starts
+    /// empty, and the order is still answered as recorded.
+    @Test func aRecordedPaymentClosesTheBasketAndStaysRecorded() throws {
+        var lost = Transcript()
+        var files = Files()
+        _ = lost.machine.setSelectedStore(externalId: "store-42", mode: .retailer, at: at(0))
+        files.keep(try lost.delta(0, lines(("A", 2))))
+        files.keep(try lost.cart(1, lines(("A", 2)), syncedThrough: 1))
+        files.keep(try lost.machine.handlePayment(totalPrice: money("9.00"), productList: lines(("A", 2)), orderId: "o-1", at: at(2)))
+        #expect(files.payments.count == 1 && files.payments[0].status == .recorded)
+
+        var recovered = files.recovered(cartClaim: 1)
+        #expect(recovered.machine.state.basket == files.payments[0].basket + 1)
+        #expect(recovered.view.isEmpty)
+        _ = recovered.machine.setSelectedStore(externalId: "store-42", mode: .retailer, at: at(3))
+        let retry = try recovered.machine.handlePayment(totalPrice: money("9.00"), productList: lines(("A", 2)), orderId: "o-1", at: at(4))
+        #expect(retry.contains(.paymentAlreadyRecorded(orderId: "o-1", seq: 1)))
+    }
+
+    /// Retention keeps what the host has not processed: pending batches, and batches rolled back
+    /// and never echoed since.
+    @Test func retentionKeepsPendingAndUnechoedBatches() throws {
+        var s = Transcript()
+        _ = try s.delta(0, lines(("A", 1)))
+        _ = try s.cart(1, lines(("A", 1)))
+        _ = try s.delta(2, lines(("A", 1)))
+        _ = s.tick(20)
+        _ = try s.delta(21, lines(("B", 1)))
+        let retention = s.machine.state.outboxRetention
+        #expect(retention.mayRemove(1))
+        #expect(!retention.mayRemove(2), "rolled back, never echoed: a late echo may still confirm it")
+        #expect(!retention.mayRemove(3), "pending")
+    }
+}
