@@ -96,7 +96,7 @@ public struct CartStatus {
         databaseBehind = Projection.allCases.compactMap { projection in
             let path = "\(directory)/\(projection.fileName)"
             let inDatabase = counts[projection] ?? 0
-            guard let inFile = JSONLinesFile.recordBeyond(inFileOrParts: path, databaseSeq: inDatabase, isRecord: projection.isRecord) else { return nil }
+            guard let inFile = Integrity.recordBeyond(projection, in: directory, databaseSeq: inDatabase) else { return nil }
             return "\(path) holds record \(inFile) but the database ends at \(inDatabase): the database was lost, restored or replaced; every command that writes stops (74) until .basket-sync/ is restored from a backup"
         }
         view = SyncStateMachine(state: state).mealzView

@@ -26,7 +26,7 @@ extension Commands {
             }
             var adopted: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
             _ = try tree.cartStore(id, create: true, adopting: adopt ? { (store) throws(AgentError) in
-                adopted = try recordsInFiles(directory)
+                adopted = try Integrity.recordsInFiles(directory)
                 try adoptRecords(adopted, into: store, directory: directory)
             } : nil)
             return ["\(directory) (cart \(id) of the tree \(root))"] + adoptedLines(adopted, directory: directory)
@@ -57,7 +57,7 @@ extension Commands {
         let isNew = !Posix.exists(database)
         var found: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
         if isNew {
-            found = try recordsInFiles(directory)
+            found = try Integrity.recordsInFiles(directory)
             if !found.isEmpty && !adopt {
                 let counts = found.map { "\($0.key.fileName) up to \($0.value.map(\.seq).max()!)" }.sorted().joined(separator: ", ")
                 throw .refused("\(directory): holds records (\(counts)) but no database: the database was lost. A new one would number them again from 1. Restore .basket-sync/ from a backup, or run basket-sync init --adopt to go on after the files' last records")
@@ -74,12 +74,8 @@ extension Commands {
         // A database there already, but behind the files (restored from an older backup): said,
         // with the ways out, rather than "nothing to create".
         if !isNew {
-            for projection in Projection.allCases {
-                let last = try store.withTransaction { () throws(AgentError) in try store.lastSeq(projection) }
-                let path = "\(directory)/\(projection.fileName)"
-                if let beyond = JSONLinesFile.recordBeyond(inFileOrParts: path, databaseSeq: last, isRecord: projection.isRecord) {
-                    throw .databaseBehind(path: path, fileSeq: beyond, databaseSeq: last)
-                }
+            try Integrity.checkNotBehind(directory) { (projection) throws(AgentError) in
+                try store.withTransaction { () throws(AgentError) in try store.lastSeq(projection) }
             }
         }
         if isNew {
@@ -90,28 +86,6 @@ extension Commands {
         return created
     }
 
-    /// The records the JSON Lines files of `directory` hold, by file (each read whole), with
-    /// those of their rotated parts (`outbox.jsonl.1`…): the oldest part first, one line per seq.
-    static func recordsInFiles(_ directory: String) throws(AgentError) -> [Projection: [(seq: UInt64, line: [UInt8])]] {
-        var found: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
-        for projection in Projection.allCases {
-            let path = "\(directory)/\(projection.fileName)"
-            var bySeq: [UInt64: [UInt8]] = [:]
-            for part in JSONLinesFile.rotatedParts(of: path).reversed() + [path] {
-                guard let bytes = try Posix.readFile(part, limit: Int.max) else { continue }
-                // Whole records only: a torn last line (no newline: a crash) and a host's own line
-                // that merely starts like one are not records, as the catch-up reads them.
-                let complete = bytes.last == 0x0A ? bytes[...] : bytes[..<(bytes.lastIndex(of: 0x0A).map { $0 + 1 } ?? 0)]
-                for line in complete.split(separator: 0x0A) {
-                    let seq = RecordFormat.seq(ofLine: line)
-                    let record = Array(line) + [0x0A]
-                    if seq > 0, projection.isRecord(record) { bySeq[seq] = record }
-                }
-            }
-            if !bySeq.isEmpty { found[projection] = bySeq.sorted { $0.key < $1.key }.map { ($0.key, $0.value) } }
-        }
-        return found
-    }
 
     /// Takes the files' records into a new database's cart (inside the caller's transaction):
     /// every seq goes on after them, a recorded order stays recorded, and an event taken before
@@ -219,7 +193,7 @@ extension Commands {
                 guard known.map({ tree.markerMatches(id, number: $0.number) }) != true, Tree.refusal(directory, root: root) != nil else { continue }
                 var adopted: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
                 _ = try tree.cartStore(id, create: false, adopting: { (store) throws(AgentError) in
-                    adopted = try recordsInFiles(directory)
+                    adopted = try Integrity.recordsInFiles(directory)
                     try adoptRecords(adopted, into: store, directory: directory)
                 })
                 created += ["\(directory) (cart \(id) of the tree \(root))"] + adoptedLines(adopted, directory: directory)

@@ -283,17 +283,6 @@ final class JSONLinesFile {
         return parts
     }
 
-    /// The highest seq of a whole record beyond `databaseSeq` in the file or in its rotated
-    /// parts (nil when none): records rotated away are records all the same.
-    static func recordBeyond(inFileOrParts path: String, databaseSeq: UInt64, isRecord: ([UInt8]) -> Bool) -> UInt64? {
-        [JSONLinesFile(path: path).recordBeyond(databaseSeq: databaseSeq, isRecord: isRecord), recordBeyond(inPartsOf: path, databaseSeq: databaseSeq, isRecord: isRecord)].compactMap { $0 }.max()
-    }
-
-    /// The highest seq of a whole record beyond `databaseSeq` in the rotated parts of the file.
-    static func recordBeyond(inPartsOf path: String, databaseSeq: UInt64, isRecord: ([UInt8]) -> Bool) -> UInt64? {
-        rotatedParts(of: path).compactMap { JSONLinesFile(path: $0).recordBeyond(databaseSeq: databaseSeq, isRecord: isRecord) }.max()
-    }
-
     /// The seq of a whole record beyond `databaseSeq` in the file, past lines that are not
     /// records, read without writing (nil when none or unreadable): `status` reports it.
     func recordBeyond(databaseSeq: UInt64, isRecord: ([UInt8]) -> Bool) -> UInt64? {

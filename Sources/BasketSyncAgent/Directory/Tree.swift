@@ -235,9 +235,7 @@ final class Tree {
     /// Why a directory that is not a cart of the tree cannot become a new one: it holds records
     /// (a new cart would number them again from 1); nil when it holds none.
     static func refusal(_ directory: String, root: String) -> String? {
-        let held = Projection.allCases.compactMap { projection in
-            JSONLinesFile.recordBeyond(inFileOrParts: "\(directory)/\(projection.fileName)", databaseSeq: 0, isRecord: projection.isRecord).map { "\(projection.fileName) up to \($0)" }
-        }
+        let held = Integrity.recordsHeld(in: directory)
         guard !held.isEmpty else { return nil }
         return "\(directory): holds records (\(held.joined(separator: ", "))) but is not a cart of the tree \(root): copied or moved in, its \(Tree.markerName) lost or changed, or the tree's database lost it (restored from an older backup, its WAL deleted); a new cart would number its records again from 1. Put the directory back as it was (its marker with it) or restore \(root)/\(Store.stateDirectoryName)/ from a backup; or run basket-sync -C \(directory) init --adopt to make it a cart that goes on after its records, or move its .jsonl files away to start it afresh"
     }

@@ -324,21 +324,11 @@ public final class SyncEngine {
     }
 
     private func checkFilesNotAhead() throws(AgentError) {
-        for projection in Projection.allCases {
-            let databaseSeq = try store.lastSeq(projection)
-            if let given = try store.given(projection), given.seq <= databaseSeq, files[projection]!.isAsGiven(given) { continue }
-            // Past the file, its rotated parts: the records the database lacks may have been rotated away.
-            if let seq = files[projection]!.recordBeyond(databaseSeq: databaseSeq, isRecord: projection.isRecord)
-                ?? JSONLinesFile.recordBeyond(inPartsOf: files[projection]!.path, databaseSeq: databaseSeq, isRecord: projection.isRecord) {
-                // Another process (the agent) may have committed and appended between the two
-                // reads: a record is committed before it is appended, so the database read again
-                // now holds every line the file showed, unless it really is behind.
-                let databaseNow = try store.lastSeq(projection)
-                if seq > databaseNow {
-                    throw .databaseBehind(path: files[projection]!.path, fileSeq: seq, databaseSeq: databaseNow)
-                }
-            }
-        }
+        // A file still as it was given, at the size given, holds no more than the database did.
+        try Integrity.checkNotBehind(directory, files: files, skip: { (projection, databaseSeq) throws(AgentError) in
+            guard let given = try store.given(projection) else { return false }
+            return given.seq <= databaseSeq && files[projection]!.isAsGiven(given)
+        }, lastSeq: { (projection) throws(AgentError) in try store.lastSeq(projection) })
     }
 
     /// Records an error for `status` and logs it.

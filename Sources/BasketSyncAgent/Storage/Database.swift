@@ -74,15 +74,10 @@ final class Database {
             guard create else {
                 // Its .basket-sync/ gone but records in the files: the database was lost, and a
                 // plain init would refuse (73); the advice is the one that works.
-                let holdsRecords = {
-                    Projection.allCases.contains {
-                        JSONLinesFile.recordBeyond(inFileOrParts: "\(directory)/\($0.fileName)", databaseSeq: 0, isRecord: $0.isRecord) != nil
-                    }
-                }
                 if case .treeRoot = Place.of(directory) {
                     throw .missingInput("\(databasePath): missing: the tree's database is gone; restore \(Store.stateDirectoryName)/ from a backup, or run basket-sync -C \(directory) init --tree --adopt to make it again and adopt the carts with their records")
                 }
-                if Posix.linkInfo(stateDirectory) != nil || holdsRecords() {
+                if Posix.linkInfo(stateDirectory) != nil || !Integrity.recordsHeld(in: directory).isEmpty {
                     throw .missingInput("\(databasePath): missing: the database is gone; restore \(Store.stateDirectoryName)/ from a backup, or run basket-sync init --adopt to go on from the files' records")
                 }
                 throw .missingInput("\(directory): not a sync directory (no \(Store.stateDirectoryName)/); run basket-sync init there first")
