@@ -35,7 +35,7 @@ extension Commands {
                 throw .refused("\(directory): is inside \(outer), a sync directory or a tree of carts; make the sync directory elsewhere (in a tree, a cart is a directory right under its root)")
             }
             // A database that is a tree's under a configuration that says otherwise: said before anything is made.
-            if Posix.exists("\(directory)/\(Store.stateDirectoryName)/\(Store.databaseName)") { _ = try Store(directory: directory, create: false, readOnly: true) }
+            if Posix.exists("\(directory)/\(Layout.stateDirectory)/\(Layout.database)") { _ = try Store(directory: directory, create: false, readOnly: true) }
         }
         var created: [String] = []
         if !Posix.isDirectory(directory) {
@@ -53,7 +53,7 @@ extension Commands {
             }
             created.append(configuration)
         }
-        let database = "\(directory)/\(Store.stateDirectoryName)/\(Store.databaseName)"
+        let database = "\(directory)/\(Layout.stateDirectory)/\(Layout.database)"
         let isNew = !Posix.exists(database)
         var found: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
         if isNew {
@@ -214,7 +214,7 @@ extension Commands {
     /// inbox, no marker), makes and adopts it, as the agent would; otherwise does nothing.
     public static func prepareCart(directory: String) throws(AgentError) {
         guard case let .treeCart(root, id) = Place.of(directory) else { return }
-        if Posix.isDirectory("\(directory)/inbox/new"), Posix.isDirectory("\(directory)/inbox/tmp"), Posix.exists("\(directory)/\(Tree.markerName)") { return }
+        if Posix.isDirectory("\(directory)/inbox/new"), Posix.isDirectory("\(directory)/inbox/tmp"), Posix.exists("\(directory)/\(Layout.cartMarker)") { return }
         _ = try Tree(root: root).cartStore(id, create: true)
     }
 }

@@ -138,7 +138,7 @@ extension Commands {
                 summary.carts.append((id, .failure(error)))
                 // A cart of the tree whose folders are wrong keeps the error for status.
                 if let known = try? tree.database.withTransaction({ () throws(AgentError) in try tree.database.cart(id) }), tree.markerMatches(id, number: known.number) {
-                    let store = Store(database: tree.database, cart: known.number, directory: "\(root)/\(id)", signalPath: "\(root)/\(id)/\(Tree.markerName)")
+                    let store = Store(database: tree.database, cart: known.number, directory: "\(root)/\(id)", signalPath: "\(root)/\(id)/\(Layout.cartMarker)")
                     _ = try? store.withTransaction { () throws(AgentError) in try store.report(level: Logger.Level.error.rawValue, message: error.description, at: Date()) }
                 }
             }

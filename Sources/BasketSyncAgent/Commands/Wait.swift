@@ -96,9 +96,9 @@ extension Commands {
             // Polled: at the interval, never on its own connection's files closing.
             look = (polling != nil && Posix.monotonicSeconds() >= nextLook) || events.contains { event in
                 event.watch < 0 || event.mask.contains(.overflow)
-                    || event.name == Projection.outbox.fileName || event.name == Store.commitSignalName || event.name == Tree.markerName
+                    || event.name == Projection.outbox.fileName || event.name == Layout.commitSignal || event.name == Layout.cartMarker
                     // The database written over or replaced (a backup restored): looked at again.
-                    || event.name == Store.databaseName
+                    || event.name == Layout.database
             }
         }
     }

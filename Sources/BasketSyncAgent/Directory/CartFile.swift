@@ -116,7 +116,7 @@ struct CartReader {
         guard let target = Posix.resolved(cartPath), let base = Posix.resolved(directory) else { return nil }
         for name in [Projection.outbox.fileName, Projection.notifications.fileName, Projection.payments.fileName, AgentConfiguration.fileName]
             where target == "\(base)/\(name)" { return name }
-        for folder in [Store.stateDirectoryName, "inbox"] where target.hasPrefix("\(base)/\(folder)/") || target == "\(base)/\(folder)" {
+        for folder in [Layout.stateDirectory, "inbox"] where target.hasPrefix("\(base)/\(folder)/") || target == "\(base)/\(folder)" {
             return "\(folder)/"
         }
         return nil

@@ -29,7 +29,7 @@ extension Place {
     static func enclosing(_ directory: String) -> String? {
         var current = Posix.dirname(of: directory)
         while true {
-            if Posix.linkInfo("\(current)/\(Store.stateDirectoryName)")?.kind == .directory { return current }
+            if Posix.linkInfo("\(current)/\(Layout.stateDirectory)")?.kind == .directory { return current }
             let up = Posix.dirname(of: current)
             if up == current || current == "." { return nil }
             current = up
@@ -41,11 +41,11 @@ extension Place {
     /// tree whose `basket-sync.json` is broken, that file's error (78), not a guess.
     public static func check(_ directory: String) throws(AgentError) {
         let parent = Posix.dirname(of: directory)
-        guard parent != directory, Posix.linkInfo("\(parent)/\(Store.stateDirectoryName)")?.kind == .directory else { return }
+        guard parent != directory, Posix.linkInfo("\(parent)/\(Layout.stateDirectory)")?.kind == .directory else { return }
         let configuration = try AgentConfiguration.loadFile(directory: parent)
         let name = Posix.basename(of: directory)
         // A tree's root whose configuration lost its layout: said as such, not "not a sync directory".
-        if !configuration.isTree, !Posix.exists("\(directory)/\(Store.stateDirectoryName)"),
+        if !configuration.isTree, !Posix.exists("\(directory)/\(Layout.stateDirectory)"),
            let database = try? Database(directory: parent, create: false, readOnly: true),
            (try? database.withTransaction({ () throws(AgentError) in try database.isTree() })) == true {
             throw Database.layoutMismatch(parent, "the database is a tree's (basket-sync init --tree made it), but \"layout\" is not \"tree\" here; put \"layout\": \"tree\" back")
@@ -69,10 +69,6 @@ extension AgentConfiguration {
 /// sync id of its own, and a marker file (`.basket-sync-cart`) holding that sync id, so that a
 /// directory removed and made again under the same id is known as a new cart.
 final class Tree {
-    /// The marker in each cart directory: the cart's sync id. Touched after a commit by a
-    /// one-shot command, to wake the agent.
-    static let markerName = ".basket-sync-cart"
-
     /// Whether `name` is a cart id: 1–128 bytes of `[A-Za-z0-9._-]`, not starting with `.`.
     static func isCartId(_ name: String) -> Bool {
         let bytes = name.utf8
@@ -125,11 +121,11 @@ final class Tree {
                 throw .refused("\(root): already a sync directory of one cart (\(AgentConfiguration.fileName) has no \"layout\": \"tree\"); make the tree in another directory, and move carts into it as subdirectories")
             }
         } else {
-            if Posix.linkInfo("\(root)/\(Store.stateDirectoryName)") != nil {
-                throw .refused("\(root): holds a database (\(Store.stateDirectoryName)/) but no \(AgentConfiguration.fileName); restore the configuration, or make the tree in another directory")
+            if Posix.linkInfo("\(root)/\(Layout.stateDirectory)") != nil {
+                throw .refused("\(root): holds a database (\(Layout.stateDirectory)/) but no \(AgentConfiguration.fileName); restore the configuration, or make the tree in another directory")
             }
             // A sync directory below would become a cart of the tree, unusable as what it is.
-            if let inner = ((try? Posix.entries(of: root)) ?? []).sorted().first(where: { Posix.linkInfo("\(root)/\($0)/\(Store.stateDirectoryName)")?.kind == .directory }) {
+            if let inner = ((try? Posix.entries(of: root)) ?? []).sorted().first(where: { Posix.linkInfo("\(root)/\($0)/\(Layout.stateDirectory)")?.kind == .directory }) {
                 throw .refused("\(root)/\(inner): is a sync directory of its own; a tree made here would take it for a cart. Make the tree elsewhere")
             }
             var configuration = AgentConfiguration()
@@ -137,14 +133,14 @@ final class Tree {
             do { try Posix.writeFileAtomically(configurationPath, Array(configuration.fileText.utf8)) } catch { throw .system(error) }
             created.append(configurationPath)
         }
-        let databasePath = "\(root)/\(Store.stateDirectoryName)/\(Store.databaseName)"
+        let databasePath = "\(root)/\(Layout.stateDirectory)/\(Layout.database)"
         let isNew = !Posix.exists(databasePath)
         // Carts holding records and no database: it was lost. A new one would know none of them.
         let holding = isNew ? ((try? Posix.entries(of: root)) ?? []).sorted().filter {
             Tree.isCartId($0) && Posix.linkInfo("\(root)/\($0)")?.kind == .directory && Tree.refusal("\(root)/\($0)", root: root) != nil
         } : []
         if !holding.isEmpty, !adopt {
-            throw .refused("\(root): its carts hold records (\(holding.prefix(5).joined(separator: ", "))\(holding.count > 5 ? ", …" : "")) but the tree has no database: it was lost. A new one would number their records again from 1. Restore \(root)/\(Store.stateDirectoryName)/ from a backup, or run basket-sync -C \(root) init --tree --adopt to make the database and adopt every cart with its records")
+            throw .refused("\(root): its carts hold records (\(holding.prefix(5).joined(separator: ", "))\(holding.count > 5 ? ", …" : "")) but the tree has no database: it was lost. A new one would number their records again from 1. Restore \(root)/\(Layout.stateDirectory)/ from a backup, or run basket-sync -C \(root) init --tree --adopt to make the database and adopt every cart with its records")
         }
         let database = try Database(directory: root, create: true)
         try database.withTransaction { () throws(AgentError) in
@@ -177,7 +173,7 @@ final class Tree {
     /// again from 1. `adopting` (`init --adopt`) takes them into the new cart instead.
     func cartStore(_ id: String, create: Bool, readOnly: Bool = false, adopting: ((Store) throws(AgentError) -> Void)? = nil) throws(AgentError) -> Store {
         let directory = "\(root)/\(id)"
-        let marker = "\(directory)/\(Tree.markerName)"
+        let marker = "\(directory)/\(Layout.cartMarker)"
         guard Tree.isCartId(id) else {
             throw .usage("\(id): not a cart id (1 to 128 of A-Z a-z 0-9 . _ -, not starting with a dot)")
         }
@@ -189,8 +185,8 @@ final class Tree {
             }
             try Posix.makeDirectoryTree(directory)
         }
-        if Posix.linkInfo("\(directory)/\(Store.stateDirectoryName)") != nil {
-            throw .refused("\(directory): holds a sync directory of its own (\(Store.stateDirectoryName)/) inside the tree \(root): one agent serves the whole tree. Move it out of the tree, or remove its \(Store.stateDirectoryName)/ to make it a cart of the tree")
+        if Posix.linkInfo("\(directory)/\(Layout.stateDirectory)") != nil {
+            throw .refused("\(directory): holds a sync directory of its own (\(Layout.stateDirectory)/) inside the tree \(root): one agent serves the whole tree. Move it out of the tree, or remove its \(Layout.stateDirectory)/ to make it a cart of the tree")
         }
         let readMarker = { () -> String? in
             (try? Posix.readFile(marker, limit: 64)).flatMap { $0 }.map { String(decoding: $0, as: UTF8.self).trimmingSpaces }
@@ -237,7 +233,7 @@ final class Tree {
     static func refusal(_ directory: String, root: String) -> String? {
         let held = Integrity.recordsHeld(in: directory)
         guard !held.isEmpty else { return nil }
-        return "\(directory): holds records (\(held.joined(separator: ", "))) but is not a cart of the tree \(root): copied or moved in, its \(Tree.markerName) lost or changed, or the tree's database lost it (restored from an older backup, its WAL deleted); a new cart would number its records again from 1. Put the directory back as it was (its marker with it) or restore \(root)/\(Store.stateDirectoryName)/ from a backup; or run basket-sync -C \(directory) init --adopt to make it a cart that goes on after its records, or move its .jsonl files away to start it afresh"
+        return "\(directory): holds records (\(held.joined(separator: ", "))) but is not a cart of the tree \(root): copied or moved in, its \(Layout.cartMarker) lost or changed, or the tree's database lost it (restored from an older backup, its WAL deleted); a new cart would number its records again from 1. Put the directory back as it was (its marker with it) or restore \(root)/\(Layout.stateDirectory)/ from a backup; or run basket-sync -C \(directory) init --adopt to make it a cart that goes on after its records, or move its .jsonl files away to start it afresh"
     }
 
     /// Makes a cart's inbox folders, never through a link (an inbox that is one leads out of the tree).
@@ -248,7 +244,7 @@ final class Tree {
     /// Whether the directory of cart `id` still holds the marker of cart `number`.
     func markerMatches(_ id: String, number: Int64) -> Bool {
         guard let known = try? database.withTransaction({ () throws(AgentError) in try database.cart(id) }), known.number == number,
-              let marker = (try? Posix.readFile("\(root)/\(id)/\(Tree.markerName)", limit: 64)).flatMap({ $0 }) else { return false }
+              let marker = (try? Posix.readFile("\(root)/\(id)/\(Layout.cartMarker)", limit: 64)).flatMap({ $0 }) else { return false }
         return String(decoding: marker, as: UTF8.self).trimmingSpaces == known.syncId
     }
 

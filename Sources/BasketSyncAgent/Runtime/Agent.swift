@@ -124,7 +124,7 @@ public final class Agent {
     /// Takes `agent.lock` in `stateDirectory` without waiting, and writes the pid in it; when
     /// another process holds it, throws `.busy` with `message(pid of the holder)`.
     static func takeLock(stateDirectory: String, message: (String) -> String) throws(AgentError) -> Int32 {
-        let path = "\(stateDirectory)/agent.lock"
+        let path = "\(stateDirectory)/\(Layout.agentLock)"
         let fd: Int32
         let locked: Bool
         do {

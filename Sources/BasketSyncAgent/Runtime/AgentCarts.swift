@@ -16,7 +16,7 @@ extension Agent {
                 // report what is wrong until it is fixed.
                 guard let known = try? tree.database.withTransaction({ () throws(AgentError) in try tree.database.cart(id) }),
                       tree.markerMatches(id, number: known.number) else { throw error }
-                store = Store(database: tree.database, cart: known.number, directory: directory, signalPath: "\(directory)/\(Tree.markerName)")
+                store = Store(database: tree.database, cart: known.number, directory: directory, signalPath: "\(directory)/\(Layout.cartMarker)")
             }
             // Watched with inotify while watches are left and its file system lets inotify see
             // every write; polled otherwise (docs/spec.md §10).

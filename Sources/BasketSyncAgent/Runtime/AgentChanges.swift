@@ -41,7 +41,7 @@ extension Agent {
                     fatal = .directoryGone(path: tree.root)
                     return
                 }
-                if event.name == Store.stateDirectoryName, !event.mask.isDisjoint(with: [.delete, .movedFrom]) {
+                if event.name == Layout.stateDirectory, !event.mask.isDisjoint(with: [.delete, .movedFrom]) {
                     fatal = .directoryGone(path: tree.root)
                     return
                 }
@@ -59,7 +59,7 @@ extension Agent {
             guard path.hasPrefix(rootPrefix) else { continue }
             let id = String(path.dropFirst(rootPrefix.count).prefix { $0 != "/" })
             guard let cart = carts[id] else {
-                if waiting[id] != nil, event.name == Tree.markerName, !order.contains(id) {
+                if waiting[id] != nil, event.name == Layout.cartMarker, !order.contains(id) {
                     changes[id] = ([.commit], [])
                     order.append(id)
                 }
@@ -104,7 +104,7 @@ extension Agent {
         // A directory refused until init --adopt: its marker written again is looked for too.
         if let tree, rootChoice.polls {
             for id in waiting.keys {
-                let identity = Posix.linkInfo("\(tree.root)/\(id)/\(Tree.markerName)")?.identity ?? []
+                let identity = Posix.linkInfo("\(tree.root)/\(id)/\(Layout.cartMarker)")?.identity ?? []
                 if waitingMarkers[id] != nil, waitingMarkers[id] != identity, !order.contains(id) {
                     changes[id] = ([.commit], [])
                     order.append(id)

@@ -33,9 +33,9 @@ final class Poller {
         self.directory = directory
         self.isTreeCart = isTreeCart
         cartPath = "\(directory)/\(cart)"
-        signalPath = isTreeCart ? "\(directory)/\(Tree.markerName)" : "\(directory)/\(Store.stateDirectoryName)/\(Store.commitSignalName)"
+        signalPath = isTreeCart ? "\(directory)/\(Layout.cartMarker)" : "\(directory)/\(Layout.stateDirectory)/\(Layout.commitSignal)"
         newPath = "\(directory)/inbox/new"
-        stateDirectory = "\(directory)/\(Store.stateDirectoryName)"
+        stateDirectory = "\(directory)/\(Layout.stateDirectory)"
         _ = look()
         unsettled = Array(repeating: 0, count: Slot.allCases.count)
     }

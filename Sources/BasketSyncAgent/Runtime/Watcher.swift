@@ -66,7 +66,7 @@ final class Watcher {
         }
         // `new/` or `tmp/` made again (removed, replaced) under the agent is watched again.
         try? inotify.watch("\(directory)/inbox", [.create, .movedTo, .onlyDirectory])
-        if !isTreeCart { try? inotify.watch("\(directory)/\(Store.stateDirectoryName)", [.closeWrite, .onlyDirectory]) }
+        if !isTreeCart { try? inotify.watch("\(directory)/\(Layout.stateDirectory)", [.closeWrite, .onlyDirectory]) }
     }
 
     private func watchInbox() throws(SystemError) {
@@ -84,7 +84,7 @@ final class Watcher {
 
     /// The watch descriptors of this directory's watches.
     var watches: [Int32] {
-        let paths = [directory, "\(directory)/inbox", "\(directory)/inbox/new", "\(directory)/inbox/tmp", "\(directory)/\(Store.stateDirectoryName)"]
+        let paths = [directory, "\(directory)/inbox", "\(directory)/inbox/new", "\(directory)/inbox/tmp", "\(directory)/\(Layout.stateDirectory)"]
             + cartComponents.dropLast().indices.map { "\(directory)/" + cartComponents[...$0].joined(separator: "/") }
         // The library records a directory's path with a trailing slash.
         return paths.compactMap { inotify.watchDescriptor($0 + "/") ?? inotify.watchDescriptor($0) }
@@ -125,7 +125,7 @@ final class Watcher {
         let path = watchedPath.hasSuffix("/") ? String(watchedPath.dropLast()) : watchedPath
         if path == "\(directory)/inbox/new" || path == "\(directory)/inbox/tmp" { return .inbox }
         if path == "\(directory)/inbox" { return .inboxParent }
-        if path == "\(directory)/\(Store.stateDirectoryName)" { return .state }
+        if path == "\(directory)/\(Layout.stateDirectory)" { return .state }
         var cartDirectory = directory
         for (index, component) in cartComponents.enumerated() {
             if path == cartDirectory {
@@ -176,7 +176,7 @@ final class Watcher {
             }
             // An open database pins the directory, so its own IN_DELETE_SELF may never come: the
             // state directory leaving it is the sign that the sync directory is going.
-            if !isTreeCart, path == directory, name == Store.stateDirectoryName, !mask.isDisjoint(with: [.delete, .movedFrom]) {
+            if !isTreeCart, path == directory, name == Layout.stateDirectory, !mask.isDisjoint(with: [.delete, .movedFrom]) {
                 changes.insert(.directoryGone)
                 return
             }
@@ -188,7 +188,7 @@ final class Watcher {
                 return
             }
             // A one-shot command committed for this cart of a tree: it touched the marker.
-            if isTreeCart, path == directory, name == Tree.markerName, !mask.isDisjoint(with: [.closeWrite, .movedTo]) {
+            if isTreeCart, path == directory, name == Layout.cartMarker, !mask.isDisjoint(with: [.closeWrite, .movedTo]) {
                 changes.insert(.commit)
                 return
             }
@@ -210,7 +210,7 @@ final class Watcher {
                 changes.insert(.inbox)
             }
         case .state:
-            if name == Store.commitSignalName { changes.insert(.commit) }
+            if name == Layout.commitSignal { changes.insert(.commit) }
         }
     }
 }

@@ -54,8 +54,8 @@ final class Database {
         self.readOnly = readOnly
         // The directory may be a link (the operator's choice); SQLite opens a database only by a
         // path without links (`SQLITE_OPEN_NOFOLLOW`): its real path is used.
-        stateDirectory = "\(Posix.resolved(directory) ?? directory)/\(Store.stateDirectoryName)"
-        let databasePath = "\(stateDirectory)/\(Store.databaseName)"
+        stateDirectory = "\(Posix.resolved(directory) ?? directory)/\(Layout.stateDirectory)"
+        let databasePath = "\(stateDirectory)/\(Layout.database)"
         // SQLite opens these by name, following links and blocking on a FIFO: what is not a
         // regular file (the state directory: not a directory) is refused before it gets there.
         if let info = Posix.linkInfo(stateDirectory), info.kind != .directory {
@@ -75,12 +75,12 @@ final class Database {
                 // Its .basket-sync/ gone but records in the files: the database was lost, and a
                 // plain init would refuse (73); the advice is the one that works.
                 if case .treeRoot = Place.of(directory) {
-                    throw .missingInput("\(databasePath): missing: the tree's database is gone; restore \(Store.stateDirectoryName)/ from a backup, or run basket-sync -C \(directory) init --tree --adopt to make it again and adopt the carts with their records")
+                    throw .missingInput("\(databasePath): missing: the tree's database is gone; restore \(Layout.stateDirectory)/ from a backup, or run basket-sync -C \(directory) init --tree --adopt to make it again and adopt the carts with their records")
                 }
                 if Posix.linkInfo(stateDirectory) != nil || !Integrity.recordsHeld(in: directory).isEmpty {
-                    throw .missingInput("\(databasePath): missing: the database is gone; restore \(Store.stateDirectoryName)/ from a backup, or run basket-sync init --adopt to go on from the files' records")
+                    throw .missingInput("\(databasePath): missing: the database is gone; restore \(Layout.stateDirectory)/ from a backup, or run basket-sync init --adopt to go on from the files' records")
                 }
-                throw .missingInput("\(directory): not a sync directory (no \(Store.stateDirectoryName)/); run basket-sync init there first")
+                throw .missingInput("\(directory): not a sync directory (no \(Layout.stateDirectory)/); run basket-sync init there first")
             }
             do {
                 try Posix.makeDirectory(stateDirectory, mode: 0o700)

@@ -23,10 +23,6 @@ package final class Store {
     private var unsavedState: SyncState?
     private var defersState = false
 
-    static let stateDirectoryName = ".basket-sync"
-    static let databaseName = "state.db"
-    /// Touched by a process after it commits, so that a running agent wakes without polling.
-    static let commitSignalName = "committed"
 
     /// Opens the database of a single sync directory (cart 0), creating `.basket-sync/` (0700)
     /// and the schema when `create` is set. `readOnly` opens it for reading only (`status`).
@@ -41,7 +37,7 @@ package final class Store {
             _ = try Store(directory: directory, create: false)
             database = try Database(directory: directory, create: create, readOnly: readOnly, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
         }
-        self.init(database: database, cart: 0, directory: directory, signalPath: "\(database.stateDirectory)/\(Store.commitSignalName)")
+        self.init(database: database, cart: 0, directory: directory, signalPath: "\(database.stateDirectory)/\(Layout.commitSignal)")
         if readOnly {
             if try database.withTransaction({ () throws(AgentError) in try database.isTree() }) {
                 // A configuration that does not parse is its own error, with its place.
