@@ -35,7 +35,7 @@ func run() throws(AgentError) -> Int32 {
     // As `git -C`: the other paths on the command line are relative to the sync directory.
     // Where the directory stands, told right before anything is touched (a broken tree
     // configuration is its error, a name under a tree that is not a cart id a usage error).
-    if !invocation.command.isHelpOrVersion { try Place.check(directory) }
+    if !invocation.command.isHelpOrVersion { try Workspace.check(directory) }
     // A cart of a tree is made by whoever comes first: the Mealz side's push may (docs/spec.md §8).
     if case .push = invocation.command { try Commands.prepareCart(directory: directory) }
     if invocation.directory != nil, !invocation.command.isInitialize { try Terminal.enter(directory) }
@@ -50,7 +50,7 @@ func run() throws(AgentError) -> Int32 {
         emit(Manual.page)
     case let .initialize(adopt, tree):
         let created = try Commands.initialize(directory: directory, adopt: adopt, tree: tree)
-        let what = tree || Place.of(directory) == .treeRoot ? "a tree of carts" : "a sync directory"
+        let what = tree || Workspace.of(directory) == .treeRoot ? "a tree of carts" : "a sync directory"
         emit(created.isEmpty ? "\(directory) is already \(what); nothing to create" : created.map { "created \($0)" }.joined(separator: "\n"))
     case .watch:
         break  // run by watch(_:directory:isSynchronizerRegistered:logFormat:quiet:poll:)

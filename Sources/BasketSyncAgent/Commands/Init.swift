@@ -10,7 +10,7 @@ extension Commands {
     /// `tree` (`init --tree`) makes a tree's root; a directory that is one already is kept one.
     public static func initialize(directory: String, adopt: Bool = false, tree: Bool = false) throws(AgentError) -> [String] {
         if tree { return try makeTree(root: directory, adopt: adopt) }
-        switch Place.of(directory) {
+        switch Workspace.of(directory) {
         case .treeRoot:
             return try makeTree(root: directory, adopt: adopt)
         case let .treeCart(root, id):
@@ -31,7 +31,7 @@ extension Commands {
             } : nil)
             return ["\(directory) (cart \(id) of the tree \(root))"] + adoptedLines(adopted, directory: directory)
         case .directory:
-            if let outer = Place.enclosing(directory) {
+            if let outer = Workspace.enclosing(directory) {
                 throw .refused("\(directory): is inside \(outer), a sync directory or a tree of carts; make the sync directory elsewhere (in a tree, a cart is a directory right under its root)")
             }
             // A database that is a tree's under a configuration that says otherwise: said before anything is made.
@@ -213,7 +213,7 @@ extension Commands {
     /// When `directory` names a cart of a tree (`ROOT/ID`) that is not made yet (no directory, no
     /// inbox, no marker), makes and adopts it, as the agent would; otherwise does nothing.
     public static func prepareCart(directory: String) throws(AgentError) {
-        guard case let .treeCart(root, id) = Place.of(directory) else { return }
+        guard case let .treeCart(root, id) = Workspace.of(directory) else { return }
         if Posix.isDirectory("\(directory)/inbox/new"), Posix.isDirectory("\(directory)/inbox/tmp"), Posix.exists("\(directory)/\(Layout.cartMarker)") { return }
         _ = try Tree(root: root).cartStore(id, create: true)
     }

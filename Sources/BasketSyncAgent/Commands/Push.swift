@@ -29,7 +29,7 @@ extension Commands {
             }
         }
         let inbox = Inbox(directory: "\(directory)/inbox")
-        switch Place.of(directory) {
+        switch Workspace.of(directory) {
         case .treeRoot:
             throw .usage("\(directory): is a tree of carts; push to one of them: basket-sync -C \(directory)/CART-ID push …")
         case .treeCart:

@@ -32,7 +32,7 @@ extension Commands {
 
     /// `set-store`: `setSelectedStoreWithExternalId`, and the mode when given; kept in the state.
     public static func setStore(directory: String, externalId: String, mode: SyncMode?, logger: Logger) throws(AgentError) -> StoreSummary {
-        if case .treeRoot = Place.of(directory) {
+        if case .treeRoot = Workspace.of(directory) {
             // The tree's default: every cart that never set its own takes it at its next step.
             let tree = try Tree(root: directory)
             try checkIdentifier(externalId, "set-store: the store id", limits: tree.configuration.limits)

@@ -24,7 +24,7 @@ public struct StatusReport {
 
     /// Reads every cart of `directory` as committed now (read only).
     public init(directory: String) throws(AgentError) {
-        guard case .treeRoot = Place.of(directory) else {
+        guard case .treeRoot = Workspace.of(directory) else {
             only = try CartStatus(directory: directory)
             (root, carts, notAdopted, unreadable, agentWatch) = (directory, [], [], [], nil)
             return

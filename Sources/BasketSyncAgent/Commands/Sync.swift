@@ -119,7 +119,7 @@ extension Commands {
             engine.signalCommit()
             return SyncSummary(cart: pass.cart ?? .missing, inbox: pass.inbox)
         }
-        guard case .treeRoot = Place.of(directory) else {
+        guard case .treeRoot = Workspace.of(directory) else {
             let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: isSynchronizerRegistered, logger: logger)
             return SyncReport(carts: [("", .success(try pass(engine)))])
         }

@@ -4,7 +4,7 @@ extension AgentConfiguration {
     /// The settings that hold in `directory`: its `basket-sync.json`, or in a cart of a tree, the
     /// tree's; a missing file means every default.
     public static func load(directory: String) throws(AgentError) -> AgentConfiguration {
-        if case let .treeCart(root, _) = Place.of(directory) { return try loadFile(directory: root) }
+        if case let .treeCart(root, _) = Workspace.of(directory) { return try loadFile(directory: root) }
         return try loadFile(directory: directory)
     }
 

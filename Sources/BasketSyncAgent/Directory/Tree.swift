@@ -1,69 +1,6 @@
 import BasketSync
 import BasketSyncWire
 
-/// Where a command's directory stands (docs/spec.md §8).
-public enum Place: Equatable, Sendable {
-    /// One sync directory (or a directory that is not one yet).
-    case directory
-    /// The root of a tree of carts (its `basket-sync.json` says `"layout": "tree"`).
-    case treeRoot
-    /// Cart `id` of the tree at `root`.
-    case treeCart(root: String, id: String)
-
-    /// Where `directory` stands: a tree's root, one of its carts (a subdirectory named as a cart
-    /// id), or a sync directory of its own.
-    public static func of(_ directory: String) -> Place {
-        if AgentConfiguration.layoutIsTree(directory: directory) { return .treeRoot }
-        let root = Posix.dirname(of: directory)
-        let id = String(directory[directory.index(after: directory.lastIndex(of: "/") ?? directory.startIndex)...])
-        if root != directory, Tree.isCartId(id), AgentConfiguration.layoutIsTree(directory: root) {
-            return .treeCart(root: root, id: id)
-        }
-        return .directory
-    }
-}
-
-extension Place {
-    /// The nearest directory above `directory` that is a sync directory or a tree's root (it
-    /// holds `.basket-sync/`), if any: nothing is made inside one but a tree's carts.
-    static func enclosing(_ directory: String) -> String? {
-        var current = Posix.dirname(of: directory)
-        while true {
-            if Posix.linkInfo("\(current)/\(Layout.stateDirectory)")?.kind == .directory { return current }
-            let up = Posix.dirname(of: current)
-            if up == current || current == "." { return nil }
-            current = up
-        }
-    }
-
-    /// Refuses, before a command touches anything, a directory whose place cannot be told
-    /// right: under a tree's root, a name that is not a cart id; under a sync directory or a
-    /// tree whose `basket-sync.json` is broken, that file's error (78), not a guess.
-    public static func check(_ directory: String) throws(AgentError) {
-        let parent = Posix.dirname(of: directory)
-        guard parent != directory, Posix.linkInfo("\(parent)/\(Layout.stateDirectory)")?.kind == .directory else { return }
-        let configuration = try AgentConfiguration.loadFile(directory: parent)
-        let name = Posix.basename(of: directory)
-        // A tree's root whose configuration lost its layout: said as such, not "not a sync directory".
-        if !configuration.isTree, !Posix.exists("\(directory)/\(Layout.stateDirectory)"),
-           let database = try? Database(directory: parent, create: false, readOnly: true),
-           (try? database.withTransaction({ () throws(AgentError) in try database.isTree() })) == true {
-            throw Database.layoutMismatch(parent, "the database is a tree's (basket-sync init --tree made it), but \"layout\" is not \"tree\" here; put \"layout\": \"tree\" back")
-        }
-        if configuration.isTree, !Tree.isCartId(name) {
-            throw .usage("\(directory): \(JSONWriter.quoted(name)) is not a cart id of the tree \(parent) (1 to 128 of A-Z a-z 0-9 . _ -, not starting with a dot)")
-        }
-    }
-}
-
-extension AgentConfiguration {
-    /// Whether `directory/basket-sync.json` says `"layout": "tree"` (a file that cannot be read
-    /// or parsed says nothing: the command that reads it reports it).
-    static func layoutIsTree(directory: String) -> Bool {
-        (try? loadFile(directory: directory))?.isTree ?? false
-    }
-}
-
 /// A tree of carts: one database at `ROOT/.basket-sync/` for every cart, one directory per cart
 /// (docs/spec.md §8). A cart is adopted when first seen: its folders are made, it gets a number and a
 /// sync id of its own, and a marker file (`.basket-sync-cart`) holding that sync id, so that a
@@ -104,10 +41,10 @@ final class Tree {
     static func create(root: String, adopt: Bool = false) throws(AgentError) -> [String] {
         var created: [String] = []
         // Refused before anything is made.
-        if case .treeCart = Place.of(root) {
+        if case .treeCart = Workspace.of(root) {
             throw .refused("\(root): is a cart of the tree \(Posix.dirname(of: root)); a tree cannot be made inside a tree")
         }
-        if let outer = Place.enclosing(root) {
+        if let outer = Workspace.enclosing(root) {
             throw .refused("\(root): is inside \(outer), a sync directory or a tree of carts; make the tree elsewhere")
         }
         if !Posix.isDirectory(root) {
@@ -290,7 +227,7 @@ extension Store {
     /// cart's (adopted when new; its directory made when `makeCart`). A tree's root holds no
     /// cart: refused with a usage error naming what to give instead.
     static func open(directory: String, create: Bool = false, makeCart: Bool = false, readOnly: Bool = false) throws(AgentError) -> Store {
-        switch Place.of(directory) {
+        switch Workspace.of(directory) {
         case .directory:
             return try Store(directory: directory, create: create, readOnly: readOnly)
         case .treeRoot:

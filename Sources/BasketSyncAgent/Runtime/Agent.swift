@@ -101,7 +101,7 @@ public final class Agent {
         self.watchOverride = watchOverride
         self.isSynchronizerRegistered = isSynchronizerRegistered
         root = directory
-        switch Place.of(directory) {
+        switch Workspace.of(directory) {
         case let .treeCart(root, id):
             throw .busy("\(directory): is cart \(id) of the tree \(root), which one agent serves whole: run basket-sync -C \(root) watch (an agent of one cart inside a tree is refused)")
         case .treeRoot:

@@ -74,7 +74,7 @@ final class Database {
             guard create else {
                 // Its .basket-sync/ gone but records in the files: the database was lost, and a
                 // plain init would refuse (73); the advice is the one that works.
-                if case .treeRoot = Place.of(directory) {
+                if case .treeRoot = Workspace.of(directory) {
                     throw .missingInput("\(databasePath): missing: the tree's database is gone; restore \(Layout.stateDirectory)/ from a backup, or run basket-sync -C \(directory) init --tree --adopt to make it again and adopt the carts with their records")
                 }
                 if Posix.linkInfo(stateDirectory) != nil || !Integrity.recordsHeld(in: directory).isEmpty {

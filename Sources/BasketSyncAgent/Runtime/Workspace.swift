@@ -1,0 +1,68 @@
+import BasketSync
+import BasketSyncWire
+
+/// What a command's directory is (docs/spec.md §8): a sync directory — a tree of one cart, the
+/// directory itself — a tree's root, or one cart of a tree. Every command and the agent start
+/// from it: the agent serves a sync directory or a tree's root with one loop, `sync` and
+/// `status` go over the carts of either.
+public enum Workspace: Equatable, Sendable {
+    /// One sync directory (or a directory that is not one yet).
+    case directory
+    /// The root of a tree of carts (its `basket-sync.json` says `"layout": "tree"`).
+    case treeRoot
+    /// Cart `id` of the tree at `root`.
+    case treeCart(root: String, id: String)
+
+    /// Where `directory` stands: a tree's root, one of its carts (a subdirectory named as a cart
+    /// id), or a sync directory of its own.
+    public static func of(_ directory: String) -> Workspace {
+        if AgentConfiguration.layoutIsTree(directory: directory) { return .treeRoot }
+        let root = Posix.dirname(of: directory)
+        let id = String(directory[directory.index(after: directory.lastIndex(of: "/") ?? directory.startIndex)...])
+        if root != directory, Tree.isCartId(id), AgentConfiguration.layoutIsTree(directory: root) {
+            return .treeCart(root: root, id: id)
+        }
+        return .directory
+    }
+}
+
+extension Workspace {
+    /// The nearest directory above `directory` that is a sync directory or a tree's root (it
+    /// holds `.basket-sync/`), if any: nothing is made inside one but a tree's carts.
+    static func enclosing(_ directory: String) -> String? {
+        var current = Posix.dirname(of: directory)
+        while true {
+            if Posix.linkInfo("\(current)/\(Layout.stateDirectory)")?.kind == .directory { return current }
+            let up = Posix.dirname(of: current)
+            if up == current || current == "." { return nil }
+            current = up
+        }
+    }
+
+    /// Refuses, before a command touches anything, a directory whose place cannot be told
+    /// right: under a tree's root, a name that is not a cart id; under a sync directory or a
+    /// tree whose `basket-sync.json` is broken, that file's error (78), not a guess.
+    public static func check(_ directory: String) throws(AgentError) {
+        let parent = Posix.dirname(of: directory)
+        guard parent != directory, Posix.linkInfo("\(parent)/\(Layout.stateDirectory)")?.kind == .directory else { return }
+        let configuration = try AgentConfiguration.loadFile(directory: parent)
+        let name = Posix.basename(of: directory)
+        // A tree's root whose configuration lost its layout: said as such, not "not a sync directory".
+        if !configuration.isTree, !Posix.exists("\(directory)/\(Layout.stateDirectory)"),
+           let database = try? Database(directory: parent, create: false, readOnly: true),
+           (try? database.withTransaction({ () throws(AgentError) in try database.isTree() })) == true {
+            throw Database.layoutMismatch(parent, "the database is a tree's (basket-sync init --tree made it), but \"layout\" is not \"tree\" here; put \"layout\": \"tree\" back")
+        }
+        if configuration.isTree, !Tree.isCartId(name) {
+            throw .usage("\(directory): \(JSONWriter.quoted(name)) is not a cart id of the tree \(parent) (1 to 128 of A-Z a-z 0-9 . _ -, not starting with a dot)")
+        }
+    }
+}
+
+extension AgentConfiguration {
+    /// Whether `directory/basket-sync.json` says `"layout": "tree"` (a file that cannot be read
+    /// or parsed says nothing: the command that reads it reports it).
+    static func layoutIsTree(directory: String) -> Bool {
+        (try? loadFile(directory: directory))?.isTree ?? false
+    }
+}
