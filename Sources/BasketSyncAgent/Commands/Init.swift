@@ -146,7 +146,7 @@ extension Commands {
                 guard let (bytes, info) = try? Posix.readFileAndInfo("\(cur)/\(name)", limit: limits.maxFileBytes), info.links == 1,
                       let event = try? EventFormat.decode(bytes, limits: limits) else { continue }
                 try store.recordInbox(id: event.id, file: name, outcome: "adopted from inbox/cur/", at: now, unlessKnown: true)
-                try store.recordSettled(folder: "cur", name: name, at: now)
+                try store.recordFiled(folder: "cur", name: name, at: now)
             }
         }
     }

@@ -1,11 +1,40 @@
 import BasketSyncWire
 
+/// The records that JSON Lines files project from the database.
+package enum Projection: String, CaseIterable, Sendable {
+    case outbox
+    case notifications
+    case payments
+
+    /// The file in the sync directory.
+    var fileName: String { "\(rawValue).jsonl" }
+
+    /// Whether a line (with its newline) reads as a whole record of this file.
+    func isRecord(_ line: [UInt8]) -> Bool {
+        switch self {
+        case .outbox: (try? RecordFormat.outboxRecord(line)) != nil
+        case .notifications: (try? RecordFormat.notification(line)) != nil
+        case .payments: (try? RecordFormat.payment(line)) != nil
+        }
+    }
+}
+
+/// How far a JSON Lines file was given records, as the database remembers it: the file it was
+/// (device, inode), its size after the last append, and the last seq appended. The catch-up goes
+/// on from it when the file is still that file at that size; anything else (moved away,
+/// truncated, replaced) starts again with the next record.
+struct AppendCursor: Equatable {
+    var device: UInt64
+    var inode: UInt64
+    var size: Int64
+    var seq: UInt64
+}
 
 /// Appends a projection's records to its JSON Lines file, after the database commit.
 ///
 /// Each call catches the file up with the database under an exclusive `flock`, so that several
 /// processes never write the same record twice. Catch-up goes by `seq`, never by line count: the
-/// database remembers what the file was given (``Given``: the file's identity, its size and the
+/// database remembers what the file was given (``AppendCursor``: the file's identity, its size and the
 /// last seq appended). A file that ends with one of our records goes on after it (after a crash,
 /// a torn tail is cut first, and what a power loss took is written again from the database); a
 /// line that is not a record (blank, foreign) is left alone and reported, and the next record
@@ -20,23 +49,16 @@ import BasketSyncWire
 final class JSONLinesFile {
     let path: String
     /// What the file was given, as of this process's last catch-up.
-    private(set) var given: Given?
+    private(set) var given: AppendCursor?
     /// The descriptor kept open, and the file it is open on.
     private var open: (fd: Int32, device: UInt64, inode: UInt64)?
     /// When set, an append is not fsynced at once: ``finishDeferredSync(_:saveGiven:)`` does it, so that the
     /// appends of a group of carts are fsynced together (the tree's agent).
     var defersSync = false
     /// An append not fsynced yet: the descriptor, the size before it and what was given then.
-    private var unsynced: (fd: Int32, sizeBefore: Int64, givenBefore: Given?)?
+    private var unsynced: (fd: Int32, sizeBefore: Int64, givenBefore: AppendCursor?)?
 
     /// What a file was given: which file, how long it was after the append, the last seq in it.
-    struct Given: Equatable {
-        var device: UInt64
-        var inode: UInt64
-        var size: Int64
-        var seq: UInt64
-    }
-
     /// What a catch-up did.
     struct Outcome: Equatable {
         var appended = 0
@@ -96,14 +118,14 @@ final class JSONLinesFile {
 
     /// Whether the path names the file `given` was about (same device and inode), at the size it
     /// was left at: nothing was added, cut or swapped since (a stat, nothing opened).
-    func isAsGiven(_ given: Given) -> Bool {
+    func isAsGiven(_ given: AppendCursor) -> Bool {
         guard let info = Posix.linkInfo(path), info.kind == .regular else { return false }
         return info.device == given.device && info.inode == given.inode && info.size == given.size
     }
 
     /// Whether a catch-up has nothing to do: the file is as given, and given the database's last
     /// record. Nothing is opened (opening for writing, then closing, is an inotify event).
-    func isCaughtUp(given: Given?, lastDatabaseSeq: UInt64) -> Bool {
+    func isCaughtUp(given: AppendCursor?, lastDatabaseSeq: UInt64) -> Bool {
         guard let given, given.seq == lastDatabaseSeq, isAsGiven(given) else { return false }
         self.given = given
         return true
@@ -115,8 +137,8 @@ final class JSONLinesFile {
     /// returns the records to append; `lastDatabaseSeq` says the database's last seq, to refuse a
     /// file that holds more than the database (a lost or replaced database).
     func catchUp(
-        loadGiven: () throws(AgentError) -> Given?,
-        saveGiven: (Given) throws(AgentError) -> Void,
+        loadGiven: () throws(AgentError) -> AppendCursor?,
+        saveGiven: (AppendCursor) throws(AgentError) -> Void,
         lastDatabaseSeq: () throws(AgentError) -> UInt64,
         recordAt: (UInt64) throws(AgentError) -> [UInt8]?,
         isRecord: ([UInt8]) -> Bool,
@@ -211,7 +233,7 @@ final class JSONLinesFile {
             if outcome.truncatedBytes > 0 {
                 do { try Posix.fsync(fd, path: path) } catch { throw .system(error) }
             }
-            given = Given(device: info.device, inode: info.inode, size: size, seq: start)
+            given = AppendCursor(device: info.device, inode: info.inode, size: size, seq: start)
             if given != remembered { try saveGiven(given!) }
             return outcome
         }
@@ -231,7 +253,7 @@ final class JSONLinesFile {
         // Left to fsync: what to take back on failure is all since the last fsync (an earlier
         // deferred append not synced yet included); an fsync now covers every earlier one.
         unsynced = syncsNow ? nil : (fd, unsynced?.sizeBefore ?? size, unsynced.map { $0.givenBefore } ?? given)
-        given = Given(device: info.device, inode: info.inode, size: size + Int64(bytes.count), seq: newLast)
+        given = AppendCursor(device: info.device, inode: info.inode, size: size + Int64(bytes.count), seq: newLast)
         try saveGiven(given!)
         outcome.appended = records.count
         if let rotation, given!.size > Int64(rotation.maxBytes) {
@@ -246,7 +268,7 @@ final class JSONLinesFile {
     /// After the deferred fsync of ``unsyncedDescriptor``: on success nothing more; on failure the
     /// append is taken back (the file cut to its size before, what was given before restored),
     /// as an append whose fsync fails is, and the error thrown.
-    func finishDeferredSync(_ failure: SystemError?, saveGiven: (Given) throws(AgentError) -> Void) throws(AgentError) {
+    func finishDeferredSync(_ failure: SystemError?, saveGiven: (AppendCursor) throws(AgentError) -> Void) throws(AgentError) {
         guard let pending = unsynced else { return }
         unsynced = nil
         guard let failure else { return }

@@ -26,7 +26,7 @@ extension SyncEngine {
         for entry in inbox.setAsideUnnamable() {
             summary.bad += 1
             reportError(.badData(path: entry.shown, line: 1, column: 1, reason: "the name is not UTF-8; set aside as inbox/bad/\(entry.moved): deliver the event again under a UTF-8 name"))
-            _ = try? store.withTransaction { () throws(AgentError) in try store.recordSettled(folder: "bad", name: entry.moved, at: Date()) }
+            _ = try? store.withTransaction { () throws(AgentError) in try store.recordFiled(folder: "bad", name: entry.moved, at: Date()) }
         }
         let waiting: [String]
         do { waiting = try inbox.waiting(seen: seen) } catch { throw .system(inbox.shown(error)) }
@@ -124,7 +124,7 @@ extension SyncEngine {
             if let renamed {
                 // cur/ held that name already: kept under its own, and known to retention by it.
                 logger.log(.info, "\(entry.path): cur/ holds that name already; moved there as \(renamed)")
-                _ = try? store.withTransaction { () throws(AgentError) in try store.recordSettled(folder: "cur", name: renamed, at: Date()) }
+                _ = try? store.withTransaction { () throws(AgentError) in try store.recordFiled(folder: "cur", name: renamed, at: Date()) }
             }
         }
         return consumed
@@ -150,7 +150,7 @@ extension SyncEngine {
                 // A redelivery (another file with the same id) is counted for status: cur/ holds
                 // one file per delivery, the inbox table one row per id. This very file taken by
                 // another process meanwhile (the agent and a sync racing) is not a redelivery.
-                try store.recordSettled(folder: "cur", name: name, at: now)
+                try store.recordFiled(folder: "cur", name: name, at: now)
                 if takenFrom != name {
                     try store.setNote(.inboxDuplicates, String((Int(try store.note(.inboxDuplicates) ?? "") ?? 0) + 1))
                 } else {
@@ -166,7 +166,7 @@ extension SyncEngine {
             let outcome = summary.outbox.first.map { "outbox #\($0.seq)" }
                 ?? (summary.ignored ? "ignored: no synchronizer" : summary.duplicateTransfer ? "duplicate transfer" : "nothing to send")
             try store.recordInbox(id: event.id, file: name, outcome: outcome, at: Date())
-            try store.recordSettled(folder: "cur", name: name, at: Date())
+            try store.recordFiled(folder: "cur", name: name, at: Date())
         })
         return (duplicate, sameFile, step)
     }
@@ -185,7 +185,7 @@ extension SyncEngine {
         guard let moved else { return false }
         reportError(error)
         // Kept there until retention removes it (if it is set).
-        _ = try? store.withTransaction { () throws(AgentError) in try store.recordSettled(folder: "bad", name: moved, at: Date()) }
+        _ = try? store.withTransaction { () throws(AgentError) in try store.recordFiled(folder: "bad", name: moved, at: Date()) }
         return true
     }
 }

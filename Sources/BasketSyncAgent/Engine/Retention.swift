@@ -55,7 +55,7 @@ extension SyncEngine {
             slice.ids = ids.count
             if ids.more { slice.more = true }
             if let inbox {
-                let files = try store.settledFiles(olderThan: cutoff, limit: limit)
+                let files = try store.filedFiles(olderThan: cutoff, limit: limit)
                 for file in files {
                     let path = "\(inbox.folder(file.folder))/\(file.name)"
                     let removed = Posix.remove(path)
@@ -63,7 +63,7 @@ extension SyncEngine {
                     // A directory set aside that is not empty stays, and its .error with it.
                     if file.folder == "bad", removed || Posix.linkInfo(path) == nil { _ = Posix.remove(path + ".error") }
                 }
-                try store.forgetSettled(files)
+                try store.forgetFiled(files)
                 if files.count == limit { slice.more = true }
             }
             try store.vacuumFreePages()

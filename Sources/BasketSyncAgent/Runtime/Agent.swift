@@ -250,7 +250,7 @@ public final class Agent {
             }
         }
         for id in try tree.removeGoneCarts() { logger.log(.info, "cart \(id): its directory is gone while the agent was down: the cart ended") }
-        for id in ids { adopt(id) }
+        for id in ids { takeOn(id) }
     }
 
     /// The line that says the start pass is over.

@@ -4,7 +4,7 @@ import BasketSyncWire
 /// The carts served: taken on, ended, their engines, their passes and failures; SIGHUP.
 extension Agent {
     /// Takes on cart `id` of the tree (its directory exists), watches it, and runs a whole pass on it.
-    func adopt(_ id: String) {
+    func takeOn(_ id: String) {
         guard let tree, let inotify else { return }
         let directory = "\(tree.root)/\(id)"
         do throws(AgentError) {
@@ -43,7 +43,7 @@ extension Agent {
         } catch {
             switch error {
             case let .system(failure) where failure.isMissing:
-                break  // gone again before it could be adopted
+                break  // gone again before it could be taken on
             default:
                 logger.log(.error, "cart \(id): \(error.description); it is not served until that is done (the agent sees init --adopt, or the directory made again)")
                 // Watched for its marker, so that init --adopt is seen.
@@ -54,16 +54,16 @@ extension Agent {
         }
     }
 
-    /// The cart of `id` is no longer the one the agent serves (adopted again by init --adopt, its
-    /// marker overwritten or lost, given back as new): forgotten, then adopted as it is now. Its
+    /// The cart of `id` is no longer the one the agent serves (adopted by init --adopt, its
+    /// marker overwritten or lost, given back as new): forgotten, then taken on as it is now. Its
     /// watches stay: the new watcher shares them.
-    func readopt(_ id: String) {
+    func takeOnAgain(_ id: String) {
         if carts[id]?.poller != nil { polledCarts -= 1 }
         carts[id] = nil
         engines[id] = nil
         timed[id] = nil
-        logger.log(.info, "cart \(id): its marker names another cart now: adopted again")
-        adopt(id)
+        logger.log(.info, "cart \(id): its marker names another cart now: taken on again")
+        takeOn(id)
     }
 
     /// Ends cart `id`: its directory is gone (or made again): its rows go, its watches too.
@@ -142,7 +142,7 @@ extension Agent {
         // Not this cart any more (its rows given back, another taken on in its place): taken on again.
         if let tree, carts[cart.id] === cart, !tree.markerMatches(cart.id, number: cart.store.cart) {
             engine.logger.log(.error, error.description)
-            readopt(cart.id)
+            takeOnAgain(cart.id)
             return
         }
         engine.reportError(error)

@@ -14,7 +14,7 @@ extension Agent {
         for event in events {
             if event.mask.contains(.overflow) || event.watch < 0 {
                 logger.log(.warning, "the inotify queue overflowed: reading everything again")
-                for id in (try? tree?.cartDirectories()) ?? [] where carts[id] == nil { adopt(id) }
+                for id in (try? tree?.cartDirectories()) ?? [] where carts[id] == nil { takeOn(id) }
                 // Every cart, those with events already read in this wake-up too: what the queue
                 // lost may be theirs.
                 for cart in carts.values {
@@ -52,7 +52,7 @@ extension Agent {
                     // Only a directory is a cart (basket-sync.json rewritten is not one).
                     // A directory made again under the id of a cart still watched: the old one ended.
                     if carts[event.name] != nil { end(event.name) }
-                    adopt(event.name)
+                    takeOn(event.name)
                 }
                 continue
             }
@@ -88,7 +88,7 @@ extension Agent {
                 }
                 let ids = Set((try? tree.cartDirectories()) ?? [])
                 for id in carts.keys where !ids.contains(id) { end(id) }
-                for id in ids.sorted() where carts[id] == nil && waiting[id] == nil { adopt(id) }
+                for id in ids.sorted() where carts[id] == nil && waiting[id] == nil { takeOn(id) }
             }
         }
         var changes: [String: (kinds: Set<Watcher.Change>, delivered: [String])] = [:]
@@ -119,13 +119,13 @@ extension Agent {
     /// Runs what changed in each cart, in order: the new cart versions together (group commit).
     func take(_ changes: [String: (kinds: Set<Watcher.Change>, delivered: [String])], order: [String]) {
         var cartsOnly: [Cart] = []
-        for id in order where carts[id] == nil && waiting[id] != nil { adopt(id) }
+        for id in order where carts[id] == nil && waiting[id] != nil { takeOn(id) }
         for id in order {
             guard let cart = carts[id], let (kinds, delivered) = changes[id] else { continue }
             // The marker touched: still this cart's? (init --adopt, a marker overwritten or lost
             // make it another, or none.)
             if let tree, kinds.contains(.commit), !tree.markerMatches(id, number: cart.store.cart) {
-                readopt(id)
+                takeOnAgain(id)
                 continue
             }
             if kinds.contains(.directoryGone) {

@@ -1,25 +1,6 @@
 import BasketSync
 import BasketSyncWire
 
-/// The records that JSON Lines files project from the database.
-package enum Projection: String, CaseIterable, Sendable {
-    case outbox
-    case notifications
-    case payments
-
-    /// The file in the sync directory.
-    var fileName: String { "\(rawValue).jsonl" }
-
-    /// Whether a line (with its newline) reads as a whole record of this file.
-    func isRecord(_ line: [UInt8]) -> Bool {
-        switch self {
-        case .outbox: (try? RecordFormat.outboxRecord(line)) != nil
-        case .notifications: (try? RecordFormat.notification(line)) != nil
-        case .payments: (try? RecordFormat.payment(line)) != nil
-        }
-    }
-}
-
 /// The SQLite database file of a sync directory or of a tree of carts: one connection, its
 /// prepared statements, and the transactions. Every row of every table belongs to one cart
 /// (column `cart`: 0 in a single sync directory, the cart's number in a tree); a ``Store`` reads

@@ -4,7 +4,10 @@ import BasketSyncWire
 /// The database's tables: one list, from which the layout is made, an older one converted, and a
 /// cart's rows removed.
 enum Table: String, CaseIterable {
-    case meta, outbox, notifications, payments, inbox, reports, completions, orders, transfers, unfinished, settled, pending, carts
+    case meta, outbox, notifications, payments, inbox, reports, completions, orders, transfers, unfinished
+    /// The inbox's files filed away in `cur/` or `bad/`, for retention (the name older layouts gave it).
+    case settled
+    case pending, carts
 
     /// Its columns in layout 3: each row belongs to a cart (`carts` numbers them).
     var definition: String {

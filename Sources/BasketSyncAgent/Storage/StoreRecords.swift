@@ -42,7 +42,7 @@ extension Store {
     }
 
     /// Remembers that a file was moved to `inbox/cur/` or `inbox/bad/`, for retention.
-    func recordSettled(folder: String, name: String, at: Date) throws(AgentError) {
+    func recordFiled(folder: String, name: String, at: Date) throws(AgentError) {
         let statement = try cached("INSERT OR REPLACE INTO settled(cart, folder, name, at) VALUES(?, ?, ?, ?)")
         defer { statement.reset() }
         statement.bind(1, cart)
@@ -72,11 +72,11 @@ extension Store {
     // MARK: What the JSON Lines files were given
 
     /// What a JSON Lines file was given, as last remembered.
-    func given(_ projection: Projection) throws(AgentError) -> JSONLinesFile.Given? {
+    func given(_ projection: Projection) throws(AgentError) -> AppendCursor? {
         guard let blob = try metaBlob(.given(projection)) else { return nil }
         let numbers = String(decoding: blob, as: UTF8.self).split(separator: " ").compactMap { UInt64($0) }
         guard numbers.count == 4 else { return nil }
-        return JSONLinesFile.Given(device: numbers[0], inode: numbers[1], size: Int64(numbers[2]), seq: numbers[3])
+        return AppendCursor(device: numbers[0], inode: numbers[1], size: Int64(numbers[2]), seq: numbers[3])
     }
 
     /// Remembers, inside the caller's transaction (`init --adopt`), that the file was given every
@@ -89,7 +89,7 @@ extension Store {
     /// Remembers what a file was given. Written without its own fsync (`synchronous=NORMAL`): the
     /// next commit makes it durable; a crash before loses only this note, and the file's own last
     /// record line says the same.
-    func setGiven(_ projection: Projection, _ given: JSONLinesFile.Given) throws(AgentError) {
+    func setGiven(_ projection: Projection, _ given: AppendCursor) throws(AgentError) {
         try connection.execute("PRAGMA synchronous=NORMAL")
         defer { try? connection.execute("PRAGMA synchronous=FULL") }
         try withTransaction { () throws(AgentError) in
@@ -199,7 +199,7 @@ extension Store {
     }
 
     /// Files moved to `inbox/cur/` or `inbox/bad/` before `cutoff`, oldest first, at most `limit`.
-    func settledFiles(olderThan cutoff: String, limit: Int) throws(AgentError) -> [(folder: String, name: String)] {
+    func filedFiles(olderThan cutoff: String, limit: Int) throws(AgentError) -> [(folder: String, name: String)] {
         let statement = try cached("SELECT folder, name FROM settled WHERE cart = ? AND at < ? ORDER BY at LIMIT ?")
         defer { statement.reset() }
         statement.bind(1, cart)
@@ -211,7 +211,7 @@ extension Store {
     }
 
     /// Forgets files retention removed.
-    func forgetSettled(_ files: [(folder: String, name: String)]) throws(AgentError) {
+    func forgetFiled(_ files: [(folder: String, name: String)]) throws(AgentError) {
         let statement = try cached("DELETE FROM settled WHERE cart = ? AND folder = ? AND name = ?")
         for file in files {
             statement.bind(1, cart)
