@@ -105,13 +105,13 @@ extension ScenarioRun {
         let all = try records()
         let last = all.last?.seq ?? 0
         let before = findings.count
-        if Posix.linkInfo(cartPath)?.identity != initialIdentity { hostWroteCart = true }
+        if Posix.info(cartPath, follow: false)?.identity != initialIdentity { hostWroteCart = true }
         if !hostWroteCart, last > 0, !killed {
             fail(.reports, "after \(moment), \(configuration.cart) is still the cart check-host wrote: the host applied no record and reported no \"\(keys.syncedThrough)\" (it never wrote the cart)")
             return false
         }
         guard let cart = try leftCart() else {
-            if Posix.linkInfo(cartPath).map({ $0.kind != .regular }) == true {
+            if Posix.info(cartPath, follow: false).map({ $0.kind != .regular }) == true {
                 fail(.valid, "after \(moment), \(configuration.cart) is not a regular file (a link, a FIFO…): basket-sync reads a cart that is a file\(configuration.followSymlinks ? "" : " (a link only with \"followSymlinks\")")")
                 return false
             }

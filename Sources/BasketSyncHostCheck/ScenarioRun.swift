@@ -23,7 +23,7 @@ struct ScenarioRun {
     /// The cart the scenario starts from: quantities, labels, other fields.
     var initial = LeftCart()
     /// The identity of the cart check-host wrote, and whether the host wrote one since.
-    var initialIdentity: [Int64] = []
+    var initialIdentity: FileIdentity?
     var hostWroteCart = false
     var keys: CartKeys { configuration.keys }
     var cartPath: String { "\(directory)/\(configuration.cart)" }
@@ -73,7 +73,7 @@ struct ScenarioRun {
         do { try Posix.writeFileAtomically(cartPath, writer.bytes, replacing: true) } catch { throw .system(error) }
         guard let cart = try leftCart() else { throw .badData(path: cartPath, line: 1, column: 1, reason: "check-host could not read back the cart it wrote") }
         initial = cart
-        initialIdentity = Posix.linkInfo(cartPath)?.identity ?? []
+        initialIdentity = Posix.info(cartPath, follow: false)?.identity
         // The agent's view: the first cart is its baseline.
         try engine.pass(.everything)
     }
@@ -147,7 +147,7 @@ struct ScenarioRun {
     /// Keeps the last MiB of what the host printed: a chatty host does not fill the disk.
     func capLog() {
         let path = "\(directory)/host.log"
-        guard let info = Posix.info(path), info.size > 1 << 20,
+        guard let info = Posix.info(path, follow: true), info.size > 1 << 20,
               let fd = try? Posix.open(path, [.readWrite]) else { return }
         defer { Posix.close(fd) }
         if let tail = try? Posix.read(fd, at: info.size - (1 << 20), count: 1 << 20, path: path) {

@@ -14,7 +14,7 @@ struct CartReader {
         /// Not readable as a cart: rejected whole; `bytes` is what was read (empty when nothing).
         case unreadable(AgentError, bytes: [UInt8])
         /// A new version, and which one (``FileInfo/identity``).
-        case new([UInt8], identity: [Int64])
+        case new([UInt8], identity: FileIdentity)
     }
 
     /// The bytes of the last cart version read (taken or rejected), to skip an unchanged one.
@@ -23,7 +23,7 @@ struct CartReader {
     /// The version a process read last and found valid (as the database remembers it): its
     /// identity, and when it was read (ns since the epoch).
     struct Seen {
-        var identity: [Int64]
+        var identity: FileIdentity
         var readAt: Int64
 
         /// A change time more than this before the read: a later write has a later change time
@@ -37,17 +37,17 @@ struct CartReader {
         }
 
         /// As kept in the database.
-        var text: String { (identity + [readAt]).map(String.init).joined(separator: " ") }
+        var text: String { (identity.numbers + [readAt]).map(String.init).joined(separator: " ") }
 
-        init(identity: [Int64], readAt: Int64) {
+        init(identity: FileIdentity, readAt: Int64) {
             self.identity = identity
             self.readAt = readAt
         }
 
         init?(text: String) {
             let numbers = text.split(separator: " ").compactMap { Int64($0) }
-            guard numbers.count == 6 else { return nil }
-            identity = Array(numbers.dropLast())
+            guard numbers.count == 6, let identity = FileIdentity(numbers: numbers.dropLast()) else { return nil }
+            self.identity = identity
             readAt = numbers[5]
         }
     }
@@ -56,10 +56,10 @@ struct CartReader {
     /// last: a file that is certainly that version is `.unchanged` without being read (a start
     /// over 10,000 carts reads none of those that did not change).
     func read(_ path: String, configuration: AgentConfiguration, seen: Seen? = nil) throws(AgentError) -> Reading {
-        if let seen, let info = Posix.linkInfo(path), info.kind == .regular, seen.isCertainlySame(as: info) {
+        if let seen, let info = Posix.info(path, follow: false), info.kind == .regular, seen.isCertainlySame(as: info) {
             return .unchanged
         }
-        if !configuration.followSymlinks, Posix.linkInfo(path)?.kind == .symbolicLink {
+        if !configuration.followSymlinks, Posix.info(path, follow: false)?.kind == .symbolicLink {
             return .unreadable(.badData(path: path, line: 1, column: 1, reason: "the cart is a symbolic link; set \"followSymlinks\": true in basket-sync.json to follow it"), bytes: [])
         }
         if !configuration.followSymlinks, let link = Posix.linkOnTheWay(from: String(path.dropLast(configuration.cart.utf8.count + 1)), to: configuration.cart) {
@@ -123,7 +123,7 @@ struct CartReader {
     }
 
     /// The identity of the cart file now, without reading it; nil when there is none.
-    static func identity(_ path: String) -> [Int64]? { Posix.info(path)?.identity }
+    static func identity(_ path: String) -> FileIdentity? { Posix.info(path, follow: true)?.identity }
 
     /// Remembers the version just taken or rejected; whether it is a new rejection worth reporting.
     mutating func remember(_ bytes: [UInt8], rejected: Bool) -> Bool {

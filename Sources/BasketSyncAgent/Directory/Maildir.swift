@@ -102,7 +102,7 @@ struct Inbox {
         var taken = Set<ExactID>()
         for name in seen where present.contains(ExactID(name)) && taken.insert(ExactID(name)).inserted { order.append(name) }
         let rest = names.filter { !taken.contains(ExactID($0)) }
-            .map { (name: $0, changed: Posix.linkInfo("\(new)/\($0)")?.changed ?? .max, delivered: Inbox.deliveryTime($0)) }
+            .map { (name: $0, changed: Posix.info("\(new)/\($0)", follow: false)?.changed ?? .max, delivered: Inbox.deliveryTime($0)) }
             .sorted { ($0.changed, $0.delivered.0, $0.delivered.1, $0.delivered.2, $0.name) < ($1.changed, $1.delivered.0, $1.delivered.1, $1.delivered.2, $1.name) }
         return order + rest.map(\.name)
     }
@@ -128,7 +128,7 @@ struct Inbox {
     /// outside the sync directory.
     func checkFolders() throws(SystemError) {
         for path in [directory] + ["new", "cur", "bad", "tmp"].map(shownFolder) {
-            if let info = Posix.linkInfo(path), info.kind != .directory { throw SystemError(path: path, shape: info.kind.name, expectsDirectory: true) }
+            if let info = Posix.info(path, follow: false), info.kind != .directory { throw SystemError(path: path, shape: info.kind.name, expectsDirectory: true) }
         }
     }
 
@@ -144,7 +144,7 @@ struct Inbox {
             let sameFile = { (other: FileInfo?) in other.map { $0.device == info.device && $0.inode == info.inode } == true }
             let tmp = folder("tmp")
             let delivering = info.links == 2
-                && (sameFile(Posix.linkInfo("\(tmp)/\(name)")) || Posix.listDirectory(tmp).contains { sameFile(Posix.linkInfo("\(tmp)/\($0)")) })
+                && (sameFile(Posix.info("\(tmp)/\(name)", follow: false)) || Posix.listDirectory(tmp).contains { sameFile(Posix.info("\(tmp)/\($0)", follow: false)) })
             guard delivering else {
                 throw .refused("\(shown(name)): has \(info.links) names (a hard link to a file elsewhere); basket-sync reads no file that may live outside the sync directory: deliver a file of its own through inbox/tmp/ and inbox/new/")
             }
@@ -158,7 +158,7 @@ struct Inbox {
     /// if it could not, and the name it has in `cur/` when not its own.
     func acknowledge(_ name: String) -> (failure: SystemError?, renamed: String?) {
         var target = name
-        if Posix.linkInfo("\(folder("cur"))/\(name)") != nil {
+        if Posix.info("\(folder("cur"))/\(name)", follow: false) != nil {
             target = name.utf8.count > 200 ? "long-name.\(Posix.randomName())" : "\(name).again.\(Posix.randomName())"
         }
         do { try Posix.rename(path(of: name), "\(folder("cur"))/\(target)") } catch {
@@ -179,7 +179,7 @@ struct Inbox {
         var base = name.utf8.count > 200 ? "long-name.\(Posix.randomName())" : name
         // A name bad/ holds already (the same name delivered bad twice): the first stays, the
         // second goes under a name of its own, as in cur/.
-        if Posix.linkInfo("\(bad)/\(base)") != nil || Posix.linkInfo("\(bad)/\(base).error") != nil {
+        if Posix.info("\(bad)/\(base)", follow: false) != nil || Posix.info("\(bad)/\(base).error", follow: false) != nil {
             base = "\(base).again.\(Posix.randomName())"
         }
         for attempt in 0..<2 {
@@ -188,7 +188,7 @@ struct Inbox {
                 try Posix.rename(path(of: name), "\(bad)/\(base)")
                 return base
             } catch {
-                if error.isMissing, Posix.linkInfo(path(of: name)) == nil {
+                if error.isMissing, Posix.info(path(of: name), follow: false) == nil {
                     Posix.unlink("\(bad)/\(base).error")
                     return nil
                 }

@@ -93,7 +93,7 @@ final class JSONLinesFile {
     /// names it, else a new one (the file is created when missing, never through a link).
     private func descriptor() throws(SystemError) -> Int32 {
         if let open {
-            if let now = Posix.linkInfo(path), now.kind == .regular, now.device == open.device, now.inode == open.inode {
+            if let now = Posix.info(path, follow: false), now.kind == .regular, now.device == open.device, now.inode == open.inode {
                 return open.fd
             }
             close()
@@ -119,7 +119,7 @@ final class JSONLinesFile {
     /// Whether the path names the file `given` was about (same device and inode), at the size it
     /// was left at: nothing was added, cut or swapped since (a stat, nothing opened).
     func isAsGiven(_ given: AppendCursor) -> Bool {
-        guard let info = Posix.linkInfo(path), info.kind == .regular else { return false }
+        guard let info = Posix.info(path, follow: false), info.kind == .regular else { return false }
         return info.device == given.device && info.inode == given.inode && info.size == given.size
     }
 
@@ -222,7 +222,7 @@ final class JSONLinesFile {
                 // Not said when the file given before is NAME.1 now: rotated (by basket-sync, or
                 // logrotate), which is what rotation does, not an interference.
                 let rotated = given.map { given in
-                    Posix.linkInfo("\(path).1").map { $0.device == given.device && $0.inode == given.inode } ?? false
+                    Posix.info("\(path).1", follow: false).map { $0.device == given.device && $0.inode == given.inode } ?? false
                 } ?? false
                 outcome.restarted = given != nil && !sameFile && !rotated
             }
@@ -285,7 +285,7 @@ final class JSONLinesFile {
     private func rotate(keep: Int) -> String? {
         do {
             if keep > 1 {
-                for index in stride(from: keep - 1, through: 1, by: -1) where Posix.linkInfo("\(path).\(index)") != nil {
+                for index in stride(from: keep - 1, through: 1, by: -1) where Posix.info("\(path).\(index)", follow: false) != nil {
                     try Posix.rename("\(path).\(index)", "\(path).\(index + 1)")
                 }
             }
@@ -301,7 +301,7 @@ final class JSONLinesFile {
     /// newest first; compressed parts, `.gz`, are not read).
     static func rotatedParts(of path: String) -> [String] {
         var parts: [String] = []
-        while parts.count < 10_000, Posix.linkInfo("\(path).\(parts.count + 1)") != nil { parts.append("\(path).\(parts.count + 1)") }
+        while parts.count < 10_000, Posix.info("\(path).\(parts.count + 1)", follow: false) != nil { parts.append("\(path).\(parts.count + 1)") }
         return parts
     }
 

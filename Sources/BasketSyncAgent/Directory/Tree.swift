@@ -52,17 +52,17 @@ final class Tree {
             created.append(root)
         }
         let configurationPath = "\(root)/\(AgentConfiguration.fileName)"
-        if Posix.linkInfo(configurationPath) != nil {
+        if Posix.info(configurationPath, follow: false) != nil {
             // A configuration that does not parse is its own error, with its place.
             guard try AgentConfiguration.loadFile(directory: root).isTree else {
                 throw .refused("\(root): already a sync directory of one cart (\(AgentConfiguration.fileName) has no \"layout\": \"tree\"); make the tree in another directory, and move carts into it as subdirectories")
             }
         } else {
-            if Posix.linkInfo("\(root)/\(Layout.stateDirectory)") != nil {
+            if Posix.info("\(root)/\(Layout.stateDirectory)", follow: false) != nil {
                 throw .refused("\(root): holds a database (\(Layout.stateDirectory)/) but no \(AgentConfiguration.fileName); restore the configuration, or make the tree in another directory")
             }
             // A sync directory below would become a cart of the tree, unusable as what it is.
-            if let inner = ((try? Posix.entries(of: root)) ?? []).sorted().first(where: { Posix.linkInfo("\(root)/\($0)/\(Layout.stateDirectory)")?.kind == .directory }) {
+            if let inner = ((try? Posix.entries(of: root)) ?? []).sorted().first(where: { Posix.info("\(root)/\($0)/\(Layout.stateDirectory)", follow: false)?.kind == .directory }) {
                 throw .refused("\(root)/\(inner): is a sync directory of its own; a tree made here would take it for a cart. Make the tree elsewhere")
             }
             var configuration = AgentConfiguration()
@@ -74,7 +74,7 @@ final class Tree {
         let isNew = !Posix.exists(databasePath)
         // Carts holding records and no database: it was lost. A new one would know none of them.
         let holding = isNew ? ((try? Posix.entries(of: root)) ?? []).sorted().filter {
-            Tree.isCartId($0) && Posix.linkInfo("\(root)/\($0)")?.kind == .directory && Tree.refusal("\(root)/\($0)", root: root) != nil
+            Tree.isCartId($0) && Posix.info("\(root)/\($0)", follow: false)?.kind == .directory && Tree.refusal("\(root)/\($0)", root: root) != nil
         } : []
         if !holding.isEmpty, !adopt {
             throw .refused("\(root): its carts hold records (\(holding.prefix(5).joined(separator: ", "))\(holding.count > 5 ? ", …" : "")) but the tree has no database: it was lost. A new one would number their records again from 1. Restore \(root)/\(Layout.stateDirectory)/ from a backup, or run basket-sync -C \(root) init --tree --adopt to make the database and adopt every cart with its records")
@@ -97,7 +97,7 @@ final class Tree {
     func cartDirectories() throws(AgentError) -> [String] {
         let names: [String]
         do { names = try Posix.entries(of: root) } catch { throw .system(error) }
-        return names.filter { Tree.isCartId($0) && Posix.linkInfo("\(root)/\($0)")?.kind == .directory }.sorted()
+        return names.filter { Tree.isCartId($0) && Posix.info("\(root)/\($0)", follow: false)?.kind == .directory }.sorted()
     }
 
     /// The store of cart `id`. A directory seen for the first time (or made again) is adopted:
@@ -114,7 +114,7 @@ final class Tree {
         guard Tree.isCartId(id) else {
             throw .usage("\(id): not a cart id (1 to 128 of A-Z a-z 0-9 . _ -, not starting with a dot)")
         }
-        if let info = Posix.linkInfo(directory) {
+        if let info = Posix.info(directory, follow: false) {
             guard info.kind == .directory else { throw .system(SystemError(path: directory, shape: info.kind.name, expectsDirectory: true)) }
         } else {
             guard create, !readOnly else {
@@ -122,7 +122,7 @@ final class Tree {
             }
             try Posix.makeDirectoryTree(directory)
         }
-        if Posix.linkInfo("\(directory)/\(Layout.stateDirectory)") != nil {
+        if Posix.info("\(directory)/\(Layout.stateDirectory)", follow: false) != nil {
             throw .refused("\(directory): holds a sync directory of its own (\(Layout.stateDirectory)/) inside the tree \(root): one agent serves the whole tree. Move it out of the tree, or remove its \(Layout.stateDirectory)/ to make it a cart of the tree")
         }
         let readMarker = { () -> String? in
@@ -189,7 +189,7 @@ final class Tree {
     func removeGoneCarts() throws(AgentError) -> [String] {
         try database.withTransaction { () throws(AgentError) in
             var gone: [String] = []
-            for (id, number) in try database.carts() where Posix.linkInfo("\(root)/\(id)")?.kind != .directory {
+            for (id, number) in try database.carts() where Posix.info("\(root)/\(id)", follow: false)?.kind != .directory {
                 try database.removeCart(number)
                 gone.append(id)
             }

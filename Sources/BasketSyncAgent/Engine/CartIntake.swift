@@ -41,7 +41,7 @@ extension SyncEngine {
         let path = cartPath
         var read = CartRead()
         var readAt: Int64 = 0
-        var identity: [Int64] = []
+        var identity: FileIdentity?
         read.summary = try stepInTransaction({ (machine, now) throws(AgentError) in
             let bytes: [UInt8]
             readAt = Int64(now.timeIntervalSince1970 * 1e9)
@@ -81,7 +81,7 @@ extension SyncEngine {
                 read.changed = summary.stateChanged || summary.notified != nil
                 try store.setNote(.cartRead, "\(at)\t\(read.changed ? "taken" : "unchanged")\t")
                 // The version now known: a start finds it unchanged without reading it.
-                try store.setNote(.cartSeen, CartReader.Seen(identity: identity, readAt: readAt).text)
+                if let identity { try store.setNote(.cartSeen, CartReader.Seen(identity: identity, readAt: readAt).text) }
                 if read.changed { try store.setNote(.cartTaken, "\(at)\t\(summary.notified.map { "notified #\($0)" } ?? "no new notification")\t") }
             }
         })

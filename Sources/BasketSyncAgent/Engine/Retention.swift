@@ -61,7 +61,7 @@ extension SyncEngine {
                     let removed = Posix.remove(path)
                     if removed { slice.files += 1 }
                     // A directory set aside that is not empty stays, and its .error with it.
-                    if file.folder == "bad", removed || Posix.linkInfo(path) == nil { _ = Posix.remove(path + ".error") }
+                    if file.folder == "bad", removed || Posix.info(path, follow: false) == nil { _ = Posix.remove(path + ".error") }
                 }
                 try store.forgetFiled(files)
                 if files.count == limit { slice.more = true }

@@ -84,10 +84,10 @@ public final class Agent {
     var watchesLeft = Int.max
     var looks = LookClock(intervalMs: 1000)
     /// A tree root's identity at the last look (a polled root is listed when it changed).
-    var rootIdentity: [Int64] = []
+    var rootIdentity: FileIdentity?
     var rootUnsettledUntil = 0.0
     /// The markers of the directories refused until `init --adopt`, at the last look (polled root).
-    var waitingMarkers: [String: [Int64]] = [:]
+    var waitingMarkers: [String: FileIdentity?] = [:]
 
     /// The id of a sync directory's one cart.
     static let directoryCart = ""
@@ -239,7 +239,7 @@ public final class Agent {
         let (limit, systemLimit) = Agent.watchLimit()
         rootChoice = try WatchChoice.decide(directory: tree.root, cart: configuration.cart, settings: configuration.watch, override: watchOverride)
         looks.restart(intervalMs: rootChoice.intervalMs)
-        rootIdentity = Posix.linkInfo(tree.root)?.identity ?? []
+        rootIdentity = Posix.info(tree.root, follow: false)?.identity
         if rootChoice.polls {
             logger.log(.info, "the tree has \(ids.count) carts, polled every \(rootChoice.intervalMs) ms (\(rootChoice.reason))")
         } else {

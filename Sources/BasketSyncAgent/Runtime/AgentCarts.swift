@@ -47,7 +47,7 @@ extension Agent {
             default:
                 logger.log(.error, "cart \(id): \(error.description); it is not served until that is done (the agent sees init --adopt, or the directory made again)")
                 // Watched for its marker, so that init --adopt is seen.
-                if waiting[id] == nil, Posix.linkInfo(directory)?.kind == .directory {
+                if waiting[id] == nil, Posix.info(directory, follow: false)?.kind == .directory {
                     waiting[id] = try? Watcher(directory: directory, cart: configuration.cart, inotify: inotify, isTreeCart: true)
                 }
             }
@@ -69,11 +69,11 @@ extension Agent {
     /// Ends cart `id`: its directory is gone (or made again): its rows go, its watches too.
     func end(_ id: String) {
         guard let tree else { return }
-        if Posix.linkInfo("\(tree.root)/\(id)")?.kind != .directory { waiting[id] = nil }
+        if Posix.info("\(tree.root)/\(id)", follow: false)?.kind != .directory { waiting[id] = nil }
         guard let cart = carts[id] else { return }
         // Only a cart whose directory is gone (or another's now) ends: an event that only looks
         // like it (a stray name in the root) must never take a cart's history.
-        if Posix.linkInfo("\(tree.root)/\(id)")?.kind == .directory, tree.markerMatches(id, number: cart.store.cart) { return }
+        if Posix.info("\(tree.root)/\(id)", follow: false)?.kind == .directory, tree.markerMatches(id, number: cart.store.cart) { return }
         carts[id] = nil
         if cart.poller != nil { polledCarts -= 1 }
         if started { recordWatch() }

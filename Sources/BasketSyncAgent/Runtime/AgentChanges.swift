@@ -48,7 +48,7 @@ extension Agent {
                 guard Tree.isCartId(event.name) else { continue }
                 if !event.mask.isDisjoint(with: [.delete, .movedFrom]) {
                     end(event.name)
-                } else if !event.mask.isDisjoint(with: [.create, .movedTo]), Posix.linkInfo("\(tree.root)/\(event.name)")?.kind == .directory {
+                } else if !event.mask.isDisjoint(with: [.create, .movedTo]), Posix.info("\(tree.root)/\(event.name)", follow: false)?.kind == .directory {
                     // Only a directory is a cart (basket-sync.json rewritten is not one).
                     // A directory made again under the id of a cart still watched: the old one ended.
                     if carts[event.name] != nil { end(event.name) }
@@ -78,11 +78,11 @@ extension Agent {
     func look() {
         if let tree, rootChoice.polls {
             let now = Posix.monotonicSeconds()
-            let identity = Posix.linkInfo(tree.root)?.identity ?? []
+            let identity = Posix.info(tree.root, follow: false)?.identity
             if identity != rootIdentity { rootUnsettledUntil = now + Poller.settleSeconds }
             if identity != rootIdentity || now < rootUnsettledUntil + Double(rootChoice.intervalMs) / 1000 {
                 rootIdentity = identity
-                guard Posix.linkInfo(tree.root)?.kind == .directory, Posix.linkInfo(tree.database.stateDirectory)?.kind == .directory else {
+                guard Posix.info(tree.root, follow: false)?.kind == .directory, Posix.info(tree.database.stateDirectory, follow: false)?.kind == .directory else {
                     fatal = .directoryGone(path: tree.root)
                     return
                 }
@@ -104,12 +104,12 @@ extension Agent {
         // A directory refused until init --adopt: its marker written again is looked for too.
         if let tree, rootChoice.polls {
             for id in waiting.keys {
-                let identity = Posix.linkInfo("\(tree.root)/\(id)/\(Layout.cartMarker)")?.identity ?? []
+                let identity = Posix.info("\(tree.root)/\(id)/\(Layout.cartMarker)", follow: false)?.identity
                 if waitingMarkers[id] != nil, waitingMarkers[id] != identity, !order.contains(id) {
                     changes[id] = ([.commit], [])
                     order.append(id)
                 }
-                waitingMarkers[id] = identity
+                waitingMarkers.updateValue(identity, forKey: id)
             }
             waitingMarkers = waitingMarkers.filter { waiting[$0.key] != nil }
         }

@@ -71,18 +71,18 @@ final class Poller {
             }
             return !onlyFresh && now < unsettled[slot.rawValue]
         }
-        guard Posix.linkInfo(directory)?.kind == .directory,
-              isTreeCart || Posix.linkInfo(stateDirectory)?.kind == .directory else {
+        guard Posix.info(directory, follow: false)?.kind == .directory,
+              isTreeCart || Posix.info(stateDirectory, follow: false)?.kind == .directory else {
             return [.directoryGone]
         }
         // The cart as a name, and what a link there points to (followSymlinks).
-        let cartChanged = changed(.cart, Posix.linkInfo(cartPath), now: now)
-        let followedChanged = changed(.cartFollowed, Posix.info(cartPath), now: now)
+        let cartChanged = changed(.cart, Posix.info(cartPath, follow: false), now: now)
+        let followedChanged = changed(.cartFollowed, Posix.info(cartPath, follow: true), now: now)
         if cartChanged || followedChanged { changes.insert(.cart) }
-        if changed(.signal, Posix.linkInfo(signalPath), now: now) { changes.insert(.commit) }
+        if changed(.signal, Posix.info(signalPath, follow: false), now: now) { changes.insert(.commit) }
         // Whatever waits there when it changed is taken (a name delivered again after the first
         // was taken is a new delivery): listed only when it changed.
-        if changed(.inbox, Posix.linkInfo(newPath), now: now), Posix.listDirectory(newPath).contains(where: { !$0.hasPrefix(".") }) {
+        if changed(.inbox, Posix.info(newPath, follow: false), now: now), Posix.listDirectory(newPath).contains(where: { !$0.hasPrefix(".") }) {
             changes.insert(.inbox)
         }
         return changes

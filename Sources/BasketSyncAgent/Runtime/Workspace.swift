@@ -32,7 +32,7 @@ extension Workspace {
     static func enclosing(_ directory: String) -> String? {
         var current = Posix.dirname(of: directory)
         while true {
-            if Posix.linkInfo("\(current)/\(Layout.stateDirectory)")?.kind == .directory { return current }
+            if Posix.info("\(current)/\(Layout.stateDirectory)", follow: false)?.kind == .directory { return current }
             let up = Posix.dirname(of: current)
             if up == current || current == "." { return nil }
             current = up
@@ -44,7 +44,7 @@ extension Workspace {
     /// tree whose `basket-sync.json` is broken, that file's error (78), not a guess.
     public static func check(_ directory: String) throws(AgentError) {
         let parent = Posix.dirname(of: directory)
-        guard parent != directory, Posix.linkInfo("\(parent)/\(Layout.stateDirectory)")?.kind == .directory else { return }
+        guard parent != directory, Posix.info("\(parent)/\(Layout.stateDirectory)", follow: false)?.kind == .directory else { return }
         let configuration = try AgentConfiguration.loadFile(directory: parent)
         let name = Posix.basename(of: directory)
         // A tree's root whose configuration lost its layout: said as such, not "not a sync directory".

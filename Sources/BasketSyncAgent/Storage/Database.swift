@@ -16,9 +16,9 @@ final class Database {
     let readOnly: Bool
     /// The database file, and which file it was when opened (device, inode).
     let databasePath: String
-    private let databaseIdentity: [Int64]
+    private let databaseIdentity: FileIdentity?
     /// The device and inode of `-wal` and `-shm`, once seen.
-    private var companionIdentities: [ArraySlice<Int64>?] = [nil, nil]
+    private var companionIdentities: [FileIdentity?] = [nil, nil]
     /// Counts the transactions and savepoints rolled back: a cart's cached state read before
     /// one may hold what it undid.
     private(set) var rollbacks = 0
@@ -39,11 +39,11 @@ final class Database {
         let databasePath = "\(stateDirectory)/\(Layout.database)"
         // SQLite opens these by name, following links and blocking on a FIFO: what is not a
         // regular file (the state directory: not a directory) is refused before it gets there.
-        if let info = Posix.linkInfo(stateDirectory), info.kind != .directory {
+        if let info = Posix.info(stateDirectory, follow: false), info.kind != .directory {
             throw .system(SystemError(path: stateDirectory, shape: info.kind.name, expectsDirectory: true))
         }
         for path in [databasePath, databasePath + "-wal", databasePath + "-shm"] {
-            guard let info = Posix.linkInfo(path) else { continue }
+            guard let info = Posix.info(path, follow: false) else { continue }
             if info.kind != .regular { throw .system(SystemError(path: path, shape: info.kind.name)) }
             // A hard link: SQLite would write the file its other names are (docs/spec.md §7).
             if info.links > 1 {
@@ -58,7 +58,7 @@ final class Database {
                 if case .treeRoot = Workspace.of(directory) {
                     throw .missingInput("\(databasePath): missing: the tree's database is gone; restore \(Layout.stateDirectory)/ from a backup, or run basket-sync -C \(directory) init --tree --adopt to make it again and adopt the carts with their records")
                 }
-                if Posix.linkInfo(stateDirectory) != nil || !Integrity.recordsHeld(in: directory).isEmpty {
+                if Posix.info(stateDirectory, follow: false) != nil || !Integrity.recordsHeld(in: directory).isEmpty {
                     throw .missingInput("\(databasePath): missing: the database is gone; restore \(Layout.stateDirectory)/ from a backup, or run basket-sync init --adopt to go on from the files' records")
                 }
                 throw .missingInput("\(directory): not a sync directory (no \(Layout.stateDirectory)/); run basket-sync init there first")
@@ -77,7 +77,7 @@ final class Database {
         }
         connection = try SQLiteConnection(path: databasePath, readOnly: readOnly)
         self.databasePath = databasePath
-        databaseIdentity = Posix.linkInfo(databasePath)?.identity ?? []
+        databaseIdentity = Posix.info(databasePath, follow: false)?.identity
         connection.setBusyTimeout(milliseconds: busyTimeoutMilliseconds)
         // A layout this version does not know would be read wrong, or written over.
         let version = try connection.scalar("PRAGMA user_version") ?? 0
@@ -114,7 +114,7 @@ final class Database {
     func withTransaction<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
         try connection.execute(readOnly ? "BEGIN" : "BEGIN IMMEDIATE")
         // Under the lock: the file this connection writes must still be the database at its path.
-        if Posix.linkInfo(databasePath)?.identity.prefix(2) != databaseIdentity.prefix(2) {
+        if Posix.info(databasePath, follow: false)?.identity.isSameFile(as: databaseIdentity) != true {
             try? connection.execute("ROLLBACK")
             throw .databaseGone(path: databasePath)
         }
@@ -123,9 +123,9 @@ final class Database {
         // unlinked file and be lost at the next start.
         if !readOnly {
             for (index, path) in [databasePath + "-wal", databasePath + "-shm"].enumerated() {
-                let now = Posix.linkInfo(path)?.identity.prefix(2)
+                let now = Posix.info(path, follow: false)?.identity
                 if let seen = companionIdentities[index] {
-                    if now != seen {
+                    if now?.isSameFile(as: seen) != true {
                         try? connection.execute("ROLLBACK")
                         throw .databaseGone(path: path)
                     }

@@ -57,15 +57,15 @@ extension Store {
     /// Which version of the cart file existed when a batch was made: `identity` (nil: no cart)
     /// and the first batch seq made while that version stood. A cart read later with the same
     /// identity was written before that batch, and cannot echo it.
-    func cartAtBatch() throws(AgentError) -> (identity: [Int64]?, seq: UInt64)? {
+    func cartAtBatch() throws(AgentError) -> (identity: FileIdentity?, seq: UInt64)? {
         guard let blob = try metaBlob(.cartAtBatch) else { return nil }
         let numbers = String(decoding: blob, as: UTF8.self).split(separator: " ").compactMap { Int64($0) }
         guard let seq = numbers.first, seq > 0 else { return nil }
-        return (numbers.count > 1 ? Array(numbers.dropFirst()) : nil, UInt64(seq))
+        return (FileIdentity(numbers: numbers.dropFirst()), UInt64(seq))
     }
 
-    func setCartAtBatch(identity: [Int64]?, seq: UInt64) throws(AgentError) {
-        let text = ([Int64(seq)] + (identity ?? [])).map(String.init).joined(separator: " ")
+    func setCartAtBatch(identity: FileIdentity?, seq: UInt64) throws(AgentError) {
+        let text = ([Int64(seq)] + (identity?.numbers ?? [])).map(String.init).joined(separator: " ")
         try setMeta(.cartAtBatch, Array(text.utf8))
     }
 

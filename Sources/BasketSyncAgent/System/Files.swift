@@ -36,7 +36,7 @@ extension Posix {
     package static func writeFileAtomically(_ path: String, _ bytes: [UInt8], mode: UInt32 = sharedFileMode, replacing: Bool = false) throws(SystemError) {
         var kept: UInt32?
         var owner: (UInt32, UInt32)?
-        if !replacing, let existing = linkInfo(path) {
+        if !replacing, let existing = info(path, follow: false) {
             guard existing.kind == .regular else { throw SystemError(path: path, shape: existing.kind.name) }
             kept = existing.mode
             owner = (existing.owner, existing.group)
@@ -112,13 +112,13 @@ extension Posix {
         var made: [String] = []
         for component in relative.split(separator: "/") {
             current += "/\(component)"
-            if let info = linkInfo(current) {
+            if let info = info(current, follow: false) {
                 guard info.kind == .directory else { throw .system(SystemError(path: current, shape: info.kind.name, expectsDirectory: true)) }
                 continue
             }
             do { try makeDirectory(current, mode: 0o755) } catch { throw .system(error) }
             // Made here, or by another process meanwhile: it must be a directory now, not a link.
-            guard linkInfo(current)?.kind == .directory else { throw .system(SystemError(path: current, shape: linkInfo(current)?.kind.name ?? "missing", expectsDirectory: true)) }
+            guard info(current, follow: false)?.kind == .directory else { throw .system(SystemError(path: current, shape: info(current, follow: false)?.kind.name ?? "missing", expectsDirectory: true)) }
             made.append(current)
         }
         return made

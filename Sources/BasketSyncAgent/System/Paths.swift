@@ -11,7 +11,7 @@ extension Posix {
         var path = base
         for component in relative.split(separator: "/").dropLast() {
             path += "/\(component)"
-            if linkInfo(path)?.kind == .symbolicLink { return path }
+            if info(path, follow: false)?.kind == .symbolicLink { return path }
         }
         return nil
     }
@@ -23,16 +23,11 @@ extension Posix {
         return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
     }
 
-    /// What the path itself is, without following a final symbolic link; nil when it does not exist.
-    package static func linkInfo(_ path: String) -> FileInfo? {
+    /// What the path is, or nil when it does not exist: with `follow`, what a symbolic link
+    /// leads to (`stat`); without, the link itself (`lstat`).
+    package static func info(_ path: String, follow: Bool) -> FileInfo? {
         var info = stat()
-        return lstat(path, &info) == 0 ? FileInfo(info) : nil
-    }
-
-    /// What the path is, following symbolic links; nil when it does not exist.
-    package static func info(_ path: String) -> FileInfo? {
-        var info = stat()
-        return stat(path, &info) == 0 ? FileInfo(info) : nil
+        return (follow ? stat(path, &info) : lstat(path, &info)) == 0 ? FileInfo(info) : nil
     }
 
     package static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
@@ -61,7 +56,7 @@ extension Posix {
     /// Removes `path` and, when it is a folder (not a link to one), everything in it; what cannot
     /// be removed is left.
     package static func removeTree(_ path: String) {
-        if linkInfo(path)?.kind == .directory {
+        if info(path, follow: false)?.kind == .directory {
             for name in (try? entries(of: path)) ?? [] { removeTree("\(path)/\(name)") }
         }
         _ = remove(path)
@@ -90,7 +85,7 @@ extension Posix {
     /// The pids holding a `flock` on the file at `path`, from `/proc/locks` (nothing is locked or
     /// tried: a process starting at that instant is never disturbed).
     package static func lockHolders(_ path: String) -> [Int32] {
-        guard let info = linkInfo(path),
+        guard let info = info(path, follow: false),
               let bytes = try? readFile("/proc/locks", limit: 16 * 1024 * 1024, follow: true) else { return [] }
         var holders: [Int32] = []
         for line in String(decoding: bytes, as: UTF8.self).split(separator: "\n") {

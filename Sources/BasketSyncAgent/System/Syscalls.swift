@@ -16,6 +16,38 @@ package struct OpenOptions: OptionSet {
     package static let truncate = OpenOptions(rawValue: O_TRUNC)
 }
 
+/// Which version of a file: the file (device, inode), its size, and its modification and change
+/// times in nanoseconds. Two looks with the same identity saw the same file unchanged, as far as
+/// `stat` can tell. The one notion of a file's version: the cart version a pass read, the cart on
+/// disk when a batch was made, a polled file, the database's own files.
+package struct FileIdentity: Hashable, Sendable {
+    package var device: UInt64
+    package var inode: UInt64
+    package var size: Int64
+    package var modified: Int64
+    package var changed: Int64
+
+    /// Whether `other` is the same file (device and inode), whatever it holds now.
+    package func isSameFile(as other: FileIdentity?) -> Bool {
+        guard let other else { return false }
+        return device == other.device && inode == other.inode
+    }
+
+    /// The five numbers it is kept as in the database (device and inode as their bit patterns).
+    package var numbers: [Int64] { [Int64(bitPattern: device), Int64(bitPattern: inode), size, modified, changed] }
+
+    /// An identity from the five numbers it was kept as; nil when they are not five.
+    package init?(numbers: some Collection<Int64>) {
+        let numbers = Array(numbers)
+        guard numbers.count == 5 else { return nil }
+        self.init(device: UInt64(bitPattern: numbers[0]), inode: UInt64(bitPattern: numbers[1]), size: numbers[2], modified: numbers[3], changed: numbers[4])
+    }
+
+    package init(device: UInt64, inode: UInt64, size: Int64, modified: Int64, changed: Int64) {
+        (self.device, self.inode, self.size, self.modified, self.changed) = (device, inode, size, modified, changed)
+    }
+}
+
 /// What `stat` says of a file, as far as the agent cares.
 package struct FileInfo: Equatable {
     /// What kind of file it is.
@@ -53,7 +85,7 @@ package struct FileInfo: Equatable {
 
     /// What tells one version of a file from another: a rewrite, a rename over it or a touch
     /// changes it.
-    package var identity: [Int64] { [Int64(bitPattern: device), Int64(bitPattern: inode), size, modified, changed] }
+    package var identity: FileIdentity { FileIdentity(device: device, inode: inode, size: size, modified: modified, changed: changed) }
 
     package init(_ info: stat) {
         switch info.st_mode & S_IFMT {
@@ -274,7 +306,7 @@ package enum Posix {
         let fd = retrying { openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) }
         guard fd < 0 else { return fd }
         let code = errno
-        if let info = linkInfo(path), info.kind != .directory {
+        if let info = info(path, follow: false), info.kind != .directory {
             throw SystemError(path: path, shape: info.kind.name, expectsDirectory: true)
         }
         throw SystemError(operation: "open", path: path, code: code)
