@@ -26,10 +26,10 @@ extension Commands {
             }
             var adopted: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
             _ = try tree.cartStore(id, create: true, adopting: adopt ? { (store) throws(AgentError) in
-                adopted = try Integrity.recordsInFiles(directory)
-                try adoptRecords(adopted, into: store, directory: directory)
+                adopted = try Recovery.recordsInFiles(directory)
+                try Recovery.adoptRecords(adopted, into: store, directory: directory)
             } : nil)
-            return ["\(directory) (cart \(id) of the tree \(root))"] + adoptedLines(adopted, directory: directory)
+            return ["\(directory) (cart \(id) of the tree \(root))"] + Recovery.adoptedLines(adopted, directory: directory)
         case .directory:
             if let outer = Workspace.enclosing(directory) {
                 throw .refused("\(directory): is inside \(outer), a sync directory or a tree of carts; make the sync directory elsewhere (in a tree, a cart is a directory right under its root)")
@@ -57,7 +57,7 @@ extension Commands {
         let isNew = !Posix.exists(database)
         var found: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
         if isNew {
-            found = try Integrity.recordsInFiles(directory)
+            found = try Recovery.recordsInFiles(directory)
             if !found.isEmpty && !adopt {
                 let counts = found.map { "\($0.key.fileName) up to \($0.value.map(\.seq).max()!)" }.sorted().joined(separator: ", ")
                 throw .refused("\(directory): holds records (\(counts)) but no database: the database was lost. A new one would number them again from 1. Restore .basket-sync/ from a backup, or run basket-sync init --adopt to go on after the files' last records")
@@ -65,7 +65,7 @@ extension Commands {
             // No record left, no claim from the host, but events taken before (inbox/cur/): the
             // directory had a past the files no longer show; a new database would number from 1.
             let taken = Posix.listDirectory("\(directory)/inbox/cur").filter { !$0.hasPrefix(".") }.count
-            if found.isEmpty, !adopt, taken > 0, cartClaim(directory: directory) == 0 {
+            if found.isEmpty, !adopt, taken > 0, Recovery.cartClaim(directory: directory) == 0 {
                 throw .refused("\(directory): inbox/cur/ holds \(taken) events taken before, but no record is left and the cart shows no syncedThrough: the database and the records were lost or moved away, and a new database would number records from 1 again. Restore .basket-sync/ (and the records) from a backup, or run basket-sync init --adopt to go on (numbered from 1: tell a host that counts the records it processed)")
             }
         }
@@ -80,99 +80,17 @@ extension Commands {
         }
         if isNew {
             // Also without records: events in inbox/cur/ were taken (their ids stay taken).
-            try store.withTransaction { () throws(AgentError) in try adoptRecords(found, into: store, directory: directory) }
-            created += adoptedLines(found, directory: directory)
+            try store.withTransaction { () throws(AgentError) in try Recovery.adoptRecords(found, into: store, directory: directory) }
+            created += Recovery.adoptedLines(found, directory: directory)
         }
         return created
     }
 
 
-    /// Takes the files' records into a new database's cart (inside the caller's transaction):
-    /// every seq goes on after them, a recorded order stays recorded, and an event taken before
-    /// stays taken — its id from an outbox record's `source` or from its file in `inbox/cur/`, a
-    /// transfer that landed from its record's `transferId` — so a redelivery is not done again.
-    static func adoptRecords(_ found: [Projection: [(seq: UInt64, line: [UInt8])]], into store: Store, directory: String) throws(AgentError) {
-        let now = Date()
-        for (projection, records) in found {
-            for record in records { try store.adopt(projection, seq: record.seq, line: record.line) }
-            // The files were given them all, rotated parts included: none is appended again.
-            try store.adoptGiven(projection, seq: records.map(\.seq).max()!)
-        }
-        let recovered = RecoveredRecords(
-            outbox: (found[.outbox] ?? []).compactMap { try? RecordFormat.outboxRecord($0.line) },
-            notifications: (found[.notifications] ?? []).compactMap { try? RecordFormat.notification($0.line) },
-            payments: (found[.payments] ?? []).compactMap { try? RecordFormat.payment($0.line) },
-            cartClaim: cartClaim(directory: directory))
-        for record in recovered.outbox {
-            if let source = record.source {
-                try store.recordInbox(id: source, file: "", outcome: "adopted: outbox #\(record.seq)", at: now, unlessKnown: true)
-            }
-        }
-        // A recorded order's completion may have run (the database that knew is lost): never
-        // run again (docs/spec.md §4 rule 7).
-        for payment in recovered.payments where payment.type == .handlePayment {
-            if let order = payment.orderId { try store.recordCompletion(orderId: order, payment: payment.seq, at: now) }
-        }
-        // The state itself is the library's: recovery is one of its inputs.
-        var machine = SyncStateMachine(state: try store.loadState())
-        _ = machine.recover(from: recovered)
-        try learnTakenEvents(directory: directory, into: store)
-        try store.saveState(machine.state)
-    }
 
-    /// The `syncedThrough` of the host's cart as it stands (0 when it has none, or no cart can be
-    /// read): a new database numbers its records after it (``RecoveredRecords/hostClaim``).
-    static func cartClaim(directory: String) -> UInt64 {
-        let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
-        let cart = (try? Posix.readFile("\(directory)/\(configuration.cart)", limit: configuration.limits.maxFileBytes)).flatMap { $0 }
-            .flatMap { try? CartFormat.decode($0, keys: configuration.keys, limits: configuration.limits) }
-        return cart?.syncedThrough ?? 0
-    }
 
-    /// Takes the ids of the events in `inbox/cur/` as taken (inside the caller's transaction): a
-    /// new database (`init`, `init --adopt`, a tree's new cart) must not take them again when they
-    /// are delivered again, whether or not they made a record (ignored, nothing to send).
-    static func learnTakenEvents(directory: String, into store: Store) throws(AgentError) {
-        let now = Date()
-        // The inbox's folders opened without following a link: a cur/ that is one is not read.
-        let limits = ((try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()).limits
-        guard let inbox = try? Inbox(directory: "\(directory)/inbox").pinned() else { return }
-        // Its descriptors live as long as `inbox`: the folder is reached through them.
-        try withExtendedLifetime(inbox) { () throws(AgentError) in
-            let cur = inbox.folder("cur")
-            for name in Posix.listDirectory(cur) where !name.hasPrefix(".") {
-                // Regular files with one name only, never through a link (the open policy): a file
-                // unreadable as an event, or a hard link to a file elsewhere, is left alone unread.
-                guard let (bytes, info) = try? Posix.readFileAndInfo("\(cur)/\(name)", limit: limits.maxFileBytes), info.links == 1,
-                      let event = try? EventFormat.decode(bytes, limits: limits) else { continue }
-                try store.recordInbox(id: event.id, file: name, outcome: "adopted from inbox/cur/", at: now, unlessKnown: true)
-                try store.recordFiled(folder: "cur", name: name, at: now)
-            }
-        }
-    }
 
-    /// What `init` says of the records it adopted.
-    static func adoptedLines(_ found: [Projection: [(seq: UInt64, line: [UInt8])]], directory: String) -> [String] {
-        found.sorted(by: { $0.key.rawValue < $1.key.rawValue }).map { (projection, records) in
-            var line = "\(directory)/\(projection.fileName): adopted \(records.count) records, going on after \(records.map(\.seq).max()!)"
-            if projection == .outbox, let first = records.first?.seq, first > 1 {
-                let claim = cartClaim(directory: directory)
-                if claim < first - 1 {
-                    line += "; records \(claim + 1)…\(first - 1) are in no file (rotated away) and the host had not processed them: they are lost, and the host goes on from \(first)"
-                }
-            }
-            guard projection == .payments else { return line }
-            // What the files do not hold: the store and mode, and whether completions ran.
-            let payments = records.compactMap { try? RecordFormat.payment($0.line) }
-            if let last = payments.last(where: { $0.status == .recorded }) {
-                line += "; the store and mode are not in the files (the last recorded payment was in store \(last.storeId.map { JSONWriter.quoted($0) } ?? "none"), retailer mode): set them again with basket-sync set-store"
-            }
-            if payments.contains(where: { $0.type == .handlePayment && $0.orderId != nil }) {
-                line += "; the completions of the recorded orders are taken as finished (a retry never runs them again): whether each ran is not in the files"
-            }
-            return line
-        }
-    }
+
 }
 
 extension Commands {
@@ -193,10 +111,10 @@ extension Commands {
                 guard known.map({ tree.markerMatches(id, number: $0.number) }) != true, Tree.refusal(directory, root: root) != nil else { continue }
                 var adopted: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
                 _ = try tree.cartStore(id, create: false, adopting: { (store) throws(AgentError) in
-                    adopted = try Integrity.recordsInFiles(directory)
-                    try adoptRecords(adopted, into: store, directory: directory)
+                    adopted = try Recovery.recordsInFiles(directory)
+                    try Recovery.adoptRecords(adopted, into: store, directory: directory)
                 })
-                created += ["\(directory) (cart \(id) of the tree \(root))"] + adoptedLines(adopted, directory: directory)
+                created += ["\(directory) (cart \(id) of the tree \(root))"] + Recovery.adoptedLines(adopted, directory: directory)
             } catch {
                 failed.append("cart \(id): \(error.description)")
             }

@@ -37,7 +37,7 @@ extension Commands {
                 start = after
             } else {
                 let state = try store.withTransaction { () throws(AgentError) in try store.loadState() }
-                start = state.hostProgress(claim: cartClaim(directory: directory, configuration: configuration) ?? 0)
+                start = state.hostProgress(claim: CartReader.claim(in: directory, configuration: configuration) ?? 0)
             }
         }
         let deadline = timeout.map { Date().addingTimeInterval($0) }
@@ -110,13 +110,5 @@ extension Commands {
         return try reader.withTransaction { () throws(AgentError) in
             (try seq.map { (after) throws(AgentError) in try reader.lines(.outbox, after: after) } ?? [], try reader.lastSeq(.outbox))
         }
-    }
-
-    /// The `syncedThrough` of the cart in place, read without taking it; nil when there is no
-    /// cart, it does not parse, or it says nothing.
-    static func cartClaim(directory: String, configuration: AgentConfiguration) -> UInt64? {
-        guard case let .new(bytes, _)? = try? CartReader().read("\(directory)/\(configuration.cart)", configuration: configuration),
-              let cart = try? CartFormat.decode(bytes, keys: configuration.keys, limits: configuration.limits) else { return nil }
-        return cart.syncedThrough
     }
 }

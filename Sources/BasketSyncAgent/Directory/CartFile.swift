@@ -132,3 +132,13 @@ struct CartReader {
         return rejected && isNew
     }
 }
+
+extension CartReader {
+    /// The `syncedThrough` of the cart of `directory` as it stands, read by the cart's open policy
+    /// (no link followed unless `followSymlinks`); nil when there is no readable cart or it has none.
+    static func claim(in directory: String, configuration: AgentConfiguration) -> UInt64? {
+        guard case let .new(bytes, _)? = try? CartReader().read("\(directory)/\(configuration.cart)", configuration: configuration),
+              let cart = try? CartFormat.decode(bytes, keys: configuration.keys, limits: configuration.limits) else { return nil }
+        return cart.syncedThrough
+    }
+}

@@ -45,26 +45,5 @@ enum Integrity {
         }
     }
 
-    /// The records the JSON Lines files of `directory` hold, by file (each read whole), with
-    /// those of their rotated parts (`outbox.jsonl.1`…): the oldest part first, one line per seq.
-    static func recordsInFiles(_ directory: String) throws(AgentError) -> [Projection: [(seq: UInt64, line: [UInt8])]] {
-        var found: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
-        for projection in Projection.allCases {
-            let path = "\(directory)/\(projection.fileName)"
-            var bySeq: [UInt64: [UInt8]] = [:]
-            for part in JSONLinesFile.rotatedParts(of: path).reversed() + [path] {
-                guard let bytes = try Posix.readFile(part, limit: Int.max) else { continue }
-                // Whole records only: a torn last line (no newline: a crash) and a host's own line
-                // that merely starts like one are not records, as the catch-up reads them.
-                let complete = bytes.last == 0x0A ? bytes[...] : bytes[..<(bytes.lastIndex(of: 0x0A).map { $0 + 1 } ?? 0)]
-                for line in complete.split(separator: 0x0A) {
-                    let seq = RecordFormat.seq(ofLine: line)
-                    let record = Array(line) + [0x0A]
-                    if seq > 0, projection.isRecord(record) { bySeq[seq] = record }
-                }
-            }
-            if !bySeq.isEmpty { found[projection] = bySeq.sorted { $0.key < $1.key }.map { ($0.key, $0.value) } }
-        }
-        return found
-    }
+
 }

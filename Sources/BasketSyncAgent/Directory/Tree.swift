@@ -152,10 +152,10 @@ final class Tree {
             // records moved away, its marker lost): a recovery from no record.
             let (storeId, mode) = try defaultStore() ?? (nil, .standalone)
             var machine = SyncStateMachine(state: SyncState(syncId: syncId, storeId: storeId, mode: mode))
-            _ = machine.recover(from: RecoveredRecords(cartClaim: Commands.cartClaim(directory: directory)))
+            _ = machine.recover(from: RecoveredRecords(cartClaim: Recovery.cartClaim(directory: directory)))
             try store.saveState(machine.state)
             // What it holds is taken in: its records with --adopt, else the events cur/ shows taken.
-            if let adopting { try adopting(store) } else { try Commands.learnTakenEvents(directory: directory, into: store) }
+            if let adopting { try adopting(store) } else { try Recovery.learnTakenEvents(directory: directory, into: store) }
             do throws(SystemError) { try Posix.writeFileAtomically(marker, Array("\(syncId)\n".utf8), replacing: true) } catch { throw .system(error) }
             return store
         }

@@ -1,0 +1,115 @@
+import BasketSync
+import BasketSyncWire
+
+/// Recovery after a database loss (`init --adopt`, and a tree's new cart): what the files hold is
+/// read back whole-record by whole-record, taken into the new database's rows, and handed to the
+/// library (``SyncStateMachine/recover(from:)``), which decides the state.
+enum Recovery {
+    /// The records the JSON Lines files of `directory` hold, by file (each read whole), with
+    /// those of their rotated parts (`outbox.jsonl.1`…): the oldest part first, one line per seq.
+    static func recordsInFiles(_ directory: String) throws(AgentError) -> [Projection: [(seq: UInt64, line: [UInt8])]] {
+        var found: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
+        for projection in Projection.allCases {
+            let path = "\(directory)/\(projection.fileName)"
+            var bySeq: [UInt64: [UInt8]] = [:]
+            for part in JSONLinesFile.rotatedParts(of: path).reversed() + [path] {
+                guard let bytes = try Posix.readFile(part, limit: Int.max) else { continue }
+                // Whole records only: a torn last line (no newline: a crash) and a host's own line
+                // that merely starts like one are not records, as the catch-up reads them.
+                let complete = bytes.last == 0x0A ? bytes[...] : bytes[..<(bytes.lastIndex(of: 0x0A).map { $0 + 1 } ?? 0)]
+                for line in complete.split(separator: 0x0A) {
+                    let seq = RecordFormat.seq(ofLine: line)
+                    let record = Array(line) + [0x0A]
+                    if seq > 0, projection.isRecord(record) { bySeq[seq] = record }
+                }
+            }
+            if !bySeq.isEmpty { found[projection] = bySeq.sorted { $0.key < $1.key }.map { ($0.key, $0.value) } }
+        }
+        return found
+    }
+
+    /// Takes the files' records into a new database's cart (inside the caller's transaction):
+    /// every seq goes on after them, a recorded order stays recorded, and an event taken before
+    /// stays taken — its id from an outbox record's `source` or from its file in `inbox/cur/`, a
+    /// transfer that landed from its record's `transferId` — so a redelivery is not done again.
+    static func adoptRecords(_ found: [Projection: [(seq: UInt64, line: [UInt8])]], into store: Store, directory: String) throws(AgentError) {
+        let now = Date()
+        for (projection, records) in found {
+            for record in records { try store.adopt(projection, seq: record.seq, line: record.line) }
+            // The files were given them all, rotated parts included: none is appended again.
+            try store.adoptGiven(projection, seq: records.map(\.seq).max()!)
+        }
+        let recovered = RecoveredRecords(
+            outbox: (found[.outbox] ?? []).compactMap { try? RecordFormat.outboxRecord($0.line) },
+            notifications: (found[.notifications] ?? []).compactMap { try? RecordFormat.notification($0.line) },
+            payments: (found[.payments] ?? []).compactMap { try? RecordFormat.payment($0.line) },
+            cartClaim: cartClaim(directory: directory))
+        for record in recovered.outbox {
+            if let source = record.source {
+                try store.recordInbox(id: source, file: "", outcome: "adopted: outbox #\(record.seq)", at: now, unlessKnown: true)
+            }
+        }
+        // A recorded order's completion may have run (the database that knew is lost): never
+        // run again (docs/spec.md §4 rule 7).
+        for payment in recovered.payments where payment.type == .handlePayment {
+            if let order = payment.orderId { try store.recordCompletion(orderId: order, payment: payment.seq, at: now) }
+        }
+        // The state itself is the library's: recovery is one of its inputs.
+        var machine = SyncStateMachine(state: try store.loadState())
+        _ = machine.recover(from: recovered)
+        try learnTakenEvents(directory: directory, into: store)
+        try store.saveState(machine.state)
+    }
+
+    /// The `syncedThrough` of the host's cart as it stands (0 when it has none, or no cart can be
+    /// read): a new database numbers its records after it (``RecoveredRecords/hostClaim``).
+    static func cartClaim(directory: String) -> UInt64 {
+        let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
+        return CartReader.claim(in: directory, configuration: configuration) ?? 0
+    }
+
+    /// Takes the ids of the events in `inbox/cur/` as taken (inside the caller's transaction): a
+    /// new database (`init`, `init --adopt`, a tree's new cart) must not take them again when they
+    /// are delivered again, whether or not they made a record (ignored, nothing to send).
+    static func learnTakenEvents(directory: String, into store: Store) throws(AgentError) {
+        let now = Date()
+        // The inbox's folders opened without following a link: a cur/ that is one is not read.
+        let limits = ((try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()).limits
+        guard let inbox = try? Inbox(directory: "\(directory)/inbox").pinned() else { return }
+        // Its descriptors live as long as `inbox`: the folder is reached through them.
+        try withExtendedLifetime(inbox) { () throws(AgentError) in
+            let cur = inbox.folder("cur")
+            for name in Posix.listDirectory(cur) where !name.hasPrefix(".") {
+                // Regular files with one name only, never through a link (the open policy): a file
+                // unreadable as an event, or a hard link to a file elsewhere, is left alone unread.
+                guard let (bytes, info) = try? Posix.readFileAndInfo("\(cur)/\(name)", limit: limits.maxFileBytes), info.links == 1,
+                      let event = try? EventFormat.decode(bytes, limits: limits) else { continue }
+                try store.recordInbox(id: event.id, file: name, outcome: "adopted from inbox/cur/", at: now, unlessKnown: true)
+                try store.recordFiled(folder: "cur", name: name, at: now)
+            }
+        }
+    }
+
+    /// What `init` says of the records it adopted.
+    static func adoptedLines(_ found: [Projection: [(seq: UInt64, line: [UInt8])]], directory: String) -> [String] {
+        found.sorted(by: { $0.key.rawValue < $1.key.rawValue }).map { (projection, records) in
+            var line = "\(directory)/\(projection.fileName): adopted \(records.count) records, going on after \(records.map(\.seq).max()!)"
+            if projection == .outbox, let first = records.first?.seq, first > 1 {
+                let claim = cartClaim(directory: directory)
+                if claim < first - 1 {
+                    line += "; records \(claim + 1)…\(first - 1) are in no file (rotated away) and the host had not processed them: they are lost, and the host goes on from \(first)"
+                }
+            }
+            guard projection == .payments else { return line }
+            // What the files do not hold: the store and mode, and whether completions ran.
+            let payments = records.compactMap { try? RecordFormat.payment($0.line) }
+            if let last = payments.last(where: { $0.status == .recorded }) {
+                line += "; the store and mode are not in the files (the last recorded payment was in store \(last.storeId.map { JSONWriter.quoted($0) } ?? "none"), retailer mode): set them again with basket-sync set-store"
+            }
+            if payments.contains(where: { $0.type == .handlePayment && $0.orderId != nil }) {
+                line += "; the completions of the recorded orders are taken as finished (a retry never runs them again): whether each ran is not in the files"
+            }
+            return line
+        }
+    }
+}
