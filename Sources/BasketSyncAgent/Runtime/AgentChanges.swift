@@ -24,9 +24,8 @@ extension Agent {
                 continue
             }
             if event.mask.contains(.ignored) { continue }
-            guard let watched = inotify.path(of: event.watch) else { continue }
-            let path = watched.hasSuffix("/") ? String(watched.dropLast()) : watched
-            // A sync directory's events are its one cart's; a tree's root says which carts come and go.
+            // A sync directory's events are all its one cart's (its watcher finds what each is
+            // about); in a tree, the watched path says which cart, or the root's carts coming and going.
             guard let tree else {
                 if let watcher = carts[Agent.directoryCart]?.watcher {
                     if changes[Agent.directoryCart] == nil { order.append(Agent.directoryCart) }
@@ -36,6 +35,8 @@ extension Agent {
                 }
                 continue
             }
+            guard let watched = inotify.path(of: event.watch) else { continue }
+            let path = watched.hasSuffix("/") ? String(watched.dropLast()) : watched
             if path == tree.root {
                 if !event.mask.isDisjoint(with: [.deleteSelf, .moveSelf]) {
                     fatal = .directoryGone(path: tree.root)
