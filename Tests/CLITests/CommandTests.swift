@@ -164,4 +164,34 @@ import Testing
             #expect(object?["level"] != nil && object?["message"] != nil, "not a JSON log line: \(line)")
         }
     }
+
+    /// A sync directory's failed `sync` pass is kept for `status`, as a tree cart's and the
+    /// agent's are: a cron job failing at every pass does not look healthy.
+    @Test func aFailedSyncPassIsKeptForStatus() throws {
+        let playground = try Playground()
+        _ = try basketSync(["-C", playground.path, "init"])
+        try playground.write("cart.json", cartJSON([("A", 1)], syncedThrough: 0))
+        #expect(mkfifo(playground.url("notifications.jsonl").path, 0o600) == 0)
+        let sync = try basketSync(["-C", playground.path, "sync"])
+        #expect(sync.status != 0, "\(sync.stdout)")
+        let status = try basketSync(["-C", playground.path, "status", "--json"])
+        let report = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any]
+        let lastError = report?["lastError"] as? [String: Any]
+        #expect((lastError?["message"] as? String)?.contains("notifications.jsonl") == true, "\(status.stdout)")
+    }
+
+    /// What a directory is cannot change under a running agent, either way: a sync directory's
+    /// agent refuses a configuration that now says "layout": "tree" and keeps its settings.
+    @Test func aSyncDirectorysAgentRefusesToBecomeATreeOnSighup() async throws {
+        let playground = try Playground()
+        _ = try basketSync(["-C", playground.path, "init"])
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        try playground.write("basket-sync.json", "{\"layout\": \"tree\"}")
+        kill(agent.process.processIdentifier, SIGHUP)
+        try await eventually("the reload is refused") { agent.log.contains("a sync directory cannot become a tree under a running agent") }
+        try await eventually("the settings in force are kept") { agent.log.contains("the settings in force are kept") }
+        #expect(!agent.log.contains("reloaded basket-sync.json"), "\(agent.log)")
+        #expect(agent.stop() == 0)
+    }
 }

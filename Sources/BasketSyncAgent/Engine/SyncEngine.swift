@@ -334,6 +334,11 @@ public final class SyncEngine {
     /// Records an error for `status` and logs it.
     func reportError(_ error: AgentError, logAs prefix: String = "") {
         logger.log(.error, prefix + error.description)
+        keepForStatus(error)
+    }
+
+    /// Records an error for `status` without logging it (its caller says it).
+    func keepForStatus(_ error: AgentError) {
         _ = try? store.withTransaction { () throws(AgentError) in
             try store.report(level: Logger.Level.error.rawValue, message: error.description, at: Date())
         }

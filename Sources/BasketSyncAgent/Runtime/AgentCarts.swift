@@ -154,14 +154,12 @@ extension Agent {
     /// SIGHUP: the settings again; on error the settings in force are kept.
     func reload() {
         do throws(AgentError) {
-            let reloaded: AgentConfiguration
-            if tree != nil {
-                reloaded = try AgentConfiguration.loadFile(directory: root)
-                guard reloaded.isTree else {
-                    throw .configuration(path: "\(root)/\(AgentConfiguration.fileName)", line: 1, column: 1, reason: "\"layout\" is no longer \"tree\"; a tree cannot become a sync directory under a running agent")
-                }
-            } else {
-                reloaded = try AgentConfiguration.load(directory: root)
+            let reloaded = try AgentConfiguration.loadFile(directory: root)
+            // What the directory is cannot change under a running agent, either way.
+            guard reloaded.isTree == (tree != nil) else {
+                throw .configuration(path: "\(root)/\(AgentConfiguration.fileName)", line: 1, column: 1, reason: tree != nil
+                    ? "\"layout\" is no longer \"tree\"; a tree cannot become a sync directory under a running agent"
+                    : "\"layout\" is now \"tree\"; a sync directory cannot become a tree under a running agent (its database is a single directory's)")
             }
             let cartMoved = reloaded.cart != configuration.cart
             let choice = try WatchChoice.decide(directory: root, cart: reloaded.cart, settings: reloaded.watch, override: watchOverride)
