@@ -7,11 +7,12 @@ public struct RecoveredRecords: Hashable, Sendable {
     public var notifications: [BasketNotification]
     /// The payment records the files hold, in seq order.
     public var payments: [PaymentRecord]
-    /// The `syncedThrough` of the host's cart as it stands (0 when it has none).
-    public var cartClaim: UInt64
+    /// The `syncedThrough` of the host's cart as it stands; nil when the cart has none (0 is a
+    /// claim: the host acknowledges).
+    public var cartClaim: UInt64?
 
     /// What the files hold, and the cart's claim.
-    public init(outbox: [OutboxRecord] = [], notifications: [BasketNotification] = [], payments: [PaymentRecord] = [], cartClaim: UInt64 = 0) {
+    public init(outbox: [OutboxRecord] = [], notifications: [BasketNotification] = [], payments: [PaymentRecord] = [], cartClaim: UInt64? = nil) {
         self.outbox = outbox
         self.notifications = notifications
         self.payments = payments
@@ -21,7 +22,10 @@ public struct RecoveredRecords: Hashable, Sendable {
     /// The highest record the host has shown it processed — its cart's claim, the last
     /// notification's — so that a new database numbers its records after it: an old claim never
     /// acknowledges a new record (docs/spec.md §3: seq rises forever), whatever files went away.
-    public var hostClaim: UInt64 { max(cartClaim, notifications.last?.syncedThrough ?? 0) }
+    public var hostClaim: UInt64 { max(cartClaim ?? 0, notifications.last?.syncedThrough ?? 0) }
+
+    /// Whether the host acknowledges with `syncedThrough`: its cart or the last notification has one.
+    public var hostAcknowledges: Bool { cartClaim != nil || notifications.last?.syncedThrough != nil }
 }
 
 extension SyncStateMachine {
@@ -63,18 +67,20 @@ extension SyncStateMachine {
         // Every record moved away: numbered after what the host claims to have processed.
         if outbox.isEmpty { state.lastOutboxSeq = max(state.lastOutboxSeq, claim) }
         let firstHeld = outbox.first.map { $0.seq - 1 } ?? 0
-        if !outbox.isEmpty, claim == 0, firstHeld > 0 {
+        if !outbox.isEmpty, !records.hostAcknowledges, firstHeld > 0 {
             state.echoedThrough = firstHeld
         }
-        if !outbox.isEmpty, claim > 0 {
-            // The deltas after its claim are pending again (waiting for its syncedThrough, as
-            // before the loss); a claim beyond the files is not trusted.
-            let acknowledged = max(min(claim, state.lastOutboxSeq), firstHeld)
+        if !outbox.isEmpty, records.hostAcknowledges {
+            // The deltas after what it acknowledged are pending again (waiting for its
+            // syncedThrough, as before the loss). What it acknowledged: what the last notification
+            // says basket-sync had acknowledged, or more by its cart's claim — unless that claim
+            // is beyond the files, which acknowledges nothing.
+            let cartClaim = records.cartClaim ?? 0
+            let verified = min(records.notifications.last?.syncedThrough ?? 0, state.lastOutboxSeq)
+            let acknowledged = max(cartClaim <= state.lastOutboxSeq ? cartClaim : 0, verified, firstHeld)
             state.hostSyncedThrough = acknowledged
-            // The claim as written: the same claim read again acknowledges nothing new, and one
-            // beyond the files stays capped where it was.
+            // The claim as written, so that it is not reported again.
             state.hostClaim = claim
-            if claim > state.lastOutboxSeq { state.acknowledgementCap = state.lastOutboxSeq }
             state.pending = outbox.compactMap { record in
                 guard record.seq > acknowledged, record.type == .updateBasket, !record.products.isEmpty else { return nil }
                 return PendingBatch(seq: record.seq, products: record.products, at: record.at, deadline: nil)
@@ -86,13 +92,14 @@ extension SyncStateMachine {
 
 extension SyncState {
     /// The host's progress: the highest outbox seq it has processed as far as basket-sync can
-    /// tell — acknowledged (`syncedThrough`) or echoed (a host without it) — or `claim`, what its
-    /// cart says now (0: nothing), when that is a new claim within the outbox. `apply` starts
-    /// after it and `wait` waits for the records after it: one value, so that neither lists a
-    /// record the other would skip.
-    public func hostProgress(claim: UInt64) -> UInt64 {
-        let newClaim = claim != hostClaim && claim <= lastOutboxSeq ? claim : 0
-        return max(hostSyncedThrough ?? 0, echoedThrough ?? 0, newClaim)
+    /// tell — acknowledged (`syncedThrough`) or echoed (a host without it) — or what its cart says
+    /// now (`claim`, nil: none), checked as an acknowledgement is: within the outbox, and no
+    /// further than `writtenThrough`, the last seq that existed when that cart was written.
+    /// `apply` starts after it, `wait` waits for the records after it and `status` shows it: one
+    /// value, so that none lists a record another would skip.
+    public func hostProgress(claim: UInt64?, writtenThrough: UInt64) -> UInt64 {
+        let claimed = claim.map { $0 <= lastOutboxSeq ? min($0, writtenThrough) : 0 } ?? 0
+        return max(hostSyncedThrough ?? 0, echoedThrough ?? 0, claimed)
     }
 
     /// Which outbox records retention may remove (when old enough): those the host acknowledged

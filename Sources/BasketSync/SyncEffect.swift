@@ -23,8 +23,11 @@ public enum SyncEffect: Hashable, Sendable {
     /// `handlePayment` for an order already recorded: not recorded again.
     case paymentAlreadyRecorded(orderId: String, seq: UInt64)
     /// The host acknowledged a seq beyond the last one written (its cart may come from another
-    /// sync directory, or the database was reset).
+    /// sync directory, or the database was reset): it acknowledges nothing.
     case acknowledgementBeyondOutbox(syncedThrough: UInt64, lastSeq: UInt64)
+    /// The host's cart acknowledged records made after it was written (`writtenThrough`: the last
+    /// seq that existed then): it acknowledges those that existed, no more.
+    case acknowledgementBeforeRecords(syncedThrough: UInt64, writtenThrough: UInt64)
     /// The host's `syncedThrough` went back below the highest it acknowledged (an old cart
     /// restored?): nothing is un-settled, and `apply` does not apply those records again.
     case acknowledgementWentBack(syncedThrough: UInt64, highest: UInt64)

@@ -31,7 +31,7 @@ public struct SyncState: Codable, Hashable, Sendable {
     public package(set) var echoedThrough: UInt64?
     /// The last `syncedThrough` the host wrote, as written (a repeated claim is not reported again).
     public package(set) var hostClaim: UInt64?
-    /// While the host claims beyond the outbox: the seq its acknowledgements are capped at.
+    /// Read from older states only: acknowledgements are checked by causality now, never capped.
     public package(set) var acknowledgementCap: UInt64?
     /// The Mealz-related lines of the last notification, or nil before the first one.
     public package(set) var lastNotified: [ExactID: Int]?
@@ -86,7 +86,8 @@ public struct SyncCounters: Codable, Hashable, Sendable {
     public var duplicateTransfers: UInt64 = 0
     /// Rolled-back batches settled by a late acknowledgement.
     public var lateAcknowledgements: UInt64 = 0
-    /// Acknowledgements beyond the last outbox seq (capped).
+    /// Acknowledgements of records that did not exist when the cart was written (beyond the
+    /// outbox, or beyond what it held then): reported, not counted as acknowledged.
     public var acknowledgementsBeyondOutbox: UInt64 = 0
     /// Acknowledgements below the highest one (nothing un-settled).
     public var acknowledgementsWentBack: UInt64 = 0

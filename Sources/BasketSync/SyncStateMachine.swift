@@ -127,7 +127,6 @@ public struct SyncStateMachine: Sendable {
         step(at: now) { machine in
             let acknowledged = min(seq, machine.state.lastOutboxSeq)
             machine.state.hostClaim = seq
-            machine.state.acknowledgementCap = nil
             machine.state.hostSyncedThrough = max(machine.state.hostSyncedThrough ?? 0, acknowledged)
             let effects = machine.settlePending(machine.state.pending.prefix { $0.seq <= acknowledged }.count)
             for index in machine.state.pending.indices { machine.state.pending[index].deadline = nil }
@@ -289,7 +288,7 @@ public struct SyncStateMachine: Sendable {
 
         let settleCount: Int
         if let syncedThrough {
-            let acknowledged = acknowledge(syncedThrough, into: &effects)
+            let acknowledged = acknowledge(syncedThrough, writtenThrough: echoable, into: &effects)
             settleCount = state.pending.prefix { $0.seq <= acknowledged }.count
             // From now on this host acknowledges: its batches wait for the acknowledgement.
             for index in state.pending.indices { state.pending[index].deadline = nil }
@@ -350,32 +349,37 @@ public struct SyncStateMachine: Sendable {
         RetailerProduct.apply(batch.products.filter { $0.quantity > 0 }, to: &share)
     }
 
-    /// Checks a `syncedThrough` and returns the outbox seq it acknowledges. It can only cover
-    /// records that existed when the host wrote it: a claim beyond the outbox is capped at the last
-    /// seq, and while the host keeps claiming beyond, at the seq of its first such claim (the
-    /// batches made since stay pending until a cart acknowledges within the outbox). A claim below
-    /// the highest acknowledged un-settles nothing. Each new claim out of line is reported once.
-    private mutating func acknowledge(_ claim: UInt64, into effects: inout [SyncEffect]) -> UInt64 {
-        // The same claim again acknowledges nothing new: the host has processed nothing since
-        // (a claim once beyond the outbox must not come to cover the batches made after it).
-        guard claim != state.hostClaim else { return state.hostSyncedThrough ?? 0 }
+    /// Checks a `syncedThrough` and returns the outbox seq the host has acknowledged so far. By
+    /// causality, not by value: a cart version acknowledges only records that existed when it was
+    /// written (`writtenThrough`, the last seq committed before it appeared) — a claim beyond the
+    /// outbox acknowledges nothing, a claim beyond `writtenThrough` no more than it. An honest
+    /// claim is never refused for its value, whatever an earlier claim said. A claim below the
+    /// highest acknowledged un-settles nothing. Each claim out of line is reported once (the
+    /// same claim in the host's next cart versions is not reported again).
+    private mutating func acknowledge(_ claim: UInt64, writtenThrough: UInt64, into effects: inout [SyncEffect]) -> UInt64 {
+        let highest = state.hostSyncedThrough ?? 0
+        let isNew = claim != state.hostClaim
         state.hostClaim = claim
-        let acknowledged: UInt64
+        state.acknowledgementCap = nil
+        var acknowledged = claim
         if claim > state.lastOutboxSeq {
-            let cap = state.acknowledgementCap ?? state.lastOutboxSeq
-            state.acknowledgementCap = cap
-            acknowledged = cap
-            effects.append(.acknowledgementBeyondOutbox(syncedThrough: claim, lastSeq: state.lastOutboxSeq))
-            state.counters.acknowledgementsBeyondOutbox += 1
-        } else {
-            state.acknowledgementCap = nil
-            acknowledged = claim
+            acknowledged = 0
+            if isNew {
+                effects.append(.acknowledgementBeyondOutbox(syncedThrough: claim, lastSeq: state.lastOutboxSeq))
+                state.counters.acknowledgementsBeyondOutbox += 1
+            }
+        } else if claim > writtenThrough {
+            acknowledged = writtenThrough
+            if isNew {
+                effects.append(.acknowledgementBeforeRecords(syncedThrough: claim, writtenThrough: writtenThrough))
+                state.counters.acknowledgementsBeyondOutbox += 1
+            }
         }
-        if let highest = state.hostSyncedThrough, acknowledged < highest {
+        if claim < highest, isNew {
             effects.append(.acknowledgementWentBack(syncedThrough: claim, highest: highest))
             state.counters.acknowledgementsWentBack += 1
         }
-        state.hostSyncedThrough = max(state.hostSyncedThrough ?? 0, acknowledged)
+        state.hostSyncedThrough = max(highest, acknowledged)
         return state.hostSyncedThrough!
     }
 

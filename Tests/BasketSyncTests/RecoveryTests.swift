@@ -42,7 +42,7 @@ struct RecoveryTests {
         #expect(recovered.pendingSeqs == [2])
         #expect(recovered.confirmed == ["A": 2])
         #expect(recovered.view == ["A": 2, "B": 1])
-        #expect(recovered.machine.state.hostProgress(claim: 1) == 1)
+        #expect(recovered.machine.state.hostProgress(claim: 1, writtenThrough: 2) == 1)
         // The WebView repeating what it showed pushes nothing: nothing is doubled.
         #expect(try recovered.state(3, lines(("A", 2), ("B", 1))) == [])
         // The host's cart acknowledging #2 settles it; the next delta is #3.
@@ -70,18 +70,19 @@ struct RecoveryTests {
         files.outbox.removeFirst(4)
         let recovered = files.recovered(cartClaim: 0)
         #expect(recovered.machine.state.lastOutboxSeq == 6)
-        #expect(recovered.machine.state.hostProgress(claim: 0) == 4)
+        #expect(recovered.machine.state.hostProgress(claim: nil, writtenThrough: 6) == 4)
     }
 
-    /// A claim beyond the files is not trusted: capped at the last record they hold.
-    @Test func aClaimBeyondTheFilesIsCapped() throws {
+    /// A claim beyond the files acknowledges nothing (docs/spec.md §4 rule 4): what they hold is
+    /// pending again, for a cart that acknowledges it within the outbox.
+    @Test func aClaimBeyondTheFilesAcknowledgesNothing() throws {
         var files = Files()
         var lost = Transcript()
         files.keep(try lost.delta(0, lines(("A", 1))))
         files.keep(try lost.delta(1, lines(("B", 1))))
         let recovered = files.recovered(cartClaim: 50)
-        #expect(recovered.machine.state.hostSyncedThrough == 2)
-        #expect(recovered.pendingSeqs.isEmpty)
+        #expect(recovered.machine.state.hostSyncedThrough == 0)
+        #expect(recovered.pendingSeqs == [1, 2])
         #expect(recovered.machine.state.lastOutboxSeq == 2)
     }
 
@@ -117,5 +118,17 @@ struct RecoveryTests {
         #expect(retention.mayRemove(1))
         #expect(!retention.mayRemove(2), "rolled back, never echoed: a late echo may still confirm it")
         #expect(!retention.mayRemove(3), "pending")
+    }
+
+    /// A cart with `syncedThrough` 0 is an acknowledging host's (0 is a claim): its unapplied
+    /// batch is pending again, so the WebView repeating its state pushes nothing twice.
+    @Test func aCartClaimingZeroIsAnAcknowledgingHosts() throws {
+        var lost = Transcript()
+        var files = Files()
+        files.keep(try lost.delta(0, lines(("A", 2))))
+        var recovered = files.recovered(cartClaim: 0)
+        #expect(recovered.pendingSeqs == [1])
+        #expect(recovered.view == ["A": 2])
+        #expect(try recovered.state(1, lines(("A", 2))) == [])
     }
 }

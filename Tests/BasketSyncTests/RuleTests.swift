@@ -181,13 +181,35 @@ import Testing
         #expect(s.view == ["A": 2, "B": 1])
     }
 
-    @Test func acknowledgementBeyondTheOutboxIsReportedAndClamped() throws {
+    /// docs/spec.md §4 rule 4: a claim beyond the outbox acknowledges nothing, not even up to the
+    /// last seq; it is reported, and the batch waits for a cart that acknowledges it within.
+    @Test func acknowledgementBeyondTheOutboxIsReportedAndAcknowledgesNothing() throws {
         var s = Transcript()
         _ = try s.delta(0, lines(("A", 1)))
         #expect(try s.cart(1, lines(("A", 1)), syncedThrough: 17) == [
-            .acknowledgementBeyondOutbox(syncedThrough: 17, lastSeq: 1), .settled(seq: 1),
-            notify(1, 1, lines(("A", 1)), syncedThrough: 1), .disarmTimer,
+            .acknowledgementBeyondOutbox(syncedThrough: 17, lastSeq: 1),
+            notify(1, 1, lines(("A", 1)), syncedThrough: 0), .disarmTimer,
         ])
+        #expect(s.pendingSeqs == [1])
+        #expect(try s.cart(2, lines(("A", 1), ("X", 1)), syncedThrough: 1) == [.settled(seq: 1), notify(2, 2, lines(("A", 1)), syncedThrough: 1)])
+    }
+
+    /// docs/spec.md §4 rule 4, by causality: a cart version already on disk when record N was
+    /// committed acknowledges at most N − 1, whatever its syncedThrough says (a claim made ahead
+    /// of the records, or an old cart read late): the excess is reported.
+    @Test func aCartAcknowledgesOnlyTheRecordsThatExistedWhenItWasWritten() throws {
+        var s = Transcript()
+        _ = try s.delta(0, lines(("A", 1)))
+        _ = try s.delta(1, lines(("B", 1)))
+        // Written while only #1 existed, read after #2 was made.
+        #expect(try s.cart(2, lines(("A", 1)), syncedThrough: 2, writtenWhenLastSeqWas: 1) == [
+            .acknowledgementBeforeRecords(syncedThrough: 2, writtenThrough: 1), .settled(seq: 1),
+            notify(1, 2, lines(("A", 1)), syncedThrough: 1), .disarmTimer,
+        ])
+        #expect(s.pendingSeqs == [2])
+        // An honest claim is never refused for its value: a cart written since says the same 2.
+        #expect(try s.cart(3, lines(("A", 1), ("B", 1)), syncedThrough: 2).contains(.settled(seq: 2)))
+        #expect(s.pendingSeqs.isEmpty)
     }
 
     @Test func aHostThatStartsAcknowledgingClosesItsOpenWindows() throws {

@@ -372,9 +372,11 @@ import TestSupport
         // The copy's directory first (adopted empty), then its files.
         try mkdir(playground, "copy")
         try await eventually("the empty directory is adopted") { FileManager.default.fileExists(atPath: playground.path + "/copy/.basket-sync-cart") }
+        // Each file copied beside, then renamed over what the agent may have made meanwhile.
         for file in ["outbox.jsonl", "notifications.jsonl"] where FileManager.default.fileExists(atPath: playground.path + "/a/" + file) {
-            try? FileManager.default.removeItem(atPath: playground.path + "/copy/" + file)
-            try FileManager.default.copyItem(atPath: playground.path + "/a/" + file, toPath: playground.path + "/copy/" + file)
+            let staged = playground.path + "/copy-" + file
+            try FileManager.default.copyItem(atPath: playground.path + "/a/" + file, toPath: staged)
+            #expect(rename(staged, playground.path + "/copy/" + file) == 0)
         }
         // Delivered, or refused already if the agent gave the copy back first: either is right.
         _ = try basketSync(["-C", playground.path + "/copy", "push", "A=+1"])

@@ -96,15 +96,18 @@ extension Commands {
         }
         var summary = ApplySummary()
         summary.syncedThroughBefore = document.cart.syncedThrough ?? 0
-        // Start after the highest seq acknowledged (hostProgress): a cart restored from before the
-        // database, or one claiming beyond the outbox, must not make records applied twice or skipped.
+        // Start after the host's progress (the library's one value, as wait and status see it): a
+        // cart restored from before the records, or one claiming beyond the outbox, must not make
+        // records applied twice or skipped.
         let state = try engine.currentState()
-        let claim = summary.syncedThroughBefore
-        summary.syncedThrough = state.hostProgress(claim: claim)
+        let writtenThrough = try engine.store.withTransaction { () throws(AgentError) in
+            try engine.store.writtenThrough(cart: CartReader.identity(cartPath), lastSeq: state.lastOutboxSeq)
+        }
+        summary.syncedThrough = state.hostProgress(claim: document.cart.syncedThrough, writtenThrough: writtenThrough)
 
         let records = try outboxRecords(engine.store.lines(.outbox, after: summary.syncedThrough),
                                         path: "\(directory)/\(Projection.outbox.fileName)", after: summary.syncedThrough)
-        guard !records.isEmpty || summary.syncedThrough != claim else { return summary }
+        guard !records.isEmpty || summary.syncedThrough != summary.syncedThroughBefore else { return summary }
         for record in records {
             switch record.type {
             case .updateBasket:
@@ -130,8 +133,8 @@ extension Commands {
         // basis as the batches it applied settle (settled without it, the basis would fall back to
         // the old cart, and a basketState repeating what the WebView shows would push them again).
         _ = try engine.takeCart()
-        // What apply applied is known for sure: acknowledged as such (the cart's number alone may
-        // equal a claim once made beyond the outbox, which acknowledges nothing new).
+        // What apply applied is known for sure: acknowledged as such. (Killed before this, the
+        // next apply reads the cart this one wrote: written after its records, it acknowledges them.)
         let through = summary.syncedThrough
         try engine.step { (machine, now) throws(AgentError) in machine.hostApplied(through: through, at: now) }
         engine.signalCommit()

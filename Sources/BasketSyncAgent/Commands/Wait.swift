@@ -36,8 +36,11 @@ extension Commands {
             if let after {
                 start = after
             } else {
-                let state = try store.withTransaction { () throws(AgentError) in try store.loadState() }
-                start = state.hostProgress(claim: CartReader.claim(in: directory, configuration: configuration) ?? 0)
+                let (state, writtenThrough) = try store.withTransaction { () throws(AgentError) in
+                    let state = try store.loadState()
+                    return (state, try store.writtenThrough(cart: CartReader.identity("\(directory)/\(configuration.cart)"), lastSeq: state.lastOutboxSeq))
+                }
+                start = state.hostProgress(claim: CartReader.claim(in: directory, configuration: configuration), writtenThrough: writtenThrough)
             }
         }
         let deadline = timeout.map { Date().addingTimeInterval($0) }

@@ -61,11 +61,12 @@ enum Recovery {
         try store.saveState(machine.state)
     }
 
-    /// The `syncedThrough` of the host's cart as it stands (0 when it has none, or no cart can be
-    /// read): a new database numbers its records after it (``RecoveredRecords/hostClaim``).
-    static func cartClaim(directory: String) -> UInt64 {
+    /// The `syncedThrough` of the host's cart as it stands (nil when it has none, or no cart can
+    /// be read): a new database numbers its records after it (``RecoveredRecords/hostClaim``), and
+    /// a cart that has one, 0 included, is an acknowledging host's.
+    static func cartClaim(directory: String) -> UInt64? {
         let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
-        return CartReader.claim(in: directory, configuration: configuration) ?? 0
+        return CartReader.claim(in: directory, configuration: configuration)
     }
 
     /// Takes the ids of the events in `inbox/cur/` as taken (inside the caller's transaction): a
@@ -95,7 +96,7 @@ enum Recovery {
         found.sorted(by: { $0.key.rawValue < $1.key.rawValue }).map { (projection, records) in
             var line = "\(directory)/\(projection.fileName): adopted \(records.count) records, going on after \(records.map(\.seq).max()!)"
             if projection == .outbox, let first = records.first?.seq, first > 1 {
-                let claim = cartClaim(directory: directory)
+                let claim = cartClaim(directory: directory) ?? 0
                 if claim < first - 1 {
                     line += "; records \(claim + 1)…\(first - 1) are in no file (rotated away) and the host had not processed them: they are lost, and the host goes on from \(first)"
                 }

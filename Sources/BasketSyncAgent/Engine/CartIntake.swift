@@ -62,9 +62,8 @@ extension SyncEngine {
                 read.rejected = (error, bytes)
                 return []
             }
-            // A cart that has not changed since a batch was made was written before it.
-            let observed = try store.cartAtBatch()
-            let writtenBefore = observed.flatMap { $0.identity == identity ? $0.seq - 1 : nil }
+            // A cart that has not changed since a record was made was written before it.
+            let writtenBefore = try store.writtenThrough(cart: identity, lastSeq: machine.state.lastOutboxSeq)
             read.taken = bytes
             do throws(SyncInputError) {
                 return try machine.retailerBasketChanged(

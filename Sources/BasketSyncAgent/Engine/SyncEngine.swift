@@ -145,7 +145,7 @@ public final class SyncEngine {
         rest.hostCart = nil
         restBefore.hostCart = nil
         summary.stateChanged = cartChanged || rest != restBefore
-        if let batch = summary.outbox.first(where: { $0.type == .updateBasket }) { try observeCart(atBatch: batch.seq) }
+        if let record = summary.outbox.first { try observeCart(atBatch: record.seq) }
         for report in summary.reports { try store.report(level: report.level.rawValue, message: report.message, at: now) }
         try record(summary)
         if summary.stateChanged { try store.saveState(machine.state, hostCartChanged: cartChanged) }
@@ -204,7 +204,9 @@ public final class SyncEngine {
                 summary.ignored = true
                 summary.reports.append((.warning, "no synchronizer registered: ignored deltas\(batch.source.map { " from \($0)" } ?? "") (\(batch.products.count) lines)"))
             case let .acknowledgementBeyondOutbox(synced, last):
-                summary.reports.append((.error, "the cart says syncedThrough \(synced) but the outbox ends at \(last); is this cart from another sync directory? Batches made from now on wait until a cart acknowledges them within the outbox"))
+                summary.reports.append((.error, "the cart says syncedThrough \(synced) but the outbox ends at \(last): it acknowledges nothing; is this cart from another sync directory, or the database reset? The records wait until a cart acknowledges them within the outbox"))
+            case let .acknowledgementBeforeRecords(synced, writtenThrough):
+                summary.reports.append((.error, "the cart says syncedThrough \(synced) but it was written when the outbox ended at \(writtenThrough): it acknowledges \(writtenThrough) at most (an old cart written again, or a counter ahead of what the host applied); the records after it wait until a cart written since acknowledges them"))
             case let .acknowledgementWentBack(synced, highest):
                 summary.reports.append((.warning, "the cart says syncedThrough \(synced), below the \(highest) it acknowledged before (an old cart restored?); nothing is undone, and apply does not apply those records again"))
             case let .duplicateTransfer(transferId):
@@ -222,9 +224,9 @@ public final class SyncEngine {
         return summary
     }
 
-    /// Remembers which version of the cart file stood when batch `seq` was made, unless the same
-    /// version was remembered at an earlier batch: a cart read later that is still that version
-    /// was written before the batch, and cannot echo it.
+    /// Remembers which version of the cart file stood when record `seq` was committed, unless the
+    /// same version was remembered at an earlier record: a cart read later that is still that
+    /// version was written before the record, and can neither acknowledge nor echo it.
     private func observeCart(atBatch seq: UInt64) throws(AgentError) {
         let identity = CartReader.identity(cartPath)
         if let observed = try store.cartAtBatch(), observed.identity == identity { return }

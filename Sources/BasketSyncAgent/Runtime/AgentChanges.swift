@@ -123,12 +123,6 @@ extension Agent {
         for id in order where carts[id] == nil && waiting[id] != nil { takeOn(id) }
         for id in order {
             guard let cart = carts[id], let (kinds, delivered) = changes[id] else { continue }
-            // The marker touched: still this cart's? (init --adopt, a marker overwritten or lost
-            // make it another, or none.)
-            if let tree, kinds.contains(.commit), !tree.markerMatches(id, number: cart.store.cart) {
-                takeOnAgain(id)
-                continue
-            }
             if kinds.contains(.directoryGone) {
                 // A sync directory gone ends the agent; a tree's cart gone ends that cart.
                 guard tree != nil else {
@@ -136,6 +130,14 @@ extension Agent {
                     return
                 }
                 end(id)
+                continue
+            }
+            // The marker touched: still this cart's? (init --adopt, a marker overwritten or lost
+            // make it another, or none.)
+            if let tree, kinds.contains(.commit), !tree.markerMatches(id, number: cart.store.cart) {
+                // Its directory gone, the marker with it: the cart ended (seen by its poller
+                // before the root's listing); else another cart's now.
+                if Posix.info("\(tree.root)/\(id)", follow: false)?.kind != .directory { end(id) } else { takeOnAgain(id) }
                 continue
             }
             var scope: SyncEngine.PassScope = []

@@ -64,6 +64,14 @@ extension Store {
         return (FileIdentity(numbers: numbers.dropFirst()), UInt64(seq))
     }
 
+    /// The last seq that existed when the cart version `identity` (nil: no cart) appeared: a
+    /// version already on disk when record N was committed was written before it (N − 1); any
+    /// other appeared after every record (`lastSeq`). What that version can acknowledge or echo.
+    func writtenThrough(cart identity: FileIdentity?, lastSeq: UInt64) throws(AgentError) -> UInt64 {
+        guard let observed = try cartAtBatch(), observed.identity == identity else { return lastSeq }
+        return min(observed.seq - 1, lastSeq)
+    }
+
     func setCartAtBatch(identity: FileIdentity?, seq: UInt64) throws(AgentError) {
         let text = ([Int64(seq)] + (identity?.numbers ?? [])).map(String.init).joined(separator: " ")
         try setMeta(.cartAtBatch, Array(text.utf8))

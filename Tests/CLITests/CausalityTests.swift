@@ -1,0 +1,103 @@
+import Foundation
+import Testing
+
+/// Acknowledgements checked by causality (docs/spec.md §4 rule 4), end to end with the binary: a
+/// cart version acknowledges only the records that existed when it was written; a claim beyond
+/// the outbox acknowledges nothing; an honest claim is never refused for its value; `wait` and
+/// `apply` go by one host progress.
+@Suite struct CausalityTests {
+    func syncDirectory() throws -> Playground {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        return playground
+    }
+
+    @discardableResult
+    func run(_ playground: Playground, _ arguments: [String]) throws -> Run {
+        let result = try basketSync(["-C", playground.path] + arguments)
+        #expect(result.status == 0, "\(arguments): \(result.stdout) \(result.stderr)")
+        return result
+    }
+
+    func cartLines(_ playground: Playground) throws -> [String: Int] {
+        products(try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as? [String: Any] ?? [:])
+    }
+
+    func pendingCount(_ playground: Playground) throws -> Int {
+        let status = try JSONSerialization.jsonObject(with: Data(try run(playground, ["status", "--json"]).stdout.utf8)) as? [String: Any]
+        return (status?["pending"] as? [Any])?.count ?? -1
+    }
+
+    /// A cart claiming 5 written before any record; six events arrive before the next `sync`
+    /// (cron): the pass takes the inbox first, then the cart — which was on disk before #1 and
+    /// acknowledges none of them. apply then applies all six.
+    @Test func aCartWrittenBeforeTheRecordsAcknowledgesNoneOfThem() throws {
+        let playground = try syncDirectory()
+        try playground.writeAtomically("cart.json", cartJSON([("X", 1)], syncedThrough: 5))
+        for index in 1...6 { try run(playground, ["push", "--id", "e\(index)", "A=+1"]) }
+        try run(playground, ["sync"])
+        #expect(try pendingCount(playground) == 6, "nothing the cart could not have seen is settled")
+        let applied = try run(playground, ["apply", "--json"])
+        #expect(applied.stdout.contains("\"applied\":[1,2,3,4,5,6]"), "\(applied.stdout)")
+        #expect(try cartLines(playground) == ["X": 1, "A": 6])
+    }
+
+    /// After a claim beyond the outbox, the host applies honestly and writes a claim that happens
+    /// to equal the old one: it acknowledges what it covers (the old rule "the same claim again
+    /// acknowledges nothing" left the records pending, and `wait` listed them for ever).
+    @Test func anHonestClaimEqualToAnEarlierBogusOneAcknowledges() throws {
+        let playground = try syncDirectory()
+        try run(playground, ["push", "--id", "e1", "A=+1"])
+        try run(playground, ["push", "--id", "e2", "B=+1"])
+        try run(playground, ["sync"])
+        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 5))
+        try run(playground, ["sync"])
+        for index in 3...5 { try run(playground, ["push", "--id", "e\(index)", "C=+1"]) }
+        try run(playground, ["sync"])
+        // The host applies #1–#5 itself and says so.
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1), ("B", 1), ("C", 3)], syncedThrough: 5))
+        try run(playground, ["sync"])
+        #expect(try pendingCount(playground) == 0)
+        let wait = try basketSync(["-C", playground.path, "wait", "--timeout", "0"])
+        #expect(wait.status == 75 && wait.stdout.isEmpty, "nothing left to apply: \(wait.stdout)")
+        let applied = try run(playground, ["apply", "--json"])
+        #expect(applied.stdout.contains("\"applied\":[]"), "\(applied.stdout)")
+        #expect(try cartLines(playground) == ["A": 1, "B": 1, "C": 3])
+    }
+
+    /// `apply` killed after renaming its cart and before recording what it applied (the cart it
+    /// wrote is on disk, the database knows nothing of it), after an earlier claim beyond the
+    /// outbox: the next `apply` reads the cart written after its records and applies nothing twice.
+    @Test func anApplyKilledAfterItsRenameIsRecognisedByTheCartItWrote() throws {
+        let playground = try syncDirectory()
+        try run(playground, ["push", "--id", "e1", "A=+1"])
+        try run(playground, ["push", "--id", "e2", "B=+1"])
+        try run(playground, ["sync"])
+        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 5))
+        try run(playground, ["sync"])
+        for index in 3...5 { try run(playground, ["push", "--id", "e\(index)", "B=+1"]) }
+        try run(playground, ["sync"])
+        // What apply writes, renamed in place, nothing recorded after it.
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1), ("B", 4)], syncedThrough: 5))
+        let again = try run(playground, ["apply", "--json"])
+        #expect(again.stdout.contains("\"applied\":[]"), "\(again.stdout)")
+        #expect(try cartLines(playground) == ["A": 1, "B": 4])
+    }
+
+    /// `init --adopt` reads a cart with `"syncedThrough": 0` as an acknowledging host's: its
+    /// unapplied batch is pending again, so the WebView repeating its state pushes nothing, and
+    /// the host's cart ends with the units once.
+    @Test func adoptionTakesAClaimOfZeroAsAnAcknowledgingHost() throws {
+        let playground = try syncDirectory()
+        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 0))
+        try run(playground, ["push", "--id", "e1", "A=+2"])
+        try run(playground, ["sync"])
+        try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
+        try run(playground, ["init", "--adopt"])
+        try run(playground, ["push", "--state", "--id", "s1", "A=2"])
+        try run(playground, ["sync"])
+        #expect(playground.records("outbox.jsonl").count == 1, "the repeated state pushed nothing: \(playground.read("outbox.jsonl"))")
+        try run(playground, ["apply"])
+        #expect(try cartLines(playground) == ["A": 2])
+    }
+}
