@@ -28,6 +28,10 @@ public enum SyncEffect: Hashable, Sendable {
     /// The host's cart acknowledged records made after it was written (`writtenThrough`: the last
     /// seq that existed then): it acknowledges those that existed, no more.
     case acknowledgementBeforeRecords(syncedThrough: UInt64, writtenThrough: UInt64)
+    /// A cart without `syncedThrough` from a host that acknowledges: it acknowledges nothing new,
+    /// and an acknowledging host's cart never settles a batch by showing it (it may be the
+    /// shopper's own units).
+    case acknowledgementMissing
     /// The host's `syncedThrough` went back below the highest it acknowledged (an old cart
     /// restored?): nothing is un-settled, and `apply` does not apply those records again.
     case acknowledgementWentBack(syncedThrough: UInt64, highest: UInt64)

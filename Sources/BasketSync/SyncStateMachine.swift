@@ -293,6 +293,11 @@ public struct SyncStateMachine: Sendable {
             // From now on this host acknowledges: its batches wait for the acknowledgement.
             for index in state.pending.indices { state.pending[index].deadline = nil }
             effects += lateAcknowledgements(through: acknowledged)
+        } else if state.hostSyncedThrough != nil {
+            // A host that has ever acknowledged never echoes: its cart without the field says
+            // nothing of what it applied.
+            settleCount = 0
+            effects.append(.acknowledgementMissing)
         } else {
             settleCount = echoedPrefix(previousCart: previousCart, newCart: newCart, through: echoable)
         }
@@ -301,7 +306,9 @@ public struct SyncStateMachine: Sendable {
         }
         effects += settlePending(settleCount)
 
-        effects += lateEchoes(previousCart: previousCart, newCart: newCart, through: echoable)
+        if state.hostSyncedThrough == nil {
+            effects += lateEchoes(previousCart: previousCart, newCart: newCart, through: echoable)
+        }
 
         // Mealz follows the cart downward only: units the shopper adds are not Mealz's.
         for (id, quantity) in state.confirmed {

@@ -62,7 +62,7 @@ import Testing
         let paid = try s.machine.handlePayment(totalPrice: money("9.99"), productList: lines(("X", 1)), orderId: "o-x", at: at(3))
         #expect(!paid.contains { if case .basketClosed = $0 { true } else { false } })
         #expect(s.confirmed == ["A": 2, "B": 1])
-        #expect(try s.cart(4, lines(("A", 2), ("B", 1))) == [])
+        #expect(try s.cart(4, lines(("A", 2), ("B", 1)), syncedThrough: 1) == [])
         #expect(try s.state(5, lines(("A", 2), ("B", 1))) == [])
     }
 

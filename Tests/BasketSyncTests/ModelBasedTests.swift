@@ -65,7 +65,7 @@ struct ReferenceModel {
             case let .rolledBack(batch):
                 pending.removeAll { $0 == batch.seq }
             case .payment, .lateEcho, .lateAcknowledgement, .ignored, .duplicateTransfer, .paymentAlreadyRecorded,
-                 .acknowledgementBeyondOutbox, .acknowledgementBeforeRecords, .acknowledgementWentBack, .storeChanged, .armTimer, .disarmTimer:
+                 .acknowledgementBeyondOutbox, .acknowledgementBeforeRecords, .acknowledgementMissing, .acknowledgementWentBack, .storeChanged, .armTimer, .disarmTimer:
                 break
             }
         }

@@ -100,4 +100,39 @@ import Testing
         try run(playground, ["apply"])
         #expect(try cartLines(playground) == ["A": 2])
     }
+
+    /// Echoes by causality too (docs/spec.md §4 rule 5): a tree's cart the host made with the
+    /// shopper's A:1 before the first pass, then a Mealz A+1 arriving before that pass, is not the
+    /// echo of the batch (it was on disk before it): apply applies it, the cart ends at A:2.
+    @Test func aTreeCartWrittenBeforeItsFirstBatchDoesNotEchoIt() throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init", "--tree"]).status == 0)
+        try FileManager.default.createDirectory(at: playground.url("c"), withIntermediateDirectories: true)
+        try playground.writeAtomically("c/cart.json", #"{"products":[{"id":"A","quantity":1}]}"#)
+        #expect(try basketSync(["-C", playground.path + "/c", "push", "--id", "e1", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let applied = try basketSync(["-C", playground.path + "/c", "apply", "--json"])
+        #expect(applied.status == 0 && applied.stdout.contains("\"applied\":[1]"), "\(applied.stdout) \(applied.stderr)")
+        let lines = products(try JSONSerialization.jsonObject(with: Data(playground.read("c/cart.json").utf8)) as? [String: Any] ?? [:])
+        #expect(lines == ["A": 2])
+    }
+
+    /// An acknowledging host never echoes (docs/spec.md §4 rule 4): one cart of its without
+    /// syncedThrough (a shopper-edit path that drops the field) showing the shopper's own A+1 is
+    /// not taken as the echo of pending #1; apply still applies #1.
+    @Test func anAcknowledgingHostsCartWithoutTheFieldEchoesNothing() throws {
+        let playground = try syncDirectory()
+        try playground.writeAtomically("cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        try run(playground, ["sync"])
+        try run(playground, ["push", "--id", "e1", "A=+1"])
+        try run(playground, ["sync"])
+        // The shopper adds one A by hand; the host's edit path drops syncedThrough.
+        try playground.writeAtomically("cart.json", cartJSON([("X", 1), ("A", 1)]))
+        try run(playground, ["sync"])
+        #expect(try pendingCount(playground) == 1, "#1 is not echoed by an acknowledging host's cart")
+        try playground.writeAtomically("cart.json", cartJSON([("X", 1), ("A", 1)], syncedThrough: 0))
+        let applied = try run(playground, ["apply", "--json"])
+        #expect(applied.stdout.contains("\"applied\":[1]"), "\(applied.stdout)")
+        #expect(try cartLines(playground) == ["X": 1, "A": 2])
+    }
 }
