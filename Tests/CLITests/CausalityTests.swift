@@ -135,4 +135,33 @@ import Testing
         #expect(applied.stdout.contains("\"applied\":[1]"), "\(applied.stdout)")
         #expect(try cartLines(playground) == ["X": 1, "A": 2])
     }
+
+    /// Two deliveries in one clock tick without Maildir names (docs/spec.md §4 rule 6): a scanning
+    /// pass cannot tell their order; it takes them by name and says so, in its log and in `status`.
+    @Test func deliveriesInOneTickWithoutMaildirNamesAreReported() throws {
+        var tied = false
+        for attempt in 0..<50 where !tied {
+            let playground = try syncDirectory()
+            for (name, body) in [("b-\(attempt)", #"{"id":"d","type":"basketDelta","products":[{"id":"A","quantity":1}]}"#),
+                                 ("a-\(attempt)", #"{"id":"s","type":"basketState","products":[{"id":"A","quantity":1}]}"#)] {
+                try playground.write("inbox/tmp/\(name)", body)
+            }
+            // Two renames in quick succession; a pair the kernel gave two change times is tried again.
+            #expect(rename(playground.path + "/inbox/tmp/b-\(attempt)", playground.path + "/inbox/new/b-\(attempt)") == 0)
+            #expect(rename(playground.path + "/inbox/tmp/a-\(attempt)", playground.path + "/inbox/new/a-\(attempt)") == 0)
+            var times: [timespec] = []
+            for name in ["a", "b"] {
+                var info = stat()
+                #expect(lstat(playground.path + "/inbox/new/\(name)-\(attempt)", &info) == 0)
+                times.append(info.st_ctim)
+            }
+            guard times[0].tv_sec == times[1].tv_sec && times[0].tv_nsec == times[1].tv_nsec else { continue }
+            tied = true
+            let sync = try basketSync(["-C", playground.path, "sync"])
+            #expect(sync.stderr.contains("order unknown between"), "\(sync.stderr)")
+            let status = try run(playground, ["status"])
+            #expect(status.stdout.contains("inbox order: at ") && status.stdout.contains("deliver with Maildir names"), "\(status.stdout)")
+        }
+        #expect(tied, "no two renames shared a change time in 50 tries: the kernel's clock is finer here")
+    }
 }

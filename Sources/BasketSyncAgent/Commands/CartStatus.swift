@@ -18,6 +18,8 @@ public struct CartStatus {
     /// JSON Lines files holding records the database does not (it was lost, restored or replaced).
     let databaseBehind: [String]
     let errors: [(at: String, level: String, message: String)]
+    /// The last time two deliveries could not be ordered (docs/spec.md §4 rule 6), and what was said.
+    let orderUnknown: (at: String, message: String)?
     let now: Date
     /// The last cart version read: when, how ("taken", "unchanged", "rejected"), and the error
     /// of a rejection.
@@ -80,7 +82,7 @@ public struct CartStatus {
                 counts[projection] = last
                 if last > 0, let line = try store.lines(projection, after: last - 1).first { lastLines[projection] = line.line }
             }
-            for note in [Note.cartRead, .cartTaken, .passOK, .inboxDuplicates] { notes[note] = try store.note(note) }
+            for note in [Note.cartRead, .cartTaken, .passOK, .inboxDuplicates, .orderUnknown] { notes[note] = try store.note(note) }
             return (try store.loadState(), lastLines, counts, try store.inboxCount(), try store.reports(limit: 5))
         }
         func cartNote(_ key: Note) -> (String, String, String)? {
@@ -91,6 +93,10 @@ public struct CartStatus {
         lastCartTaken = cartNote(.cartTaken)
         lastGoodPass = notes[.passOK]
         inboxDuplicates = notes[.inboxDuplicates].flatMap { Int($0) } ?? 0
+        orderUnknown = notes[.orderUnknown].flatMap { note in
+            let parts = note.split(separator: "\t", maxSplits: 1).map(String.init)
+            return parts.count == 2 ? (parts[0], parts[1]) : nil
+        }
         self.lastLines = lastLines
         self.counts = counts
         databaseBehind = Projection.allCases.compactMap { projection in
@@ -208,6 +214,7 @@ public struct CartStatus {
         let taken = retentionDays.map { "\(inboxTaken) taken within the retention (\(SyncEngine.shownDays($0)))" } ?? "\(inboxTaken) taken"
         lines.append("inbox: \(taken), \(inboxDuplicates) duplicate deliveries (acknowledged, not done again), \(inboxWaiting) waiting in new/, \(inboxBad) in bad/")
         if let inboxProblem { lines.append("inbox unusable: \(inboxProblem)") }
+        if let orderUnknown { lines.append("inbox order: at \(orderUnknown.at), \(orderUnknown.message)") }
         for problem in databaseBehind { lines.append("database behind the files: \(problem)") }
         let c = state.counters
         lines.append("counters: \(c.updateBaskets) updateBasket, \(c.redirects) redirects, \(c.settled) settled, \(c.rolledBack) rolled back, \(c.ignored) ignored (no synchronizer), \(c.paymentsRecorded) payments recorded, \(c.paymentsSkipped) skipped, \(c.duplicatePayments) duplicate payments, \(c.duplicateTransfers) duplicate transfers")
@@ -306,6 +313,13 @@ public struct CartStatus {
                     counters.member("lateAcknowledgements", c.lateAcknowledgements)
                     counters.member("acknowledgementsBeyondOutbox", c.acknowledgementsBeyondOutbox)
                     counters.member("acknowledgementsWentBack", c.acknowledgementsWentBack)
+                }
+            }
+            object.member("orderUnknown") { writer in
+                guard let orderUnknown else { return writer.raw("null") }
+                writer.object { order in
+                    order.member("at", orderUnknown.at)
+                    order.member("message", orderUnknown.message)
                 }
             }
             object.member("lastError") { writer in

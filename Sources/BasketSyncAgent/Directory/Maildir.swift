@@ -89,11 +89,18 @@ struct Inbox {
     /// deliveries may share one), then the delivery time the Maildir name carries (`1764516000.M99999P…`
     /// is before `1764516000.M100000P…`, though it sorts after as text), then the name.
     func waiting(seen: [String] = []) throws(SystemError) -> [String] {
+        try waitingInOrder(seen: seen).names
+    }
+
+    /// ``waiting(seen:)``, and the neighbours in that order whose delivery order is unknown: the
+    /// same change time and no delivery time in either name (docs/spec.md §4 rule 6: ordered by
+    /// name, and reported, since only Maildir names tell two deliveries of one clock tick apart).
+    func waitingInOrder(seen: [String] = []) throws(SystemError) -> (names: [String], unordered: [(String, String)]) {
         if pins.isEmpty { try checkFolders() }  // pinned, the folders were opened without following
         let new = folder("new")
         let names: [String]
         do { names = try Posix.entries(of: new + "/.").filter { !$0.hasPrefix(".") } } catch {
-            if error.isMissing { return [] }  // not made yet: nothing waits
+            if error.isMissing { return ([], []) }  // not made yet: nothing waits
             throw error
         }
         // Names compare byte for byte: `café` in NFC and in NFD are two deliveries.
@@ -101,14 +108,28 @@ struct Inbox {
         var order = [String]()
         var taken = Set<ExactID>()
         for name in seen where present.contains(ExactID(name)) && taken.insert(ExactID(name)).inserted { order.append(name) }
-        let rest = names.filter { !taken.contains(ExactID($0)) }
-            .map { (name: $0, changed: Posix.info("\(new)/\($0)", follow: false)?.changed ?? .max, delivered: Inbox.deliveryTime($0)) }
+        let rest = Inbox.deliveryOrder(names.filter { !taken.contains(ExactID($0)) }
+            .map { (name: $0, changed: Posix.info("\(new)/\($0)", follow: false)?.changed ?? .max) })
+        return (order + rest.names, rest.unordered)
+    }
+
+    /// Entries in delivery order: by change time, then the delivery time and counter a Maildir
+    /// name carries, then the name; and the neighbours whose order is unknown (the same change
+    /// time, no delivery time in either name).
+    static func deliveryOrder(_ entries: [(name: String, changed: Int64)]) -> (names: [String], unordered: [(String, String)]) {
+        let sorted = entries.map { (name: $0.name, changed: $0.changed, delivered: deliveryTime($0.name)) }
             .sorted { ($0.changed, $0.delivered.0, $0.delivered.1, $0.delivered.2, $0.name) < ($1.changed, $1.delivered.0, $1.delivered.1, $1.delivered.2, $1.name) }
-        return order + rest.map(\.name)
+        var unordered: [(String, String)] = []
+        for (first, second) in zip(sorted, sorted.dropFirst())
+        where first.changed == second.changed && first.changed != .max && first.delivered == (0, 0, 0) && second.delivered == (0, 0, 0) {
+            unordered.append((first.name, second.name))
+        }
+        return (sorted.map(\.name), unordered)
     }
 
     /// The delivery time in a Maildir name, `SECONDS.M<usec>P<pid>Q<n>.host` (Python's
-    /// `mailbox.Maildir`) or `SECONDS.<anything>`: seconds, microseconds, the delivery counter;
+    /// `mailbox.Maildir`), `SECONDS.<usec>_<n>.host` or `SECONDS.<anything>`: seconds,
+    /// microseconds, the delivery counter;
     /// zeros for what a name does not say.
     static func deliveryTime(_ name: String) -> (UInt64, UInt64, UInt64) {
         let parts = name.split(separator: ".", maxSplits: 2, omittingEmptySubsequences: false)
@@ -119,6 +140,10 @@ struct Inbox {
             return UInt64(text[text.index(after: start)...].prefix { $0.isASCII && $0.isNumber }) ?? 0
         }
         let unique = parts[1]
+        // `SECONDS.<usec>_<n>.host`: the microseconds first, the counter after `_`.
+        if unique.first?.isNumber == true, unique.contains("_") {
+            return (seconds, UInt64(unique.prefix { $0.isASCII && $0.isNumber }) ?? 0, number(after: "_", in: unique))
+        }
         let micros = unique.hasPrefix("M") ? number(after: "M", in: unique) : 0
         return (seconds, micros, number(after: "Q", in: unique))
     }

@@ -29,7 +29,14 @@ extension SyncEngine {
             _ = try? store.withTransaction { () throws(AgentError) in try store.recordFiled(folder: "bad", name: entry.moved, at: Date()) }
         }
         let waiting: [String]
-        do { waiting = try inbox.waiting(seen: seen) } catch { throw .system(inbox.shown(error)) }
+        let unordered: [(String, String)]
+        do { (waiting, unordered) = try inbox.waitingInOrder(seen: seen) } catch { throw .system(inbox.shown(error)) }
+        // Two deliveries of one clock tick without Maildir names: taken by name, and said.
+        if let (first, second) = unordered.first {
+            let message = "order unknown between \(inbox.shown(first)) and \(inbox.shown(second)) (delivered in the same clock tick, without a delivery time in their names): taken by name; deliver with Maildir names (SECONDS.M<usec>P<pid>Q<n>.host, or basket-sync push)"
+            logger.log(.warning, unordered.count > 1 ? message + "; \(unordered.count - 1) more such pairs" : message)
+            _ = try? store.withTransaction { () throws(AgentError) in try store.setNote(.orderUnknown, "\(Timestamp.text(Date()))\t\(message)") }
+        }
         // Group commit: the events of a group share one transaction (one database fsync) and one
         // append per JSON Lines file (one fsync each), all before any of them is acknowledged.
         var start = 0

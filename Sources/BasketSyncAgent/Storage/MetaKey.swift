@@ -52,4 +52,6 @@ enum Note: String, CaseIterable, Sendable {
     case defaultStore
     /// How the running agent watches: `PID\tDESCRIPTION` (on the root's row).
     case watch
+    /// The last time two inbox deliveries could not be ordered: `AT\tMESSAGE`.
+    case orderUnknown
 }
