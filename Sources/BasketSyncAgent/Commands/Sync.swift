@@ -115,19 +115,17 @@ extension Commands {
     public static func sync(directory: String, isSynchronizerRegistered: Bool, logger: Logger) throws(AgentError) -> SyncReport {
         /// One cart's pass, and the wake-up of an agent.
         func pass(_ engine: SyncEngine) throws(AgentError) -> SyncSummary {
-            do throws(AgentError) {
-                let pass = try engine.pass(.everything)
-                engine.signalCommit()
-                return SyncSummary(cart: pass.cart ?? .missing, inbox: pass.inbox)
-            } catch {
-                // A failed pass is kept for status, as the agent's are, whichever directory.
+            let pass = try engine.pass(.everything)
+            engine.signalCommit()
+            return SyncSummary(cart: pass.cart ?? .missing, inbox: pass.inbox)
+        }
+        // A failed pass is kept for status, as the agent's are, whichever directory.
+        guard case .treeRoot = Workspace.of(directory) else {
+            let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: isSynchronizerRegistered, logger: logger)
+            do throws(AgentError) { return SyncReport(carts: [("", .success(try pass(engine)))]) } catch {
                 engine.keepForStatus(error)
                 throw error
             }
-        }
-        guard case .treeRoot = Workspace.of(directory) else {
-            let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: isSynchronizerRegistered, logger: logger)
-            return SyncReport(carts: [("", .success(try pass(engine)))])
         }
         let root = directory
         let tree = try Tree(root: root)
@@ -135,17 +133,15 @@ extension Commands {
         summary.ended = try tree.removeGoneCarts()
         for id in try tree.cartDirectories() {
             let cartLogger = logger.tagged(cart: id)
-            var served = false
             do throws(AgentError) {
                 let engine = SyncEngine(store: try tree.cartStore(id, create: false), configuration: tree.configuration,
                                         isSynchronizerRegistered: isSynchronizerRegistered, logger: cartLogger)
-                served = true
                 summary.carts.append((id, .success(try pass(engine))))
             } catch {
                 cartLogger.log(.error, error.description)
                 summary.carts.append((id, .failure(error)))
-                // A cart of the tree whose folders are wrong (no engine for it) keeps the error for status too.
-                if !served, let known = try? tree.database.withTransaction({ () throws(AgentError) in try tree.database.cart(id) }), tree.markerMatches(id, number: known.number) {
+                // Kept on the cart's rows while the directory is still that cart's (not given back).
+                if let known = try? tree.database.withTransaction({ () throws(AgentError) in try tree.database.cart(id) }), tree.markerMatches(id, number: known.number) {
                     let store = Store(database: tree.database, cart: known.number, directory: "\(root)/\(id)", signalPath: "\(root)/\(id)/\(Layout.cartMarker)")
                     _ = try? store.withTransaction { () throws(AgentError) in try store.report(level: Logger.Level.error.rawValue, message: error.description, at: Date()) }
                 }
