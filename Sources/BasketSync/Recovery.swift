@@ -93,12 +93,12 @@ extension SyncStateMachine {
 extension SyncState {
     /// The host's progress: the highest outbox seq it has processed as far as basket-sync can
     /// tell — acknowledged (`syncedThrough`) or echoed (a host without it) — or what its cart says
-    /// now (`claim`, nil: none), checked as an acknowledgement is: within the outbox, and no
-    /// further than `writtenThrough`, the last seq that existed when that cart was written.
+    /// now (`claim`, nil: none), checked as an acknowledgement is: it counts only when it claims
+    /// no record beyond `writtenThrough`, the last seq that existed when that cart was written.
     /// `apply` starts after it, `wait` waits for the records after it and `status` shows it: one
     /// value, so that none lists a record another would skip.
     public func hostProgress(claim: UInt64?, writtenThrough: UInt64) -> UInt64 {
-        let claimed = claim.map { $0 <= lastOutboxSeq ? min($0, writtenThrough) : 0 } ?? 0
+        let claimed = claim.map { $0 <= min(lastOutboxSeq, writtenThrough) ? $0 : 0 } ?? 0
         return max(hostSyncedThrough ?? 0, echoedThrough ?? 0, claimed)
     }
 

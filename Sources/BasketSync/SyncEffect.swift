@@ -25,8 +25,8 @@ public enum SyncEffect: Hashable, Sendable {
     /// The host acknowledged a seq beyond the last one written (its cart may come from another
     /// sync directory, or the database was reset): it acknowledges nothing.
     case acknowledgementBeyondOutbox(syncedThrough: UInt64, lastSeq: UInt64)
-    /// The host's cart acknowledged records made after it was written (`writtenThrough`: the last
-    /// seq that existed then): it acknowledges those that existed, no more.
+    /// The host's cart claimed records made after it was written (`writtenThrough`: the last seq
+    /// that existed then): a counter that says nothing true, it acknowledges nothing.
     case acknowledgementBeforeRecords(syncedThrough: UInt64, writtenThrough: UInt64)
     /// A cart without `syncedThrough` from a host that acknowledges: it acknowledges nothing new,
     /// and an acknowledging host's cart never settles a batch by showing it (it may be the

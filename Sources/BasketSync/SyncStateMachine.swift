@@ -358,9 +358,11 @@ public struct SyncStateMachine: Sendable {
 
     /// Checks a `syncedThrough` and returns the outbox seq the host has acknowledged so far. By
     /// causality, not by value: a cart version acknowledges only records that existed when it was
-    /// written (`writtenThrough`, the last seq committed before it appeared) — a claim beyond the
-    /// outbox acknowledges nothing, a claim beyond `writtenThrough` no more than it. An honest
-    /// claim is never refused for its value, whatever an earlier claim said. A claim below the
+    /// written (`writtenThrough`, the last seq committed before it appeared). A claim beyond the
+    /// outbox, or beyond what existed when the cart was written, acknowledges **nothing**: no
+    /// honest host claims a record it could not have seen, so its counter says nothing true (a
+    /// cart from another or a reset directory, a counter run ahead). An honest claim is never
+    /// refused for its value, whatever an earlier claim said. A claim below the
     /// highest acknowledged un-settles nothing. Each claim out of line is reported once (the
     /// same claim in the host's next cart versions is not reported again).
     private mutating func acknowledge(_ claim: UInt64, writtenThrough: UInt64, into effects: inout [SyncEffect]) -> UInt64 {
@@ -376,7 +378,7 @@ public struct SyncStateMachine: Sendable {
                 state.counters.acknowledgementsBeyondOutbox += 1
             }
         } else if claim > writtenThrough {
-            acknowledged = writtenThrough
+            acknowledged = 0
             if isNew {
                 effects.append(.acknowledgementBeforeRecords(syncedThrough: claim, writtenThrough: writtenThrough))
                 state.counters.acknowledgementsBeyondOutbox += 1

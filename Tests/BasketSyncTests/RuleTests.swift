@@ -195,18 +195,20 @@ import Testing
     }
 
     /// docs/spec.md §4 rule 4, by causality: a cart version already on disk when record N was
-    /// committed acknowledges at most N − 1, whatever its syncedThrough says (a claim made ahead
-    /// of the records, or an old cart read late): the excess is reported.
+    /// committed acknowledges at most N − 1; one that claims N or more claims a record it could
+    /// not have seen and acknowledges nothing (reported).
     @Test func aCartAcknowledgesOnlyTheRecordsThatExistedWhenItWasWritten() throws {
         var s = Transcript()
         _ = try s.delta(0, lines(("A", 1)))
         _ = try s.delta(1, lines(("B", 1)))
         // Written while only #1 existed, read after #2 was made.
         #expect(try s.cart(2, lines(("A", 1)), syncedThrough: 2, writtenWhenLastSeqWas: 1) == [
-            .acknowledgementBeforeRecords(syncedThrough: 2, writtenThrough: 1), .settled(seq: 1),
-            notify(1, 2, lines(("A", 1)), syncedThrough: 1), .disarmTimer,
+            .acknowledgementBeforeRecords(syncedThrough: 2, writtenThrough: 1),
+            notify(1, 2, lines(("A", 1)), syncedThrough: 0), .disarmTimer,
         ])
-        #expect(s.pendingSeqs == [2])
+        #expect(s.pendingSeqs == [1, 2])
+        // A claim within what existed acknowledges it.
+        #expect(try s.cart(2.5, lines(("A", 1)), syncedThrough: 1, writtenWhenLastSeqWas: 1).contains(.settled(seq: 1)))
         // An honest claim is never refused for its value: a cart written since says the same 2.
         #expect(try s.cart(3, lines(("A", 1), ("B", 1)), syncedThrough: 2).contains(.settled(seq: 2)))
         #expect(s.pendingSeqs.isEmpty)

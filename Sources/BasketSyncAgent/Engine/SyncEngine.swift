@@ -206,7 +206,7 @@ public final class SyncEngine {
             case let .acknowledgementBeyondOutbox(synced, last):
                 summary.reports.append((.error, "the cart says syncedThrough \(synced) but the outbox ends at \(last): it acknowledges nothing; is this cart from another sync directory, or the database reset? The records wait until a cart acknowledges them within the outbox"))
             case let .acknowledgementBeforeRecords(synced, writtenThrough):
-                summary.reports.append((.error, "the cart says syncedThrough \(synced) but it was written when the outbox ended at \(writtenThrough): it acknowledges \(writtenThrough) at most (an old cart written again, or a counter ahead of what the host applied); the records after it wait until a cart written since acknowledges them"))
+                summary.reports.append((.error, "the cart says syncedThrough \(synced) but it was written when the outbox ended at \(writtenThrough): a claim of records that did not exist acknowledges nothing (an old cart read late, or a counter ahead of what the host applied); the records wait until a cart written since acknowledges them"))
             case .acknowledgementMissing:
                 summary.reports.append((.warning, "the cart has no syncedThrough though this host acknowledges: it acknowledges nothing new, and what it shows settles nothing (it may be the shopper's own units); write syncedThrough in every cart"))
             case let .acknowledgementWentBack(synced, highest):
