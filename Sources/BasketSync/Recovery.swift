@@ -10,13 +10,17 @@ public struct RecoveredRecords: Hashable, Sendable {
     /// The `syncedThrough` of the host's cart as it stands; nil when the cart has none (0 is a
     /// claim: the host acknowledges).
     public var cartClaim: UInt64?
+    /// The last outbox seq that existed when that cart was written (the records made before its
+    /// last write, by their time); nil when unknown (no cart).
+    public var cartWrittenThrough: UInt64?
 
     /// What the files hold, and the cart's claim.
-    public init(outbox: [OutboxRecord] = [], notifications: [BasketNotification] = [], payments: [PaymentRecord] = [], cartClaim: UInt64? = nil) {
+    public init(outbox: [OutboxRecord] = [], notifications: [BasketNotification] = [], payments: [PaymentRecord] = [], cartClaim: UInt64? = nil, cartWrittenThrough: UInt64? = nil) {
         self.outbox = outbox
         self.notifications = notifications
         self.payments = payments
         self.cartClaim = cartClaim
+        self.cartWrittenThrough = cartWrittenThrough
     }
 
     /// The highest record the host has shown it processed — its cart's claim, the last
@@ -74,10 +78,12 @@ extension SyncStateMachine {
             // The deltas after what it acknowledged are pending again (waiting for its
             // syncedThrough, as before the loss). What it acknowledged: what the last notification
             // says basket-sync had acknowledged, or more by its cart's claim — unless that claim
-            // is beyond the files, which acknowledges nothing.
+            // names a record that did not exist when the cart was written (rule 4, by the
+            // records' times), or is beyond the files: then it acknowledges nothing.
             let cartClaim = records.cartClaim ?? 0
             let verified = min(records.notifications.last?.syncedThrough ?? 0, state.lastOutboxSeq)
-            let acknowledged = max(cartClaim <= state.lastOutboxSeq ? cartClaim : 0, verified, firstHeld)
+            let claimHolds = cartClaim <= min(state.lastOutboxSeq, records.cartWrittenThrough ?? state.lastOutboxSeq)
+            let acknowledged = max(claimHolds ? cartClaim : 0, verified, firstHeld)
             state.hostSyncedThrough = acknowledged
             // The claim as written, so that it is not reported again.
             state.hostClaim = claim

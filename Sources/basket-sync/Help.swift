@@ -139,9 +139,10 @@ enum Help {
             return """
                 usage: basket-sync [-C DIR] apply [--json]
 
-                The reference host: applies the outbox records after the highest seq acknowledged
-                (cart.json's syncedThrough, or the database's when the cart went back or claims beyond
-                the outbox), in seq order, to the cart (a line is clamped at 0 and removed when it reaches 0, a new SKU gets
+                The reference host: applies the outbox records after the host's progress (the
+                highest seq acknowledged; the cart's syncedThrough counts only for records that
+                existed when that cart was written, and not at all when it claims one that did
+                not), in seq order, to the cart (a line is clamped at 0 and removed when it reaches 0, a new SKU gets
                 a new line; other lines and fields are kept as they are), then writes the cart
                 atomically (temp file, fsync, rename, fsync of the directory) with the new
                 syncedThrough. A bare-array cart becomes an object, to hold syncedThrough. Safe beside
@@ -254,8 +255,9 @@ enum Help {
 
                 Blocks until outbox.jsonl holds a record after SEQ, prints those records as JSON
                 Lines (as the outbox holds them) and exits 0; exits 75 when SECONDS pass first
-                (--timeout 0: look once). SEQ defaults to where the host is: the cart's
-                syncedThrough (its configured key), or what the database knows the host applied.
+                (--timeout 0: look once). SEQ defaults to the host's progress, as apply takes it:
+                what the database knows the host applied, or the cart's syncedThrough (its
+                configured key) when it claims only records that existed when the cart was written.
                 It sleeps on inotify (and looks at every interval where the directory is polled:
                 "watch" in basket-sync.json) and writes nothing: it works beside the agent,
                 beside sync run from cron, and on a read-only file system. A shell host loops on it

@@ -164,4 +164,50 @@ import Testing
         }
         #expect(tied, "no two renames shared a change time in 50 tries: the kernel's clock is finer here")
     }
+
+    /// The version of a cart is its content's: a chmod (the change time moves, nothing is
+    /// written) does not make a cart written before record 2 one written after it, which would
+    /// acknowledge record 2 unapplied.
+    @Test func aMetadataChangeDoesNotMakeAnOldCartNew() throws {
+        let playground = try syncDirectory()
+        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 0))
+        try run(playground, ["sync"])
+        try run(playground, ["push", "--id", "e1", "A=+1"])
+        try run(playground, ["sync"])
+        try run(playground, ["apply"])
+        // A counter run ahead: claims 2 while only #1 exists.
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1)], syncedThrough: 2))
+        try run(playground, ["sync"])
+        try run(playground, ["push", "--id", "e2", "A=+2"])
+        try run(playground, ["sync"])
+        #expect(chmod(playground.path + "/cart.json", 0o644) == 0)
+        try run(playground, ["sync"])
+        let applied = try run(playground, ["apply", "--json"])
+        #expect(applied.stdout.contains("\"applied\":[2]"), "\(applied.stdout)")
+        #expect(try cartLines(playground) == ["A": 3])
+    }
+
+    /// After a lost database, `init --adopt` checks the cart's claim by causality too (by the
+    /// records' times and the cart's last write): a cart written before record 2 that claims it
+    /// does not acknowledge it, and apply applies it.
+    @Test func adoptionDoesNotTakeAStaleClaim() throws {
+        let playground = try syncDirectory()
+        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 0))
+        try run(playground, ["sync"])
+        try run(playground, ["push", "--id", "e1", "A=+1"])
+        try run(playground, ["sync"])
+        try run(playground, ["apply"])
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1)], syncedThrough: 2))
+        try run(playground, ["sync"])
+        // Record 2 is made strictly after the cart's last write (a later millisecond).
+        let written = try FileManager.default.attributesOfItem(atPath: playground.path + "/cart.json")[.modificationDate] as? Date ?? Date()
+        while Date().timeIntervalSince(written) < 0.005 { usleep(1_000) }
+        try run(playground, ["push", "--id", "e2", "A=+2"])
+        try run(playground, ["sync"])
+        try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
+        try run(playground, ["init", "--adopt"])
+        let applied = try run(playground, ["apply", "--json"])
+        #expect(applied.stdout.contains("\"applied\":[2]"), "\(applied.stdout)")
+        #expect(try cartLines(playground) == ["A": 3])
+    }
 }

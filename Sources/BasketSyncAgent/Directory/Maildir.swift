@@ -93,7 +93,7 @@ struct Inbox {
     }
 
     /// ``waiting(seen:)``, and the neighbours in that order whose delivery order is unknown: the
-    /// same change time and no delivery time in either name (docs/spec.md §4 rule 6: ordered by
+    /// same change time and a name without a delivery time on either side (docs/spec.md §4 rule 6: ordered by
     /// name, and reported, since only Maildir names tell two deliveries of one clock tick apart).
     func waitingInOrder(seen: [String] = []) throws(SystemError) -> (names: [String], unordered: [(String, String)]) {
         if pins.isEmpty { try checkFolders() }  // pinned, the folders were opened without following
@@ -115,13 +115,13 @@ struct Inbox {
 
     /// Entries in delivery order: by change time, then the delivery time and counter a Maildir
     /// name carries, then the name; and the neighbours whose order is unknown (the same change
-    /// time, no delivery time in either name).
+    /// time, and a name without a delivery time on either side).
     static func deliveryOrder(_ entries: [(name: String, changed: Int64)]) -> (names: [String], unordered: [(String, String)]) {
         let sorted = entries.map { (name: $0.name, changed: $0.changed, delivered: deliveryTime($0.name)) }
             .sorted { ($0.changed, $0.delivered.0, $0.delivered.1, $0.delivered.2, $0.name) < ($1.changed, $1.delivered.0, $1.delivered.1, $1.delivered.2, $1.name) }
         var unordered: [(String, String)] = []
         for (first, second) in zip(sorted, sorted.dropFirst())
-        where first.changed == second.changed && first.changed != .max && first.delivered == (0, 0, 0) && second.delivered == (0, 0, 0) {
+        where first.changed == second.changed && first.changed != .max && (first.delivered == (0, 0, 0) || second.delivered == (0, 0, 0)) {
             unordered.append((first.name, second.name))
         }
         return (sorted.map(\.name), unordered)

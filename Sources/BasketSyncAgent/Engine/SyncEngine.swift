@@ -231,7 +231,7 @@ public final class SyncEngine {
     /// version was written before the record, and can neither acknowledge nor echo it.
     private func observeCart(atBatch seq: UInt64) throws(AgentError) {
         let identity = CartReader.identity(cartPath)
-        if let observed = try store.cartAtBatch(), observed.identity == identity { return }
+        if let observed = try store.cartAtBatch(), observed.identity == identity || (identity?.isSameVersion(as: observed.identity) ?? false) { return }
         try store.setCartAtBatch(identity: identity, seq: seq)
     }
 

@@ -68,7 +68,8 @@ extension Store {
     /// version already on disk when record N was committed was written before it (N − 1); any
     /// other appeared after every record (`lastSeq`). What that version can acknowledge or echo.
     func writtenThrough(cart identity: FileIdentity?, lastSeq: UInt64) throws(AgentError) -> UInt64 {
-        guard let observed = try cartAtBatch(), observed.identity == identity else { return lastSeq }
+        // The same version: a metadata change (chmod, a hard link) is no write.
+        guard let observed = try cartAtBatch(), observed.identity == identity || (identity?.isSameVersion(as: observed.identity) ?? false) else { return lastSeq }
         return min(observed.seq - 1, lastSeq)
     }
 

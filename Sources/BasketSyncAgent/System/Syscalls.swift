@@ -27,6 +27,13 @@ package struct FileIdentity: Hashable, Sendable {
     package var modified: Int64
     package var changed: Int64
 
+    /// Whether `other` is the same version of the same file: device, inode, size and modification
+    /// time — not the change time, which a chmod, a chown or a hard link moves without a write.
+    package func isSameVersion(as other: FileIdentity?) -> Bool {
+        guard let other else { return false }
+        return device == other.device && inode == other.inode && size == other.size && modified == other.modified
+    }
+
     /// Whether `other` is the same file (device and inode), whatever it holds now.
     package func isSameFile(as other: FileIdentity?) -> Bool {
         guard let other else { return false }
