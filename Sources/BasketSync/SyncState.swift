@@ -29,6 +29,10 @@ public struct SyncState: Codable, Hashable, Sendable {
     /// The highest seq a cart echoed (a host without `syncedThrough` applied it): `apply` starts
     /// after it, so a legacy host moving to `apply` never gets a batch twice.
     public package(set) var echoedThrough: UInt64?
+    /// The highest seq a cart ever echoed, which may stand above a batch still pending (a host
+    /// that applied a later batch before an earlier one): `echoedThrough` reaches it once the
+    /// batches below it are settled.
+    public package(set) var echoedAhead: UInt64?
     /// The last `syncedThrough` the host wrote, as written (a repeated claim is not reported again).
     public package(set) var hostClaim: UInt64?
     /// Read from older states only: acknowledgements are checked by causality now, never capped.

@@ -287,6 +287,7 @@ public struct SyncStateMachine: Sendable {
         state.hostCart = newCart
 
         let settleCount: Int
+        var echoed: Set<UInt64> = []
         if let syncedThrough {
             let acknowledged = acknowledge(syncedThrough, writtenThrough: echoable, into: &effects)
             settleCount = state.pending.prefix { $0.seq <= acknowledged }.count
@@ -299,12 +300,19 @@ public struct SyncStateMachine: Sendable {
             settleCount = 0
             effects.append(.acknowledgementMissing)
         } else {
-            settleCount = echoedPrefix(previousCart: previousCart, newCart: newCart, through: echoable)
-        }
-        if syncedThrough == nil, settleCount > 0 {
-            state.echoedThrough = max(state.echoedThrough ?? 0, state.pending[settleCount - 1].seq)
+            settleCount = 0
+            echoed = echoedBatches(previousCart: previousCart, newCart: newCart, through: echoable)
         }
         effects += settlePending(settleCount)
+        if let highest = echoed.max() {
+            effects += settleEchoed(echoed)
+            // apply starts after echoedThrough: the highest seq echoed, but never at or past a
+            // batch still pending below it (the host has not applied that one).
+            let ahead = max(state.echoedAhead ?? 0, highest)
+            state.echoedAhead = ahead
+            let firstLeft = state.pending.first?.seq
+            state.echoedThrough = max(state.echoedThrough ?? 0, firstLeft.map { min(ahead, $0 - 1) } ?? ahead)
+        }
 
         if state.hostSyncedThrough == nil {
             effects += lateEchoes(previousCart: previousCart, newCart: newCart, through: echoable)
@@ -406,24 +414,42 @@ public struct SyncStateMachine: Sendable {
         return effects
     }
 
-    /// For a host without `syncedThrough`: how many pending batches the new cart echoes. A batch is
-    /// echoed when the cart shows every line it changed at the quantity it leads to from the
-    /// previous cart (earlier pending batches included, clamped at 0 as the host applies them).
-    /// The host applies in seq order, so the last echoed batch settles every batch before it.
-    private func echoedPrefix(previousCart: [ExactID: Int], newCart: [ExactID: Int], through echoable: UInt64) -> Int {
-        var expected: [ExactID: Int] = [:]
-        var count = 0
-        for (index, batch) in state.pending.enumerated() where batch.seq <= echoable {
+    /// For a host without `syncedThrough`: the pending batches the new cart shows applied. Per
+    /// SKU, the pending batches touching it are applied in seq order to the previous cart
+    /// (clamped at 0 as the host applies them); the most of them whose running value is what the
+    /// new cart holds are the ones it shows. A batch is echoed when the cart shows it for every
+    /// line it changed: a later batch shown does not settle an earlier one the cart does not
+    /// show (the host skipped it, or applied out of order).
+    private func echoedBatches(previousCart: [ExactID: Int], newCart: [ExactID: Int], through echoable: UInt64) -> Set<UInt64> {
+        var running: [ExactID: Int] = [:]
+        var count: [ExactID: Int] = [:]
+        var shown: [ExactID: Int] = [:]
+        var positions: [(seq: UInt64, lines: [(id: ExactID, position: Int)])] = []
+        for batch in state.pending where batch.seq <= echoable {
+            var lines: [(id: ExactID, position: Int)] = []
             for line in batch.products {
                 let id = ExactID(line.id)
-                let base = expected[id] ?? previousCart[id] ?? 0
-                expected[id] = RetailerProduct.applying(delta: line.quantity, to: base)
+                let value = RetailerProduct.applying(delta: line.quantity, to: running[id] ?? previousCart[id] ?? 0)
+                running[id] = value
+                count[id, default: 0] += 1
+                if (newCart[id] ?? 0) == value { shown[id] = count[id] }
+                lines.append((id, count[id]!))
             }
-            if batch.products.allSatisfy({ (newCart[ExactID($0.id)] ?? 0) == expected[ExactID($0.id)] }) {
-                count = index + 1
-            }
+            positions.append((batch.seq, lines))
         }
-        return count
+        return Set(positions.filter { batch in batch.lines.allSatisfy { $0.position <= shown[$0.id] ?? 0 } }.map(\.seq))
+    }
+
+    /// Settles the pending batches a cart echoed (not always the first ones).
+    private mutating func settleEchoed(_ seqs: Set<UInt64>) -> [SyncEffect] {
+        var effects: [SyncEffect] = []
+        for batch in state.pending where seqs.contains(batch.seq) {
+            Self.settle(batch, into: &state.confirmed)
+            effects.append(.settled(seq: batch.seq))
+            state.counters.settled += 1
+        }
+        state.pending.removeAll { seqs.contains($0.seq) }
+        return effects
     }
 
     /// Rolled-back batches that the new cart shows applied: the host was late, the units are

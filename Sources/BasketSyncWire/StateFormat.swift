@@ -25,6 +25,7 @@ package enum StateFormat {
             if let synced = state.hostSyncedThrough { object.member("hostSyncedThrough", synced) }
             if let claim = state.hostClaim { object.member("hostClaim", claim) }
             if let echoed = state.echoedThrough { object.member("echoedThrough", echoed) }
+            if let ahead = state.echoedAhead { object.member("echoedAhead", ahead) }
             if let cap = state.acknowledgementCap { object.member("acknowledgementCap", cap) }
             if let notified = state.lastNotified { object.member("lastNotified") { quantities(notified, &$0) } }
             if let base = state.viewBase { object.member("viewBase") { quantities(base, &$0) } }
@@ -167,6 +168,7 @@ package enum StateFormat {
         state.hostSyncedThrough = try object.optional("hostSyncedThrough") { (reader) throws(JSONProblem) in try reader.unsigned("hostSyncedThrough") }
         state.hostClaim = try object.optional("hostClaim") { (reader) throws(JSONProblem) in try reader.unsigned("hostClaim") }
         state.echoedThrough = try object.optional("echoedThrough") { (reader) throws(JSONProblem) in try reader.unsigned("echoedThrough") }
+        state.echoedAhead = try object.optional("echoedAhead") { (reader) throws(JSONProblem) in try reader.unsigned("echoedAhead") }
         state.acknowledgementCap = try object.optional("acknowledgementCap") { (reader) throws(JSONProblem) in try reader.unsigned("acknowledgementCap") }
         state.lastNotified = try object.optional("lastNotified") { (reader) throws(JSONProblem) in try reader.quantities("lastNotified") }
         state.viewBase = try object.optional("viewBase") { (reader) throws(JSONProblem) in try reader.quantities("viewBase") }

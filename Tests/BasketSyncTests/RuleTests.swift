@@ -283,4 +283,22 @@ import Testing
             .armTimer(at: at(13)),
         ])
     }
+
+    /// docs/spec.md §4 rule 5: a batch is echoed only when the cart shows every line it changed;
+    /// a later batch shown does not settle an earlier one the cart does not show (the host
+    /// applied B, not A: A's 1 is the shopper's own), and apply still applies the earlier one.
+    @Test func aLaterEchoDoesNotSettleAnEarlierBatchTheCartDoesNotShow() throws {
+        var s = Transcript()
+        _ = try s.cart(0, lines(("A", 1)))
+        _ = try s.delta(1, lines(("A", 1)))
+        _ = try s.delta(2, lines(("B", 1)))
+        let effects = try s.cart(3, lines(("A", 1), ("B", 1)))
+        #expect(effects.contains(.settled(seq: 2)) && !effects.contains(.settled(seq: 1)), "\(effects)")
+        #expect(s.pendingSeqs == [1])
+        #expect(s.machine.state.hostProgress(claim: nil, writtenThrough: 2) == 0, "apply still applies #1")
+        // A applied later: #1 settles too, and the host's progress reaches #2.
+        #expect(try s.cart(4, lines(("A", 2), ("B", 1))).contains(.settled(seq: 1)))
+        #expect(s.pendingSeqs.isEmpty)
+        #expect(s.machine.state.hostProgress(claim: nil, writtenThrough: 2) == 2)
+    }
 }

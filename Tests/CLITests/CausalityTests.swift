@@ -210,4 +210,21 @@ import Testing
         #expect(applied.stdout.contains("\"applied\":[2]"), "\(applied.stdout)")
         #expect(try cartLines(playground) == ["A": 3])
     }
+
+    /// A host without syncedThrough that applied B (#2) but not A (#1), beside the shopper's own
+    /// A:1: the cart shows #2, not #1 — only #2 settles (docs/spec.md §4 rule 5); #1 waits for
+    /// its echo or its window.
+    @Test func aLaterEchoDoesNotSettleAnEarlierBatch() throws {
+        let playground = try syncDirectory()
+        try playground.writeAtomically("cart.json", #"{"products":[{"id":"A","quantity":1}]}"#)
+        try run(playground, ["sync"])
+        try run(playground, ["push", "--id", "e1", "A=+1"])
+        try run(playground, ["push", "--id", "e2", "B=+1"])
+        try run(playground, ["sync"])
+        try playground.writeAtomically("cart.json", #"{"products":[{"id":"A","quantity":1},{"id":"B","quantity":1}]}"#)
+        try run(playground, ["sync"])
+        let status = try JSONSerialization.jsonObject(with: Data(try run(playground, ["status", "--json"]).stdout.utf8)) as? [String: Any]
+        let pending = (status?["pending"] as? [[String: Any]])?.compactMap { $0["seq"] as? Int }
+        #expect(pending == [1], "\(String(describing: status?["pending"]))")
+    }
 }
