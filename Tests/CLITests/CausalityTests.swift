@@ -23,6 +23,20 @@ import Testing
         products(try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as? [String: Any] ?? [:])
     }
 
+    /// A host that applied #1 (A:1), then wrote a cart whose counter runs ahead: it claims 2
+    /// while only #1 exists.
+    func counterRunAhead() throws -> Playground {
+        let playground = try syncDirectory()
+        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 0))
+        try run(playground, ["sync"])
+        try run(playground, ["push", "--id", "e1", "A=+1"])
+        try run(playground, ["sync"])
+        try run(playground, ["apply"])
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1)], syncedThrough: 2))
+        try run(playground, ["sync"])
+        return playground
+    }
+
     func pendingCount(_ playground: Playground) throws -> Int {
         let status = try JSONSerialization.jsonObject(with: Data(try run(playground, ["status", "--json"]).stdout.utf8)) as? [String: Any]
         return (status?["pending"] as? [Any])?.count ?? -1
@@ -169,15 +183,7 @@ import Testing
     /// written) does not make a cart written before record 2 one written after it, which would
     /// acknowledge record 2 unapplied.
     @Test func aMetadataChangeDoesNotMakeAnOldCartNew() throws {
-        let playground = try syncDirectory()
-        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 0))
-        try run(playground, ["sync"])
-        try run(playground, ["push", "--id", "e1", "A=+1"])
-        try run(playground, ["sync"])
-        try run(playground, ["apply"])
-        // A counter run ahead: claims 2 while only #1 exists.
-        try playground.writeAtomically("cart.json", cartJSON([("A", 1)], syncedThrough: 2))
-        try run(playground, ["sync"])
+        let playground = try counterRunAhead()
         try run(playground, ["push", "--id", "e2", "A=+2"])
         try run(playground, ["sync"])
         #expect(chmod(playground.path + "/cart.json", 0o644) == 0)
@@ -191,14 +197,7 @@ import Testing
     /// records' times and the cart's last write): a cart written before record 2 that claims it
     /// does not acknowledge it, and apply applies it.
     @Test func adoptionDoesNotTakeAStaleClaim() throws {
-        let playground = try syncDirectory()
-        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 0))
-        try run(playground, ["sync"])
-        try run(playground, ["push", "--id", "e1", "A=+1"])
-        try run(playground, ["sync"])
-        try run(playground, ["apply"])
-        try playground.writeAtomically("cart.json", cartJSON([("A", 1)], syncedThrough: 2))
-        try run(playground, ["sync"])
+        let playground = try counterRunAhead()
         // Record 2 is made strictly after the cart's last write (a later millisecond).
         let written = try FileManager.default.attributesOfItem(atPath: playground.path + "/cart.json")[.modificationDate] as? Date ?? Date()
         while Date().timeIntervalSince(written) < 0.005 { usleep(1_000) }
