@@ -23,6 +23,19 @@ import Testing
         products(try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as? [String: Any] ?? [:])
     }
 
+    /// #1 A+1 and #2 B+1, a cart claiming 5 (beyond the outbox), then #3–#5 each `sku`+1.
+    func claimBeyondThenMore(_ sku: String) throws -> Playground {
+        let playground = try syncDirectory()
+        try run(playground, ["push", "--id", "e1", "A=+1"])
+        try run(playground, ["push", "--id", "e2", "B=+1"])
+        try run(playground, ["sync"])
+        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 5))
+        try run(playground, ["sync"])
+        for index in 3...5 { try run(playground, ["push", "--id", "e\(index)", "\(sku)=+1"]) }
+        try run(playground, ["sync"])
+        return playground
+    }
+
     /// A host that applied #1 (A:1), then wrote a cart whose counter runs ahead: it claims 2
     /// while only #1 exists.
     func counterRunAhead() throws -> Playground {
@@ -60,14 +73,7 @@ import Testing
     /// to equal the old one: it acknowledges what it covers (the old rule "the same claim again
     /// acknowledges nothing" left the records pending, and `wait` listed them for ever).
     @Test func anHonestClaimEqualToAnEarlierBogusOneAcknowledges() throws {
-        let playground = try syncDirectory()
-        try run(playground, ["push", "--id", "e1", "A=+1"])
-        try run(playground, ["push", "--id", "e2", "B=+1"])
-        try run(playground, ["sync"])
-        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 5))
-        try run(playground, ["sync"])
-        for index in 3...5 { try run(playground, ["push", "--id", "e\(index)", "C=+1"]) }
-        try run(playground, ["sync"])
+        let playground = try claimBeyondThenMore("C")
         // The host applies #1–#5 itself and says so.
         try playground.writeAtomically("cart.json", cartJSON([("A", 1), ("B", 1), ("C", 3)], syncedThrough: 5))
         try run(playground, ["sync"])
@@ -83,14 +89,7 @@ import Testing
     /// wrote is on disk, the database knows nothing of it), after an earlier claim beyond the
     /// outbox: the next `apply` reads the cart written after its records and applies nothing twice.
     @Test func anApplyKilledAfterItsRenameIsRecognisedByTheCartItWrote() throws {
-        let playground = try syncDirectory()
-        try run(playground, ["push", "--id", "e1", "A=+1"])
-        try run(playground, ["push", "--id", "e2", "B=+1"])
-        try run(playground, ["sync"])
-        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 5))
-        try run(playground, ["sync"])
-        for index in 3...5 { try run(playground, ["push", "--id", "e\(index)", "B=+1"]) }
-        try run(playground, ["sync"])
+        let playground = try claimBeyondThenMore("B")
         // What apply writes, renamed in place, nothing recorded after it.
         try playground.writeAtomically("cart.json", cartJSON([("A", 1), ("B", 4)], syncedThrough: 5))
         let again = try run(playground, ["apply", "--json"])

@@ -39,18 +39,21 @@ enum Recovery {
             // The files were given them all, rotated parts included: none is appended again.
             try store.adoptGiven(projection, seq: records.map(\.seq).max()!)
         }
-        var recovered = RecoveredRecords(
-            outbox: (found[.outbox] ?? []).compactMap { try? RecordFormat.outboxRecord($0.line) },
+        let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
+        let outbox = (found[.outbox] ?? []).compactMap { try? RecordFormat.outboxRecord($0.line) }
+        // The cart on disk, as the engine identifies it (CartReader.identity: stat, following).
+        let cart = Posix.info("\(directory)/\(configuration.cart)", follow: true)
+        let writtenThrough = cart.map { cartWrittenThrough(modified: $0.modified, outbox: outbox) }
+        let recovered = RecoveredRecords(
+            outbox: outbox,
             notifications: (found[.notifications] ?? []).compactMap { try? RecordFormat.notification($0.line) },
             payments: (found[.payments] ?? []).compactMap { try? RecordFormat.payment($0.line) },
-            cartClaim: cartClaim(directory: directory),
-            cartWrittenThrough: nil)
-        recovered.cartWrittenThrough = cartWrittenThrough(directory: directory, outbox: recovered.outbox)
+            cartClaim: CartReader.claim(in: directory, configuration: configuration),
+            cartWrittenThrough: writtenThrough)
         // The cart on disk was written before the records after that: remembered as the cart at
         // those records, so that taking it later acknowledges none of them (rule 4).
-        if let through = recovered.cartWrittenThrough, let last = recovered.outbox.last?.seq, through < last {
-            let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
-            try store.setCartAtBatch(identity: CartReader.identity("\(directory)/\(configuration.cart)"), seq: through + 1)
+        if let cart, let through = writtenThrough, let last = outbox.last?.seq, through < last {
+            try store.setCartAtBatch(identity: cart.identity, seq: through + 1)
         }
         for record in recovered.outbox {
             if let source = record.source {
@@ -69,20 +72,17 @@ enum Recovery {
         try store.saveState(machine.state)
     }
 
+    /// The last outbox record that existed when the cart was last written (`modified`, in ns),
+    /// by the records' times (a chmod moves no content). A record made in the same millisecond
+    /// counts as existing: an honest host's cart written right after the record is not refused.
+    static func cartWrittenThrough(modified: Int64, outbox: [OutboxRecord]) -> UInt64 {
+        let writtenMs = modified / 1_000_000
+        return outbox.last { Int64(($0.at.timeIntervalSince1970 * 1000).rounded(.down)) <= writtenMs }?.seq ?? 0
+    }
+
     /// The `syncedThrough` of the host's cart as it stands (nil when it has none, or no cart can
     /// be read): a new database numbers its records after it (``RecoveredRecords/hostClaim``), and
     /// a cart that has one, 0 included, is an acknowledging host's.
-    /// The last outbox record that existed when the cart was last written, by the records'
-    /// times and the cart's modification time (a chmod moves no content); nil when there is no
-    /// cart. A record made in the same millisecond counts as existing (an honest host's cart
-    /// written right after the record is not refused).
-    static func cartWrittenThrough(directory: String, outbox: [OutboxRecord]) -> UInt64? {
-        let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
-        guard let written = Posix.info("\(directory)/\(configuration.cart)", follow: configuration.followSymlinks)?.modified else { return nil }
-        let writtenMs = written / 1_000_000
-        return outbox.last { Int64((($0.at.timeIntervalSince1970) * 1000).rounded(.down)) <= writtenMs }?.seq ?? 0
-    }
-
     static func cartClaim(directory: String) -> UInt64? {
         let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
         return CartReader.claim(in: directory, configuration: configuration)
