@@ -357,11 +357,11 @@ public struct SyncStateMachine: Sendable {
         return effects
     }
 
-    /// A batch the host applied becomes Mealz's share: its additions raise the share; its removals
-    /// do not lower it here — the share follows the cart downward (a removal from a line that
-    /// also holds the shopper's units takes the shopper's first, as the cart shows).
+    /// A batch the host applied becomes Mealz's share: its additions raise the share and its
+    /// removals take Mealz's units first, never below 0 (the shopper's own units on the line stay
+    /// the shopper's). The share then follows the cart downward.
     private static func settle(_ batch: PendingBatch, into share: inout [ExactID: Int]) {
-        RetailerProduct.apply(batch.products.filter { $0.quantity > 0 }, to: &share)
+        RetailerProduct.apply(batch.products, to: &share)
     }
 
     /// Checks a `syncedThrough` and returns the outbox seq the host has acknowledged so far. By

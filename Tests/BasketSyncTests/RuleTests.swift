@@ -301,4 +301,24 @@ import Testing
         #expect(s.pendingSeqs.isEmpty)
         #expect(s.machine.state.hostProgress(claim: nil, writtenThrough: 2) == 2)
     }
+
+    /// docs/spec.md §4, the share: a Mealz removal takes Mealz's units first, never below 0; the
+    /// shopper's own units on the line stay the shopper's, and a line Mealz no longer holds any
+    /// of leaves the Mealz-related list.
+    @Test func aMealzRemovalTakesMealzUnitsFirst() throws {
+        var s = Transcript()
+        _ = try s.cart(0, [], syncedThrough: 0)
+        _ = try s.delta(1, lines(("A", 2), ("B", 3)))
+        _ = try s.cart(2, lines(("A", 5), ("B", 3)), syncedThrough: 1)
+        #expect(s.confirmed == ["A": 2, "B": 3])
+        _ = try s.delta(3, lines(("A", -2), ("B", -1)))
+        #expect(try s.cart(4, lines(("A", 3), ("B", 2)), syncedThrough: 2) == [
+            .settled(seq: 2), notify(3, 4, lines(("B", 2)), syncedThrough: 2),
+        ])
+        #expect(s.confirmed == ["B": 2], "A's 3 are the shopper's; B's 2 Mealz's")
+        // A removal larger than Mealz's share stops at 0.
+        _ = try s.delta(5, lines(("B", -3)))
+        _ = try s.cart(6, lines(("A", 3)), syncedThrough: 3)
+        #expect(s.confirmed.isEmpty)
+    }
 }

@@ -260,9 +260,11 @@ import Testing
         #expect((settled?["pending"] as? [Any])?.isEmpty == true)
     }
 
-    /// A removal from a line that also holds the shopper's units leaves Mealz's share as the
-    /// cart allows; the WebView repeating its state pushes nothing.
-    @Test func aRemovalTakesTheShoppersUnitsFirst() throws {
+    /// A Mealz removal from a line that also holds the shopper's units takes Mealz's units first
+    /// (docs/spec.md §4, the share): once the host applied it, the line is the shopper's alone,
+    /// Mealz is told so, a payment counts none of it as Mealz's, and the WebView repeating what it
+    /// was told pushes nothing.
+    @Test func aMealzRemovalTakesMealzUnitsFirst() throws {
         let playground = try syncDirectory()
         try playground.writeAtomically("cart.json", cartJSON([("X", 4)], syncedThrough: 0))
         _ = try run(playground, ["sync"])
@@ -276,11 +278,15 @@ import Testing
         _ = try run(playground, ["sync"])
         _ = try run(playground, ["apply"])
         _ = try run(playground, ["sync"])
-        #expect(products(playground.records("notifications.jsonl").last!) == ["A": 3])
-        _ = try run(playground, ["push", "--state", "A=3"])
+        #expect(products(try cart(playground)) == ["X": 4, "A": 3])
+        #expect(products(playground.records("notifications.jsonl").last!) == [:], "A is the shopper's alone")
+        _ = try run(playground, ["push", "--state"])
         _ = try run(playground, ["sync"])
         _ = try run(playground, ["apply"])
         #expect(products(try cart(playground)) == ["X": 4, "A": 3])
+        _ = try run(playground, ["set-store", "s1", "--mode", "retailer"])
+        _ = try run(playground, ["handle-payment", "--total", "9.00", "--order-id", "o1"])
+        #expect(products(playground.records("payments.jsonl").last!, key: "mealzProducts") == [:])
     }
 
     /// A payment whose products are the cart takes the cart first: what apply just wrote

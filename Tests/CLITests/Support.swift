@@ -178,9 +178,12 @@ func eventually(_ what: String, timeout: Double = 30, _ condition: () throws -> 
 }
 
 /// The products of a record as a dictionary.
-func products(_ record: [String: Any]) -> [String: Int] {
+func products(_ record: [String: Any]) -> [String: Int] { products(record, key: "products") }
+
+/// A record's list of products under `key` (`products`, `mealzProducts`) as a dictionary.
+func products(_ record: [String: Any], key: String) -> [String: Int] {
     var result: [String: Int] = [:]
-    for line in record["products"] as? [[String: Any]] ?? [] {
+    for line in record[key] as? [[String: Any]] ?? [] {
         result[line["id"] as! String] = line["quantity"] as? Int
     }
     return result
