@@ -48,13 +48,17 @@ public struct BasketNotification: Codable, Hashable, Sendable {
     public var products: [RetailerProduct]
     /// The highest outbox seq the host has processed, if it ever said so.
     public var syncedThrough: UInt64?
+    /// The Mealz basket the notification belongs to: a WebView sends it back with its
+    /// `basketState`, so that a state based on a closed basket is known stale.
+    public var basket: UInt64
 
     /// Creates a notification.
-    public init(seq: UInt64, at: Date, products: [RetailerProduct], syncedThrough: UInt64?) {
+    public init(seq: UInt64, at: Date, products: [RetailerProduct], syncedThrough: UInt64?, basket: UInt64) {
         self.seq = seq
         self.at = at
         self.products = products
         self.syncedThrough = syncedThrough
+        self.basket = basket
     }
 }
 

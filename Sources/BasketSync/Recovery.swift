@@ -58,6 +58,7 @@ extension SyncStateMachine {
         // What the host and the WebView were last shown: the next cart or basketState is compared
         // with it, not with nothing.
         if let notice = records.notifications.last {
+            state.basket = max(state.basket, notice.basket)
             var lines: [ExactID: Int] = [:]
             for product in notice.products where product.quantity > 0 { lines[ExactID(product.id), default: 0] += product.quantity }
             let closed = records.payments.contains { $0.type == .handlePayment && $0.status == .recorded && $0.at >= notice.at }

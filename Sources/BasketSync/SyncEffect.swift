@@ -37,6 +37,9 @@ public enum SyncEffect: Hashable, Sendable {
     case acknowledgementWentBack(syncedThrough: UInt64, highest: UInt64)
     /// A `handlePayment` closed the Mealz basket; the next cart starts this new basket.
     case basketClosed(newBasket: UInt64)
+    /// A `basketState` based on another basket than the current one (a closed basket): ignored,
+    /// never diffed.
+    case staleState(basket: UInt64, current: UInt64)
     /// The store or the mode changed; a new store starts the basket of this number.
     case storeChanged(storeId: String?, mode: SyncMode, basket: UInt64)
     /// Wake at this instant and call `expireWindows(at:)`: the earliest pending deadline.

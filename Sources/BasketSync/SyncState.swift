@@ -42,6 +42,10 @@ public struct SyncState: Codable, Hashable, Sendable {
     /// The WebView's basis before the pending deltas: the lines of the last notification, emptied
     /// when a payment closes the basket; nil before the first notification (the share stands in).
     public package(set) var viewBase: [ExactID: Int]?
+    /// The pending batches up to this seq are counted in `viewBase` already: the notification that
+    /// opened the current basket listed what was on its way. Nil when the last notification was
+    /// a cart's (the pending deltas all come on top of it).
+    public package(set) var viewCountsThrough: UInt64?
     /// The `syncedThrough` of the last notification.
     public package(set) var lastNotifiedSyncedThrough: UInt64?
     /// The store set with `setSelectedStoreWithExternalId`.
@@ -95,6 +99,8 @@ public struct SyncCounters: Codable, Hashable, Sendable {
     public var acknowledgementsBeyondOutbox: UInt64 = 0
     /// Acknowledgements below the highest one (nothing un-settled).
     public var acknowledgementsWentBack: UInt64 = 0
+    /// `basketState` events based on a basket other than the current one: ignored.
+    public var staleStates: UInt64 = 0
 
     /// All counters at zero.
     public init() {}
@@ -102,7 +108,7 @@ public struct SyncCounters: Codable, Hashable, Sendable {
     private enum CodingKeys: String, CodingKey {
         case updateBaskets, redirects, notifications, settled, rolledBack, lateEchoes, ignored
         case paymentsRecorded, paymentsSkipped, duplicatePayments, duplicateTransfers
-        case lateAcknowledgements, acknowledgementsBeyondOutbox, acknowledgementsWentBack
+        case lateAcknowledgements, acknowledgementsBeyondOutbox, acknowledgementsWentBack, staleStates
     }
 
     /// Decodes the counters; one a state written by an older version lacks starts at 0.
@@ -123,6 +129,7 @@ public struct SyncCounters: Codable, Hashable, Sendable {
         lateAcknowledgements = try count(.lateAcknowledgements)
         acknowledgementsBeyondOutbox = try count(.acknowledgementsBeyondOutbox)
         acknowledgementsWentBack = try count(.acknowledgementsWentBack)
+        staleStates = try count(.staleStates)
     }
 }
 

@@ -24,12 +24,14 @@ public struct SyncStateMachine: Sendable {
     // MARK: - Views
 
     /// The WebView's basis: what the Mealz UI believes the cart holds — the Mealz-related lines of
-    /// the last notification (Mealz's share before the first one), plus the pending deltas, each
+    /// the last notification (Mealz's share before the first one), plus the pending deltas it
+    /// does not count already (a notification opening a basket lists what is on its way), each
     /// batch clamped at 0 the way the host applies it. Only SKUs above 0. A `basketState` is
     /// diffed against it, so that the WebView repeating what it was told pushes nothing.
     public var mealzView: [ExactID: Int] {
         var view = state.viewBase ?? state.confirmed
-        for batch in state.pending { RetailerProduct.apply(batch.products, to: &view) }
+        let counted = state.viewCountsThrough ?? 0
+        for batch in state.pending where batch.seq > counted { RetailerProduct.apply(batch.products, to: &view) }
         return view
     }
 
@@ -65,8 +67,14 @@ public struct SyncStateMachine: Sendable {
         case let .basketDelta(products):
             let deltas = try products.validatedDeltas()
             return step(at: now) { $0.push(deltas.nonZeroProducts, source: source, transferId: nil, at: now) }
-        case let .basketState(products):
+        case let .basketState(products, basket):
             let target = try products.validatedAbsolute()
+            if let basket, basket != state.basket {
+                return step(at: now) { machine in
+                    machine.state.counters.staleStates += 1
+                    return [.staleState(basket: basket, current: machine.state.basket)]
+                }
+            }
             return step(at: now) { machine in
                 let view = machine.mealzView
                 var diff = ProductTally()
@@ -196,7 +204,8 @@ public struct SyncStateMachine: Sendable {
                 mealzProducts: mealzProducts, at: now)
             machine.state.recordedOrders[ExactID(orderId)] = record.seq
             // Only a recorded payment closes the basket: a skipped one bought nothing of Mealz's.
-            return record.status == .recorded ? [.payment(record), machine.closeBasket()] : [.payment(record)]
+            guard record.status == .recorded else { return [.payment(record)] }
+            return [.payment(record), machine.closeBasket(), machine.notifyBasketOpened(at: now)]
         }
     }
 
@@ -207,12 +216,13 @@ public struct SyncStateMachine: Sendable {
         step(at: now) { machine in
             let newMode = mode ?? machine.state.mode
             guard !externalId.isByteEqual(to: machine.state.storeId) || newMode != machine.state.mode else { return [] }
-            if let previous = machine.state.storeId, !externalId.isByteEqual(to: previous) {
-                machine.state.basket += 1
-            }
+            let opensBasket: Bool
+            if let previous = machine.state.storeId, !externalId.isByteEqual(to: previous) { opensBasket = true } else { opensBasket = false }
+            if opensBasket { machine.state.basket += 1 }
             machine.state.storeId = externalId
             machine.state.mode = newMode
-            return [.storeChanged(storeId: externalId, mode: newMode, basket: machine.state.basket)]
+            let changed = SyncEffect.storeChanged(storeId: externalId, mode: newMode, basket: machine.state.basket)
+            return opensBasket ? [changed, machine.notifyBasketOpened(at: now)] : [changed]
         }
     }
 
@@ -281,6 +291,9 @@ public struct SyncStateMachine: Sendable {
         // A cart written before a batch existed cannot echo it (a legacy host's cart may already
         // hold what the batch adds).
         let echoable = echoableThrough ?? state.lastOutboxSeq
+        // The host applies in seq order: once a cart showed batch N applied, every batch below N
+        // was behind it, applied or skipped — none of them can come late any more.
+        let passed = state.echoedAhead ?? 0
         let previousCart = state.hostCart ?? [:]
         // Lines at 0 are not kept (most carts have none: the tally is taken as it is).
         let newCart = cart.quantities.values.contains(0) ? cart.quantities.filter { $0.value > 0 } : cart.quantities
@@ -315,7 +328,7 @@ public struct SyncStateMachine: Sendable {
         }
 
         if state.hostSyncedThrough == nil {
-            effects += lateEchoes(previousCart: previousCart, newCart: newCart, through: echoable)
+            effects += lateEchoes(previousCart: previousCart, newCart: newCart, after: passed, through: echoable)
         }
 
         // Mealz follows the cart downward only: units the shopper adds are not Mealz's.
@@ -337,10 +350,12 @@ public struct SyncStateMachine: Sendable {
             state.lastNotificationSeq += 1
             state.lastNotified = listMap
             state.viewBase = listMap
+            state.viewCountsThrough = nil
             state.lastNotifiedSyncedThrough = state.hostSyncedThrough
             state.counters.notifications += 1
             effects.append(.notify(BasketNotification(
-                seq: state.lastNotificationSeq, at: now, products: list, syncedThrough: state.hostSyncedThrough)))
+                seq: state.lastNotificationSeq, at: now, products: list, syncedThrough: state.hostSyncedThrough,
+                basket: state.basket)))
         }
         return effects
     }
@@ -416,8 +431,10 @@ public struct SyncStateMachine: Sendable {
 
     /// For a host without `syncedThrough`: the pending batches the new cart shows applied. Per
     /// SKU, the pending batches touching it are applied in seq order to the previous cart
-    /// (clamped at 0 as the host applies them); the most of them whose running value is what the
-    /// new cart holds are the ones it shows. A batch is echoed when the cart shows it for every
+    /// (clamped at 0 as the host applies them); the fewest of them whose running value is what
+    /// the new cart holds are the ones it shows — none when it holds what it held before them
+    /// (batches that add up to nothing on a line are not shown by a line that did not move: the
+    /// host may have applied none of them). A batch is echoed when the cart shows it for every
     /// line it changed: a later batch shown does not settle an earlier one the cart does not
     /// show (the host skipped it, or applied out of order).
     private func echoedBatches(previousCart: [ExactID: Int], newCart: [ExactID: Int], through echoable: UInt64) -> Set<UInt64> {
@@ -429,7 +446,8 @@ public struct SyncStateMachine: Sendable {
             var lines: [(id: ExactID, position: Int)] = []
             for line in batch.products {
                 let id = ExactID(line.id)
-                let value = RetailerProduct.applying(delta: line.quantity, to: running[id] ?? previousCart[id] ?? 0)
+                let before = running[id] ?? previousCart[id] ?? 0
+                let value = RetailerProduct.applying(delta: line.quantity, to: before)
                 running[id] = value
                 count[id, default: 0] += 1
                 if (newCart[id] ?? 0) == value { shown[id] = count[id] }
@@ -455,16 +473,17 @@ public struct SyncStateMachine: Sendable {
     /// Rolled-back batches that the new cart shows applied: the host was late, the units are
     /// Mealz's after all (reported).
     ///
-    /// The host applies in seq order. For each SKU, the rolled-back batches that touch it are
+    /// The host applies in seq order, so a batch below one a cart showed before (`passed`) is
+    /// behind the host and never comes late. For each SKU, the later rolled-back batches that touch it are
     /// applied one after the other to the cart as it was; the fewest of them whose running value
     /// is what the new cart holds are the ones it shows (none when it holds what it held before
     /// them). A batch is echoed when the cart shows it for every line: two equal batches are not
     /// both echoed by a cart that shows one, and two that a cart shows together are.
-    private mutating func lateEchoes(previousCart: [ExactID: Int], newCart: [ExactID: Int], through echoable: UInt64) -> [SyncEffect] {
+    private mutating func lateEchoes(previousCart: [ExactID: Int], newCart: [ExactID: Int], after passed: UInt64, through echoable: UInt64) -> [SyncEffect] {
         var touching: [ExactID: [UInt64]] = [:]
         var running: [ExactID: Int] = [:]
         var shown: [ExactID: Int] = [:]
-        for batch in state.rolledBack where batch.seq <= echoable {
+        for batch in state.rolledBack where batch.seq > passed && batch.seq <= echoable {
             for line in batch.products {
                 let id = ExactID(line.id)
                 let before = running[id] ?? previousCart[id] ?? 0
@@ -477,7 +496,7 @@ public struct SyncStateMachine: Sendable {
         }
         var effects: [SyncEffect] = []
         state.rolledBack.removeAll { batch in
-            let echoed = batch.seq <= echoable && batch.products.allSatisfy { line in
+            let echoed = batch.seq > passed && batch.seq <= echoable && batch.products.allSatisfy { line in
                 let id = ExactID(line.id)
                 guard let count = shown[id], let position = touching[id]?.firstIndex(of: batch.seq) else { return false }
                 return position < count
@@ -513,6 +532,25 @@ public struct SyncStateMachine: Sendable {
             products: products, mealzProducts: mealzProducts, basket: state.basket)
     }
 
+    /// A new basket is told at once (docs/spec.md §4 rule 7): a notification of the new basket's
+    /// number whose lines are the WebView's basis now — what is on its way to the cart (the
+    /// pending batches carried into it after a payment; the basis kept across a store change).
+    /// From then on the basis is what it says: its lines become the base and the batches still
+    /// pending are counted in it already.
+    private mutating func notifyBasketOpened(at now: Date) -> SyncEffect {
+        let basis = mealzView
+        let ids = basis.keys.sorted()
+        state.lastNotificationSeq += 1
+        state.counters.notifications += 1
+        state.lastNotified = basis
+        state.viewBase = basis
+        state.viewCountsThrough = state.lastOutboxSeq
+        state.lastNotifiedSyncedThrough = state.hostSyncedThrough
+        return .notify(BasketNotification(
+            seq: state.lastNotificationSeq, at: now, products: ids.map { RetailerProduct(id: $0.string, quantity: basis[$0]!) },
+            syncedThrough: state.hostSyncedThrough, basket: state.basket))
+    }
+
     /// After a recorded payment: Mealz's share is empty and the next cart starts a new basket.
     /// Pending batches carry into it (they are on their way to the cart; Mealz counts them), and
     /// the WebView's basis is them alone.
@@ -520,6 +558,7 @@ public struct SyncStateMachine: Sendable {
         state.confirmed = [:]
         state.rolledBack = []
         state.viewBase = [:]
+        state.viewCountsThrough = nil
         state.basket += 1
         return .basketClosed(newBasket: state.basket)
     }

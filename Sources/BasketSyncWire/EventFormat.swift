@@ -36,8 +36,9 @@ package enum EventFormat {
             case let .basketDelta(lines):
                 object.member("type", "basketDelta")
                 object.member("products", products: lines)
-            case let .basketState(lines):
+            case let .basketState(lines, basket):
                 object.member("type", "basketState")
+                if let basket { object.member("basket", basket) }
                 object.member("products", products: lines)
             case let .basketTransfer(lines, transferId):
                 object.member("type", "basketTransfer")
@@ -68,7 +69,9 @@ package enum EventFormat {
         let event: MealzEvent?
         switch type {
         case "basketDelta": event = products(root, signed: true, &fields).map(MealzEvent.basketDelta)
-        case "basketState": event = products(root, signed: false, &fields).map(MealzEvent.basketState)
+        case "basketState":
+            let basket = basketNumber(root, &fields)
+            event = products(root, signed: false, &fields).map { MealzEvent.basketState($0, basket: basket) }
         case "basketTransfer":
             let transferId = fields.identifier(root["transferId"], in: root, key: "transferId", what: "a basketTransfer")
             let products = products(root, signed: false, &fields)
@@ -80,6 +83,17 @@ package enum EventFormat {
         }
         guard let id, let event else { return nil }
         return InboxEvent(id: id, event: event)
+    }
+
+    /// A `basketState`'s optional `"basket"`: the number of the notification it was based on.
+    private static func basketNumber(_ root: JSONNode, _ fields: inout FieldReader) -> UInt64? {
+        guard let node = root["basket"] else { return nil }
+        if case .null = node.value { return nil }
+        guard let value = node.integer, value >= 1 else {
+            fields.problem(node, "\"basket\" must be a whole number of 1 or more (the basket of the notification the state was based on), not \(node.kind)")
+            return nil
+        }
+        return UInt64(value)
     }
 
     private static func products(_ root: JSONNode, signed: Bool, _ fields: inout FieldReader) -> [RetailerProduct]? {

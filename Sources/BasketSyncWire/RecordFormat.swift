@@ -24,6 +24,7 @@ package enum RecordFormat {
             object.member("at", Timestamp.text(notification.at))
             object.member("products", products: notification.products)
             object.member("syncedThrough", notification.syncedThrough)
+            object.member("basket", notification.basket)
         }
     }
 
@@ -103,7 +104,10 @@ package enum RecordFormat {
         let reader = try RecordReader(line)
         return BasketNotification(
             seq: try reader.seq(), at: try reader.date(), products: try reader.products("products"),
-            syncedThrough: try reader.optionalInteger("syncedThrough"))
+            syncedThrough: try reader.optionalInteger("syncedThrough"),
+            // Lines written before notifications carried their basket belong to the first one
+            // as far as they tell (recovery takes the basket from the payments too).
+            basket: try reader.optionalInteger("basket") ?? 1)
     }
 
     /// Reads a payments line back.

@@ -29,6 +29,7 @@ package enum StateFormat {
             if let cap = state.acknowledgementCap { object.member("acknowledgementCap", cap) }
             if let notified = state.lastNotified { object.member("lastNotified") { quantities(notified, &$0) } }
             if let base = state.viewBase { object.member("viewBase") { quantities(base, &$0) } }
+            if let counted = state.viewCountsThrough { object.member("viewCountsThrough", counted) }
             if let synced = state.lastNotifiedSyncedThrough { object.member("lastNotifiedSyncedThrough", synced) }
             if let storeId = state.storeId { object.member("storeId", storeId) }
             object.member("mode", state.mode.rawValue)
@@ -54,7 +55,7 @@ package enum StateFormat {
          ("paymentsRecorded", \.paymentsRecorded), ("paymentsSkipped", \.paymentsSkipped),
          ("duplicatePayments", \.duplicatePayments), ("duplicateTransfers", \.duplicateTransfers),
          ("lateAcknowledgements", \.lateAcknowledgements), ("acknowledgementsBeyondOutbox", \.acknowledgementsBeyondOutbox),
-         ("acknowledgementsWentBack", \.acknowledgementsWentBack)]
+         ("acknowledgementsWentBack", \.acknowledgementsWentBack), ("staleStates", \.staleStates)]
     }
 
     /// A map of quantities by id (the host cart, kept beside the state), compactly: a 0x01 byte,
@@ -172,6 +173,7 @@ package enum StateFormat {
         state.acknowledgementCap = try object.optional("acknowledgementCap") { (reader) throws(JSONProblem) in try reader.unsigned("acknowledgementCap") }
         state.lastNotified = try object.optional("lastNotified") { (reader) throws(JSONProblem) in try reader.quantities("lastNotified") }
         state.viewBase = try object.optional("viewBase") { (reader) throws(JSONProblem) in try reader.quantities("viewBase") }
+        state.viewCountsThrough = try object.optional("viewCountsThrough") { (reader) throws(JSONProblem) in try reader.unsigned("viewCountsThrough") }
         state.lastNotifiedSyncedThrough = try object.optional("lastNotifiedSyncedThrough") { (reader) throws(JSONProblem) in try reader.unsigned("lastNotifiedSyncedThrough") }
         state.storeId = try object.optional("storeId") { (reader) throws(JSONProblem) in try reader.string("storeId") }
         guard let mode = SyncMode(rawValue: try object.string("mode")) else { throw object.problem("mode") }

@@ -106,7 +106,7 @@ enum Help {
         case "push":
             return """
                 usage: basket-sync [-C DIR] push [--id ID] SKU=±N ...
-                       basket-sync [-C DIR] push --state [--id ID] SKU=N ...
+                       basket-sync [-C DIR] push --state [--basket N] [--id ID] SKU=N ...
                        basket-sync [-C DIR] push --transfer TRANSFER_ID [--id ID] SKU=N ...
                        basket-sync [-C DIR] push --redirect [--id ID]
 
@@ -114,6 +114,9 @@ enum Help {
                 renamed), and prints its id. Signed deltas by default (basketDelta); --state gives the
                 WebView's whole basket (basketState); --transfer lands an affiliated basket;
                 --redirect asks the host to open its cart. A redelivered --id is processed once.
+                A state carries the Mealz basket it was based on: the current one, or --basket N
+                (the "basket" of the notification the WebView saw); a state for a basket a payment
+                or a store change has closed is stale, ignored and counted, never diffed.
 
                 example:
                   basket-sync push sku-1=+2 sku-9=-1

@@ -113,12 +113,19 @@ struct Invocation {
         case "push":
             let redirect = options.flag("--redirect")
             let state = options.flag("--state")
+            let basketText = try options.value("--basket")
             let transfer = try options.value("--transfer")
             let id = try options.value("--id")
             let lines = try options.operands()
             let kinds = [redirect, state, transfer != nil].filter { $0 }.count
             guard kinds <= 1 else { throw .usage("push takes one of --state, --transfer ID and --redirect") }
-            let kind: Commands.PushKind = redirect ? .redirect : state ? .state : transfer.map { .transfer($0) } ?? .delta
+            var basket: UInt64?
+            if let basketText {
+                guard state else { throw .usage("push --basket goes with --state: the basket a WebView state was based on") }
+                guard let value = UInt64(basketText), value >= 1 else { throw .usage("--basket \(basketText) is not a basket number; give the \"basket\" of a notification, 1 or more") }
+                basket = value
+            }
+            let kind: Commands.PushKind = redirect ? .redirect : state ? .state(basket: basket) : transfer.map { .transfer($0) } ?? .delta
             if kind == .redirect && !lines.isEmpty { throw .usage("push --redirect takes no products") }
             if kind == .delta && lines.isEmpty { throw .usage("push needs products: basket-sync push sku-1=+2 sku-9=-1") }
             let products = try lines.map { (line) throws(AgentError) in try Invocation.product(line, signed: kind == .delta) }

@@ -42,7 +42,7 @@ import TestSupport
                 RetailerProduct(id: ["A", "B", "café", "cafe\u{301}", "Z"].randomElement(using: &rng)!, quantity: Int.random(in: -3...4, using: &rng))
             }
             let kind: Commands.PushKind = switch Int.random(in: 0..<10, using: &rng) {
-            case 0: .state
+            case 0: .state(basket: nil)
             case 1: .transfer("t\(Int.random(in: 0..<5, using: &rng))")
             case 2: .redirect
             default: .delta

@@ -74,7 +74,7 @@ import TestSupport
         do {
             let cart = try CartFormat.decode(bytes, keys: CartKeys(), limits: InputLimits())
             // Accepted: what it would notify is one line that reads back the same.
-            let notification = BasketNotification(seq: 1, at: Date(timeIntervalSince1970: 1_796_032_200), products: cart.products, syncedThrough: cart.syncedThrough)
+            let notification = BasketNotification(seq: 1, at: Date(timeIntervalSince1970: 1_796_032_200), products: cart.products, syncedThrough: cart.syncedThrough, basket: 1)
             let line = RecordFormat.line(notification)
             guard line.filter({ $0 == 0x0A }).count == 1, line.last == 0x0A else { return "a record of several lines" }
             guard (try? RecordFormat.notification(line)) == notification else { return "a record that does not read back" }

@@ -21,32 +21,46 @@ struct HostProfile: CustomStringConvertible, Sendable {
     var restoresOldCarts = false
     /// Whether a cart reaches the library only after more Mealz events (a slow host, a cron pass).
     var slowDelivery = false
+    /// Whether WebView states are sometimes on their way while other inputs come (payments and
+    /// store changes closing their basket, deltas, carts).
+    var racingStates = true
 
     var description: String {
         "acknowledgement=\(acknowledgement) diligence=\(diligence) rejection=\(rejection) shopperEdits=\(shopperEdits) "
-            + "shopperTouchesMealzSkus=\(shopperTouchesMealzSkus) restoresOldCarts=\(restoresOldCarts) slowDelivery=\(slowDelivery)"
+            + "shopperTouchesMealzSkus=\(shopperTouchesMealzSkus) restoresOldCarts=\(restoresOldCarts) slowDelivery=\(slowDelivery) "
+            + "racingStates=\(racingStates)"
     }
 
     /// A host with which the cart must end holding exactly what Mealz asked for. A host that does
     /// not acknowledge, and is slow, or starts acknowledging late, meets the SDK's window race
     /// (docs/spec.md §4 rule 5): the WebView may push again what a rolled-back batch already added.
+    /// So does one whose WebView states race: a state based on an older basis reverts recent
+    /// batches, and a cart where they add up to nothing on a line cannot tell which were applied.
     var isExact: Bool {
         rejection == 0 && !shopperTouchesMealzSkus && !restoresOldCarts
-            && (acknowledgement == .always || (acknowledgement == .never && diligence == 1 && !slowDelivery))
+            && (acknowledgement == .always || (acknowledgement == .never && diligence == 1 && !slowDelivery && !racingStates))
     }
 }
 
 /// The reference model: what docs/spec.md §4 says, computed from the effects alone, never from the
 /// machine's state. The WebView's basis is the last notification (emptied when a payment closes
-/// the basket) plus the batches still pending, applied as a host applies them.
+/// the basket) plus the batches still pending, applied as a host applies them. A notification
+/// opening a basket (rule 7) must say that basis, batches on their way included: the basis is
+/// then what it says, and the batches it counted are not added again.
 struct ReferenceModel {
     var records: [OutboxRecord] = []
     var base: [ExactID: Int] = [:]
     var pending: [UInt64] = []
+    /// Pending batches the last notification counted already (it opened a basket).
+    var counted: Set<UInt64> = []
+    /// The basket of the last notification: what a WebView that saw it sends back.
+    var basket: UInt64 = 1
+    /// What the effects got wrong against the rules.
+    var problems: [String] = []
 
     var basis: [ExactID: Int] {
         var view = base
-        for seq in pending { RetailerProduct.apply(records[Int(seq) - 1].products, to: &view) }
+        for seq in pending where !counted.contains(seq) { RetailerProduct.apply(records[Int(seq) - 1].products, to: &view) }
         return view
     }
 
@@ -57,14 +71,23 @@ struct ReferenceModel {
                 records.append(record)
                 if record.type == .updateBasket { pending.append(record.seq) }
             case let .notify(notification):
-                base = Dictionary(uniqueKeysWithValues: notification.products.map { (ExactID($0.id), $0.quantity) })
+                let lines = Dictionary(uniqueKeysWithValues: notification.products.map { (ExactID($0.id), $0.quantity) })
+                if notification.basket != basket {
+                    if lines != basis { problems.append("the notification opening basket \(notification.basket) says \(lines), not the basis \(basis)") }
+                    basket = notification.basket
+                    counted = Set(pending)
+                } else {
+                    counted = []
+                }
+                base = lines
             case .basketClosed:
                 base = [:]
+                counted = []
             case let .settled(seq):
                 pending.removeAll { $0 == seq }
             case let .rolledBack(batch):
                 pending.removeAll { $0 == batch.seq }
-            case .payment, .lateEcho, .lateAcknowledgement, .ignored, .duplicateTransfer, .paymentAlreadyRecorded,
+            case .payment, .lateEcho, .staleState, .lateAcknowledgement, .ignored, .duplicateTransfer, .paymentAlreadyRecorded,
                  .acknowledgementBeyondOutbox, .acknowledgementBeforeRecords, .acknowledgementMissing, .acknowledgementWentBack, .storeChanged, .armTimer, .disarmTimer:
                 break
             }
@@ -95,6 +118,8 @@ struct Interleaving {
     var inFlight: [(lines: [RetailerProduct], claim: UInt64?, lastSeq: UInt64)] = []
     var orders: [String] = []
     var transfers = 0
+    /// A WebView state on its way, with the basket it was based on.
+    var stateInFlight: (lines: [RetailerProduct], basket: UInt64)?
 
     /// SKUs in canonical-equivalent spellings are distinct SKUs (docs/spec.md §4: ids compare byte
     /// for byte): `café` in NFC and in NFD are two Mealz SKUs, `K` is Mealz's while the Kelvin sign
@@ -137,10 +162,12 @@ struct Interleaving {
             if chance(profile.diligence) { try hostCatchesUp() }
             if chance(0.5) { try deliverCarts() }
             if profile.restoresOldCarts, chance(0.05) { try restoreOldCart() }
+            if chance(0.3) { try deliverStateInFlight() }
             checkEveryStep()
         }
         // Quiescence: the host processes everything, the windows run out, the host writes again.
         acknowledges = acknowledges || profile.acknowledgement == .lateFirst
+        try deliverStateInFlight()
         try hostCatchesUp()
         try deliverCarts()
         now += 1_000
@@ -186,16 +213,46 @@ struct Interleaving {
         try input(machine.receive(.basketDelta(batch), source: "d\(step)", at: at(now)), "delta \(batch)")
     }
 
-    /// The WebView sends its whole basket: what it was told, with the shopper's changes in it.
+    /// The WebView sends its whole basket: what it was told, with the shopper's changes in it,
+    /// and the basket of the last notification it saw. Now and then the state is on its way
+    /// while other inputs come (a payment, a store change): it arrives later.
     mutating func webViewState() throws {
         var state = model.basis
         for _ in 0..<Int.random(in: 1...2, using: &rng) {
             state[Interleaving.mealzSkus.randomElement(using: &rng)!] = Int.random(in: 0...4, using: &rng)
         }
         if chance(0.2), let dropped = state.keys.sorted().randomElement(using: &rng) { state[dropped] = nil }
-        intended = state.filter { $0.value > 0 }
         let lines = state.keys.sorted().map { RetailerProduct(id: $0.string, quantity: state[$0]!) }
-        try input(machine.receive(.basketState(lines), source: "s\(step)", at: at(now)), "state \(lines)")
+        // A WebView that sends no basket is diffed against the current basis: it may not race.
+        let basket: UInt64? = chance(0.15) ? nil : model.basket
+        if basket != nil, profile.racingStates, stateInFlight == nil, chance(0.3) {
+            stateInFlight = (lines, basket!)
+        } else {
+            try deliverState(lines, basket: basket)
+        }
+    }
+
+    /// A state reaches the library: diffed when it is for the current basket (the WebView asked
+    /// for it), ignored and pushing nothing when a payment or a store change closed its basket.
+    mutating func deliverState(_ lines: [RetailerProduct], basket: UInt64?) throws {
+        let effects = try machine.receive(.basketState(lines, basket: basket), source: "s\(step)", at: at(now))
+        input(effects, "state \(lines) basket \(basket.map(String.init) ?? "-")")
+        if let basket, basket != model.basket {
+            if effects.contains(where: { if case .outbox = $0 { true } else { false } }) {
+                fail("a state for closed basket \(basket) (current \(model.basket)) pushed \(effects)")
+            }
+            if !effects.contains(where: { if case .staleState = $0 { true } else { false } }) {
+                fail("a state for closed basket \(basket) was not reported stale: \(effects)")
+            }
+        } else {
+            intended = Dictionary(uniqueKeysWithValues: lines.map { (ExactID($0.id), $0.quantity) }).filter { $0.value > 0 }
+        }
+    }
+
+    mutating func deliverStateInFlight() throws {
+        guard let (lines, basket) = stateInFlight else { return }
+        stateInFlight = nil
+        try deliverState(lines, basket: basket)
     }
 
     /// The WebView repeats what it was told: that must push nothing.
@@ -312,6 +369,8 @@ struct Interleaving {
     // MARK: Invariants
 
     mutating func checkEveryStep() {
+        for problem in model.problems { fail(problem) }
+        model.problems = []
         if machine.mealzView != model.basis {
             fail("the WebView's basis is \(machine.mealzView), the reference model says \(model.basis)")
         }
@@ -344,6 +403,7 @@ struct Interleaving {
         HostProfile(acknowledgement: .always, diligence: 0.5, rejection: 0.2, shopperTouchesMealzSkus: true),
         HostProfile(acknowledgement: .always, diligence: 0.4, restoresOldCarts: true),
         HostProfile(acknowledgement: .lateFirst, diligence: 0.3),
+        HostProfile(acknowledgement: .never, diligence: 1, racingStates: false),
         HostProfile(acknowledgement: .never, diligence: 1),
         HostProfile(acknowledgement: .never, diligence: 1, slowDelivery: true),
         HostProfile(acknowledgement: .never, diligence: 0.3, rejection: 0.1, shopperTouchesMealzSkus: true),

@@ -60,7 +60,7 @@ import Testing
         let bought = lines(("A", 3), ("X", 1))
         #expect(try s.machine.handlePayment(totalPrice: money("42.50"), productList: bought, orderId: "order-123", at: at(3))
             == [payment(1, .handlePayment, 3, orderId: "order-123", products: bought, mealz: lines(("A", 2))),
-                .basketClosed(newBasket: 2)])
+                .basketClosed(newBasket: 2), notify(3, 3, [], syncedThrough: 1, basket: 2)])
         #expect(s.view == [:])
         #expect(s.machine.state.basket == 2)
         // The same order again: not recorded again, whatever the amount says.
@@ -68,8 +68,9 @@ import Testing
             == [.paymentAlreadyRecorded(orderId: "order-123", seq: 1)])
         #expect(s.machine.state.lastPaymentSeq == 1)
         #expect(s.machine.state.counters.duplicatePayments == 1)
-        // The next cart starts the new basket: A is no longer Mealz's.
-        #expect(try s.cart(5, lines(("A", 3), ("X", 1)), syncedThrough: 1) == [notify(3, 5, [], syncedThrough: 1)])
+        // The new basket was told at once; the next cart, where A is no longer Mealz's, tells
+        // nothing new.
+        #expect(try s.cart(5, lines(("A", 3), ("X", 1)), syncedThrough: 1) == [])
     }
 
     @Test func handlePaymentWithoutAMealzProductIsRecordedAsSkipped() throws {
@@ -105,12 +106,13 @@ import Testing
         var s = try retailerWithBasket()
         _ = try s.delta(3, lines(("B", 1)))
         #expect(s.machine.setSelectedStore(externalId: "store-7", mode: nil, at: at(4))
-            == [.storeChanged(storeId: "store-7", mode: .retailer, basket: 2)])
+            == [.storeChanged(storeId: "store-7", mode: .retailer, basket: 2),
+                notify(3, 4, lines(("A", 3), ("B", 1)), syncedThrough: 1, basket: 2)])
         // The WebView of the new store shows the same basket: nothing is pushed again.
         #expect(s.view == ["A": 3, "B": 1])
         #expect(try s.state(5, lines(("A", 3), ("B", 1))) == [])
         #expect(try s.cart(6, lines(("A", 3), ("B", 1), ("X", 1)), syncedThrough: 2)
-            == [.settled(seq: 2), notify(3, 6, lines(("A", 3), ("B", 1)), syncedThrough: 2)])
+            == [.settled(seq: 2), notify(4, 6, lines(("A", 3), ("B", 1)), syncedThrough: 2, basket: 2)])
         #expect(s.confirmed == ["A": 2, "B": 1])
         #expect(s.view == ["A": 3, "B": 1])
         // Setting the same store and mode again changes nothing.
@@ -137,5 +139,19 @@ import Testing
         let twenty = try #require(Money("0.20"))
         #expect(tenCents.amount + twenty.amount == Decimal(string: "0.3"))
         #expect(Money("42.5") == Money("42.50"))
+    }
+
+    /// docs/spec.md §4 rule 7: a WebView state based on a basket a payment closed is stale:
+    /// ignored, counted and reported, never diffed (it would push the paid basket again). A state
+    /// for the current basket, or one that says none, is diffed.
+    @Test func aStateForAClosedBasketIsStale() throws {
+        var s = try retailerWithBasket()
+        _ = try s.machine.handlePayment(totalPrice: money("9"), productList: lines(("A", 3)), orderId: "o", at: at(3))
+        #expect(try s.machine.receive(.basketState(lines(("A", 2)), basket: 1), source: "late", at: at(4))
+            == [.staleState(basket: 1, current: 2)])
+        #expect(s.machine.state.counters.staleStates == 1)
+        #expect(s.pendingSeqs.isEmpty)
+        #expect(try s.machine.receive(.basketState(lines(("A", 1)), basket: 2), source: "now", at: at(5))
+            == [update(2, 5, lines(("A", 1)), source: "now")])
     }
 }

@@ -61,6 +61,6 @@ func update(_ seq: UInt64, _ t: Double, _ products: [RetailerProduct], source: S
 }
 
 /// The `notifyRetailerBasketChanged` effect expected.
-func notify(_ seq: UInt64, _ t: Double, _ products: [RetailerProduct], syncedThrough: UInt64? = nil) -> SyncEffect {
-    .notify(BasketNotification(seq: seq, at: at(t), products: products, syncedThrough: syncedThrough))
+func notify(_ seq: UInt64, _ t: Double, _ products: [RetailerProduct], syncedThrough: UInt64? = nil, basket: UInt64 = 1) -> SyncEffect {
+    .notify(BasketNotification(seq: seq, at: at(t), products: products, syncedThrough: syncedThrough, basket: basket))
 }

@@ -87,7 +87,7 @@ import TestSupport
             let event: MealzEvent
             switch Int.random(in: 0..<4, using: &rng) {
             case 0: event = .basketDelta(Self.lines(&rng, signed: true))
-            case 1: event = .basketState(Self.lines(&rng, signed: false))
+            case 1: event = .basketState(Self.lines(&rng, signed: false), basket: Bool.random(using: &rng) ? UInt64.random(in: 1...UInt64(Int.max), using: &rng) : nil)
             case 2: event = .basketTransfer(Self.lines(&rng, signed: false), transferId: Self.id(&rng))
             default: event = .redirectToCart
             }
@@ -113,7 +113,8 @@ import TestSupport
 
             let notification = BasketNotification(
                 seq: seq, at: Self.instant(&rng), products: Self.lines(&rng, signed: false),
-                syncedThrough: Bool.random(using: &rng) ? UInt64.random(in: 0...seq, using: &rng) : nil)
+                syncedThrough: Bool.random(using: &rng) ? UInt64.random(in: 0...seq, using: &rng) : nil,
+                basket: UInt64.random(in: 1...UInt64(Int.max), using: &rng))
             let notificationLine = RecordFormat.line(notification)
             #expect(try RecordFormat.notification(notificationLine) == notification, "seed \(seed)")
             #expect(RecordFormat.seq(ofLine: notificationLine) == seq)

@@ -225,4 +225,34 @@ import Testing
         let pending = (status?["pending"] as? [[String: Any]])?.compactMap { $0["seq"] as? Int }
         #expect(pending == [1], "\(String(describing: status?["pending"]))")
     }
+
+    /// docs/spec.md §4 rule 7: a recorded payment closes the basket and says so at once (a
+    /// notification of the new basket); the WebView repeating the paid basket's state, based on
+    /// the closed basket, is stale and pushes nothing, where it used to push the paid units again.
+    @Test func aStateBasedOnAPaidBasketPushesNothing() throws {
+        let playground = try syncDirectory()
+        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 0))
+        try run(playground, ["sync"])
+        try run(playground, ["set-store", "s1", "--mode", "retailer"])
+        try run(playground, ["push", "A=+2"])
+        try run(playground, ["sync"])
+        try run(playground, ["apply"])
+        try run(playground, ["sync"])
+        #expect(products(playground.records("notifications.jsonl").last!) == ["A": 2])
+        #expect(playground.records("notifications.jsonl").last!["basket"] as? Int == 1)
+        try run(playground, ["handle-payment", "--total", "5.00", "--order-id", "o1"])
+        let opened = playground.records("notifications.jsonl").last!
+        #expect(opened["basket"] as? Int == 2 && products(opened).isEmpty, "the new basket is told at once: \(opened)")
+        try run(playground, ["push", "--state", "--basket", "1", "A=2"])
+        try run(playground, ["sync"])
+        #expect(try pendingCount(playground) == 0, "a stale state pushes nothing")
+        let status = try run(playground, ["status", "--json"]).stdout
+        #expect(status.contains("\"staleStates\":1"), "\(status)")
+        try run(playground, ["apply"])
+        #expect(try cartLines(playground) == ["A": 2])
+        // A state for the current basket (push reads it from the database) is diffed.
+        try run(playground, ["push", "--state", "A=1"])
+        try run(playground, ["sync"])
+        #expect(playground.records("outbox.jsonl").last.map(products) == ["A": 1])
+    }
 }

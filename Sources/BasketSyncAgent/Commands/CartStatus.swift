@@ -218,7 +218,7 @@ public struct CartStatus {
         for problem in databaseBehind { lines.append("database behind the files: \(problem)") }
         let c = state.counters
         lines.append("counters: \(c.updateBaskets) updateBasket, \(c.redirects) redirects, \(c.settled) settled, \(c.rolledBack) rolled back, \(c.ignored) ignored (no synchronizer), \(c.paymentsRecorded) payments recorded, \(c.paymentsSkipped) skipped, \(c.duplicatePayments) duplicate payments, \(c.duplicateTransfers) duplicate transfers")
-        lines.append("anomalies: \(c.lateEchoes) late echoes, \(c.lateAcknowledgements) late acknowledgements, \(c.acknowledgementsBeyondOutbox) acknowledgements beyond the outbox, \(c.acknowledgementsWentBack) acknowledgements going back")
+        lines.append("anomalies: \(c.lateEchoes) late echoes, \(c.lateAcknowledgements) late acknowledgements, \(c.acknowledgementsBeyondOutbox) acknowledgements beyond the outbox, \(c.acknowledgementsWentBack) acknowledgements going back, \(c.staleStates) stale basket states")
         if !databaseBehind.isEmpty {
             lines.append("last error: the database is behind the files (above): still current")
         } else if let error = errors.first(where: { $0.level == "error" }) {
@@ -313,6 +313,7 @@ public struct CartStatus {
                     counters.member("lateAcknowledgements", c.lateAcknowledgements)
                     counters.member("acknowledgementsBeyondOutbox", c.acknowledgementsBeyondOutbox)
                     counters.member("acknowledgementsWentBack", c.acknowledgementsWentBack)
+                    counters.member("staleStates", c.staleStates)
                 }
             }
             object.member("orderUnknown") { writer in

@@ -6,8 +6,9 @@ extension Commands {
     public enum PushKind: Equatable, Sendable {
         /// `push sku=+2 sku=-1`: signed deltas.
         case delta
-        /// `push --state sku=3`: the WebView's whole basket.
-        case state
+        /// `push --state sku=3`: the WebView's whole basket, based on the notification of `basket`
+        /// (nil: the current basket, read from the database).
+        case state(basket: UInt64?)
         /// `push --transfer ID sku=2`: an affiliated basket landing.
         case transfer(String)
         /// `push --redirect`: the shopper asked for the host's cart.
@@ -29,7 +30,8 @@ extension Commands {
             }
         }
         let inbox = Inbox(directory: "\(directory)/inbox")
-        switch Workspace.of(directory) {
+        let workspace = Workspace.of(directory)
+        switch workspace {
         case .treeRoot:
             throw .usage("\(directory): is a tree of carts; push to one of them: basket-sync -C \(directory)/CART-ID push …")
         case .treeCart:
@@ -48,7 +50,10 @@ extension Commands {
         let event: MealzEvent
         switch kind {
         case .delta: event = .basketDelta(products)
-        case .state: event = .basketState(products)
+        case let .state(basket):
+            var based = basket
+            if based == nil { based = try currentBasket(directory: directory, workspace: workspace) }
+            event = .basketState(products, basket: based)
         case let .transfer(transferId): event = .basketTransfer(products, transferId: transferId)
         case .redirect: event = .redirectToCart
         }
@@ -58,5 +63,13 @@ extension Commands {
             throw .system(pinned.shown(error))
         }
         return eventId
+    }
+
+    /// The current Mealz basket of `directory`, as a WebView that saw the last notification knows
+    /// it; nil before the database exists (the agent makes it, and a state is then diffed).
+    private static func currentBasket(directory: String, workspace: Workspace) throws(AgentError) -> UInt64? {
+        if workspace == .directory, !Posix.exists("\(directory)/\(Layout.stateDirectory)/\(Layout.database)") { return nil }
+        let store = try Store.open(directory: directory, readOnly: true)
+        return try store.withTransaction { () throws(AgentError) in try store.loadState().basket }
     }
 }

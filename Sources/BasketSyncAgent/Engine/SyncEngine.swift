@@ -211,6 +211,8 @@ public final class SyncEngine {
                 summary.reports.append((.warning, "the cart has no syncedThrough though this host acknowledges: it acknowledges nothing new, and what it shows settles nothing (it may be the shopper's own units); write syncedThrough in every cart"))
             case let .acknowledgementWentBack(synced, highest):
                 summary.reports.append((.warning, "the cart says syncedThrough \(synced), below the \(highest) it acknowledged before (an old cart restored?); nothing is undone, and apply does not apply those records again"))
+            case let .staleState(basket, current):
+                summary.reports.append((.warning, "a basketState based on basket \(basket) ignored: the current basket is \(current) (a payment or a store change closed it); the WebView sends the basket of the last notification it saw"))
             case let .duplicateTransfer(transferId):
                 summary.duplicateTransfer = true
                 summary.reports.append((.info, "transfer \(transferId) already landed: not landed again"))
