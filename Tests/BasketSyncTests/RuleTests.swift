@@ -321,4 +321,20 @@ import Testing
         _ = try s.cart(6, lines(("A", 3)), syncedThrough: 3)
         #expect(s.confirmed.isEmpty)
     }
+
+    /// docs/spec.md §4 rule 5: the host applies in seq order, so once a cart showed batch #2, the
+    /// rolled-back #1 is behind it (skipped): the shopper later adding the same unit by hand is
+    /// the shopper's, not a late echo of #1.
+    @Test func aBatchBelowOneACartShowedNeverComesLate() throws {
+        var s = Transcript()
+        _ = try s.cart(0, lines(("X", 1)))
+        _ = try s.delta(1, lines(("A", 1)))
+        _ = s.tick(12)
+        #expect(s.machine.state.rolledBack.map(\.seq) == [1])
+        _ = try s.delta(13, lines(("B", 1)))
+        #expect(try s.cart(14, lines(("X", 1), ("B", 1))).contains(.settled(seq: 2)))
+        let shopper = try s.cart(15, lines(("X", 1), ("B", 1), ("A", 1)))
+        #expect(!shopper.contains(.lateEcho(seq: 1)), "\(shopper)")
+        #expect(s.confirmed == ["B": 1])
+    }
 }
