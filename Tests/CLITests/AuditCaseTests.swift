@@ -338,8 +338,10 @@ import Testing
         _ = try run(beyond, ["push", "A=+1"])
         _ = try run(beyond, ["sync"])
         try beyond.writeAtomically("cart.json", cartJSON([("A", 2)], syncedThrough: 5))
-        // A claim beyond the outbox acknowledges nothing: wait and apply agree on the records to
-        // apply (one host progress).
+        // A claim beyond the outbox acknowledges nothing: status, wait and apply agree on the
+        // records to apply (one host progress).
+        let status = try JSONSerialization.jsonObject(with: Data(try run(beyond, ["status", "--json"]).stdout.utf8)) as? [String: Any]
+        #expect(status?["hostProgress"] as? Int == 0, "\(String(describing: status))")
         let listed = try run(beyond, ["wait", "--timeout", "0"])
         #expect(listed.stdout.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
             .compactMap { $0["seq"] as? Int } == [1, 2], "\(listed.stdout)")

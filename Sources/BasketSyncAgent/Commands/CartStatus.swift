@@ -8,6 +8,9 @@ public struct CartStatus {
     let cart: String
     let state: SyncState
     let view: [ExactID: Int]
+    /// The host's progress (docs/spec.md §4 rule 4): the one value `apply` starts after and `wait`
+    /// waits after.
+    let hostProgress: UInt64
     let lastLines: [Projection: [UInt8]]
     let counts: [Projection: UInt64]
     let inboxTaken: Int64
@@ -106,6 +109,7 @@ public struct CartStatus {
             return "\(path) holds record \(inFile) but the database ends at \(inDatabase): the database was lost, restored or replaced; every command that writes stops (74) until .basket-sync/ is restored from a backup"
         }
         view = SyncStateMachine(state: state).mealzView
+        hostProgress = try CartReader.hostProgress(state, store: store, directory: directory, configuration: configuration)
         do {
             inboxWaiting = try Inbox(directory: "\(directory)/inbox").waiting().count
             inboxProblem = nil
@@ -182,6 +186,7 @@ public struct CartStatus {
         } else {
             lines.append("host: has never written syncedThrough; batches wait \(state.pending.isEmpty ? "up to the pending window" : "for their window") for an echo")
         }
+        lines.append("host progress: \(hostProgress) of \(state.lastOutboxSeq) (apply starts after it, wait lists the records after it)")
         let ids = mealzIds
         lines.append(ids.isEmpty ? "Mealz-related lines: none" : "Mealz-related lines:")
         for id in ids {
@@ -241,6 +246,8 @@ public struct CartStatus {
             object.member("mode", state.mode.rawValue)
             object.member("basket", state.basket)
             object.member("syncedThrough", state.hostSyncedThrough)
+            // The one host progress: apply starts after it, wait lists the records after it.
+            object.member("hostProgress", hostProgress)
             // Why basket-sync.json cannot be used, or null; when it is a string, the report shows the defaults.
             object.member("configurationError", configurationProblem)
             if let watch {

@@ -36,11 +36,8 @@ extension Commands {
             if let after {
                 start = after
             } else {
-                let (state, writtenThrough) = try store.withTransaction { () throws(AgentError) in
-                    let state = try store.loadState()
-                    return (state, try store.writtenThrough(cart: CartReader.identity("\(directory)/\(configuration.cart)"), lastSeq: state.lastOutboxSeq))
-                }
-                start = state.hostProgress(claim: CartReader.claim(in: directory, configuration: configuration), writtenThrough: writtenThrough)
+                let state = try store.withTransaction { () throws(AgentError) in try store.loadState() }
+                start = try CartReader.hostProgress(state, store: store, directory: directory, configuration: configuration)
             }
         }
         let deadline = timeout.map { Date().addingTimeInterval($0) }

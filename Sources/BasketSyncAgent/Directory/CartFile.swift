@@ -141,4 +141,14 @@ extension CartReader {
               let cart = try? CartFormat.decode(bytes, keys: configuration.keys, limits: configuration.limits) else { return nil }
         return cart.syncedThrough
     }
+
+    /// The host's progress as `wait` and `status` see it (docs/spec.md §4 rule 4): the highest
+    /// seq acknowledged or echoed, or the claim of the cart on disk when it is within the records
+    /// that existed when that cart was written — the value `apply` starts after.
+    static func hostProgress(_ state: SyncState, store: Store, directory: String, configuration: AgentConfiguration) throws(AgentError) -> UInt64 {
+        let writtenThrough = try store.withTransaction { () throws(AgentError) in
+            try store.writtenThrough(cart: identity("\(directory)/\(configuration.cart)"), lastSeq: state.lastOutboxSeq)
+        }
+        return state.hostProgress(claim: claim(in: directory, configuration: configuration), writtenThrough: writtenThrough)
+    }
 }
