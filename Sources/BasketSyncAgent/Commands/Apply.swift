@@ -119,24 +119,32 @@ extension Commands {
             summary.syncedThrough = record.seq
         }
         document.setSyncedThrough(summary.syncedThrough)
-        // A cart that is a link (followSymlinks) is written where it leads, atomically, keeping its mode.
-        // Otherwise its folders are opened one by one: never written through a link swapped in.
+        // Published and recorded in one transaction (docs/spec.md §4 rule 4): the cart is renamed
+        // into place under the database's write lock, taken at once (its notification becomes the
+        // WebView's basis as the batches it applied settle; settled without it, the basis would
+        // fall back to the old cart, and a basketState repeating what the WebView shows would push
+        // them again), and what apply applied acknowledged as verified — all committed together.
+        // Killed after the rename and before the commit, the next apply reads the cart this one
+        // wrote: written after its records, it acknowledges them, and nothing is applied twice.
         let encoded = document.encoded()
-        if configuration.followSymlinks {
-            do { try Posix.writeFileAtomically(Posix.resolved(cartPath) ?? cartPath, encoded) } catch { throw .system(error) }
-        } else {
-            try Posix.withPinnedFolders(base: directory, relative: configuration.cart) { (pinned) throws(AgentError) in
-                do throws(SystemError) { try Posix.writeFileAtomically(pinned, encoded) } catch { throw .system(error) }
-            }
-        }
-        // The cart written is taken at once, in one step: its notification becomes the WebView's
-        // basis as the batches it applied settle (settled without it, the basis would fall back to
-        // the old cart, and a basketState repeating what the WebView shows would push them again).
-        _ = try engine.takeCart()
-        // What apply applied is known for sure: acknowledged as such. (Killed before this, the
-        // next apply reads the cart this one wrote: written after its records, it acknowledges them.)
         let through = summary.syncedThrough
-        try engine.step { (machine, now) throws(AgentError) in machine.hostApplied(through: through, at: now) }
+        let (taken, acknowledged) = try engine.store.withTransaction { () throws(AgentError) in
+            // A cart that is a link (followSymlinks) is written where it leads, atomically, keeping
+            // its mode. Otherwise its folders are opened one by one: never written through a link
+            // swapped in.
+            if configuration.followSymlinks {
+                do throws(SystemError) { try Posix.writeFileAtomically(Posix.resolved(cartPath) ?? cartPath, encoded) } catch { throw .system(error) }
+            } else {
+                try Posix.withPinnedFolders(base: directory, relative: configuration.cart) { (pinned) throws(AgentError) in
+                    do throws(SystemError) { try Posix.writeFileAtomically(pinned, encoded) } catch { throw .system(error) }
+                }
+            }
+            let taken = try engine.readCartInTransaction()
+            let acknowledged = try engine.stepInTransaction { (machine, now) throws(AgentError) in machine.hostApplied(through: through, at: now) }
+            return (taken, acknowledged)
+        }
+        _ = try engine.finishCart(taken)
+        try engine.finish([acknowledged])
         engine.signalCommit()
         return summary
     }
