@@ -17,6 +17,10 @@ public struct SyncState: Codable, Hashable, Sendable {
     public package(set) var basket: UInt64 = 1
     /// Mealz's own confirmed quantity per SKU (only SKUs above 0).
     public package(set) var confirmed: [ExactID: Int] = [:]
+    /// Units per SKU the share already followed the cart down for while removals on the line were
+    /// unsettled (a cart showed them first): those removals, when they settle, do not take them
+    /// again.
+    public package(set) var shareFollowedAhead: [ExactID: Int] = [:]
     /// Batches sent to the host and not yet settled, in seq order.
     public package(set) var pending: [PendingBatch] = []
     /// The most recent batches rolled back, kept to report a late echo.
@@ -46,6 +50,14 @@ public struct SyncState: Codable, Hashable, Sendable {
     /// opened the current basket listed what was on its way. Nil when the last notification was
     /// a cart's (the pending deltas all come on top of it).
     public package(set) var viewCountsThrough: UInt64?
+    /// For an acknowledging host whose last carts acknowledged nothing new (a claim refused, or
+    /// none): the last pending batch the host cart shows applied (the host applies in seq order,
+    /// so every pending batch up to it). Nil when the last cart's acknowledgement stood.
+    public package(set) var cartShowsThrough: UInt64?
+    /// Pending batches up to this seq were paid: the cart a recorded payment took showed them
+    /// applied (an acknowledging host whose claim was refused). They count in no basket, and
+    /// settle into no share.
+    public package(set) var paidThrough: UInt64?
     /// The `syncedThrough` of the last notification.
     public package(set) var lastNotifiedSyncedThrough: UInt64?
     /// The store set with `setSelectedStoreWithExternalId`.

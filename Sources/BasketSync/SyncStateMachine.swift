@@ -30,7 +30,7 @@ public struct SyncStateMachine: Sendable {
     /// diffed against it, so that the WebView repeating what it was told pushes nothing.
     public var mealzView: [ExactID: Int] {
         var view = state.viewBase ?? state.confirmed
-        let counted = state.viewCountsThrough ?? 0
+        let counted = max(state.viewCountsThrough ?? 0, state.paidThrough ?? 0)
         for batch in state.pending where batch.seq > counted { RetailerProduct.apply(batch.products, to: &view) }
         return view
     }
@@ -307,11 +307,14 @@ public struct SyncStateMachine: Sendable {
             // From now on this host acknowledges: its batches wait for the acknowledgement.
             for index in state.pending.indices { state.pending[index].deadline = nil }
             effects += lateAcknowledgements(through: acknowledged)
+            let refused = syncedThrough > min(state.lastOutboxSeq, echoable)
+            state.cartShowsThrough = refused ? shownRun(from: previousCart, in: newCart, through: echoable) : nil
         } else if state.hostSyncedThrough != nil {
             // A host that has ever acknowledged never echoes: its cart without the field says
-            // nothing of what it applied.
+            // nothing of what it applied (it settles nothing), but it may hold batches applied.
             settleCount = 0
             effects.append(.acknowledgementMissing)
+            state.cartShowsThrough = shownRun(from: previousCart, in: newCart, through: echoable)
         } else {
             settleCount = 0
             echoed = echoedBatches(previousCart: previousCart, newCart: newCart, through: echoable)
@@ -331,10 +334,23 @@ public struct SyncStateMachine: Sendable {
             effects += lateEchoes(previousCart: previousCart, newCart: newCart, after: passed, through: echoable)
         }
 
-        // Mealz follows the cart downward only: units the shopper adds are not Mealz's.
+        // Mealz follows the cart downward only: units the shopper adds are not Mealz's. Where
+        // removals are still unsettled on the line, the cart may show them already: the share
+        // lowered for them is remembered, so that they are not taken again when they settle.
+        var unsettledRemovals: [ExactID: Int]?
         for (id, quantity) in state.confirmed {
             let inCart = newCart[id] ?? 0
-            if inCart < quantity { state.confirmed[id] = inCart == 0 ? nil : inCart }
+            guard inCart < quantity else { continue }
+            state.confirmed[id] = inCart == 0 ? nil : inCart
+            if unsettledRemovals == nil {
+                var removals: [ExactID: Int] = [:]
+                for batch in state.pending + state.rolledBack {
+                    for line in batch.products where line.quantity < 0 { removals[ExactID(line.id), default: 0] -= line.quantity }
+                }
+                unsettledRemovals = removals
+            }
+            let room = (unsettledRemovals?[id] ?? 0) - (state.shareFollowedAhead[id] ?? 0)
+            if room > 0 { state.shareFollowedAhead[id, default: 0] += min(quantity - inCart, room) }
         }
 
         let related = mealzRelatedIds
@@ -350,7 +366,8 @@ public struct SyncStateMachine: Sendable {
             state.lastNotificationSeq += 1
             state.lastNotified = listMap
             state.viewBase = listMap
-            state.viewCountsThrough = nil
+            // The pending batches this cart shows applied are in its lines already.
+            state.viewCountsThrough = state.cartShowsThrough.flatMap { shows in state.pending.first.map { $0.seq <= shows } == true ? shows : nil }
             state.lastNotifiedSyncedThrough = state.hostSyncedThrough
             state.counters.notifications += 1
             effects.append(.notify(BasketNotification(
@@ -360,11 +377,39 @@ public struct SyncStateMachine: Sendable {
         return effects
     }
 
+    /// For an acknowledging host's cart that acknowledges nothing new (its claim refused, or
+    /// none): the last pending batch it shows applied, so that the WebView's basis does not count
+    /// those batches twice (docs/spec.md §4 rule 4). The host applies in seq order: from the last
+    /// cart (and the batches it showed), the longest run of the next pending batches after which
+    /// every line they touch is at the quantity the cart holds. Nothing settles by it. Keeps
+    /// what the last cart showed when the cart matches no run (the shopper edited those lines).
+    private func shownRun(from previousCart: [ExactID: Int], in newCart: [ExactID: Int], through echoable: UInt64) -> UInt64? {
+        let before = state.cartShowsThrough ?? 0
+        let batches = state.pending.filter { $0.seq > before && $0.seq <= echoable }
+        // Every line the batches touch, at the last cart's quantity; how many differ from the cart.
+        var running: [ExactID: Int] = [:]
+        for batch in batches { for line in batch.products { running[ExactID(line.id)] = previousCart[ExactID(line.id)] ?? 0 } }
+        var mismatched = running.reduce(0) { $0 + ((newCart[$1.key] ?? 0) == $1.value ? 0 : 1) }
+        var shown: UInt64?
+        for batch in batches {
+            for line in batch.products {
+                let id = ExactID(line.id)
+                let old = running[id]!
+                let value = RetailerProduct.applying(delta: line.quantity, to: old)
+                running[id] = value
+                let target = newCart[id] ?? 0
+                if old == target, value != target { mismatched += 1 } else if old != target, value == target { mismatched -= 1 }
+            }
+            if mismatched == 0 { shown = batch.seq }
+        }
+        return shown ?? state.cartShowsThrough
+    }
+
     /// Settles the first `count` pending batches: the host applied them.
     private mutating func settlePending(_ count: Int) -> [SyncEffect] {
         var effects: [SyncEffect] = []
         for batch in state.pending.prefix(count) {
-            Self.settle(batch, into: &state.confirmed)
+            settle(batch)
             effects.append(.settled(seq: batch.seq))
             state.counters.settled += 1
         }
@@ -374,9 +419,23 @@ public struct SyncStateMachine: Sendable {
 
     /// A batch the host applied becomes Mealz's share: its additions raise the share and its
     /// removals take Mealz's units first, never below 0 (the shopper's own units on the line stay
-    /// the shopper's). The share then follows the cart downward.
-    private static func settle(_ batch: PendingBatch, into share: inout [ExactID: Int]) {
-        RetailerProduct.apply(batch.products, to: &share)
+    /// the shopper's). A removal the share already followed the cart down for (a cart showed it
+    /// before it settled) is not taken twice. The share then follows the cart downward.
+    private mutating func settle(_ batch: PendingBatch) {
+        if let paid = state.paidThrough, batch.seq <= paid {
+            if state.pending.first.map({ $0.seq > paid }) ?? true { state.paidThrough = nil }
+            return
+        }
+        for line in batch.products {
+            let id = ExactID(line.id)
+            var delta = line.quantity
+            if delta < 0, let ahead = state.shareFollowedAhead[id] {
+                let credit = min(-delta, ahead)
+                delta += credit
+                state.shareFollowedAhead[id] = ahead == credit ? nil : ahead - credit
+            }
+            RetailerProduct.apply([RetailerProduct(id: line.id, quantity: delta)], to: &state.confirmed)
+        }
     }
 
     /// Checks a `syncedThrough` and returns the outbox seq the host has acknowledged so far. By
@@ -419,11 +478,11 @@ public struct SyncStateMachine: Sendable {
     /// `syncedThrough` came after their window). They become Mealz's share, reported as late.
     private mutating func lateAcknowledgements(through acknowledged: UInt64) -> [SyncEffect] {
         var effects: [SyncEffect] = []
-        state.rolledBack.removeAll { batch in
-            guard batch.seq <= acknowledged else { return false }
-            Self.settle(batch, into: &state.confirmed)
+        let covered = state.rolledBack.filter { $0.seq <= acknowledged }
+        state.rolledBack.removeAll { $0.seq <= acknowledged }
+        for batch in covered {
+            settle(batch)
             effects.append(.lateAcknowledgement(seq: batch.seq))
-            return true
         }
         state.counters.lateAcknowledgements += UInt64(effects.count)
         return effects
@@ -462,7 +521,7 @@ public struct SyncStateMachine: Sendable {
     private mutating func settleEchoed(_ seqs: Set<UInt64>) -> [SyncEffect] {
         var effects: [SyncEffect] = []
         for batch in state.pending where seqs.contains(batch.seq) {
-            Self.settle(batch, into: &state.confirmed)
+            settle(batch)
             effects.append(.settled(seq: batch.seq))
             state.counters.settled += 1
         }
@@ -495,17 +554,20 @@ public struct SyncStateMachine: Sendable {
             }
         }
         var effects: [SyncEffect] = []
-        state.rolledBack.removeAll { batch in
-            let echoed = batch.seq > passed && batch.seq <= echoable && batch.products.allSatisfy { line in
+        let echoed = state.rolledBack.filter { batch in
+            batch.seq > passed && batch.seq <= echoable && batch.products.allSatisfy { line in
                 let id = ExactID(line.id)
                 guard let count = shown[id], let position = touching[id]?.firstIndex(of: batch.seq) else { return false }
                 return position < count
             }
-            guard echoed else { return false }
-            Self.settle(batch, into: &state.confirmed)
+        }
+        let seqs = Set(echoed.map(\.seq))
+        state.rolledBack.removeAll { seqs.contains($0.seq) }
+        for batch in echoed {
+            settle(batch)
             state.echoedThrough = max(state.echoedThrough ?? 0, batch.seq)
+            state.echoedAhead = max(state.echoedAhead ?? 0, batch.seq)
             effects.append(.lateEcho(seq: batch.seq))
-            return true
         }
         state.counters.lateEchoes += UInt64(effects.count)
         return effects
@@ -556,9 +618,13 @@ public struct SyncStateMachine: Sendable {
     /// the WebView's basis is them alone.
     private mutating func closeBasket() -> SyncEffect {
         state.confirmed = [:]
+        state.shareFollowedAhead = [:]
         state.rolledBack = []
         state.viewBase = [:]
         state.viewCountsThrough = nil
+        // The pending batches the paid cart showed applied were paid with it: they do not carry
+        // into the new basket, and their acknowledgement, when it comes, adds nothing to its share.
+        if let shows = state.cartShowsThrough, let first = state.pending.first?.seq, first <= shows { state.paidThrough = shows }
         state.basket += 1
         return .basketClosed(newBasket: state.basket)
     }

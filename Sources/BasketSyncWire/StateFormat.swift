@@ -19,6 +19,7 @@ package enum StateFormat {
             object.member("lastPaymentSeq", state.lastPaymentSeq)
             object.member("basket", state.basket)
             object.member("confirmed") { quantities(state.confirmed, &$0) }
+            if !state.shareFollowedAhead.isEmpty { object.member("shareFollowedAhead") { quantities(state.shareFollowedAhead, &$0) } }
             object.member("pending") { batches(state.pending, &$0) }
             object.member("rolledBack") { batches(state.rolledBack, &$0) }
             if let hostCart = state.hostCart { object.member("hostCart") { quantities(hostCart, &$0) } }
@@ -30,6 +31,8 @@ package enum StateFormat {
             if let notified = state.lastNotified { object.member("lastNotified") { quantities(notified, &$0) } }
             if let base = state.viewBase { object.member("viewBase") { quantities(base, &$0) } }
             if let counted = state.viewCountsThrough { object.member("viewCountsThrough", counted) }
+            if let shows = state.cartShowsThrough { object.member("cartShowsThrough", shows) }
+            if let paid = state.paidThrough { object.member("paidThrough", paid) }
             if let synced = state.lastNotifiedSyncedThrough { object.member("lastNotifiedSyncedThrough", synced) }
             if let storeId = state.storeId { object.member("storeId", storeId) }
             object.member("mode", state.mode.rawValue)
@@ -163,6 +166,7 @@ package enum StateFormat {
         state.lastPaymentSeq = try object.unsigned("lastPaymentSeq")
         state.basket = try object.unsigned("basket")
         state.confirmed = try object.quantities("confirmed")
+        state.shareFollowedAhead = try object.optional("shareFollowedAhead") { (reader) throws(JSONProblem) in try reader.quantities("shareFollowedAhead") } ?? [:]
         state.pending = try object.batches("pending")
         state.rolledBack = try object.batches("rolledBack")
         state.hostCart = try object.optional("hostCart") { (reader) throws(JSONProblem) in try reader.quantities("hostCart") }
@@ -174,6 +178,8 @@ package enum StateFormat {
         state.lastNotified = try object.optional("lastNotified") { (reader) throws(JSONProblem) in try reader.quantities("lastNotified") }
         state.viewBase = try object.optional("viewBase") { (reader) throws(JSONProblem) in try reader.quantities("viewBase") }
         state.viewCountsThrough = try object.optional("viewCountsThrough") { (reader) throws(JSONProblem) in try reader.unsigned("viewCountsThrough") }
+        state.cartShowsThrough = try object.optional("cartShowsThrough") { (reader) throws(JSONProblem) in try reader.unsigned("cartShowsThrough") }
+        state.paidThrough = try object.optional("paidThrough") { (reader) throws(JSONProblem) in try reader.unsigned("paidThrough") }
         state.lastNotifiedSyncedThrough = try object.optional("lastNotifiedSyncedThrough") { (reader) throws(JSONProblem) in try reader.unsigned("lastNotifiedSyncedThrough") }
         state.storeId = try object.optional("storeId") { (reader) throws(JSONProblem) in try reader.string("storeId") }
         guard let mode = SyncMode(rawValue: try object.string("mode")) else { throw object.problem("mode") }

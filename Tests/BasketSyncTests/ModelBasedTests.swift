@@ -24,11 +24,17 @@ struct HostProfile: CustomStringConvertible, Sendable {
     /// Whether WebView states are sometimes on their way while other inputs come (payments and
     /// store changes closing their basket, deltas, carts).
     var racingStates = true
+    /// Whether an acknowledging host's counter now and then runs ahead: a claim of records that
+    /// did not exist when the cart was written (then honest again, then ahead again).
+    var claimsAhead = false
+    /// Whether an acknowledging host now and then writes a cart without `syncedThrough` (a
+    /// shopper-edit path that drops the field).
+    var dropsTheField = false
 
     var description: String {
         "acknowledgement=\(acknowledgement) diligence=\(diligence) rejection=\(rejection) shopperEdits=\(shopperEdits) "
             + "shopperTouchesMealzSkus=\(shopperTouchesMealzSkus) restoresOldCarts=\(restoresOldCarts) slowDelivery=\(slowDelivery) "
-            + "racingStates=\(racingStates)"
+            + "racingStates=\(racingStates) claimsAhead=\(claimsAhead) dropsTheField=\(dropsTheField)"
     }
 
     /// A host with which the cart must end holding exactly what Mealz asked for. A host that does
@@ -51,8 +57,16 @@ struct ReferenceModel {
     var records: [OutboxRecord] = []
     var base: [ExactID: Int] = [:]
     var pending: [UInt64] = []
-    /// Pending batches the last notification counted already (it opened a basket).
+    /// Pending batches the last notification counted already: it opened a basket, or it was the
+    /// cart of an acknowledging host that had applied them (whatever its claim said).
     var counted: Set<UInt64> = []
+    /// While a cart of an acknowledging host is taken: the last record the host had really
+    /// processed when it wrote that cart (the simulation knows it; the library does not).
+    var cartApplied: UInt64?
+    /// The same for the last cart taken: what a payment pays.
+    var lastCartApplied: UInt64?
+    /// Pending batches a payment paid: the cart it took held them applied. In no basket.
+    var paid: Set<UInt64> = []
     /// The basket of the last notification: what a WebView that saw it sends back.
     var basket: UInt64 = 1
     /// What the effects got wrong against the rules.
@@ -60,7 +74,7 @@ struct ReferenceModel {
 
     var basis: [ExactID: Int] {
         var view = base
-        for seq in pending where !counted.contains(seq) { RetailerProduct.apply(records[Int(seq) - 1].products, to: &view) }
+        for seq in pending where !counted.contains(seq) && !paid.contains(seq) { RetailerProduct.apply(records[Int(seq) - 1].products, to: &view) }
         return view
     }
 
@@ -77,12 +91,13 @@ struct ReferenceModel {
                     basket = notification.basket
                     counted = Set(pending)
                 } else {
-                    counted = []
+                    counted = Set(pending.filter { $0 <= (cartApplied ?? 0) })
                 }
                 base = lines
             case .basketClosed:
                 base = [:]
                 counted = []
+                paid.formUnion(pending.filter { $0 <= (lastCartApplied ?? 0) })
             case let .settled(seq):
                 pending.removeAll { $0 == seq }
             case let .rolledBack(batch):
@@ -115,9 +130,13 @@ struct Interleaving {
     var processed: UInt64 = 0
     var acknowledges: Bool
     var backups: [(cart: [ExactID: Int], processed: UInt64)] = []
-    var inFlight: [(lines: [RetailerProduct], claim: UInt64?, lastSeq: UInt64)] = []
+    var inFlight: [(lines: [RetailerProduct], claim: UInt64?, lastSeq: UInt64, applied: UInt64?)] = []
     var orders: [String] = []
     var transfers = 0
+    /// Whether the host has written `syncedThrough` in a cart yet.
+    var claimedOnce = false
+    /// At the end: the host writes honest carts only, so that everything can settle.
+    var quiescing = false
     /// A WebView state on its way, with the basket it was based on.
     var stateInFlight: (lines: [RetailerProduct], basket: UInt64)?
 
@@ -167,6 +186,7 @@ struct Interleaving {
         }
         // Quiescence: the host processes everything, the windows run out, the host writes again.
         acknowledges = acknowledges || profile.acknowledgement == .lateFirst
+        quiescing = true
         try deliverStateInFlight()
         try hostCatchesUp()
         try deliverCarts()
@@ -332,7 +352,13 @@ struct Interleaving {
     /// The host writes its cart; it reaches the library now, or later for a slow host.
     mutating func writeCart() throws {
         let lines = host.keys.sorted().map { RetailerProduct(id: $0.string, quantity: host[$0]!) }
-        inFlight.append((lines, acknowledges ? processed : nil, UInt64(model.records.count)))
+        var claim: UInt64? = acknowledges ? processed : nil
+        if acknowledges, profile.claimsAhead, !quiescing, chance(0.1) { claim = UInt64(model.records.count) + UInt64(Int.random(in: 1...50, using: &rng)) }
+        // Once it has written the field: before, it is a host that never acknowledged (as the
+        // SDK's, its batches wait for an echo).
+        if acknowledges, profile.dropsTheField, claimedOnce, !quiescing, chance(0.1) { claim = nil }
+        if claim != nil { claimedOnce = true }
+        inFlight.append((lines, claim, UInt64(model.records.count), acknowledges ? processed : nil))
         if !profile.slowDelivery { try deliverCarts() }
     }
 
@@ -341,6 +367,9 @@ struct Interleaving {
         inFlight = []
         for cart in carts {
             let effects = try machine.retailerBasketChanged(cart.lines, syncedThrough: cart.claim, outboxSeqWhenWritten: cart.lastSeq, at: at(now))
+            model.cartApplied = cart.applied
+            model.lastCartApplied = cart.applied
+            defer { model.cartApplied = nil }
             input(effects, "cart \(cart.lines) claim \(cart.claim.map(String.init) ?? "-") written at seq \(cart.lastSeq)")
             // Nothing settles before the host could have seen it.
             let settled = effects.compactMap { effect -> UInt64? in
@@ -402,6 +431,8 @@ struct Interleaving {
         HostProfile(acknowledgement: .always, diligence: 0.5, slowDelivery: true),
         HostProfile(acknowledgement: .always, diligence: 0.5, rejection: 0.2, shopperTouchesMealzSkus: true),
         HostProfile(acknowledgement: .always, diligence: 0.4, restoresOldCarts: true),
+        HostProfile(acknowledgement: .always, diligence: 0.5, claimsAhead: true),
+        HostProfile(acknowledgement: .always, diligence: 0.5, dropsTheField: true),
         HostProfile(acknowledgement: .lateFirst, diligence: 0.3),
         HostProfile(acknowledgement: .never, diligence: 1, racingStates: false),
         HostProfile(acknowledgement: .never, diligence: 1),

@@ -337,4 +337,63 @@ import Testing
         #expect(!shopper.contains(.lateEcho(seq: 1)), "\(shopper)")
         #expect(s.confirmed == ["B": 1])
     }
+
+    /// The same when the later batch was shown late: once a cart confirmed #2 late, the
+    /// rolled-back #1 is behind the host too.
+    @Test func aBatchBelowOneConfirmedLateNeverComesLate() throws {
+        var s = Transcript()
+        _ = try s.cart(0, lines(("X", 1)))
+        _ = try s.delta(1, lines(("A", 1)))
+        _ = try s.delta(2, lines(("B", 1)))
+        _ = s.tick(13)
+        #expect(s.machine.state.rolledBack.map(\.seq) == [1, 2])
+        #expect(try s.cart(14, lines(("X", 1), ("B", 1))).contains(.lateEcho(seq: 2)))
+        let shopper = try s.cart(15, lines(("X", 1), ("B", 1), ("A", 1)))
+        #expect(!shopper.contains(.lateEcho(seq: 1)), "\(shopper)")
+        #expect(s.confirmed == ["B": 1])
+    }
+
+    /// docs/spec.md §4 rule 4: a cart of an acknowledging host whose claim is refused (its counter
+    /// ran ahead) still shows what the host applied: the pending batch it shows is counted in
+    /// the WebView's basis once, not twice, and settles (without being taken again from the
+    /// share) when an honest claim comes.
+    @Test func aCartWhoseClaimIsRefusedIsNotCountedTwiceInTheBasis() throws {
+        var s = Transcript()
+        _ = try s.cart(0, [], syncedThrough: 0)
+        _ = try s.delta(1, lines(("A", 3)))
+        _ = try s.cart(2, lines(("A", 3)), syncedThrough: 1)
+        _ = try s.delta(3, lines(("A", -1)))
+        _ = try s.delta(4, lines(("B", 2)))
+        // The host applied #2 and #3, and claims 9: refused, nothing settles.
+        let refused = try s.cart(5, lines(("A", 2), ("B", 2)), syncedThrough: 9)
+        #expect(!refused.contains(.settled(seq: 2)) && s.pendingSeqs == [2, 3])
+        #expect(s.view == ["A": 2, "B": 2], "the basis counts the batches the cart shows once")
+        #expect(try s.state(6, lines(("A", 2), ("B", 2))) == [], "the WebView repeating what it was told pushes nothing")
+        // The honest claim settles both; A's removal came off the share once.
+        _ = try s.cart(7, lines(("A", 2), ("B", 2)), syncedThrough: 3)
+        #expect(s.pendingSeqs.isEmpty)
+        #expect(s.confirmed == ["A": 2, "B": 2])
+        #expect(s.view == ["A": 2, "B": 2])
+    }
+
+    /// docs/spec.md §4 rule 7: a payment pays the cart it takes; the pending batches that cart
+    /// showed applied (a refused claim) are paid with it and do not carry into the new basket.
+    @Test func aPaymentPaysThePendingBatchesItsCartShowed() throws {
+        var s = Transcript()
+        _ = s.machine.setSelectedStore(externalId: "st", mode: .retailer, at: at(0))
+        _ = try s.cart(0, [], syncedThrough: 0)
+        _ = try s.delta(1, lines(("A", 2)))
+        _ = try s.cart(2, lines(("A", 2)), syncedThrough: 1)
+        _ = try s.delta(3, lines(("B", 1)))
+        _ = try s.delta(4, lines(("C", 1)))
+        // The host applied #2, not #3, and claims 9: refused.
+        _ = try s.cart(5, lines(("A", 2), ("B", 1)), syncedThrough: 9)
+        let paid = try s.machine.handlePayment(totalPrice: Money("5")!, productList: lines(("A", 2), ("B", 1)), orderId: "o", at: at(6))
+        #expect(paid.contains(notify(4, 6, lines(("C", 1)), syncedThrough: 1, basket: 2)), "\(paid)")
+        #expect(s.view == ["C": 1], "#2 was paid with the cart; #3 carries into the new basket")
+        // The completion emptied the cart; the host applies #3 and acknowledges both.
+        _ = try s.cart(7, lines(("C", 1)), syncedThrough: 3)
+        #expect(s.pendingSeqs.isEmpty)
+        #expect(s.confirmed == ["C": 1], "B was paid: not in the new basket's share")
+    }
 }
