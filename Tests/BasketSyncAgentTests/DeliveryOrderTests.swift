@@ -37,4 +37,18 @@ import Testing
         #expect(order.names == ["1700000000.99_5.host", "1700000000.123_4.host", "1700000000.123_10.host"])
         #expect(order.unordered.isEmpty)
     }
+
+    /// Names from different deliverers in one tick compare by the time each carries: `push`'s
+    /// (a Maildir name, or its former sixteen digits of microseconds) against Python's `mailbox`
+    /// names, whichever sorts first as text.
+    @Test func namesOfDifferentDeliverersCompareByTheirTime() {
+        for push in ["1796148731.M913896P3852Rcd48.basket-sync", "1796148731913896.P3852Rcd48.basket-sync"] {
+            let order = Inbox.deliveryOrder([
+                (name: "1796148732.M13896P4242Q1.mealzhost", changed: 7), (name: push, changed: 7),
+                (name: "1796148731.M999999P1Q1.other", changed: 7),
+            ])
+            #expect(order.names == [push, "1796148731.M999999P1Q1.other", "1796148732.M13896P4242Q1.mealzhost"], "\(push)")
+            #expect(order.unordered.isEmpty)
+        }
+    }
 }

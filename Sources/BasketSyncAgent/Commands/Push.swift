@@ -43,10 +43,12 @@ extension Commands {
         guard Posix.isDirectory(inbox.folder("tmp")), Posix.isDirectory(inbox.folder("new")) else {
             throw .missingInput("\(directory): not a sync directory (no inbox/tmp and inbox/new); run basket-sync init there first")
         }
-        let micros = String(Int64((Date().timeIntervalSince1970 * 1_000_000).rounded(.down)))
+        let now = Int64((Date().timeIntervalSince1970 * 1_000_000).rounded(.down))
         let unique = Store.newSyncId()
-        let eventId = id ?? "push-\(micros)-\(unique.prefix(8))"
-        let name = String(repeating: "0", count: max(0, 16 - micros.count)) + micros + ".P\(Posix.processId)R\(unique).basket-sync"
+        let eventId = id ?? "push-\(now)-\(unique.prefix(8))"
+        // A Maildir name (docs/spec.md §4 rule 6): seconds, then M and the microseconds, so that
+        // deliveries of one clock tick are ordered by the time the name carries, whoever made them.
+        let name = "\(now / 1_000_000).M\(now % 1_000_000)P\(Posix.processId)R\(unique).basket-sync"
         let event: MealzEvent
         switch kind {
         case .delta: event = .basketDelta(products)

@@ -128,12 +128,15 @@ struct Inbox {
     }
 
     /// The delivery time in a Maildir name, `SECONDS.M<usec>P<pid>Q<n>.host` (Python's
-    /// `mailbox.Maildir`), `SECONDS.<usec>_<n>.host` or `SECONDS.<anything>`: seconds,
-    /// microseconds, the delivery counter;
-    /// zeros for what a name does not say.
+    /// `mailbox.Maildir`, and `push`), `SECONDS.<usec>_<n>.host` or `SECONDS.<anything>`:
+    /// seconds, microseconds, the delivery counter; zeros for what a name does not say. A first
+    /// number too large for seconds (beyond 10^11, the year 5138) is microseconds: `push` named
+    /// its deliveries so before it wrote Maildir names.
     static func deliveryTime(_ name: String) -> (UInt64, UInt64, UInt64) {
         let parts = name.split(separator: ".", maxSplits: 2, omittingEmptySubsequences: false)
-        guard let seconds = parts.first.flatMap({ UInt64($0) }) else { return (0, 0, 0) }
+        guard let first = parts.first.flatMap({ UInt64($0) }) else { return (0, 0, 0) }
+        if first >= 100_000_000_000 { return (first / 1_000_000, first % 1_000_000, 0) }
+        let seconds = first
         guard parts.count > 1 else { return (seconds, 0, 0) }
         func number(after marker: Character, in text: Substring) -> UInt64 {
             guard let start = text.firstIndex(of: marker) else { return 0 }

@@ -31,9 +31,9 @@ extension SyncEngine {
         let waiting: [String]
         let unordered: [(String, String)]
         do { (waiting, unordered) = try inbox.waitingInOrder(seen: seen) } catch { throw .system(inbox.shown(error)) }
-        // Two deliveries of one clock tick without Maildir names: taken by name, and said.
+        // Two deliveries of one clock tick, one without a Maildir name: taken in the order said.
         if let (first, second) = unordered.first {
-            let message = "order unknown between \(inbox.shown(first)) and \(inbox.shown(second)) (delivered in the same clock tick, a name without a delivery time): taken by name; deliver with Maildir names (SECONDS.M<usec>P<pid>Q<n>.host, or basket-sync push)"
+            let message = "order unknown between \(inbox.shown(first)) and \(inbox.shown(second)) (delivered in the same clock tick, a name without a delivery time): \(inbox.shown(first)) taken first; deliver with Maildir names (SECONDS.M<usec>P<pid>Q<n>.host, or basket-sync push)"
             logger.log(.warning, unordered.count > 1 ? message + "; \(unordered.count - 1) more such pairs" : message)
             _ = try? store.withTransaction { () throws(AgentError) in try store.setNote(.orderUnknown, "\(Timestamp.text(Date()))\t\(message)") }
         }
