@@ -92,6 +92,13 @@ extension SyncStateMachine {
                 guard record.seq > acknowledged, record.type == .updateBasket, !record.products.isEmpty else { return nil }
                 return PendingBatch(seq: record.seq, products: record.products, at: record.at, deadline: nil)
             }
+            // The deltas the cart's claim acknowledges beyond what the last notification said are
+            // settled now: Mealz's share counts them, as it would have had the cart been taken
+            // before the loss (the notified lines hold what came before).
+            let notified = max(verified, firstHeld)
+            for record in outbox where record.seq > notified && record.seq <= acknowledged && record.type == .updateBasket {
+                settle(PendingBatch(seq: record.seq, products: record.products, at: record.at, deadline: nil))
+            }
         }
         return []
     }

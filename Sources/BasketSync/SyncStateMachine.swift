@@ -421,7 +421,7 @@ public struct SyncStateMachine: Sendable {
     /// removals take Mealz's units first, never below 0 (the shopper's own units on the line stay
     /// the shopper's). A removal the share already followed the cart down for (a cart showed it
     /// before it settled) is not taken twice. The share then follows the cart downward.
-    private mutating func settle(_ batch: PendingBatch) {
+    mutating func settle(_ batch: PendingBatch) {
         if let paid = state.paidThrough, batch.seq <= paid {
             if state.pending.first.map({ $0.seq > paid }) ?? true { state.paidThrough = nil }
             return

@@ -29,6 +29,23 @@ struct RecoveryTests {
         }
     }
 
+    /// The cart's claim acknowledges more than the last notification said (the host applied #2
+    /// and #3 after basket-sync last took its cart): those deltas are Mealz's share, as they
+    /// would have been had that cart been taken before the loss — a payment counts them.
+    @Test func theDeltasTheCartsClaimAcknowledgesAreMealzsShare() throws {
+        var lost = Transcript()
+        var files = Files()
+        files.keep(try lost.cart(0, [], syncedThrough: 0))
+        for t in 1...3 { files.keep(try lost.delta(Double(t), lines(("A", 1)))) }
+        files.keep(try lost.cart(4, lines(("A", 1)), syncedThrough: 1))
+
+        var recovered = files.recovered(cartClaim: 3)
+        #expect(recovered.pendingSeqs.isEmpty)
+        #expect(recovered.confirmed == ["A": 3])
+        _ = try recovered.cart(5, lines(("A", 3)), syncedThrough: 3)
+        #expect(recovered.confirmed == ["A": 3])
+    }
+
     /// An acknowledging host: what it had not acknowledged is pending again, so the WebView's
     /// state repeated pushes nothing, and the next record goes on after the files' last one.
     @Test func anAcknowledgingHostsUnacknowledgedDeltasArePendingAgain() throws {

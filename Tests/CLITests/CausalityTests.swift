@@ -255,4 +255,24 @@ import Testing
         try run(playground, ["sync"])
         #expect(playground.records("outbox.jsonl").last.map(products) == ["A": 1])
     }
+
+    /// init --adopt where the cart's claim is ahead of the last notification (the host applied
+    /// #2 and #3, the database was lost before basket-sync took that cart): the deltas it
+    /// acknowledges are Mealz's share, and a payment counts all three units.
+    @Test func adoptionCountsWhatTheCartsClaimAcknowledges() throws {
+        let playground = try syncDirectory()
+        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 0))
+        try run(playground, ["sync"])
+        for _ in 1...3 { try run(playground, ["push", "A=+1"]) }
+        try run(playground, ["sync"])
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1)], syncedThrough: 1))
+        try run(playground, ["sync"])
+        try playground.writeAtomically("cart.json", cartJSON([("A", 3)], syncedThrough: 3))
+        try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
+        try run(playground, ["init", "--adopt"])
+        try run(playground, ["sync"])
+        try run(playground, ["set-store", "s1", "--mode", "retailer"])
+        try run(playground, ["handle-payment", "--total", "3", "--order-id", "o1"])
+        #expect(products(playground.records("payments.jsonl").last!, key: "mealzProducts") == ["A": 3])
+    }
 }
