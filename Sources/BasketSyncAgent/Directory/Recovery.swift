@@ -120,6 +120,16 @@ enum Recovery {
                     line += "; records \(claim + 1)…\(first - 1) are in no file (rotated away) and the host had not processed them: they are lost, and the host goes on from \(first)"
                 }
             }
+            if projection == .outbox, let claim = cartClaim(directory: directory), claim > 0,
+               let cart = Posix.info("\(directory)/\(((try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()).cart)", follow: true) {
+                let outbox = records.compactMap { try? RecordFormat.outboxRecord($0.line) }
+                let through = cartWrittenThrough(modified: cart.modified, outbox: outbox)
+                if claim > through, claim <= (records.map(\.seq).max() ?? 0) {
+                    // Refused by the cart's time: said, since a clock behind or a copy keeping an
+                    // old time refuses an honest claim the same way.
+                    line += "; the cart claims syncedThrough \(claim) but was last modified before record \(through + 1) was made: it acknowledges only through \(through) (a cart written before those records). If the host did write it after them (a file server's clock behind, a copy that kept an old time), have the host write its cart again now: its next version acknowledges"
+                }
+            }
             guard projection == .payments else { return line }
             // What the files do not hold: the store and mode, and whether completions ran.
             let payments = records.compactMap { try? RecordFormat.payment($0.line) }
