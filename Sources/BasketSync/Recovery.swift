@@ -72,8 +72,12 @@ extension SyncStateMachine {
         // Every record moved away: numbered after what the host claims to have processed.
         if outbox.isEmpty { state.lastOutboxSeq = max(state.lastOutboxSeq, claim) }
         let firstHeld = outbox.first.map { $0.seq - 1 } ?? 0
-        if !outbox.isEmpty, !records.hostAcknowledges, firstHeld > 0 {
-            state.echoedThrough = firstHeld
+        // A host that never acknowledged had its batches settled by echoes, which no file says:
+        // the files' history is played again through the rules to find them (a legacy host
+        // moving to apply must not get them twice).
+        let echoed = outbox.isEmpty ? 0 : echoedThrough(replaying: records, after: firstHeld)
+        if !outbox.isEmpty, max(firstHeld, echoed) > 0, !records.hostAcknowledges || echoed > 0 {
+            state.echoedThrough = max(firstHeld, echoed)
         }
         if !outbox.isEmpty, records.hostAcknowledges {
             // The deltas after what it acknowledged are pending again (waiting for its
@@ -84,7 +88,7 @@ extension SyncStateMachine {
             let cartClaim = records.cartClaim ?? 0
             let verified = min(records.notifications.last?.syncedThrough ?? 0, state.lastOutboxSeq)
             let claimHolds = cartClaim <= min(state.lastOutboxSeq, records.cartWrittenThrough ?? state.lastOutboxSeq)
-            let acknowledged = max(claimHolds ? cartClaim : 0, verified, firstHeld)
+            let acknowledged = max(claimHolds ? cartClaim : 0, verified, firstHeld, echoed)
             state.hostSyncedThrough = acknowledged
             // The claim as written, so that it is not reported again.
             state.hostClaim = claim
@@ -101,6 +105,32 @@ extension SyncStateMachine {
             }
         }
         return []
+    }
+}
+
+extension SyncStateMachine {
+    /// The highest batch the host's carts echoed, found by playing the files' history again in
+    /// time order: each outbox record as the input that made it, each notification as the cart
+    /// it told, with the acknowledgement it said (its Mealz-related lines are all an echo looks
+    /// at; once the host acknowledges, nothing is echoed any more).
+    func echoedThrough(replaying records: RecoveredRecords, after firstHeld: UInt64) -> UInt64 {
+        var replay = SyncStateMachine(state: SyncState(syncId: "replay"), configuration: configuration, isSynchronizerRegistered: true)
+        replay.state.lastOutboxSeq = firstHeld
+        var outbox = records.outbox[...]
+        var notices = records.notifications[...]
+        while !outbox.isEmpty || !notices.isEmpty {
+            // A record and a notification of one instant: the record came first (a cart taken
+            // in the same pass as an event is read after it).
+            if let record = outbox.first, notices.first.map({ record.at <= $0.at }) ?? true {
+                outbox.removeFirst()
+                replay.state.lastOutboxSeq = record.seq - 1
+                let event: MealzEvent = record.type == .updateBasket ? .basketDelta(record.products) : .redirectToCart
+                _ = try? replay.receive(event, source: nil, at: record.at)
+            } else if let notice = notices.popFirst() {
+                _ = try? replay.retailerBasketChanged(notice.products, syncedThrough: notice.syncedThrough, at: notice.at)
+            }
+        }
+        return replay.state.echoedThrough ?? 0
     }
 }
 

@@ -46,6 +46,26 @@ struct RecoveryTests {
         #expect(recovered.confirmed == ["A": 3])
     }
 
+    /// A host that never acknowledged had #1–#3 settled by echoes, which no file says: recovery
+    /// plays the files' history again and finds them, so neither that host nor one moving to
+    /// apply (its cart now says syncedThrough 0) gets them twice.
+    @Test func theBatchesAHostEchoedAreFoundAgain() throws {
+        var lost = Transcript()
+        var files = Files()
+        files.keep(try lost.cart(0, []))
+        for t in 1...3 {
+            files.keep(try lost.delta(Double(t), lines(("A", 1))))
+            files.keep(try lost.cart(Double(t) + 0.5, lines(("A", t))))
+        }
+        #expect(lost.machine.state.echoedThrough == 3)
+        for claim: UInt64? in [nil, 0] {
+            var fresh = Transcript(syncId: "s2")
+            _ = fresh.machine.recover(from: RecoveredRecords(outbox: files.outbox, notifications: files.notifications, cartClaim: claim))
+            #expect(fresh.pendingSeqs.isEmpty, "claim \(String(describing: claim))")
+            #expect(fresh.machine.state.hostProgress(claim: claim, writtenThrough: 3) == 3, "claim \(String(describing: claim))")
+        }
+    }
+
     /// An acknowledging host: what it had not acknowledged is pending again, so the WebView's
     /// state repeated pushes nothing, and the next record goes on after the files' last one.
     @Test func anAcknowledgingHostsUnacknowledgedDeltasArePendingAgain() throws {

@@ -277,4 +277,27 @@ import Testing
         try run(playground, ["handle-payment", "--total", "3", "--order-id", "o1"])
         #expect(products(playground.records("payments.jsonl").last!, key: "mealzProducts") == ["A": 3])
     }
+
+    /// init --adopt after a host that never acknowledged had #1–#3 echoed, then started writing
+    /// syncedThrough 0 (moving to apply): the echoes are found again from the files' history, and
+    /// apply applies nothing twice.
+    @Test func adoptionFindsTheBatchesALegacyHostEchoed() throws {
+        let playground = try syncDirectory()
+        try playground.writeAtomically("cart.json", cartJSON([]))
+        try run(playground, ["sync"])
+        for index in 1...3 {
+            try run(playground, ["push", "A=+1"])
+            try run(playground, ["sync"])
+            try playground.writeAtomically("cart.json", cartJSON([("A", index)]))
+            try run(playground, ["sync"])
+        }
+        try playground.writeAtomically("cart.json", cartJSON([("A", 3)], syncedThrough: 0))
+        try run(playground, ["sync"])
+        try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
+        try run(playground, ["init", "--adopt"])
+        let wait = try basketSync(["-C", playground.path, "wait", "--timeout", "0"])
+        #expect(wait.status == 75 && wait.stdout.isEmpty, "nothing to apply: \(wait.stdout)")
+        try run(playground, ["apply"])
+        #expect(try cartLines(playground) == ["A": 3])
+    }
 }
