@@ -380,9 +380,10 @@ public struct SyncStateMachine: Sendable {
     /// For an acknowledging host's cart that acknowledges nothing new (its claim refused, or
     /// none): the last pending batch it shows applied, so that the WebView's basis does not count
     /// those batches twice (docs/spec.md §4 rule 4). The host applies in seq order: from the last
-    /// cart (and the batches it showed), the longest run of the next pending batches after which
-    /// every line they touch is at the quantity the cart holds. Nothing settles by it. Keeps
-    /// what the last cart showed when the cart matches no run (the shopper edited those lines).
+    /// cart (and the batches it showed), the shortest run of the next pending batches after which
+    /// every line they touch is at the quantity the cart holds — none when the cart holds what
+    /// the last one did. Nothing settles by it. Keeps what the last cart showed when the cart
+    /// matches no run (the shopper edited those lines).
     private func shownRun(from previousCart: [ExactID: Int], in newCart: [ExactID: Int], through echoable: UInt64) -> UInt64? {
         let before = state.cartShowsThrough ?? 0
         let batches = state.pending.filter { $0.seq > before && $0.seq <= echoable }
@@ -390,6 +391,8 @@ public struct SyncStateMachine: Sendable {
         var running: [ExactID: Int] = [:]
         for batch in batches { for line in batch.products { running[ExactID(line.id)] = previousCart[ExactID(line.id)] ?? 0 } }
         var mismatched = running.reduce(0) { $0 + ((newCart[$1.key] ?? 0) == $1.value ? 0 : 1) }
+        // The cart as it was: no batch shown since.
+        if mismatched == 0 { return state.cartShowsThrough }
         var shown: UInt64?
         for batch in batches {
             for line in batch.products {
@@ -400,7 +403,9 @@ public struct SyncStateMachine: Sendable {
                 let target = newCart[id] ?? 0
                 if old == target, value != target { mismatched += 1 } else if old != target, value == target { mismatched -= 1 }
             }
-            if mismatched == 0 { shown = batch.seq }
+            // The shortest run that explains the cart: a longer one that also does adds up to
+            // nothing on every line it touches, and is not evidence that the host applied it.
+            if mismatched == 0, shown == nil { shown = batch.seq }
         }
         return shown ?? state.cartShowsThrough
     }
