@@ -13,14 +13,21 @@ public struct RecoveredRecords: Hashable, Sendable {
     /// The last outbox seq that existed when that cart was written (the records made before its
     /// last write, by their time); nil when unknown (no cart).
     public var cartWrittenThrough: UInt64?
+    /// Events taken since the cart was last written (filed in `inbox/cur/` after it): each may
+    /// have made one record the files no longer hold.
+    public var eventsSinceCart: UInt64
 
     /// What the files hold, and the cart's claim.
-    public init(outbox: [OutboxRecord] = [], notifications: [BasketNotification] = [], payments: [PaymentRecord] = [], cartClaim: UInt64? = nil, cartWrittenThrough: UInt64? = nil) {
+    public init(
+        outbox: [OutboxRecord] = [], notifications: [BasketNotification] = [], payments: [PaymentRecord] = [],
+        cartClaim: UInt64? = nil, cartWrittenThrough: UInt64? = nil, eventsSinceCart: UInt64 = 0
+    ) {
         self.outbox = outbox
         self.notifications = notifications
         self.payments = payments
         self.cartClaim = cartClaim
         self.cartWrittenThrough = cartWrittenThrough
+        self.eventsSinceCart = eventsSinceCart
     }
 
     /// The highest record the host has shown it processed — its cart's claim, the last
@@ -69,8 +76,10 @@ extension SyncStateMachine {
         }
         let claim = records.hostClaim
         let outbox = records.outbox
-        // Every record moved away: numbered after what the host claims to have processed.
-        if outbox.isEmpty { state.lastOutboxSeq = max(state.lastOutboxSeq, claim) }
+        // Every record moved away: numbered after what the host claims to have processed, and
+        // after the records the events taken since its cart may have made — never a number a
+        // record may have had (docs/spec.md §3: seq rises forever).
+        if outbox.isEmpty { state.lastOutboxSeq = max(state.lastOutboxSeq, claim.addingReportingOverflow(records.eventsSinceCart).overflow ? .max : claim + records.eventsSinceCart) }
         let firstHeld = outbox.first.map { $0.seq - 1 } ?? 0
         // A host that never acknowledged had its batches settled by echoes, which no file says:
         // the files' history is played again through the rules to find them (a legacy host

@@ -66,6 +66,15 @@ struct RecoveryTests {
         }
     }
 
+    /// Every record gone (the host removed the outbox) and events taken since the cart was
+    /// written: the next record is numbered after the claim and the records those events may
+    /// have made — never a number a record had.
+    @Test func noRecordLeftNumbersAfterTheEventsSinceTheCart() throws {
+        var fresh = Transcript(syncId: "s2")
+        _ = fresh.machine.recover(from: RecoveredRecords(cartClaim: 3, eventsSinceCart: 2))
+        #expect(fresh.machine.state.lastOutboxSeq == 5)
+    }
+
     /// An acknowledging host: what it had not acknowledged is pending again, so the WebView's
     /// state repeated pushes nothing, and the next record goes on after the files' last one.
     @Test func anAcknowledgingHostsUnacknowledgedDeltasArePendingAgain() throws {

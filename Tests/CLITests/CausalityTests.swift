@@ -300,4 +300,26 @@ import Testing
         try run(playground, ["apply"])
         #expect(try cartLines(playground) == ["A": 3])
     }
+
+    /// init --adopt when the host removed outbox.jsonl and the database was lost while record #4
+    /// (B+1) waited: the loss is named, and the next record is not numbered 4 again (a host that
+    /// had read the old #4 would acknowledge the new one unapplied).
+    @Test func adoptionAfterTheOutboxWentAwayReusesNoSeq() throws {
+        let playground = try syncDirectory()
+        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 0))
+        try run(playground, ["sync"])
+        for _ in 1...3 { try run(playground, ["push", "A=+1"]) }
+        try run(playground, ["sync"])
+        try run(playground, ["apply"])
+        try run(playground, ["sync"])
+        try run(playground, ["push", "B=+1"])
+        try run(playground, ["sync"])
+        try FileManager.default.removeItem(atPath: playground.path + "/outbox.jsonl")
+        try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
+        let adopted = try run(playground, ["init", "--adopt"])
+        #expect(adopted.stdout.contains("no record is left, and events were taken since the cart was last written (1 in inbox/cur/)"), "\(adopted.stdout)")
+        try run(playground, ["push", "C=+1"])
+        try run(playground, ["sync"])
+        #expect(playground.records("outbox.jsonl").last?["seq"] as? Int == 5)
+    }
 }

@@ -49,7 +49,8 @@ enum Recovery {
             notifications: (found[.notifications] ?? []).compactMap { try? RecordFormat.notification($0.line) },
             payments: (found[.payments] ?? []).compactMap { try? RecordFormat.payment($0.line) },
             cartClaim: CartReader.claim(in: directory, configuration: configuration),
-            cartWrittenThrough: writtenThrough)
+            cartWrittenThrough: writtenThrough,
+            eventsSinceCart: outbox.isEmpty ? eventsSinceCart(directory: directory, configuration: configuration) : 0)
         // The cart on disk was written before the records after that: remembered as the cart at
         // those records, so that taking it later acknowledges none of them (rule 4).
         if let cart, let through = writtenThrough, let last = outbox.last?.seq, through < last {
@@ -110,9 +111,28 @@ enum Recovery {
         }
     }
 
+    /// The events in `inbox/cur/` filed after the cart's last write (by their files' times): each
+    /// may have made a record the host had not applied when its cart was written.
+    static func eventsSinceCart(directory: String, configuration: AgentConfiguration) -> UInt64 {
+        guard let cart = Posix.info("\(directory)/\(configuration.cart)", follow: true) else { return 0 }
+        let cur = "\(directory)/inbox/cur"
+        return UInt64(Posix.listDirectory(cur).filter { name in
+            guard !name.hasPrefix("."), let info = Posix.info("\(cur)/\(name)", follow: false), info.kind == .regular else { return false }
+            return info.modified > cart.modified
+        }.count)
+    }
+
     /// What `init` says of the records it adopted.
     static func adoptedLines(_ found: [Projection: [(seq: UInt64, line: [UInt8])]], directory: String) -> [String] {
-        found.sorted(by: { $0.key.rawValue < $1.key.rawValue }).map { (projection, records) in
+        let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
+        var lost: [String] = []
+        if found[.outbox] == nil, let claim = cartClaim(directory: directory) {
+            let events = eventsSinceCart(directory: directory, configuration: configuration)
+            if events > 0 {
+                lost.append("\(directory)/\(Projection.outbox.fileName): no record is left, and events were taken since the cart was last written (\(events) in inbox/cur/): the records they made after \(claim), which the host had not applied, are lost with the outbox — deliver those events again under new ids if the host does not hold them; records go on after \(claim + events), so that no number a record had is used again")
+            }
+        }
+        return lost + found.sorted(by: { $0.key.rawValue < $1.key.rawValue }).map { (projection, records) in
             var line = "\(directory)/\(projection.fileName): adopted \(records.count) records, going on after \(records.map(\.seq).max()!)"
             if projection == .outbox, let first = records.first?.seq, first > 1 {
                 let claim = cartClaim(directory: directory) ?? 0
