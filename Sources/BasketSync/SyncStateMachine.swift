@@ -252,6 +252,8 @@ public struct SyncStateMachine: Sendable {
             state.rolledBack.append(batch)
             state.counters.rolledBack += 1
         }
+        // A batch below one a cart showed, rolled back: the host went past it.
+        if !effects.isEmpty { advanceEchoedThrough() }
         let overflow = state.rolledBack.count - configuration.rolledBackMemory
         if overflow > 0 { state.rolledBack.removeFirst(overflow) }
         return effects
@@ -317,22 +319,22 @@ public struct SyncStateMachine: Sendable {
             state.cartShowsThrough = shownRun(from: previousCart, in: newCart, through: echoable)
         } else {
             settleCount = 0
-            echoed = echoedBatches(previousCart: previousCart, newCart: newCart, through: echoable)
+            // The host applies in seq order: the rolled-back batches (below the pending ones)
+            // come first — a cart showing one unit of two equal batches shows the first — and
+            // the pending ones are judged on the cart after those it shows.
+            let late = lateEchoes(previousCart: previousCart, newCart: newCart, after: passed, through: echoable)
+            effects += late.effects
+            var afterLate = previousCart
+            for batch in late.batches { RetailerProduct.apply(batch.products, to: &afterLate) }
+            echoed = echoedBatches(previousCart: afterLate, newCart: newCart, through: echoable)
         }
         effects += settlePending(settleCount)
         if let highest = echoed.max() {
             effects += settleEchoed(echoed)
-            // apply starts after echoedThrough: the highest seq echoed, but never at or past a
-            // batch still pending below it (the host has not applied that one).
-            let ahead = max(state.echoedAhead ?? 0, highest)
-            state.echoedAhead = ahead
-            let firstLeft = state.pending.first?.seq
-            state.echoedThrough = max(state.echoedThrough ?? 0, firstLeft.map { min(ahead, $0 - 1) } ?? ahead)
+            state.echoedAhead = max(state.echoedAhead ?? 0, highest)
+            advanceEchoedThrough()
         }
 
-        if state.hostSyncedThrough == nil {
-            effects += lateEchoes(previousCart: previousCart, newCart: newCart, after: passed, through: echoable)
-        }
 
         // Mealz follows the cart downward only: units the shopper adds are not Mealz's. Where
         // removals are still unsettled on the line, the cart may show them already: the share
@@ -522,6 +524,14 @@ public struct SyncStateMachine: Sendable {
         return Set(positions.filter { batch in batch.lines.allSatisfy { $0.position <= shown[$0.id] ?? 0 } }.map(\.seq))
     }
 
+    /// `apply` starts after `echoedThrough`: the highest seq a cart showed (`echoedAhead`), but
+    /// never at or past a batch still pending below it (the host has not applied that one).
+    private mutating func advanceEchoedThrough() {
+        guard let ahead = state.echoedAhead else { return }
+        let firstLeft = state.pending.first?.seq
+        state.echoedThrough = max(state.echoedThrough ?? 0, firstLeft.map { min(ahead, $0 - 1) } ?? ahead)
+    }
+
     /// Settles the pending batches a cart echoed (not always the first ones).
     private mutating func settleEchoed(_ seqs: Set<UInt64>) -> [SyncEffect] {
         var effects: [SyncEffect] = []
@@ -543,7 +553,9 @@ public struct SyncStateMachine: Sendable {
     /// is what the new cart holds are the ones it shows (none when it holds what it held before
     /// them). A batch is echoed when the cart shows it for every line: two equal batches are not
     /// both echoed by a cart that shows one, and two that a cart shows together are.
-    private mutating func lateEchoes(previousCart: [ExactID: Int], newCart: [ExactID: Int], after passed: UInt64, through echoable: UInt64) -> [SyncEffect] {
+    private mutating func lateEchoes(
+        previousCart: [ExactID: Int], newCart: [ExactID: Int], after passed: UInt64, through echoable: UInt64
+    ) -> (effects: [SyncEffect], batches: [PendingBatch]) {
         var touching: [ExactID: [UInt64]] = [:]
         var running: [ExactID: Int] = [:]
         var shown: [ExactID: Int] = [:]
@@ -575,7 +587,7 @@ public struct SyncStateMachine: Sendable {
             effects.append(.lateEcho(seq: batch.seq))
         }
         state.counters.lateEchoes += UInt64(effects.count)
-        return effects
+        return (effects, echoed)
     }
 
     /// The Mealz part of a list of bought products: each line at most at Mealz's share.

@@ -396,4 +396,31 @@ import Testing
         #expect(s.pendingSeqs.isEmpty)
         #expect(s.confirmed == ["C": 1], "B was paid: not in the new basket's share")
     }
+
+    /// docs/spec.md §4 rule 5: the host applies in seq order, so a cart showing one unit of two
+    /// equal batches — #1 rolled back, #2 pending — shows #1 (confirmed late), and #2 still waits.
+    @Test func oneUnitShowsTheFirstOfTwoEqualBatchesRolledBackOrPending() throws {
+        var s = Transcript()
+        _ = try s.cart(0, lines(("X", 1)))
+        _ = try s.delta(1, lines(("A", 1)))
+        _ = s.tick(12)
+        _ = try s.delta(13, lines(("A", 1)))
+        let effects = try s.cart(14, lines(("X", 1), ("A", 1)))
+        #expect(effects.contains(.lateEcho(seq: 1)) && !effects.contains(.settled(seq: 2)), "\(effects)")
+        #expect(s.pendingSeqs == [2])
+        #expect(s.machine.state.hostProgress(claim: nil, writtenThrough: 2) == 1, "apply still applies #2")
+    }
+
+    /// docs/spec.md §4 rules 4–5: #2 shown while #1 waits, then #1 rolled back: the host went
+    /// past #1 (it applies in seq order), so a legacy host moving to apply does not get #2 again.
+    @Test func aRollbackBelowAShownBatchMovesTheHostProgress() throws {
+        var s = Transcript()
+        _ = try s.cart(0, lines(("X", 1)))
+        _ = try s.delta(1, lines(("A", 1)))
+        _ = try s.delta(2, lines(("B", 1)))
+        #expect(try s.cart(3, lines(("X", 1), ("B", 1))).contains(.settled(seq: 2)))
+        #expect(s.machine.state.hostProgress(claim: nil, writtenThrough: 2) == 0)
+        _ = s.tick(12)
+        #expect(s.machine.state.hostProgress(claim: nil, writtenThrough: 2) == 2)
+    }
 }
