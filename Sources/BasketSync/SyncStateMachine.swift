@@ -592,11 +592,26 @@ public struct SyncStateMachine: Sendable {
 
     /// The Mealz part of a list of bought products: each line at most at Mealz's share.
     private func mealzPart(of bought: ProductTally) -> [RetailerProduct] {
-        let view = mealzShare
+        let view = paymentShare
         return bought.order.compactMap { id in
             let quantity = min(bought.quantities[id]!, view[id] ?? 0)
             return quantity > 0 ? RetailerProduct(id: id.string, quantity: quantity) : nil
         }
+    }
+
+    /// Mealz's share as a payment counts it (docs/spec.md §4 rule 7): with the pending batches
+    /// the last cart showed applied (an acknowledging host whose claim was refused, or none)
+    /// settled, since the payment pays them with that cart — never above what the cart holds.
+    private var paymentShare: [ExactID: Int] {
+        guard let shows = state.cartShowsThrough, let first = state.pending.first, first.seq <= shows else { return state.confirmed }
+        var trial = self
+        for batch in state.pending where batch.seq <= shows { trial.settle(batch) }
+        var share = trial.state.confirmed
+        for (id, quantity) in share {
+            let inCart = state.hostCart?[id] ?? 0
+            if inCart < quantity { share[id] = inCart == 0 ? nil : inCart }
+        }
+        return share
     }
 
     private mutating func recordPayment(

@@ -390,6 +390,8 @@ import Testing
         _ = try s.cart(5, lines(("A", 2), ("B", 1)), syncedThrough: 9)
         let paid = try s.machine.handlePayment(totalPrice: Money("5")!, productList: lines(("A", 2), ("B", 1)), orderId: "o", at: at(6))
         #expect(paid.contains(notify(4, 6, lines(("C", 1)), syncedThrough: 1, basket: 2)), "\(paid)")
+        let mealz = paid.compactMap { effect -> [RetailerProduct]? in if case let .payment(record) = effect { record.mealzProducts } else { nil } }
+        #expect(mealz == [lines(("A", 2), ("B", 1))], "the payment counts B, which the cart it pays showed applied")
         #expect(s.view == ["C": 1], "#2 was paid with the cart; #3 carries into the new basket")
         // The completion emptied the cart; the host applies #3 and acknowledges both.
         _ = try s.cart(7, lines(("C", 1)), syncedThrough: 3)
