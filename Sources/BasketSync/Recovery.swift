@@ -50,6 +50,9 @@ extension SyncStateMachine {
     /// written: the records are in the files already.
     public mutating func recover(from records: RecoveredRecords) -> [SyncEffect] {
         if let last = records.outbox.last?.seq { state.lastOutboxSeq = last }
+        // The last notification's syncedThrough was checked against the outbox before the loss:
+        // records went that far, whatever files the host moved away since (seq rises forever).
+        state.lastOutboxSeq = max(state.lastOutboxSeq, records.notifications.last?.syncedThrough ?? 0)
         for record in records.outbox {
             if let transfer = record.transferId { state.landedTransfers.insert(ExactID(transfer)) }
         }
@@ -84,7 +87,14 @@ extension SyncStateMachine {
         // A host that never acknowledged had its batches settled by echoes, which no file says:
         // the files' history is played again through the rules to find them (a legacy host
         // moving to apply must not get them twice).
-        let echoed = outbox.isEmpty ? 0 : echoedThrough(replaying: records, after: firstHeld)
+        let replayed = outbox.isEmpty ? nil : replaying(records, after: firstHeld)
+        let echoed = replayed?.echoedThrough ?? 0
+        if let replayed, !records.hostAcknowledges {
+            // A host that never acknowledged: the batches still in their window, or rolled back
+            // and still to be confirmed late, are where the files' history left them.
+            state.pending = replayed.pending
+            state.rolledBack = replayed.rolledBack
+        }
         if !outbox.isEmpty, max(firstHeld, echoed) > 0, !records.hostAcknowledges || echoed > 0 {
             state.echoedThrough = max(firstHeld, echoed)
         }
@@ -108,9 +118,17 @@ extension SyncStateMachine {
             // The deltas the cart's claim acknowledges beyond what the last notification said are
             // settled now: Mealz's share counts them, as it would have had the cart been taken
             // before the loss (the notified lines hold what came before).
+            // Those made before the last recorded payment were paid with its basket; those after
+            // are in the cart the WebView is told next: in its basis too.
             let notified = max(verified, firstHeld)
+            let paidAt = records.payments.last { $0.type == .handlePayment && $0.status == .recorded }?.at
             for record in outbox where record.seq > notified && record.seq <= acknowledged && record.type == .updateBasket {
+                if let paidAt, record.at <= paidAt { continue }
                 settle(PendingBatch(seq: record.seq, products: record.products, at: record.at, deadline: nil))
+                if var base = state.viewBase {
+                    RetailerProduct.apply(record.products, to: &base)
+                    state.viewBase = base
+                }
             }
         }
         return []
@@ -118,11 +136,11 @@ extension SyncStateMachine {
 }
 
 extension SyncStateMachine {
-    /// The highest batch the host's carts echoed, found by playing the files' history again in
+    /// The state the files' history leads to, played again in
     /// time order: each outbox record as the input that made it, each notification as the cart
     /// it told, with the acknowledgement it said (its Mealz-related lines are all an echo looks
     /// at; once the host acknowledges, nothing is echoed any more).
-    func echoedThrough(replaying records: RecoveredRecords, after firstHeld: UInt64) -> UInt64 {
+    func replaying(_ records: RecoveredRecords, after firstHeld: UInt64) -> SyncState {
         var replay = SyncStateMachine(state: SyncState(syncId: "replay"), configuration: configuration, isSynchronizerRegistered: true)
         replay.state.lastOutboxSeq = firstHeld
         var outbox = records.outbox[...]
@@ -139,7 +157,7 @@ extension SyncStateMachine {
                 _ = try? replay.retailerBasketChanged(notice.products, syncedThrough: notice.syncedThrough, at: notice.at)
             }
         }
-        return replay.state.echoedThrough ?? 0
+        return replay.state
     }
 }
 

@@ -42,6 +42,7 @@ struct RecoveryTests {
         var recovered = files.recovered(cartClaim: 3)
         #expect(recovered.pendingSeqs.isEmpty)
         #expect(recovered.confirmed == ["A": 3])
+        #expect(recovered.view == ["A": 3], "the WebView's basis holds them too: its state repeated pushes nothing")
         _ = try recovered.cart(5, lines(("A", 3)), syncedThrough: 3)
         #expect(recovered.confirmed == ["A": 3])
     }
@@ -73,6 +74,52 @@ struct RecoveryTests {
         var fresh = Transcript(syncId: "s2")
         _ = fresh.machine.recover(from: RecoveredRecords(cartClaim: 3, eventsSinceCart: 2))
         #expect(fresh.machine.state.lastOutboxSeq == 5)
+    }
+
+    /// A host without syncedThrough whose #2 was still in its window: pending again, in the
+    /// basis, so the WebView repeating what it showed pushes nothing.
+    @Test func aLegacyHostsBatchInItsWindowIsPendingAgain() throws {
+        var lost = Transcript()
+        var files = Files()
+        files.keep(try lost.cart(0, []))
+        files.keep(try lost.delta(1, lines(("A", 1))))
+        files.keep(try lost.cart(2, lines(("A", 1))))
+        files.keep(try lost.delta(3, lines(("B", 1))))
+        var fresh = Transcript(syncId: "s2")
+        _ = fresh.machine.recover(from: RecoveredRecords(outbox: files.outbox, notifications: files.notifications))
+        #expect(fresh.pendingSeqs == [2])
+        #expect(fresh.view == ["A": 1, "B": 1])
+        #expect(try fresh.state(4, lines(("A", 1), ("B", 1))) == [])
+    }
+
+    /// The host moved the live outbox away after acknowledging 5 (the last notification says so,
+    /// checked before the loss) while the files hold 1–2: the next record is 6, never 3 again.
+    @Test func recordsGoOnAfterTheLastNotificationsAcknowledgement() throws {
+        var lost = Transcript()
+        var files = Files()
+        files.keep(try lost.cart(0, [], syncedThrough: 0))
+        for t in 1...5 { files.keep(try lost.delta(Double(t), lines(("A", 1)))) }
+        files.keep(try lost.cart(6, lines(("A", 5)), syncedThrough: 5))
+        files.outbox.removeLast(3)
+        let fresh = files.recovered(cartClaim: 5)
+        #expect(fresh.machine.state.lastOutboxSeq == 5)
+        #expect(fresh.pendingSeqs.isEmpty)
+    }
+
+    /// A recorded payment after the deltas, the notifications gone: the deltas the claim
+    /// acknowledges were paid with that basket, not Mealz's share in the new one.
+    @Test func whatAPaymentPaidIsNoShareAgain() throws {
+        var lost = Transcript()
+        var files = Files()
+        _ = lost.machine.setSelectedStore(externalId: "st", mode: .retailer, at: at(0))
+        files.keep(try lost.cart(0, [], syncedThrough: 0))
+        files.keep(try lost.delta(1, lines(("A", 1))))
+        files.keep(try lost.cart(2, lines(("A", 1)), syncedThrough: 1))
+        files.keep(try lost.machine.handlePayment(totalPrice: Money("1")!, productList: lines(("A", 1)), orderId: "o1", at: at(3)))
+        files.notifications = []
+        let fresh = files.recovered(cartClaim: 1)
+        #expect(fresh.confirmed.isEmpty)
+        #expect(fresh.machine.state.basket == 2)
     }
 
     /// An acknowledging host: what it had not acknowledged is pending again, so the WebView's

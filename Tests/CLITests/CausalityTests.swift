@@ -322,4 +322,17 @@ import Testing
         try run(playground, ["sync"])
         #expect(playground.records("outbox.jsonl").last?["seq"] as? Int == 5)
     }
+
+    /// init --adopt with a cart claiming beyond the files: it acknowledges nothing, and says so.
+    @Test func adoptionSaysAClaimBeyondTheFiles() throws {
+        let playground = try syncDirectory()
+        try run(playground, ["push", "A=+1"])
+        try run(playground, ["push", "A=+1"])
+        try run(playground, ["sync"])
+        try playground.writeAtomically("cart.json", cartJSON([("A", 2)], syncedThrough: 5))
+        try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
+        let adopted = try run(playground, ["init", "--adopt"])
+        #expect(adopted.stdout.contains("the cart claims syncedThrough 5, beyond the files (they end at 2): it acknowledges nothing"), "\(adopted.stdout)")
+        #expect(try run(playground, ["status", "--json"]).stdout.contains("\"hostProgress\":0"))
+    }
 }

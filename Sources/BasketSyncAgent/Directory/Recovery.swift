@@ -144,7 +144,10 @@ enum Recovery {
                let cart = Posix.info("\(directory)/\(((try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()).cart)", follow: true) {
                 let outbox = records.compactMap { try? RecordFormat.outboxRecord($0.line) }
                 let through = cartWrittenThrough(modified: cart.modified, outbox: outbox)
-                if claim > through, claim <= (records.map(\.seq).max() ?? 0) {
+                let last = records.map(\.seq).max() ?? 0
+                if claim > last {
+                    line += "; the cart claims syncedThrough \(claim), beyond the files (they end at \(last)): it acknowledges nothing (a cart of another sync directory, or a counter run ahead); the records wait until a cart claims within them"
+                } else if claim > through {
                     // Refused by the cart's time: said, since a clock behind or a copy keeping an
                     // old time refuses an honest claim the same way.
                     line += "; the cart claims syncedThrough \(claim) but was last modified before record \(through + 1) was made: it acknowledges only through \(through) (a cart written before those records). If the host did write it after them (a file server's clock behind, a copy that kept an old time), have the host write its cart again now: its next version acknowledges"

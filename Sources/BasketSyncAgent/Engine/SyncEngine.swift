@@ -212,7 +212,8 @@ public final class SyncEngine {
             case let .acknowledgementWentBack(synced, highest):
                 summary.reports.append((.warning, "the cart says syncedThrough \(synced), below the \(highest) it acknowledged before (an old cart restored?); nothing is undone, and apply does not apply those records again"))
             case let .staleState(basket, current):
-                summary.reports.append((.warning, "a basketState based on basket \(basket) ignored: the current basket is \(current) (a payment or a store change closed it); the WebView sends the basket of the last notification it saw"))
+                let why = basket < current ? "a payment or a store change closed it" : "no notification has said that basket yet"
+                summary.reports.append((.warning, "a basketState based on basket \(basket) ignored: the current basket is \(current) (\(why)); the WebView sends the basket of the last notification it saw"))
             case let .duplicateTransfer(transferId):
                 summary.duplicateTransfer = true
                 summary.reports.append((.info, "transfer \(transferId) already landed: not landed again"))
