@@ -412,6 +412,9 @@ import TestSupport
         #expect(try basketSync(["-C", playground.path + "/b", "set-store", "own", "--mode", "retailer"]).status == 0)
         let set = try basketSync(["-C", playground.path, "set-store", "shop-1", "--mode", "retailer"])
         #expect(set.status == 0 && set.stdout.contains("default"), "\(set.stdout)\(set.stderr)")
+        // status shows the store a cart follows before its next pass has taken it.
+        let before = try basketSync(["-C", playground.path + "/a", "status", "--json"])
+        #expect(before.stdout.contains("\"storeId\":\"shop-1\""), "\(before.stdout)")
         #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
         for (id, store) in [("a", "shop-1"), ("b", "own")] {
             let status = try basketSync(["-C", playground.path + "/" + id, "status", "--json"])

@@ -86,7 +86,15 @@ public struct CartStatus {
                 if last > 0, let line = try store.lines(projection, after: last - 1).first { lastLines[projection] = line.line }
             }
             for note in [Note.cartRead, .cartTaken, .passOK, .inboxDuplicates, .orderUnknown] { notes[note] = try store.note(note) }
-            return (try store.loadState(), lastLines, counts, try store.inboxCount(), try store.reports(limit: 5))
+            var state = try store.loadState()
+            // A cart of a tree that never set its own store follows the tree's default: shown as
+            // its store now (its next pass takes it, as a payment's would).
+            if store.cart != 0, try store.note(.ownStore) == nil, let (storeId, mode) = try Tree.defaultStore(store.database) {
+                var machine = SyncStateMachine(state: state)
+                _ = machine.setSelectedStore(externalId: storeId, mode: mode, at: Date())
+                state = machine.state
+            }
+            return (state, lastLines, counts, try store.inboxCount(), try store.reports(limit: 5))
         }
         func cartNote(_ key: Note) -> (String, String, String)? {
             let fields = notes[key].map { $0.split(separator: "\t", maxSplits: 2, omittingEmptySubsequences: false).map(String.init) } ?? []
