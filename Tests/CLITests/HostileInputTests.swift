@@ -752,4 +752,26 @@ extension CatchUpTests {
         let cart = try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as? [String: Any]
         #expect(cart?["syncedThrough"] as? Int == 8, "\(playground.read("cart.json"))")
     }
+
+    /// A reader holding an exclusive lock on every output file (read access is enough for
+    /// `flock`) blocks nothing: basket-sync's writers lock a file of their own (docs/spec.md §7).
+    @Test func aReadersLockOnTheOutputFilesBlocksNothing() throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 0))
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        var held: [Int32] = []
+        defer { for fd in held { close(fd) } }
+        for name in ["outbox.jsonl", "notifications.jsonl", "payments.jsonl"] {
+            let path = playground.path + "/" + name
+            if !FileManager.default.fileExists(atPath: path) { _ = FileManager.default.createFile(atPath: path, contents: nil) }
+            let fd = open(path, O_RDONLY)
+            #expect(fd >= 0 && flock(fd, LOCK_EX) == 0, "\(name)")
+            held.append(fd)
+        }
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        let sync = try basketSync(["-C", playground.path, "sync"], killAfter: 120)
+        #expect(sync?.status == 0, "sync must not wait for the reader's lock: \(String(describing: sync))")
+        #expect(playground.records("outbox.jsonl").last.map(products) == ["A": 1])
+    }
 }

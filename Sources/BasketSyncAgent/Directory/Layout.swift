@@ -14,6 +14,9 @@ enum Layout {
     static let commitSignal = "committed"
     /// The lock a running agent holds in the state directory, with its pid.
     static let agentLock = "agent.lock"
+    /// The writers' lock of the JSON Lines files, in the state directory: the files themselves
+    /// are never locked (a reader could hold their lock for ever).
+    static let projectionsLock = "projections.lock"
     /// The marker in each cart directory of a tree: the cart's sync id. Touched after a commit by
     /// a one-shot command, to wake the agent.
     static let cartMarker = ".basket-sync-cart"

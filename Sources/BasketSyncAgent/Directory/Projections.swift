@@ -32,8 +32,10 @@ struct AppendCursor: Equatable {
 
 /// Appends a projection's records to its JSON Lines file, after the database commit.
 ///
-/// Each call catches the file up with the database under an exclusive `flock`, so that several
-/// processes never write the same record twice. Catch-up goes by `seq`, never by line count: the
+/// Each call catches the file up with the database under the writers' lock — a lock file in
+/// `.basket-sync/`, never the output file itself: a reader may lock any file it can read, and
+/// nothing a reader does blocks basket-sync (docs/spec.md §7) — so that several processes never
+/// write the same record twice. Catch-up goes by `seq`, never by line count: the
 /// database remembers what the file was given (``AppendCursor``: the file's identity, its size and the
 /// last seq appended). A file that ends with one of our records goes on after it (after a crash,
 /// a torn tail is cut first, and what a power loss took is written again from the database); a
@@ -137,6 +139,7 @@ final class JSONLinesFile {
     /// returns the records to append; `lastDatabaseSeq` says the database's last seq, to refuse a
     /// file that holds more than the database (a lost or replaced database).
     func catchUp(
+        lock: () throws(AgentError) -> Int32,
         loadGiven: () throws(AgentError) -> AppendCursor?,
         saveGiven: (AppendCursor) throws(AgentError) -> Void,
         lastDatabaseSeq: () throws(AgentError) -> UInt64,
@@ -146,14 +149,14 @@ final class JSONLinesFile {
     ) throws(AgentError) -> Outcome {
         let fd: Int32
         let info: FileInfo
+        let held = try lock()
+        defer { Posix.close(held) }
         do {
             fd = try descriptor()
-            _ = try Posix.lockExclusive(fd, path: path)
         } catch {
             close()
             throw .system(error)
         }
-        defer { Posix.unlock(fd) }
         do {
             info = try Posix.fileInfo(fd, path: path)
         } catch {

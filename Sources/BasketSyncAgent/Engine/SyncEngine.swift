@@ -271,6 +271,7 @@ public final class SyncEngine {
 
     private func catchUp(_ file: JSONLinesFile, _ projection: Projection) throws(AgentError) -> JSONLinesFile.Outcome {
         try file.catchUp(
+            lock: { () throws(AgentError) in try store.lock(Layout.projectionsLock) },
             loadGiven: { () throws(AgentError) in try store.given(projection) },
             saveGiven: { (given) throws(AgentError) in try store.setGiven(projection, given) },
             lastDatabaseSeq: { () throws(AgentError) in try store.lastSeq(projection) },
