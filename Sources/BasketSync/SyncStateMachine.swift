@@ -482,11 +482,14 @@ public struct SyncStateMachine: Sendable {
     }
 
     /// Rolled-back batches an acknowledgement covers: the host applied them after all (its first
-    /// `syncedThrough` came after their window). They become Mealz's share, reported as late.
+    /// `syncedThrough` came after their window). They become Mealz's share, reported as late —
+    /// but for those below a batch a cart showed: the host went past them without applying them
+    /// (rule 5), and `apply` starts after them.
     private mutating func lateAcknowledgements(through acknowledged: UInt64) -> [SyncEffect] {
         var effects: [SyncEffect] = []
-        let covered = state.rolledBack.filter { $0.seq <= acknowledged }
-        state.rolledBack.removeAll { $0.seq <= acknowledged }
+        let passed = state.echoedAhead ?? 0
+        let covered = state.rolledBack.filter { $0.seq <= acknowledged && $0.seq > passed }
+        state.rolledBack.removeAll { $0.seq <= acknowledged }  // those passed are closed too
         for batch in covered {
             settle(batch)
             effects.append(.lateAcknowledgement(seq: batch.seq))

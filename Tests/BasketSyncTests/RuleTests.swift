@@ -425,4 +425,20 @@ import Testing
         _ = s.tick(12)
         #expect(s.machine.state.hostProgress(claim: nil, writtenThrough: 2) == 2)
     }
+
+    /// docs/spec.md §4 rules 4–5: a batch rolled back below one a cart showed was skipped by the
+    /// host; a later acknowledgement covering it (a legacy host moving to apply, which starts
+    /// after it) does not confirm it late: the shopper's own A stays the shopper's.
+    @Test func anAcknowledgementDoesNotConfirmABatchTheHostWentPast() throws {
+        var s = Transcript()
+        _ = try s.cart(0, lines(("A", 1)))
+        _ = try s.delta(1, lines(("A", 1)))
+        _ = try s.delta(2, lines(("B", 1)))
+        _ = try s.cart(3, lines(("A", 1), ("B", 1)))
+        _ = s.tick(12)
+        #expect(s.machine.state.hostProgress(claim: nil, writtenThrough: 2) == 2)
+        let applied = s.machine.hostApplied(through: 2, at: at(13))
+        #expect(!applied.contains(.lateAcknowledgement(seq: 1)), "\(applied)")
+        #expect(s.confirmed == ["B": 1])
+    }
 }
