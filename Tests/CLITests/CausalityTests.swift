@@ -335,4 +335,21 @@ import Testing
         #expect(adopted.stdout.contains("the cart claims syncedThrough 5, beyond the files (they end at 2): it acknowledges nothing"), "\(adopted.stdout)")
         #expect(try run(playground, ["status", "--json"]).stdout.contains("\"hostProgress\":0"))
     }
+
+    /// One host progress for a cart no pass has taken yet (docs/spec.md §4 rule 4): a legacy
+    /// host's cart showing #1 is taken as apply takes it, so wait and status do not list the
+    /// record apply skips.
+    @Test func waitAndStatusSeeAnEchoNoPassHasTakenYet() throws {
+        let playground = try syncDirectory()
+        try playground.writeAtomically("cart.json", cartJSON([]))
+        try run(playground, ["sync"])
+        try run(playground, ["push", "A=+1"])
+        try run(playground, ["sync"])
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1)]))
+        #expect(try run(playground, ["status", "--json"]).stdout.contains("\"hostProgress\":1"))
+        let wait = try basketSync(["-C", playground.path, "wait", "--timeout", "0"])
+        #expect(wait.status == 75 && wait.stdout.isEmpty, "\(wait.stdout)")
+        #expect(try run(playground, ["apply", "--json"]).stdout.contains("\"applied\":[]"))
+        #expect(try cartLines(playground) == ["A": 1])
+    }
 }

@@ -142,13 +142,19 @@ extension CartReader {
         return cart.syncedThrough
     }
 
-    /// The host's progress as `wait` and `status` see it (docs/spec.md §4 rule 4): the highest
-    /// seq acknowledged or echoed, or the claim of the cart on disk when it is within the records
-    /// that existed when that cart was written — the value `apply` starts after.
+    /// The host's progress as `wait` and `status` see it (docs/spec.md §4 rule 4): as if the cart
+    /// on disk were taken now — its claim checked against the records that existed when it was
+    /// written, what it echoes settled — which is what `apply` does before it starts after it.
     static func hostProgress(_ state: SyncState, store: Store, directory: String, configuration: AgentConfiguration) throws(AgentError) -> UInt64 {
         let writtenThrough = try store.withTransaction { () throws(AgentError) in
             try store.writtenThrough(cart: identity("\(directory)/\(configuration.cart)"), lastSeq: state.lastOutboxSeq)
         }
-        return state.hostProgress(claim: claim(in: directory, configuration: configuration), writtenThrough: writtenThrough)
+        guard case let .new(bytes, _)? = try? CartReader().read("\(directory)/\(configuration.cart)", configuration: configuration),
+              let cart = try? CartFormat.decode(bytes, keys: configuration.keys, limits: configuration.limits) else {
+            return state.hostProgress(claim: nil, writtenThrough: writtenThrough)
+        }
+        var trial = SyncStateMachine(state: state, configuration: configuration.syncConfiguration, isSynchronizerRegistered: true)
+        _ = try? trial.retailerBasketChanged(cart.products, syncedThrough: cart.syncedThrough, outboxSeqWhenWritten: writtenThrough, at: Date())
+        return trial.state.hostProgress(claim: cart.syncedThrough, writtenThrough: writtenThrough)
     }
 }
