@@ -16,12 +16,19 @@ public struct RecoveredRecords: Hashable, Sendable {
     /// Events taken since the cart was last written (filed in `inbox/cur/` after it): each may
     /// have made one record the files no longer hold.
     public var eventsSinceCart: UInt64
+    /// The host's cart as it stands (its lines), when it can be read: taken when it was written.
+    public var cartLines: [RetailerProduct]?
+    /// When the host's cart was last written (its modification time), if known.
+    public var cartModified: Date?
 
     /// What the files hold, and the cart's claim.
     public init(
         outbox: [OutboxRecord] = [], notifications: [BasketNotification] = [], payments: [PaymentRecord] = [],
-        cartClaim: UInt64? = nil, cartWrittenThrough: UInt64? = nil, eventsSinceCart: UInt64 = 0
+        cartClaim: UInt64? = nil, cartWrittenThrough: UInt64? = nil, eventsSinceCart: UInt64 = 0,
+        cartLines: [RetailerProduct]? = nil, cartModified: Date? = nil
     ) {
+        self.cartLines = cartLines
+        self.cartModified = cartModified
         self.outbox = outbox
         self.notifications = notifications
         self.payments = payments
@@ -84,6 +91,27 @@ extension SyncStateMachine {
         // record may have had (docs/spec.md §3: seq rises forever).
         if outbox.isEmpty { state.lastOutboxSeq = max(state.lastOutboxSeq, claim.addingReportingOverflow(records.eventsSinceCart).overflow ? .max : claim + records.eventsSinceCart) }
         let firstHeld = outbox.first.map { $0.seq - 1 } ?? 0
+        if !outbox.isEmpty, firstHeld == 0 {
+            // The whole history is in the files: played again through the rules, the cart on
+            // disk last — the share (what was acknowledged, echoed, paid, the shopper's own
+            // units left out), what is pending or rolled back, the basis. What the WebView was
+            // last told stays the files' last notification, so that the next pass tells the rest.
+            let replayed = replaying(records, after: 0)
+            state.confirmed = replayed.confirmed
+            state.shareFollowedAhead = replayed.shareFollowedAhead
+            state.pending = replayed.pending
+            state.rolledBack = replayed.rolledBack
+            state.hostCart = replayed.hostCart
+            state.hostSyncedThrough = replayed.hostSyncedThrough
+            state.hostClaim = replayed.hostClaim
+            state.echoedThrough = replayed.echoedThrough
+            state.echoedAhead = replayed.echoedAhead
+            state.viewBase = replayed.viewBase
+            state.viewCountsThrough = replayed.viewCountsThrough
+            state.cartShowsThrough = replayed.cartShowsThrough
+            state.paidThrough = replayed.paidThrough
+            return []
+        }
         // A host that never acknowledged had its batches settled by echoes, which no file says:
         // the files' history is played again through the rules to find them (a legacy host
         // moving to apply must not get them twice).
@@ -145,18 +173,71 @@ extension SyncStateMachine {
         replay.state.lastOutboxSeq = firstHeld
         var outbox = records.outbox[...]
         var notices = records.notifications[...]
-        while !outbox.isEmpty || !notices.isEmpty {
-            // A record and a notification of one instant: the record came first (a cart taken
-            // in the same pass as an event is read after it).
-            if let record = outbox.first, notices.first.map({ record.at <= $0.at }) ?? true {
+        var payments = records.payments.filter { $0.type == .handlePayment && $0.status == .recorded }[...]
+        var noticedBasket = records.notifications.first?.basket ?? 1
+        replay.state.basket = noticedBasket
+        // A recorded payment closes its basket as it did (whatever the share the replay counts).
+        func pay(through instant: Date) {
+            while let payment = payments.first, payment.at <= instant {
+                payments.removeFirst()
+                _ = replay.closeBasket()
+                _ = replay.notifyBasketOpened(at: payment.at)
+            }
+        }
+        // The cart on disk, taken when it was written, as a pass would have (its claim with the
+        // lines last told when its lines are not known).
+        var cart: (lines: [RetailerProduct]?, at: Date)? = records.cartClaim != nil || records.cartLines != nil
+            ? (records.cartLines, records.cartModified ?? .distantFuture) : nil
+        func takeCart() {
+            guard let pending = cart else { return }
+            cart = nil
+            let lastTold = replay.state.hostCart.map { lines in lines.keys.sorted().map { RetailerProduct(id: $0.string, quantity: lines[$0]!) } } ?? []
+            let last = [records.outbox.last?.at, records.notifications.last?.at, records.payments.last?.at].compactMap { $0 }.max() ?? Date()
+            _ = try? replay.retailerBasketChanged(
+                pending.lines ?? lastTold, syncedThrough: records.cartClaim,
+                outboxSeqWhenWritten: records.cartWrittenThrough ?? replay.state.lastOutboxSeq, at: min(pending.at, last))
+        }
+        while !outbox.isEmpty || !notices.isEmpty || !payments.isEmpty {
+            // One instant: the record first, then the cart told (a payment takes the cart first),
+            // then the payment.
+            let recordAt = outbox.first?.at ?? .distantFuture
+            let noticeAt = notices.first?.at ?? .distantFuture
+            let paymentAt = payments.first?.at ?? .distantFuture
+            if let at = cart?.at, at < recordAt, at <= noticeAt, at <= paymentAt {
+                takeCart()
+            } else if let record = outbox.first, recordAt <= noticeAt, recordAt <= paymentAt {
                 outbox.removeFirst()
                 replay.state.lastOutboxSeq = record.seq - 1
                 let event: MealzEvent = record.type == .updateBasket ? .basketDelta(record.products) : .redirectToCart
                 _ = try? replay.receive(event, source: nil, at: record.at)
-            } else if let notice = notices.popFirst() {
-                _ = try? replay.retailerBasketChanged(notice.products, syncedThrough: notice.syncedThrough, at: notice.at)
+            } else if let notice = notices.first, noticeAt <= paymentAt {
+                notices.removeFirst()
+                if notice.basket > noticedBasket {
+                    // A notification opening a basket: the replay opens it itself — by the
+                    // payment that closed the last one, else by the store change it tells.
+                    noticedBasket = notice.basket
+                    pay(through: notice.at)
+                    if replay.state.basket < notice.basket {
+                        replay.state.basket = notice.basket
+                        _ = replay.notifyBasketOpened(at: notice.at)
+                    }
+                } else {
+                    // Its acknowledgement was checked before the loss: the records it names
+                    // existed, in files the host may have moved away since.
+                    replay.state.lastOutboxSeq = max(replay.state.lastOutboxSeq, notice.syncedThrough ?? 0)
+                    // It says what was acknowledged, not what the cart claimed: one that
+                    // acknowledged nothing new may have been a claim refused or missing, so it
+                    // is taken as a cart that says nothing new (what it shows still counts).
+                    let new = notice.syncedThrough.flatMap { acknowledged in
+                        replay.state.hostSyncedThrough.map { acknowledged > $0 } ?? true ? acknowledged : nil
+                    }
+                    _ = try? replay.retailerBasketChanged(notice.products, syncedThrough: new, at: notice.at)
+                }
+            } else {
+                pay(through: paymentAt)
             }
         }
+        takeCart()
         return replay.state
     }
 }

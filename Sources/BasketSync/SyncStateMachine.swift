@@ -634,7 +634,7 @@ public struct SyncStateMachine: Sendable {
     /// pending batches carried into it after a payment; the basis kept across a store change).
     /// From then on the basis is what it says: its lines become the base and the batches still
     /// pending are counted in it already.
-    private mutating func notifyBasketOpened(at now: Date) -> SyncEffect {
+    mutating func notifyBasketOpened(at now: Date) -> SyncEffect {
         let basis = mealzView
         let ids = basis.keys.sorted()
         state.lastNotificationSeq += 1
@@ -651,7 +651,7 @@ public struct SyncStateMachine: Sendable {
     /// After a recorded payment: Mealz's share is empty and the next cart starts a new basket.
     /// Pending batches carry into it (they are on their way to the cart; Mealz counts them), and
     /// the WebView's basis is them alone.
-    private mutating func closeBasket() -> SyncEffect {
+    mutating func closeBasket() -> SyncEffect {
         state.confirmed = [:]
         state.shareFollowedAhead = [:]
         state.rolledBack = []

@@ -22,9 +22,10 @@ struct RecoveryTests {
             }
         }
 
-        func recovered(cartClaim: UInt64) -> Transcript {
+        func recovered(cartClaim: UInt64, cart: [RetailerProduct]? = nil) -> Transcript {
             var fresh = Transcript(syncId: "s2")
-            #expect(fresh.machine.recover(from: RecoveredRecords(outbox: outbox, notifications: notifications, payments: payments, cartClaim: cartClaim)) == [])
+            let records = RecoveredRecords(outbox: outbox, notifications: notifications, payments: payments, cartClaim: cartClaim, cartLines: cart)
+            #expect(fresh.machine.recover(from: records) == [])
             return fresh
         }
     }
@@ -39,7 +40,7 @@ struct RecoveryTests {
         for t in 1...3 { files.keep(try lost.delta(Double(t), lines(("A", 1)))) }
         files.keep(try lost.cart(4, lines(("A", 1)), syncedThrough: 1))
 
-        var recovered = files.recovered(cartClaim: 3)
+        var recovered = files.recovered(cartClaim: 3, cart: lines(("A", 3)))
         #expect(recovered.pendingSeqs.isEmpty)
         #expect(recovered.confirmed == ["A": 3])
         #expect(recovered.view == ["A": 3], "the WebView's basis holds them too: its state repeated pushes nothing")
@@ -120,6 +121,54 @@ struct RecoveryTests {
         let fresh = files.recovered(cartClaim: 1)
         #expect(fresh.confirmed.isEmpty)
         #expect(fresh.machine.state.basket == 2)
+    }
+
+    /// The files' whole history is played again: the shopper's own units on a Mealz line stay
+    /// the shopper's (the last notification's quantity is not Mealz's share).
+    @Test func theShoppersOwnUnitsStayTheShoppers() throws {
+        var lost = Transcript()
+        var files = Files()
+        files.keep(try lost.cart(0, [], syncedThrough: 0))
+        files.keep(try lost.delta(1, lines(("A", 1))))
+        files.keep(try lost.cart(2, lines(("A", 1)), syncedThrough: 1))
+        files.keep(try lost.cart(3, lines(("A", 3)), syncedThrough: 1))
+        let recovered = files.recovered(cartClaim: 1, cart: lines(("A", 3)))
+        #expect(recovered.confirmed == lost.confirmed)
+        #expect(recovered.confirmed == ["A": 1])
+    }
+
+    /// A unit paid, kept in the cart, then a pending batch on its line: the paid unit is no
+    /// share again, and the batch still waits.
+    @Test func aPaidUnitOnAPendingLineIsNoShareAgain() throws {
+        var lost = Transcript()
+        var files = Files()
+        _ = lost.machine.setSelectedStore(externalId: "st", mode: .retailer, at: at(0))
+        files.keep(try lost.cart(0, [], syncedThrough: 0))
+        files.keep(try lost.delta(1, lines(("A", 1))))
+        files.keep(try lost.cart(2, lines(("A", 1)), syncedThrough: 1))
+        files.keep(try lost.machine.handlePayment(totalPrice: Money("1")!, productList: lines(("A", 1)), orderId: "o1", at: at(3)))
+        files.keep(try lost.delta(4, lines(("A", 2))))
+        files.keep(try lost.cart(5, lines(("A", 1)), syncedThrough: 1))
+        let recovered = files.recovered(cartClaim: 1, cart: lines(("A", 1)))
+        #expect(recovered.confirmed.isEmpty)
+        #expect(recovered.pendingSeqs == [2])
+        #expect(recovered.view == lost.view)
+    }
+
+    /// A cart whose claim is refused shows pending #2 applied: after the loss it is counted
+    /// once in the basis, and it is no share until acknowledged.
+    @Test func aShownBatchIsCountedOnceAfterALoss() throws {
+        var lost = Transcript()
+        var files = Files()
+        files.keep(try lost.cart(0, [], syncedThrough: 0))
+        files.keep(try lost.delta(1, lines(("A", 1))))
+        files.keep(try lost.cart(2, lines(("A", 1)), syncedThrough: 1))
+        files.keep(try lost.delta(3, lines(("B", 1))))
+        files.keep(try lost.cart(4, lines(("A", 1), ("B", 1)), syncedThrough: 9))
+        var recovered = files.recovered(cartClaim: 9, cart: lines(("A", 1), ("B", 1)))
+        #expect(recovered.confirmed == ["A": 1])
+        #expect(recovered.view == ["A": 1, "B": 1])
+        #expect(try recovered.state(5, lines(("A", 1), ("B", 1))) == [])
     }
 
     /// An acknowledging host: what it had not acknowledged is pending again, so the WebView's

@@ -50,7 +50,9 @@ enum Recovery {
             payments: (found[.payments] ?? []).compactMap { try? RecordFormat.payment($0.line) },
             cartClaim: CartReader.claim(in: directory, configuration: configuration),
             cartWrittenThrough: writtenThrough,
-            eventsSinceCart: outbox.isEmpty ? eventsSinceCart(directory: directory, configuration: configuration) : 0)
+            eventsSinceCart: outbox.isEmpty ? eventsSinceCart(directory: directory, configuration: configuration) : 0,
+            cartLines: cartLines(directory: directory, configuration: configuration),
+            cartModified: cart.map { Date(timeIntervalSince1970: Double($0.modified) / 1e9) })
         // The cart on disk was written before the records after that: remembered as the cart at
         // those records, so that taking it later acknowledges none of them (rule 4).
         if let cart, let through = writtenThrough, let last = outbox.last?.seq, through < last {
@@ -78,7 +80,10 @@ enum Recovery {
     /// counts as existing: an honest host's cart written right after the record is not refused.
     static func cartWrittenThrough(modified: Int64, outbox: [OutboxRecord]) -> UInt64 {
         let writtenMs = modified / 1_000_000
-        return outbox.last { Int64(($0.at.timeIntervalSince1970 * 1000).rounded(.down)) <= writtenMs }?.seq ?? 0
+        // The records before the first one a file holds (rotated away) have no time to judge by:
+        // never taken as made after the cart.
+        let firstHeld = (outbox.first?.seq ?? 1) - 1
+        return max(firstHeld, outbox.last { Int64(($0.at.timeIntervalSince1970 * 1000).rounded(.down)) <= writtenMs }?.seq ?? 0)
     }
 
     /// The `syncedThrough` of the host's cart as it stands (nil when it has none, or no cart can
@@ -109,6 +114,14 @@ enum Recovery {
                 try store.recordFiled(folder: "cur", name: name, at: now)
             }
         }
+    }
+
+    /// The lines of the host's cart as it stands, read as the agent reads it; nil when there is
+    /// none or it cannot be read.
+    static func cartLines(directory: String, configuration: AgentConfiguration) -> [RetailerProduct]? {
+        guard case let .new(bytes, _)? = try? CartReader().read("\(directory)/\(configuration.cart)", configuration: configuration),
+              let cart = try? CartFormat.decode(bytes, keys: configuration.keys, limits: configuration.limits) else { return nil }
+        return cart.products
     }
 
     /// The events in `inbox/cur/` filed after the cart's last write (by their files' times): each
