@@ -500,10 +500,9 @@ public struct SyncStateMachine: Sendable {
 
     /// For a host without `syncedThrough`: the pending batches the new cart shows applied. Per
     /// SKU, the pending batches touching it are applied in seq order to the previous cart
-    /// (clamped at 0 as the host applies them); the fewest of them whose running value is what
-    /// the new cart holds are the ones it shows — none when it holds what it held before them
-    /// (batches that add up to nothing on a line are not shown by a line that did not move: the
-    /// host may have applied none of them). A batch is echoed when the cart shows it for every
+    /// (clamped at 0 as the host applies them); the most of them whose running value is what the
+    /// new cart holds are the ones it shows (a diligent host applies them all, and the cart shows
+    /// the last). A batch is echoed when the cart shows it for every
     /// line it changed: a later batch shown does not settle an earlier one the cart does not
     /// show (the host skipped it, or applied out of order).
     private func echoedBatches(previousCart: [ExactID: Int], newCart: [ExactID: Int], through echoable: UInt64) -> Set<UInt64> {
