@@ -49,9 +49,11 @@ public struct RecoveredRecords: Hashable, Sendable {
 extension SyncStateMachine {
     /// Recovery (`init --adopt`): the state of a new database rebuilt from the records the files
     /// hold. Every seq goes on after them; a recorded order stays recorded and a landed transfer
-    /// landed; the Mealz basket goes on after the last one the payments show; Mealz's lines are
-    /// those of the last notification (Mealz's share taken as what was notified, emptied by a
-    /// payment recorded after it). For a host that acknowledges with `syncedThrough`, the deltas
+    /// landed; the Mealz basket goes on after the last one the payments and notifications show.
+    /// When the files hold the whole history, it is played again through the rules (the cart on
+    /// disk at its last write included) and the state it leads to is taken. Otherwise Mealz's
+    /// lines are those of the last notification (Mealz's share taken as what was notified,
+    /// emptied by a payment recorded after it). For a host that acknowledges with `syncedThrough`, the deltas
     /// after its claim are pending again; records before the first one the files hold that the
     /// host had not processed are lost, and the host goes on from the first one held. Nothing is
     /// written: the records are in the files already.

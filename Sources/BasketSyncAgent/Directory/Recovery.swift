@@ -69,7 +69,8 @@ enum Recovery {
             if let order = payment.orderId { try store.recordCompletion(orderId: order, payment: payment.seq, at: now) }
         }
         // The state itself is the library's: recovery is one of its inputs.
-        var machine = SyncStateMachine(state: try store.loadState())
+        // Its pending windows as the directory sets them: the history is played with them.
+        var machine = SyncStateMachine(state: try store.loadState(), configuration: configuration.syncConfiguration)
         _ = machine.recover(from: recovered)
         try learnTakenEvents(directory: directory, into: store)
         try store.saveState(machine.state)
