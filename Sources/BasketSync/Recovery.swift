@@ -93,7 +93,10 @@ extension SyncStateMachine {
         // record may have had (docs/spec.md §3: seq rises forever).
         if outbox.isEmpty { state.lastOutboxSeq = max(state.lastOutboxSeq, claim.addingReportingOverflow(records.eventsSinceCart).overflow ? .max : claim + records.eventsSinceCart) }
         let firstHeld = outbox.first.map { $0.seq - 1 } ?? 0
-        if !outbox.isEmpty, firstHeld == 0 {
+        // The notifications are whole when they start at the first one — and a cart was told at
+        // all, when there is one (a removed notifications file leaves what the host showed unknown).
+        let notificationsWhole = records.notifications.first.map { $0.seq == 1 } ?? (records.cartLines == nil && records.cartClaim == nil)
+        if !outbox.isEmpty, firstHeld == 0, notificationsWhole {
             // The whole history is in the files: played again through the rules, the cart on
             // disk last — the share (what was acknowledged, echoed, paid, the shopper's own
             // units left out), what is pending or rolled back, the basis. What the WebView was
@@ -125,8 +128,13 @@ extension SyncStateMachine {
             state.pending = replayed.pending
             state.rolledBack = replayed.rolledBack
         }
-        if !outbox.isEmpty, max(firstHeld, echoed) > 0, !records.hostAcknowledges || echoed > 0 {
-            state.echoedThrough = max(firstHeld, echoed)
+        // A gap in what the host was seen to show (the notifications file removed or rotated
+        // away): a host without syncedThrough is taken to have processed the records made before
+        // its cart's last write — never applied twice; `init --adopt` names them.
+        let unseen = !notificationsWhole && !records.hostAcknowledges ? min(records.cartWrittenThrough ?? 0, outbox.last?.seq ?? 0) : 0
+        if !outbox.isEmpty, max(firstHeld, echoed, unseen) > 0, !records.hostAcknowledges || echoed > 0 {
+            state.echoedThrough = max(firstHeld, echoed, unseen)
+            if !records.hostAcknowledges { state.pending.removeAll { $0.seq <= state.echoedThrough! } }
         }
         if !outbox.isEmpty, records.hostAcknowledges {
             // The deltas after what it acknowledged are pending again (waiting for its
@@ -220,6 +228,15 @@ extension SyncStateMachine {
                     noticedBasket = notice.basket
                     pay(through: notice.at)
                     if replay.state.basket < notice.basket {
+                        // No payment record explains it (the file may be gone): the lines it
+                        // lists tell. A store change keeps the basis; a payment leaves only what
+                        // is on its way.
+                        let told = Dictionary(notice.products.map { (ExactID($0.id), $0.quantity) }, uniquingKeysWith: +).filter { $0.value > 0 }
+                        if told != replay.mealzView {
+                            var closing = replay
+                            _ = closing.closeBasket()
+                            if closing.mealzView == told { replay = closing }
+                        }
                         replay.state.basket = notice.basket
                         _ = replay.notifyBasketOpened(at: notice.at)
                     }

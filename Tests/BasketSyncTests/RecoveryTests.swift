@@ -171,6 +171,40 @@ struct RecoveryTests {
         #expect(try recovered.state(5, lines(("A", 1), ("B", 1))) == [])
     }
 
+    /// The notifications file removed and the database lost: what a host without syncedThrough
+    /// showed is unknown; the records made before its cart's last write are taken as processed
+    /// (never applied twice), the later ones still wait.
+    @Test func aGapInTheNotificationsNeverAppliesTwice() throws {
+        var lost = Transcript()
+        var files = Files()
+        files.keep(try lost.cart(0, []))
+        files.keep(try lost.delta(1, lines(("A", 1))))
+        files.keep(try lost.cart(2, lines(("A", 1))))
+        files.keep(try lost.cart(3, lines(("A", 4))))
+        files.keep(try lost.delta(4, lines(("A", 1))))
+        files.notifications = []
+        var fresh = Transcript(syncId: "s2")
+        _ = fresh.machine.recover(from: RecoveredRecords(outbox: files.outbox, cartWrittenThrough: 1, cartLines: lines(("A", 4))))
+        #expect(fresh.machine.state.hostProgress(claim: nil, writtenThrough: 1) == 1)
+        #expect(fresh.pendingSeqs == [2])
+    }
+
+    /// The payments file removed: a notification opening a basket with nothing where the basis
+    /// held A:2 tells a payment (a store change keeps the basis): A:2 is no share again.
+    @Test func anOpeningNotificationTellsAPaymentWhoseRecordIsGone() throws {
+        var lost = Transcript()
+        var files = Files()
+        _ = lost.machine.setSelectedStore(externalId: "st", mode: .retailer, at: at(0))
+        files.keep(try lost.cart(0, [], syncedThrough: 0))
+        files.keep(try lost.delta(1, lines(("A", 2))))
+        files.keep(try lost.cart(2, lines(("A", 2)), syncedThrough: 1))
+        files.keep(try lost.machine.handlePayment(totalPrice: Money("1")!, productList: lines(("A", 2)), orderId: "o1", at: at(3)))
+        files.payments = []
+        let fresh = files.recovered(cartClaim: 1, cart: lines(("A", 2)))
+        #expect(fresh.confirmed.isEmpty)
+        #expect(fresh.machine.state.basket == 2)
+    }
+
     /// An acknowledging host: what it had not acknowledged is pending again, so the WebView's
     /// state repeated pushes nothing, and the next record goes on after the files' last one.
     @Test func anAcknowledgingHostsUnacknowledgedDeltasArePendingAgain() throws {

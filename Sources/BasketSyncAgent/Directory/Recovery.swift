@@ -146,6 +146,13 @@ enum Recovery {
                 lost.append("\(directory)/\(Projection.outbox.fileName): no record is left, and events were taken since the cart was last written (\(events) in inbox/cur/): the records they made after \(claim), which the host had not applied, are lost with the outbox — deliver those events again under new ids if the host does not hold them; records go on after \(claim + events), so that no number a record had is used again")
             }
         }
+        // A file removed (logrotate without `create`, a host's cleanup): what it told is gone.
+        if found[.outbox] != nil, found[.notifications]?.first?.seq != 1, cartLines(directory: directory, configuration: configuration) != nil {
+            lost.append("\(directory)/\(Projection.notifications.fileName): its first records are in no file: what the host's carts showed before is unknown — a host without syncedThrough is taken to have processed the records made before its cart's last write (never applied twice), Mealz's share before is counted as none, and notification seqs go on after the last one a file holds (a reader going by seq may see one again)")
+        }
+        if found[.payments]?.first?.seq ?? 1 != 1 || (found[.payments] == nil && (found[.notifications]?.compactMap { try? RecordFormat.notification($0.line).basket }.max() ?? 1) > 1) {
+            lost.append("\(directory)/\(Projection.payments.fileName): records are in no file while the notifications show a basket closed: a retried order of those is not recognised, payment seqs may repeat, and a basket's close is read from its notification")
+        }
         return lost + found.sorted(by: { $0.key.rawValue < $1.key.rawValue }).map { (projection, records) in
             var line = "\(directory)/\(projection.fileName): adopted \(records.count) records, going on after \(records.map(\.seq).max()!)"
             if projection == .outbox, let first = records.first?.seq, first > 1 {
