@@ -774,4 +774,26 @@ extension CatchUpTests {
         #expect(sync?.status == 0, "sync must not wait for the reader's lock: \(String(describing: sync))")
         #expect(playground.records("outbox.jsonl").last.map(products) == ["A": 1])
     }
+
+    /// A sparse file at an output's name (64 GiB of hole) is never read whole: sync refuses it at
+    /// once (73) naming it, status answers, and once it is moved away the record goes to a new
+    /// file (docs/spec.md §7: every read bounded by what the file holds).
+    @Test func aSparseOutputFileIsRefusedNotRead() throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 0))
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let path = playground.path + "/outbox.jsonl"
+        let handle = try #require(FileHandle(forWritingAtPath: path))
+        try handle.truncate(atOffset: 64 << 30)
+        try handle.close()
+        #expect(try basketSync(["-C", playground.path, "push", "B=+1"]).status == 0)
+        let sync = try basketSync(["-C", playground.path, "sync"], killAfter: 120)
+        #expect(sync?.status == 73 && sync?.stderr.contains("outbox.jsonl: holds a hole") == true, "\(String(describing: sync))")
+        #expect(try basketSync(["-C", playground.path, "status"], killAfter: 120)?.status == 0)
+        try FileManager.default.moveItem(atPath: path, toPath: path + ".sparse")
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        #expect(playground.records("outbox.jsonl").last.map(products) == ["B": 1])
+    }
 }

@@ -110,6 +110,7 @@ final class JSONLinesFile {
                 error.refusal = "has \(info.links) hard links, and another name for it may be outside the directory; basket-sync appends only to a file of its own: remove the other names, or move the file away (the next record starts a new one)"
                 throw error
             }
+            guard !Posix.hasHole(fd, size: info.size) else { throw JSONLinesFile.sparse(path) }
             open = (fd, info.device, info.inode)
         } catch {
             Posix.close(fd)
@@ -300,6 +301,14 @@ final class JSONLinesFile {
         return nil
     }
 
+    /// The refusal of a file with a hole: basket-sync only appends, so it never wrote one, and
+    /// reading it would walk gigabytes of zeros (docs/spec.md §7: no file is read whole).
+    static func sparse(_ path: String) -> SystemError {
+        var error = SystemError(path: path, shape: FileInfo.Kind.regular.name)
+        error.refusal = "holds a hole (a sparse file: bytes never written), which basket-sync never writes: not its file; move it away (the next record starts a new one)"
+        return error
+    }
+
     /// The parts rotation made of the file at `path`: `PATH.1`, `PATH.2`… while they exist (the
     /// newest first; compressed parts, `.gz`, are not read).
     static func rotatedParts(of path: String) -> [String] {
@@ -315,7 +324,8 @@ final class JSONLinesFile {
         if let given, given.seq <= databaseSeq, isAsGiven(given) { return nil }
         guard let fd = try? Posix.open(path, [.readOnly]) else { return nil }
         defer { Posix.close(fd) }
-        guard let info = try? Posix.fileInfo(fd, path: path), let tail = try? readTail(fd, size: info.size) else { return nil }
+        guard let info = try? Posix.fileInfo(fd, path: path), !Posix.hasHole(fd, size: info.size),
+              let tail = try? readTail(fd, size: info.size) else { return nil }
         var found: UInt64?
         var later: UInt64?  // the seq of the record-like line seen just after (further down)
         try? linesBackward(fd, end: tail.completeSize) { (start, length) throws(AgentError) in
@@ -336,7 +346,8 @@ final class JSONLinesFile {
     func recordLines(after seq: UInt64, isRecord: ([UInt8]) -> Bool) -> [[UInt8]] {
         guard let fd = try? Posix.open(path, [.readOnly]) else { return [] }
         defer { Posix.close(fd) }
-        guard let info = try? Posix.fileInfo(fd, path: path), let tail = try? readTail(fd, size: info.size) else { return [] }
+        guard let info = try? Posix.fileInfo(fd, path: path), !Posix.hasHole(fd, size: info.size),
+              let tail = try? readTail(fd, size: info.size) else { return [] }
         var found: [[UInt8]] = []
         try? linesBackward(fd, end: tail.completeSize) { (start, length) throws(AgentError) in
             let lineSeq = RecordFormat.seq(ofLine: try read(fd, at: start, count: min(length, 32)))
@@ -377,26 +388,24 @@ final class JSONLinesFile {
         do { return try Posix.read(fd, at: offset, count: count, path: path) } catch { throw .system(error) }
     }
 
-    /// The size up to the end of the last complete line, and that line's seq (0 when none).
+    /// The size up to the end of the last complete line, and that line's seq (0 when none). Read
+    /// backwards in chunks of a fixed size: a long last line costs time, never memory.
     private func readTail(_ fd: Int32, size: Int64) throws(AgentError) -> (completeSize: Int64, lastSeq: UInt64) {
         guard size > 0 else { return (0, 0) }
-        // Read backwards until the start of the last complete line is found.
-        var chunkSize: Int64 = 4096
-        var buffer: [UInt8] = []
-        while true {
-            let start = max(0, size - chunkSize)
-            do { buffer = try Posix.read(fd, at: start, count: Int(size - start), path: path) } catch { throw .system(error) }
-            let lastNewline = buffer.lastIndex(of: 0x0A)
-            if let lastNewline {
-                let completeSize = start + Int64(lastNewline) + 1
-                if let previous = buffer[..<lastNewline].lastIndex(of: 0x0A) {
-                    return (completeSize, RecordFormat.seq(ofLine: buffer[(previous + 1)..<lastNewline]))
-                }
-                if start == 0 { return (completeSize, RecordFormat.seq(ofLine: buffer[..<lastNewline])) }
-            } else if start == 0 {
-                return (0, 0)
+        let chunk: Int64 = 65_536
+        /// The offset of the last newline before `end`, if any.
+        func newline(before end: Int64) throws(AgentError) -> Int64? {
+            var position = end
+            while position > 0 {
+                let from = max(0, position - chunk)
+                let bytes = try read(fd, at: from, count: Int(position - from))
+                if let index = bytes.lastIndex(of: 0x0A) { return from + Int64(index) }
+                position = from
             }
-            chunkSize *= 4
+            return nil
         }
+        guard let last = try newline(before: size) else { return (0, 0) }
+        let start = try newline(before: last).map { $0 + 1 } ?? 0
+        return (last + 1, RecordFormat.seq(ofLine: try read(fd, at: start, count: Int(min(last - start, 32)))))
     }
 }

@@ -13,6 +13,11 @@ enum Recovery {
             let path = "\(directory)/\(projection.fileName)"
             var bySeq: [UInt64: [UInt8]] = [:]
             for part in JSONLinesFile.rotatedParts(of: path).reversed() + [path] {
+                // A file with a hole is none of basket-sync's: refused before it is read.
+                if let fd = try? Posix.open(part, [.readOnly]) {
+                    defer { Posix.close(fd) }
+                    if let info = try? Posix.fileInfo(fd, path: part), Posix.hasHole(fd, size: info.size) { throw .system(JSONLinesFile.sparse(part)) }
+                }
                 guard let bytes = try Posix.readFile(part, limit: Int.max) else { continue }
                 // Whole records only: a torn last line (no newline: a crash) and a host's own line
                 // that merely starts like one are not records, as the catch-up reads them.

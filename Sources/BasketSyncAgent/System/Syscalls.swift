@@ -231,6 +231,15 @@ package enum Posix {
         return Array(bytes[0..<done])
     }
 
+    /// Whether the file open on `fd` holds a hole before `size` (a sparse file: bytes never
+    /// written, read back as zeros): `SEEK_HOLE`, which finds none where the file system cannot
+    /// tell.
+    package static func hasHole(_ fd: Int32, size: Int64) -> Bool {
+        let seekHole: Int32 = 4  // SEEK_HOLE (Linux), not shown by the Glibc module
+        let hole = lseek(fd, 0, seekHole)
+        return hole >= 0 && Int64(hole) < size
+    }
+
     /// Writes all of `bytes` at the current offset, however many calls it takes.
     package static func writeAll(_ fd: Int32, _ bytes: [UInt8], path: String) throws(SystemError) {
         var failure: SystemError?
