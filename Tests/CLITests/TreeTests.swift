@@ -404,6 +404,21 @@ import TestSupport
         #expect(agent.stop() == 0)
     }
 
+    /// A cart's directory that is a link to another cart is never followed, whatever the
+    /// command: shopper A's delta does not land in B's inbox (docs/spec.md §7).
+    @Test func aCartDirectoryThatIsALinkIsRefusedByEveryCommand() throws {
+        let playground = try tree()
+        try mkdir(playground, "b")
+        try playground.writeAtomically("b/cart.json", cartJSON([]))
+        #expect(try basketSync(["-C", playground.path + "/b", "sync"]).status == 0)
+        try FileManager.default.createSymbolicLink(atPath: playground.path + "/a", withDestinationPath: "b")
+        for command in [["push", "X=+1"], ["sync"], ["status"], ["apply"], ["wait", "--timeout", "0"]] {
+            let run = try basketSync(["-C", playground.path + "/a"] + command)
+            #expect(run.status == 73 && run.stderr.contains("never followed through a link"), "\(command): \(run.status) \(run.stderr)")
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: playground.path + "/b/inbox/new").isEmpty, "nothing delivered to b")
+    }
+
     /// `set-store` on the root is the default of every cart that never set its own.
     @Test func theRootsStoreIsTheDefaultOfCartsWithoutTheirOwn() throws {
         let playground = try tree()
