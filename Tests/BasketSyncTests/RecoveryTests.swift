@@ -110,13 +110,7 @@ struct RecoveryTests {
     /// A recorded payment after the deltas, the notifications gone: the deltas the claim
     /// acknowledges were paid with that basket, not Mealz's share in the new one.
     @Test func whatAPaymentPaidIsNoShareAgain() throws {
-        var lost = Transcript()
-        var files = Files()
-        _ = lost.machine.setSelectedStore(externalId: "st", mode: .retailer, at: at(0))
-        files.keep(try lost.cart(0, [], syncedThrough: 0))
-        files.keep(try lost.delta(1, lines(("A", 1))))
-        files.keep(try lost.cart(2, lines(("A", 1)), syncedThrough: 1))
-        files.keep(try lost.machine.handlePayment(totalPrice: Money("1")!, productList: lines(("A", 1)), orderId: "o1", at: at(3)))
+        var files = try paidBasket(("A", 1))
         files.notifications = []
         let fresh = files.recovered(cartClaim: 1)
         #expect(fresh.confirmed.isEmpty)
@@ -192,17 +186,24 @@ struct RecoveryTests {
     /// The payments file removed: a notification opening a basket with nothing where the basis
     /// held A:2 tells a payment (a store change keeps the basis): A:2 is no share again.
     @Test func anOpeningNotificationTellsAPaymentWhoseRecordIsGone() throws {
-        var lost = Transcript()
-        var files = Files()
-        _ = lost.machine.setSelectedStore(externalId: "st", mode: .retailer, at: at(0))
-        files.keep(try lost.cart(0, [], syncedThrough: 0))
-        files.keep(try lost.delta(1, lines(("A", 2))))
-        files.keep(try lost.cart(2, lines(("A", 2)), syncedThrough: 1))
-        files.keep(try lost.machine.handlePayment(totalPrice: Money("1")!, productList: lines(("A", 2)), orderId: "o1", at: at(3)))
+        var files = try paidBasket(("A", 2))
         files.payments = []
         let fresh = files.recovered(cartClaim: 1, cart: lines(("A", 2)))
         #expect(fresh.confirmed.isEmpty)
         #expect(fresh.machine.state.basket == 2)
+    }
+
+    /// The files of an acknowledging host in retailer mode: Mealz pushed `line`, the host applied
+    /// and acknowledged it, and a payment of it was recorded (closing basket 1).
+    func paidBasket(_ line: (String, Int)) throws -> Files {
+        var lost = Transcript()
+        var files = Files()
+        _ = lost.machine.setSelectedStore(externalId: "st", mode: .retailer, at: at(0))
+        files.keep(try lost.cart(0, [], syncedThrough: 0))
+        files.keep(try lost.delta(1, lines(line)))
+        files.keep(try lost.cart(2, lines(line), syncedThrough: 1))
+        files.keep(try lost.machine.handlePayment(totalPrice: Money("1")!, productList: lines(line), orderId: "o1", at: at(3)))
+        return files
     }
 
     /// An acknowledging host: what it had not acknowledged is pending again, so the WebView's
