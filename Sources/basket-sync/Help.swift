@@ -39,8 +39,8 @@ enum Help {
         switch command {
         case "init":
             return """
-                usage: basket-sync [-C DIR] init [--adopt]
-                       basket-sync -C ROOT init --tree [--adopt]
+                usage: basket-sync [-C DIR] init [--adopt] [--shared GROUP]
+                       basket-sync -C ROOT init --tree [--adopt] [--shared GROUP]
 
                 Creates the sync directory (and its parents), inbox/{tmp,new,cur,bad}/, the database in
                 .basket-sync/ and a commented basket-sync.json with every setting at its default.
@@ -56,6 +56,14 @@ enum Help {
                 (--adopt: a directory holding records goes on after them). A tree whose database is
                 gone while its carts hold records is refused (73) unless --tree --adopt, which adopts
                 each such cart. Nothing is made inside a sync directory or a tree but a tree's carts.
+
+                --shared GROUP sets the directory up for the host's and the Mealz side's accounts,
+                members of GROUP, beside the agent's (run it as the agent's account): the directory
+                and inbox/tmp/, inbox/new/ setgid, sticky and writable by the group, the outputs and
+                the configuration readable by it, .basket-sync/ the agent's alone. basket-sync uses
+                a configuration or a database only when owned by the account it runs as (or root)
+                and writable by nobody else, in a directory others may write only with the sticky
+                bit; anything else is refused (78, 74) with the chown or chmod that fixes it.
 
                 example:
                   basket-sync -C /srv/cart-sync init

@@ -7,7 +7,7 @@ struct Invocation {
     enum Command: Equatable {
         case help(String?)
         case version
-        case initialize(adopt: Bool, tree: Bool)
+        case initialize(adopt: Bool, tree: Bool, shared: String?)
         case watch(noSynchronizer: Bool, logFormat: LogFormat?, quiet: Bool, poll: WatchChoice.Override?)
         case sync(noSynchronizer: Bool, json: Bool)
         case push(kind: Commands.PushKind, products: [RetailerProduct], id: String?)
@@ -71,8 +71,9 @@ struct Invocation {
         case "init":
             let adopt = options.flag("--adopt")
             let tree = options.flag("--tree")
+            let shared = try options.value("--shared")
             try options.finish()
-            command = .initialize(adopt: adopt, tree: tree)
+            command = .initialize(adopt: adopt, tree: tree, shared: shared)
         case "watch":
             let noSynchronizer = options.flag("--no-synchronizer")
             let quiet = options.flag("--quiet")

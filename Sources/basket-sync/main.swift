@@ -48,10 +48,11 @@ func run() throws(AgentError) -> Int32 {
         emit(Manual.bashCompletion)
     case .manual:
         emit(Manual.page)
-    case let .initialize(adopt, tree):
+    case let .initialize(adopt, tree, shared):
         let created = try Commands.initialize(directory: directory, adopt: adopt, tree: tree)
         let what = tree || Workspace.of(directory) == .treeRoot ? "a tree of carts" : "a sync directory"
         emit(created.isEmpty ? "\(directory) is already \(what); nothing to create" : created.map { "created \($0)" }.joined(separator: "\n"))
+        if let shared { emit(try Commands.share(directory: directory, group: shared).joined(separator: "\n")) }
     case .watch:
         break  // run by watch(_:directory:isSynchronizerRegistered:logFormat:quiet:poll:)
     case let .sync(noSynchronizer, json):

@@ -98,7 +98,8 @@ import TestSupport
         for id in ["fifo", "garbled", "unreadable"] {
             #expect(notified(playground, id).isEmpty, "\(id) gave no notification")
         }
-        let status = try basketSync(["-C", playground.path, "status"])
+        // As the agent's account: the tree's configuration and database are its own, not root's.
+        let status = try #require(try basketSync(["-C", playground.path, "status"], killAfter: 60, user: 65534))
         #expect(status.stdout.contains("carts with an error: 3"), "\(status.stdout)")
         for (id, why) in [("fifo", "FIFO"), ("garbled", "garbled/cart.json:1:"), ("unreadable", "Permission denied")] {
             #expect(status.stdout.contains("  \(id): ") && agent.log.contains(why), "\(id): \(status.stdout)\n\(agent.log)")

@@ -54,7 +54,10 @@ extension Commands {
         case .delta: event = .basketDelta(products)
         case let .state(basket):
             var based = basket
-            if based == nil { based = try currentBasket(directory: directory, workspace: workspace) }
+            // A database this account may not read (another account's, in a shared directory)
+            // leaves the basket unsaid: the agent takes the state as of the current one. A
+            // delivery is never refused for it.
+            if based == nil { based = try? currentBasket(directory: directory, workspace: workspace) ?? nil }
             event = .basketState(products, basket: based)
         case let .transfer(transferId): event = .basketTransfer(products, transferId: transferId)
         case .redirect: event = .redirectToCart

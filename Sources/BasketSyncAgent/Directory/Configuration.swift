@@ -8,13 +8,18 @@ extension AgentConfiguration {
         return try loadFile(directory: directory)
     }
 
-    /// Reads `basket-sync.json` in `directory`; a missing file means every default.
+    /// Reads `basket-sync.json` in `directory`; a missing file means every default. A file
+    /// that is not basket-sync's own — owned by another account, writable by others, or in a
+    /// directory others may rename it in — is refused (78), never read (docs/spec.md §7).
     static func loadFile(directory: String) throws(AgentError) -> AgentConfiguration {
         let path = "\(directory)/\(fileName)"
         let bytes: [UInt8]
-        do {
-            guard let read = try Posix.readFile(path, limit: maximumFileBytes) else { return AgentConfiguration() }
-            bytes = read
+        do throws(AgentError) {
+            guard let read = try Posix.readFileAndInfo(path, limit: maximumFileBytes) else { return AgentConfiguration() }
+            if let refusal = Trust.directoryRefusal(directory) ?? Trust.refusal(read.info, path: path, what: "the configuration") {
+                throw AgentError.notReady(refusal)
+            }
+            bytes = read.bytes
         } catch {
             switch error {
             case let .system(failure) where failure.isNotRegular:

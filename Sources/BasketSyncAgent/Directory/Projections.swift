@@ -110,6 +110,12 @@ final class JSONLinesFile {
                 error.refusal = "has \(info.links) hard links, and another name for it may be outside the directory; basket-sync appends only to a file of its own: remove the other names, or move the file away (the next record starts a new one)"
                 throw error
             }
+            // Made first by another account at a name basket-sync writes: not its file.
+            if let reason = Trust.foreignOutput(info) {
+                var error = SystemError(path: path, shape: FileInfo.Kind.regular.name)
+                error.refusal = reason
+                throw error
+            }
             guard !Posix.hasHole(fd, size: info.size) else { throw JSONLinesFile.sparse(path) }
             open = (fd, info.device, info.inode)
         } catch {

@@ -175,7 +175,10 @@ final class Tree {
 
     /// Makes a cart's inbox folders, never through a link (an inbox that is one leads out of the tree).
     static func makeInbox(_ directory: String) throws(AgentError) {
-        for folder in ["tmp", "new", "cur", "bad"] { try Posix.makeFolders(in: directory, "inbox/\(folder)") }
+        var made: [String] = []
+        for folder in ["tmp", "new", "cur", "bad"] { made += try Posix.makeFolders(in: directory, "inbox/\(folder)") }
+        // In a tree set up with init --shared, the group delivers into the carts' inboxes too.
+        if !made.isEmpty { try Shared.shareCart(directory, root: Posix.dirname(of: directory)) }
     }
 
     /// Whether the directory of cart `id` still holds the marker of cart `number`.

@@ -56,7 +56,9 @@ extension SyncEngine {
             if ids.more { slice.more = true }
             if let inbox {
                 let files = try store.filedFiles(olderThan: cutoff, limit: limit)
-                for file in files {
+                // Names from the database are never paths: one component in cur/ or bad/, or
+                // nothing is removed (the row is forgotten all the same).
+                for file in files where ["cur", "bad"].contains(file.folder) && Posix.isOneComponent(file.name) {
                     let path = "\(inbox.folder(file.folder))/\(file.name)"
                     let removed = Posix.remove(path)
                     if removed { slice.files += 1 }

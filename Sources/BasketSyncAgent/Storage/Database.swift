@@ -42,6 +42,8 @@ final class Database {
         if let info = Posix.info(stateDirectory, follow: false), info.kind != .directory {
             throw .system(SystemError(path: stateDirectory, shape: info.kind.name, expectsDirectory: true))
         }
+        // basket-sync's own, or refused before SQLite opens anything (docs/spec.md §7).
+        try Database.checkTrusted(stateDirectory: stateDirectory, databasePath: databasePath)
         for path in [databasePath, databasePath + "-wal", databasePath + "-shm"] {
             guard let info = Posix.info(path, follow: false) else { continue }
             if info.kind != .regular { throw .system(SystemError(path: path, shape: info.kind.name)) }
@@ -78,6 +80,9 @@ final class Database {
         connection = try SQLiteConnection(path: databasePath, readOnly: readOnly)
         self.databasePath = databasePath
         databaseIdentity = Posix.info(databasePath, follow: false)?.identity
+        // A database renamed in between the check and the open is seen here; every transaction
+        // then checks that the file at the path is still the one opened.
+        try Database.checkTrusted(stateDirectory: stateDirectory, databasePath: databasePath)
         connection.setBusyTimeout(milliseconds: busyTimeoutMilliseconds)
         // A layout this version does not know would be read wrong, or written over.
         let version = try connection.scalar("PRAGMA user_version") ?? 0
@@ -104,6 +109,25 @@ final class Database {
             } else {
                 try connection.execute(Database.tables)
                 try connection.execute("PRAGMA user_version=\(Database.schemaVersion)")
+            }
+        }
+    }
+
+    /// Refuses (74) a database that is not basket-sync's own: `.basket-sync/`, the database and
+    /// its `-wal` and `-shm` owned by another account than this one or root, or writable by
+    /// others, or the directory holding them open to renames (docs/spec.md §7). A database
+    /// another account swapped in is never opened: the names of files it holds are never used.
+    static func checkTrusted(stateDirectory: String, databasePath: String) throws(AgentError) {
+        if let refusal = Trust.directoryRefusal(Posix.dirname(of: stateDirectory)) {
+            throw .database(path: databasePath, message: "not opened: " + refusal)
+        }
+        let parts = [(stateDirectory, "the database's directory"), (databasePath, "the database"),
+                     (databasePath + "-wal", "the database's log"), (databasePath + "-shm", "the database's shared memory")]
+        for (path, what) in parts {
+            guard let info = Posix.info(path, follow: false) else { continue }
+            let otherwise = "otherwise move \(Layout.stateDirectory)/ away and restore basket-sync's own (from a backup, or with basket-sync init --adopt)"
+            if let refusal = Trust.refusal(info, path: path, what: what, otherwise: otherwise) {
+                throw .database(path: databasePath, message: "not opened: " + refusal)
             }
         }
     }

@@ -32,6 +32,13 @@ extension Posix {
 
     package static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
 
+    /// Whether `name` names an entry of a folder and nothing else: one path component, not
+    /// empty, neither `.` nor `..`, no `/` and no NUL. A name read from the database or a file is
+    /// used only when it is one (docs/spec.md §7).
+    package static func isOneComponent(_ name: String) -> Bool {
+        !name.isEmpty && name != "." && name != ".." && !name.utf8.contains(UInt8(ascii: "/")) && !name.utf8.contains(0)
+    }
+
     package static func isDirectory(_ path: String) -> Bool {
         var info = stat()
         return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR

@@ -1,0 +1,209 @@
+import CSQLite
+import Foundation
+import Testing
+
+/// An account of this machine, by number (no entry in /etc/passwd is needed): the agent's, or a
+/// writer's — another member of the directory's group.
+struct Account {
+    var uid: UInt32
+    var gid: UInt32
+
+    static let group: UInt32 = 4311
+    static let agent = Account(uid: 4211, gid: group)
+    static let writer = Account(uid: 4212, gid: group)
+
+    private func started(_ arguments: [String]) throws -> Run {
+        let process = Child()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        process.arguments = ["--reuid=\(uid)", "--regid=\(gid)", "--clear-groups", "--"] + arguments
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        // A hang is a failure, not a stuck test: killed after a generous deadline.
+        let deadline = Date().addingTimeInterval(60)
+        while process.isRunning, Date() < deadline { usleep(2_000) }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+        let stdout = out.fileHandleForReading.readDataToEndOfFile()
+        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        return Run(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self), stderr: String(decoding: stderr, as: UTF8.self))
+    }
+
+    /// `basket-sync` run as this account.
+    func basketSync(_ arguments: [String]) throws -> Run { try started([binary.path] + arguments) }
+
+    /// A shell command run as this account.
+    func shell(_ script: String) throws -> Run { try started(["/bin/sh", "-c", script]) }
+}
+
+/// Who basket-sync trusts with what (docs/spec.md §7): its configuration and its database are
+/// used only when owned by the account it runs as (or root) and writable by nobody else, in a
+/// directory others may write only with the sticky bit; names from the database are never paths.
+/// Two real accounts: the agent's, and a writer in the directory's group.
+@Suite struct TrustTests {
+    /// `PLAYGROUND/shop`, made by the agent's account as a sync directory; the playground open
+    /// to both accounts, and `home/secret`, a file only the agent's account may read.
+    func shop(_ playground: Playground) throws -> String {
+        chmod(playground.path, 0o755)
+        let home = playground.path + "/home"
+        #expect(mkdir(home, 0o700) == 0 && chown(home, Account.agent.uid, Account.agent.gid) == 0)
+        try playground.write("home/secret", "s3cr3t of the agent's account\n")
+        #expect(chown(home + "/secret", Account.agent.uid, Account.agent.gid) == 0 && chmod(home + "/secret", 0o600) == 0)
+        let shop = playground.path + "/shop"
+        #expect(mkdir(shop, 0o755) == 0 && chown(shop, Account.agent.uid, Account.group) == 0)
+        let made = try Account.agent.basketSync(["-C", shop, "init"])
+        #expect(made.status == 0, "\(made.stderr)")
+        return shop
+    }
+
+    /// The writer renames a configuration of hers over the agent's (`followSymlinks`) and links
+    /// the cart to a file only the agent's account may read: every command the agent's account
+    /// runs refuses (78) naming the file's owner, reads nothing through the link, writes nothing.
+    /// Refused by the directory (group-writable without the sticky bit), then, with the sticky
+    /// bit put back, by the file's owner.
+    @Test func anotherAccountsConfigurationIsNeverUsed() throws {
+        let playground = try Playground()
+        let shop = try shop(playground)
+        #expect(chmod(shop, 0o2775) == 0)  // an operator's mistake: group-writable, no sticky bit
+        let swap = try Account.writer.shell("cd \(shop) && printf '{\"followSymlinks\": true}' > .mine && mv -f .mine basket-sync.json && ln -sf ../home/secret cart.json")
+        #expect(swap.status == 0, "the writer may rename in a directory without the sticky bit: \(swap.stderr)")
+        for (mode, why) in [(UInt32(0o2775), "without the sticky bit"), (0o3775, "owned by uid \(Account.writer.uid)")] {
+            #expect(chmod(shop, mode_t(mode)) == 0)
+            for command in [["sync"], ["apply"], ["wait", "--timeout", "0"], ["push", "--state", "A=1"], ["watch"]] {
+                let run = try Account.agent.basketSync(["-C", shop] + command)
+                let context = "mode \(String(mode, radix: 8)), \(command.joined(separator: " ")): exit \(run.status): \(run.stderr)"
+                if command.first == "push" {
+                    // push takes the defaults of a configuration it may not use: a delivery is never refused.
+                    #expect(run.status == 0, "\(context)")
+                } else {
+                    #expect(run.status == 78 && run.stderr.contains(why), "\(context)")
+                }
+                #expect(!run.stdout.contains("s3cr3t") && !run.stderr.contains("s3cr3t"), "\(context): the secret leaked")
+            }
+        }
+        #expect(playground.read("home/secret") == "s3cr3t of the agent's account\n")
+        #expect(!playground.read("shop/notifications.jsonl").contains("s3cr3t"))
+    }
+
+    /// The writer swaps `.basket-sync/` for a database she made with `init`, holding a filed
+    /// inbox file named `../../../victim/precious`, and retention is on: the agent's account never
+    /// opens it (74, naming its owner) and the file outside, which she could not remove, stays.
+    @Test func anotherAccountsDatabaseIsNeverOpened() throws {
+        let playground = try Playground()
+        let shop = try shop(playground)
+        let victim = playground.path + "/victim"
+        #expect(mkdir(victim, 0o755) == 0 && chown(victim, Account.agent.uid, Account.agent.gid) == 0)
+        try playground.write("victim/precious", "kept\n")
+        #expect(chown(victim + "/precious", Account.agent.uid, Account.agent.gid) == 0)
+        try playground.write("shop/basket-sync.json", "{\"retention\": {\"days\": 0.00001}}")
+        #expect(chown(shop + "/basket-sync.json", Account.agent.uid, Account.agent.gid) == 0)
+        // Her database, made by her, with the row.
+        let evil = playground.path + "/evil"
+        #expect(mkdir(evil, 0o755) == 0 && chown(evil, Account.writer.uid, Account.writer.gid) == 0)
+        #expect(try Account.writer.basketSync(["-C", evil, "init"]).status == 0)
+        try forgeFiled(evil + "/.basket-sync/state.db", name: "../../../victim/precious")
+        #expect(try Account.writer.shell("rm -f \(victim)/precious").status != 0, "she cannot remove it herself")
+        #expect(chmod(shop, 0o2775) == 0)
+        let swap = try Account.writer.shell("cd \(shop) && mv .basket-sync .old && mv \(evil)/.basket-sync .basket-sync")
+        #expect(swap.status == 0, "\(swap.stderr)")
+        #expect(chmod(shop, 0o3775) == 0)
+        for command in [["sync"], ["status"], ["apply"], ["watch"]] {
+            let run = try Account.agent.basketSync(["-C", shop] + command)
+            #expect(run.status == 74 && run.stderr.contains("owned by uid \(Account.writer.uid)"), "\(command): exit \(run.status): \(run.stderr)")
+        }
+        #expect(playground.read("victim/precious") == "kept\n")
+    }
+
+    /// Names read from basket-sync's own database are never paths: a filed inbox file named
+    /// `../../victim` (a database restored from elsewhere, or edited) is not removed by retention;
+    /// the database is the agent's own, so only the rule stands between them.
+    @Test func namesFromTheDatabaseAreNeverPaths() throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path + "/shop", "init"]).status == 0)
+        try playground.write("victim", "kept\n")
+        try playground.write("shop/basket-sync.json", "{\"retention\": {\"days\": 0.00001}}")
+        try forgeFiled(playground.path + "/shop/.basket-sync/state.db", name: "../../victim")
+        #expect(try basketSync(["-C", playground.path + "/shop", "push", "A=+1"]).status == 0)
+        let sync = try basketSync(["-C", playground.path + "/shop", "sync"])
+        #expect(sync.status == 0, "\(sync.stderr)")
+        #expect(playground.read("victim") == "kept\n")
+    }
+
+    /// basket-sync's own files writable by others, or in a directory others may write without the
+    /// sticky bit, are refused with the chmod that mends them; mended, the command works.
+    @Test func ownFilesOthersMayWriteAreRefusedWithTheFix() throws {
+        let playground = try Playground()
+        let shop = playground.path + "/shop"
+        #expect(try basketSync(["-C", shop, "init"]).status == 0)
+        let cases: [(path: String, mode: UInt32, code: Int32, fix: String)] = [
+            (shop + "/basket-sync.json", 0o664, 78, "chmod go-w \(shop)/basket-sync.json"),
+            (shop + "/.basket-sync", 0o770, 74, "chmod go-w \(shop)/.basket-sync"),
+            (shop + "/.basket-sync/state.db", 0o666, 74, "chmod go-w \(shop)/.basket-sync/state.db"),
+            (shop, 0o777, 78, "chmod +t \(shop)"),
+        ]
+        for (path, mode, code, fix) in cases {
+            var info = stat()
+            #expect(stat(path, &info) == 0)
+            #expect(chmod(path, mode_t(mode)) == 0)
+            let run = try basketSync(["-C", shop, "sync"])
+            #expect(run.status == code && run.stderr.contains(fix), "\(path) \(String(mode, radix: 8)): exit \(run.status): \(run.stderr)")
+            #expect(chmod(path, info.st_mode & 0o7777) == 0)
+            #expect(try basketSync(["-C", shop, "sync"]).status == 0, "mended: \(path)")
+        }
+        // The sticky bit makes a group-writable directory safe.
+        #expect(chmod(shop, 0o1777) == 0)
+        #expect(try basketSync(["-C", shop, "sync"]).status == 0)
+    }
+
+    /// `init --shared GROUP`: the writer, a member of the group, delivers (`push`, or a file into
+    /// inbox/new/) and writes the cart; she can rename over neither the configuration nor the
+    /// database, nor remove the outputs; an output file she makes first is never appended to.
+    @Test func aSharedDirectoryLetsTheGroupWriteOnlyWhatIsTheirs() throws {
+        let playground = try Playground()
+        chmod(playground.path, 0o755)
+        let shop = playground.path + "/shop"
+        #expect(mkdir(shop, 0o755) == 0 && chown(shop, Account.agent.uid, Account.group) == 0)
+        let made = try Account.agent.basketSync(["-C", shop, "init", "--shared", String(Account.group)])
+        #expect(made.status == 0, "\(made.stderr)")
+        var info = stat()
+        #expect(stat(shop, &info) == 0 && info.st_mode & 0o7777 == 0o3770 && info.st_gid == Account.group)
+        #expect(stat(shop + "/inbox/new", &info) == 0 && info.st_mode & 0o7777 == 0o3770)
+        #expect(stat(shop + "/.basket-sync", &info) == 0 && info.st_mode & 0o7777 == 0o700 && info.st_uid == Account.agent.uid)
+        #expect(stat(shop + "/basket-sync.json", &info) == 0 && info.st_mode & 0o022 == 0)
+
+        // An output file she makes before the agent's first record: refused, never appended to.
+        #expect(try Account.writer.shell("touch \(shop)/outbox.jsonl && chmod 666 \(shop)/outbox.jsonl").status == 0)
+        #expect(try Account.writer.basketSync(["-C", shop, "push", "A=+1"]).status == 0)
+        let refused = try Account.agent.basketSync(["-C", shop, "sync"])
+        #expect(refused.status == 73 && refused.stderr.contains("outbox.jsonl") && refused.stderr.contains("owned by uid \(Account.writer.uid)"), "\(refused.stderr)")
+        #expect(try Account.writer.shell("rm \(shop)/outbox.jsonl").status == 0)
+
+        let cart = try Account.writer.shell("cd \(shop) && printf '{\"products\":[{\"id\":\"A\",\"quantity\":1}],\"syncedThrough\":1}' > .c && mv .c cart.json")
+        #expect(cart.status == 0, "\(cart.stderr)")
+        let sync = try Account.agent.basketSync(["-C", shop, "sync"])
+        #expect(sync.status == 0, "\(sync.stderr)")
+        #expect(playground.records("shop/outbox.jsonl").map(products) == [["A": 1]])
+        for attack in ["printf '{}' > \(shop)/.x && mv -f \(shop)/.x \(shop)/basket-sync.json",
+                       "mv \(shop)/.basket-sync \(shop)/.old",
+                       "rm -f \(shop)/outbox.jsonl"] {
+            let run = try Account.writer.shell(attack)
+            #expect(run.status != 0, "the sticky bit refuses it: \(attack)")
+        }
+        #expect(try Account.agent.basketSync(["-C", shop, "sync"]).status == 0)
+    }
+
+    /// Adds to the database at `path` an inbox file filed long ago under `name`, as the file's
+    /// owner would (its owner and mode kept).
+    func forgeFiled(_ path: String, name: String) throws {
+        var before = stat()
+        #expect(stat(path, &before) == 0)
+        var handle: OpaquePointer?
+        #expect(sqlite3_open(path, &handle) == SQLITE_OK)
+        let sql = "INSERT INTO settled(cart, folder, name, at) VALUES (0, 'cur', '\(name)', '2000-01-01T00:00:00.000Z')"
+        #expect(sqlite3_exec(handle, "PRAGMA journal_mode=DELETE; " + sql, nil, nil, nil) == SQLITE_OK, "\(sql)")
+        sqlite3_close(handle)
+        #expect(chown(path, before.st_uid, before.st_gid) == 0)
+    }
+}
