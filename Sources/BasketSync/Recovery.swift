@@ -250,7 +250,13 @@ extension SyncStateMachine {
                     let new = notice.syncedThrough.flatMap { acknowledged in
                         replay.state.hostSyncedThrough.map { acknowledged > $0 } ?? true ? acknowledged : nil
                     }
-                    _ = try? replay.retailerBasketChanged(notice.products, syncedThrough: new, at: notice.at)
+                    // Told after the cart on disk was last written: of that version (no later
+                    // one exists), which was written before the records after the ones that
+                    // existed at its time — it can echo none of those.
+                    let writtenThrough = records.cartModified.flatMap { $0 <= notice.at ? records.cartWrittenThrough : nil }
+                    _ = try? replay.retailerBasketChanged(
+                        notice.products, syncedThrough: new,
+                        outboxSeqWhenWritten: min(writtenThrough ?? replay.state.lastOutboxSeq, replay.state.lastOutboxSeq), at: notice.at)
                 }
             } else {
                 pay(through: paymentAt)
@@ -262,6 +268,14 @@ extension SyncStateMachine {
 }
 
 extension SyncState {
+    /// Whether `products` are the lines of the host cart last taken (lines at 0 aside): a cart
+    /// file whose times moved without its modification time or size may be that version (a
+    /// chmod) when its lines are these, and is a write in place when they are not.
+    public func showsTheCartTaken(_ products: [RetailerProduct]) -> Bool {
+        guard let hostCart else { return false }
+        return ProductTally(products).quantities.filter { $0.value != 0 } == hostCart
+    }
+
     /// The host's progress: the highest outbox seq it has processed as far as basket-sync can
     /// tell — acknowledged (`syncedThrough`) or echoed (a host without it) — or what its cart says
     /// now (`claim`, nil: none), checked as an acknowledgement is: it counts only when it claims

@@ -27,6 +27,24 @@ import TestSupport
         try SyncEngine(directory: directory.path, isSynchronizerRegistered: registered, logger: quiet)
     }
 
+    /// A cart on a file system that keeps times in whole seconds (ext4 with small inodes, many
+    /// NFS servers), changed within the last two seconds, may still be rewritten in place in that
+    /// second without its size or times moving: such a version is not remembered as the one at a
+    /// record. Only then: finer times, or a change further back, are.
+    @Test func aVersionWithWholeSecondTimesMayChangeUnseenOnlyWithinItsSecond() {
+        let second: Int64 = 1_000_000_000
+        let now: Int64 = 1_796_000_000 * second + 400_000_000
+        func identity(modified: Int64, changed: Int64) -> FileIdentity {
+            FileIdentity(device: 1, inode: 2, size: 30, modified: modified, changed: changed)
+        }
+        let coarse = 1_796_000_000 * second
+        #expect(identity(modified: coarse, changed: coarse).mayChangeUnseen(nowNanoseconds: now))
+        #expect(identity(modified: coarse - second, changed: coarse - second).mayChangeUnseen(nowNanoseconds: now))
+        #expect(!identity(modified: coarse - 3 * second, changed: coarse - 3 * second).mayChangeUnseen(nowNanoseconds: now))
+        #expect(!identity(modified: coarse, changed: coarse + 123).mayChangeUnseen(nowNanoseconds: now))
+        #expect(!identity(modified: coarse + 5, changed: coarse).mayChangeUnseen(nowNanoseconds: now))
+    }
+
     /// A group of events shares one transaction and saves the state once at its end: it must end
     /// exactly where taking the same events one by one ends — the same outbox lines, the same
     /// state (pending batches, counters, transfers, ids taken). Seeded: deltas, states,

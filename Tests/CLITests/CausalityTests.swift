@@ -317,10 +317,114 @@ import Testing
         try FileManager.default.removeItem(atPath: playground.path + "/outbox.jsonl")
         try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
         let adopted = try run(playground, ["init", "--adopt"])
-        #expect(adopted.stdout.contains("no record is left, and events were taken since the cart was last written (1 in inbox/cur/)"), "\(adopted.stdout)")
+        #expect(adopted.stdout.contains("no record is left, and inbox/cur/ holds events that may have made records after the cart's claim 3 (record 4 at most)"), "\(adopted.stdout)")
         try run(playground, ["push", "C=+1"])
         try run(playground, ["sync"])
         #expect(playground.records("outbox.jsonl").last?["seq"] as? Int == 5)
+    }
+
+    /// init --adopt with no record left, where the host wrote its cart after record #2 without
+    /// applying it (a shopper's edit, still claiming 1): inbox/cur/ holds the two events taken,
+    /// each of which made at most one record, so records go on after 2 — never numbering a new
+    /// record 2 (the old #2 is named lost, not replaced by another).
+    @Test func adoptionNumbersAfterEveryEventTakenWhenNoRecordIsLeft() throws {
+        let playground = try syncDirectory()
+        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 0))
+        try run(playground, ["sync"])
+        try run(playground, ["push", "--id", "e1", "A=+1"])
+        try run(playground, ["sync"])
+        try run(playground, ["apply"])
+        try run(playground, ["sync"])
+        try run(playground, ["push", "--id", "e2", "A=+1"])
+        try run(playground, ["sync"])
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1), ("X", 1)], syncedThrough: 1))
+        try run(playground, ["sync"])
+        // Rotated away into a file basket-sync cannot read (logrotate's compress), then the loss.
+        try FileManager.default.moveItem(atPath: playground.path + "/outbox.jsonl", toPath: playground.path + "/outbox.jsonl.1.gz")
+        try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
+        let adopted = try run(playground, ["init", "--adopt"])
+        #expect(adopted.stdout.contains("(record 2 at most)") && adopted.stdout.contains("records go on after 2"), "\(adopted.stdout)")
+        try run(playground, ["push", "--id", "e3", "B=+1"])
+        try run(playground, ["sync"])
+        #expect(playground.records("outbox.jsonl").map { $0["seq"] as? Int } == [3])
+    }
+
+    /// A transfer that landed stays landed after init --adopt even when no record is left of it
+    /// (the outbox rotated away): its event in inbox/cur/ says so, and Mealz redelivering it under
+    /// a new event id lands nothing (docs/spec.md §4 rule 2).
+    @Test func aTransferLandedBeforeTheLossDoesNotLandAgain() throws {
+        let playground = try syncDirectory()
+        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 0))
+        try run(playground, ["sync"])
+        try run(playground, ["push", "--id", "evt-t1", "--transfer", "t-9", "A=1"])
+        try run(playground, ["sync"])
+        try run(playground, ["apply"])
+        try run(playground, ["sync"])
+        try FileManager.default.moveItem(atPath: playground.path + "/outbox.jsonl", toPath: playground.path + "/outbox.jsonl.1.gz")
+        try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
+        try run(playground, ["init", "--adopt"])
+        try run(playground, ["push", "--id", "evt-t1-again", "--transfer", "t-9", "A=1"])
+        try run(playground, ["sync"])
+        #expect(playground.records("outbox.jsonl").isEmpty, "\(playground.read("outbox.jsonl"))")
+        try run(playground, ["apply"])
+        #expect(try cartLines(playground) == ["A": 1])
+    }
+
+    /// An honest cart written in place after record #1 — the same size, its modification time
+    /// kept (`touch -r`, a copy keeping times) — claiming 1 is a new version (its lines changed,
+    /// only its change time tells), and acknowledges #1: apply applies nothing again.
+    @Test func aCartWrittenInPlaceKeepingItsTimeIsANewVersion() throws {
+        let playground = try syncDirectory()
+        let path = playground.path + "/cart.json"
+        try playground.write("cart.json", cartJSON([("A", 0)], syncedThrough: 0))
+        try run(playground, ["sync"])
+        try run(playground, ["push", "A=+1"])
+        try run(playground, ["sync"])
+        var before = stat()
+        #expect(stat(path, &before) == 0)
+        // In place: the same file, the same size.
+        let handle = try #require(FileHandle(forWritingAtPath: path))
+        try handle.write(contentsOf: Data(cartJSON([("A", 1)], syncedThrough: 1).utf8))
+        try handle.close()
+        var times = [before.st_atim, before.st_mtim]
+        #expect(utimensat(AT_FDCWD, path, &times, 0) == 0)
+        var after = stat()
+        #expect(stat(path, &after) == 0 && after.st_size == before.st_size && after.st_mtim.tv_nsec == before.st_mtim.tv_nsec && after.st_ino == before.st_ino)
+        let wait = try basketSync(["-C", playground.path, "wait", "--timeout", "0"])
+        #expect(wait.status == 75, "nothing to apply: \(wait.stdout)")
+        try run(playground, ["apply"])
+        #expect(try cartLines(playground) == ["A": 1])
+    }
+
+    /// init --adopt for a host without syncedThrough, whose cart (the shopper's own A:1) was
+    /// written before a pass made #1 (A+1, B+1) and #2 (A−1) and was told after them: the replay
+    /// takes it as written before both (the cart's time), as the lost database did — both stay
+    /// pending, and the payment after the host applies them counts B, Mealz's, as without the loss.
+    @Test(arguments: [false, true])
+    func adoptionReplaysACartToldAfterRecordsAsWrittenBefore(adopt: Bool) throws {
+        let playground = try syncDirectory()
+        try playground.write("basket-sync.json", "{\"pendingTimeoutSeconds\": 3600}")
+        try run(playground, ["set-store", "s1", "--mode", "retailer"])
+        try playground.writeAtomically("cart.json", "{\"products\":[]}")
+        try run(playground, ["sync"])
+        try run(playground, ["push", "--id", "r1", "A=+1", "B=+1"])
+        try run(playground, ["push", "--id", "r2", "A=-1"])
+        try playground.writeAtomically("cart.json", "{\"products\":[{\"id\":\"A\",\"quantity\":1}]}")
+        try run(playground, ["sync"])
+        if adopt {
+            try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
+            try run(playground, ["init", "--adopt"])
+            try run(playground, ["set-store", "s1", "--mode", "retailer"])
+            try run(playground, ["sync"])
+        }
+        let status = try JSONSerialization.jsonObject(with: Data(try run(playground, ["status", "--json"]).stdout.utf8)) as? [String: Any]
+        #expect((status?["pending"] as? [[String: Any]])?.compactMap { $0["seq"] as? Int } == [1, 2], "\(String(describing: status))")
+        try playground.writeAtomically("cart.json", "{\"products\":[{\"id\":\"A\",\"quantity\":1},{\"id\":\"B\",\"quantity\":1}]}")
+        try run(playground, ["sync"])
+        try run(playground, ["handle-payment", "--total", "2.00", "--order-id", "o1"])
+        let paid = try #require(playground.records("payments.jsonl").last)
+        #expect(paid["status"] as? String == "recorded", "\(paid)")
+        #expect(products(paid, key: "mealzProducts") == ["B": 1], "\(paid)")
     }
 
     /// init --adopt with a cart claiming beyond the files: it acknowledges nothing, and says so.

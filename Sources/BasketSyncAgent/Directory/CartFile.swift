@@ -146,13 +146,17 @@ extension CartReader {
     /// on disk were taken now — its claim checked against the records that existed when it was
     /// written, what it echoes settled — which is what `apply` does before it starts after it.
     static func hostProgress(_ state: SyncState, store: Store, directory: String, configuration: AgentConfiguration) throws(AgentError) -> UInt64 {
+        let cart: HostCart?
+        if case let .new(bytes, _)? = try? CartReader().read("\(directory)/\(configuration.cart)", configuration: configuration) {
+            cart = try? CartFormat.decode(bytes, keys: configuration.keys, limits: configuration.limits)
+        } else {
+            cart = nil
+        }
         let writtenThrough = try store.withTransaction { () throws(AgentError) in
-            try store.writtenThrough(cart: identity("\(directory)/\(configuration.cart)"), lastSeq: state.lastOutboxSeq)
+            try store.writtenThrough(cart: identity("\(directory)/\(configuration.cart)"), lastSeq: state.lastOutboxSeq,
+                                     showsTheCartTaken: cart.map { state.showsTheCartTaken($0.products) } ?? false)
         }
-        guard case let .new(bytes, _)? = try? CartReader().read("\(directory)/\(configuration.cart)", configuration: configuration),
-              let cart = try? CartFormat.decode(bytes, keys: configuration.keys, limits: configuration.limits) else {
-            return state.hostProgress(claim: nil, writtenThrough: writtenThrough)
-        }
+        guard let cart else { return state.hostProgress(claim: nil, writtenThrough: writtenThrough) }
         var trial = SyncStateMachine(state: state, configuration: configuration.syncConfiguration, isSynchronizerRegistered: true)
         _ = try? trial.retailerBasketChanged(cart.products, syncedThrough: cart.syncedThrough, outboxSeqWhenWritten: writtenThrough, at: Date())
         return trial.state.hostProgress(claim: cart.syncedThrough, writtenThrough: writtenThrough)

@@ -46,6 +46,7 @@ enum Recovery {
         }
         let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
         let outbox = (found[.outbox] ?? []).compactMap { try? RecordFormat.outboxRecord($0.line) }
+        let taken = try learnTakenEvents(directory: directory, into: store)
         // The cart on disk, as the engine identifies it (CartReader.identity: stat, following).
         let cart = Posix.info("\(directory)/\(configuration.cart)", follow: true)
         let writtenThrough = cart.map { cartWrittenThrough(modified: $0.modified, outbox: outbox) }
@@ -55,7 +56,7 @@ enum Recovery {
             payments: (found[.payments] ?? []).compactMap { try? RecordFormat.payment($0.line) },
             cartClaim: CartReader.claim(in: directory, configuration: configuration),
             cartWrittenThrough: writtenThrough,
-            eventsSinceCart: outbox.isEmpty ? eventsSinceCart(directory: directory, configuration: configuration) : 0,
+            eventsSinceCart: outbox.isEmpty ? recordsAfterClaim(directory: directory, configuration: configuration, taken: taken) : 0,
             cartLines: cartLines(directory: directory, configuration: configuration),
             cartModified: cart.map { Date(timeIntervalSince1970: Double($0.modified) / 1e9) })
         // The cart on disk was written before the records after that: remembered as the cart at
@@ -77,7 +78,6 @@ enum Recovery {
         // Its pending windows as the directory sets them: the history is played with them.
         var machine = SyncStateMachine(state: try store.loadState(), configuration: configuration.syncConfiguration)
         _ = machine.recover(from: recovered)
-        try learnTakenEvents(directory: directory, into: store)
         try store.saveState(machine.state)
     }
 
@@ -102,24 +102,48 @@ enum Recovery {
 
     /// Takes the ids of the events in `inbox/cur/` as taken (inside the caller's transaction): a
     /// new database (`init`, `init --adopt`, a tree's new cart) must not take them again when they
-    /// are delivered again, whether or not they made a record (ignored, nothing to send).
-    static func learnTakenEvents(directory: String, into store: Store) throws(AgentError) {
+    /// are delivered again, whether or not they made a record (ignored, nothing to send); the
+    /// transfers among them landed, so a redelivery under a new event id is not landed again.
+    /// Returns how many events it found: each made at most one outbox record.
+    @discardableResult
+    static func learnTakenEvents(directory: String, into store: Store) throws(AgentError) -> UInt64 {
         let now = Date()
-        // The inbox's folders opened without following a link: a cur/ that is one is not read.
-        let limits = ((try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()).limits
-        guard let inbox = try? Inbox(directory: "\(directory)/inbox").pinned() else { return }
-        // Its descriptors live as long as `inbox`: the folder is reached through them.
-        try withExtendedLifetime(inbox) { () throws(AgentError) in
-            let cur = inbox.folder("cur")
-            for name in Posix.listDirectory(cur) where !name.hasPrefix(".") {
-                // Regular files with one name only, never through a link (the open policy): a file
-                // unreadable as an event, or a hard link to a file elsewhere, is left alone unread.
-                guard let (bytes, info) = try? Posix.readFileAndInfo("\(cur)/\(name)", limit: limits.maxFileBytes), info.links == 1,
-                      let event = try? EventFormat.decode(bytes, limits: limits) else { continue }
-                try store.recordInbox(id: event.id, file: name, outcome: "adopted from inbox/cur/", at: now, unlessKnown: true)
-                try store.recordFiled(folder: "cur", name: name, at: now)
+        let events = takenEvents(directory: directory)
+        for (name, event) in events {
+            try store.recordInbox(id: event.id, file: name, outcome: "adopted from inbox/cur/", at: now, unlessKnown: true)
+            try store.recordFiled(folder: "cur", name: name, at: now)
+            if case let .basketTransfer(_, transferId) = event.event, try !store.transferLanded(transferId) {
+                try store.recordTransfer(transferId, at: Timestamp.text(now))
             }
         }
+        return UInt64(events.count)
+    }
+
+    /// The events in `inbox/cur/`, by their file names: regular files with one name only, read
+    /// through the folder opened without following a link (a file unreadable as an event, or a
+    /// hard link to a file elsewhere, is left alone unread; a cur/ that is a link is not read).
+    static func takenEvents(directory: String) -> [(name: String, event: InboxEvent)] {
+        let limits = ((try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()).limits
+        guard let inbox = try? Inbox(directory: "\(directory)/inbox").pinned() else { return [] }
+        // Its descriptors live as long as `inbox`: the folder is reached through them.
+        return withExtendedLifetime(inbox) {
+            let cur = inbox.folder("cur")
+            return Posix.listDirectory(cur).filter { !$0.hasPrefix(".") }.compactMap { name in
+                guard let (bytes, info) = try? Posix.readFileAndInfo("\(cur)/\(name)", limit: limits.maxFileBytes), info.links == 1,
+                      let event = try? EventFormat.decode(bytes, limits: limits) else { return nil }
+                return (name, event)
+            }
+        }
+    }
+
+    /// With no outbox record left in any file: how many records may have been made after the
+    /// cart's claim — the events taken since the cart was last written, and at least as many as
+    /// the events `inbox/cur/` holds beyond the claim (`taken`; each made at most one record, and
+    /// the cart may have been written after records it had not applied). Records go on after
+    /// claim + this, so that no number a record had is used again.
+    static func recordsAfterClaim(directory: String, configuration: AgentConfiguration, taken: UInt64) -> UInt64 {
+        let claim = CartReader.claim(in: directory, configuration: configuration) ?? 0
+        return max(eventsSinceCart(directory: directory, configuration: configuration), taken > claim ? taken - claim : 0)
     }
 
     /// The lines of the host's cart as it stands, read as the agent reads it; nil when there is
@@ -146,9 +170,10 @@ enum Recovery {
         let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
         var lost: [String] = []
         if found[.outbox] == nil, let claim = cartClaim(directory: directory) {
-            let events = eventsSinceCart(directory: directory, configuration: configuration)
+            let taken = UInt64(takenEvents(directory: directory).count)
+            let events = recordsAfterClaim(directory: directory, configuration: configuration, taken: taken)
             if events > 0 {
-                lost.append("\(directory)/\(Projection.outbox.fileName): no record is left, and events were taken since the cart was last written (\(events) in inbox/cur/): the records they made after \(claim), which the host had not applied, are lost with the outbox — deliver those events again under new ids if the host does not hold them; records go on after \(claim + events), so that no number a record had is used again")
+                lost.append("\(directory)/\(Projection.outbox.fileName): no record is left, and inbox/cur/ holds events that may have made records after the cart's claim \(claim) (\(events == 1 ? "record \(claim + 1)" : "records \(claim + 1)…\(claim + events)") at most), which the host had not applied: they are lost with the outbox (a rotated file basket-sync cannot read, such as a compressed one, may hold them) — deliver those events again under new ids if the host does not hold them; records go on after \(claim + events), so that no number a record had is used again")
             }
         }
         // A file removed (logrotate without `create`, a host's cleanup): what it told is gone.

@@ -63,7 +63,7 @@ extension SyncEngine {
                 return []
             }
             // A cart that has not changed since a record was made was written before it.
-            let writtenBefore = try store.writtenThrough(cart: identity, lastSeq: machine.state.lastOutboxSeq)
+            let writtenBefore = try store.writtenThrough(cart: identity, lastSeq: machine.state.lastOutboxSeq, showsTheCartTaken: machine.state.showsTheCartTaken(cart.products))
             read.taken = bytes
             do throws(SyncInputError) {
                 return try machine.retailerBasketChanged(

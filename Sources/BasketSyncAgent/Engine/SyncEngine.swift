@@ -232,9 +232,13 @@ public final class SyncEngine {
     /// Remembers which version of the cart file stood when record `seq` was committed, unless the
     /// same version was remembered at an earlier record: a cart read later that is still that
     /// version was written before the record, and can neither acknowledge nor echo it.
+    /// A version whose times are whole seconds and that changed within the last two is not
+    /// remembered: a write in place of the same size in that second would look the same, and
+    /// an honest cart written after the record would be taken for one written before it.
     private func observeCart(atBatch seq: UInt64) throws(AgentError) {
         let identity = CartReader.identity(cartPath)
-        if let observed = try store.cartAtBatch(), observed.identity == identity || (identity?.isSameVersion(as: observed.identity) ?? false) { return }
+        if let observed = try store.cartAtBatch(), observed.identity == identity { return }
+        if let identity, identity.mayChangeUnseen(nowNanoseconds: Int64(Date().timeIntervalSince1970 * 1e9)) { return }
         try store.setCartAtBatch(identity: identity, seq: seq)
     }
 

@@ -67,10 +67,16 @@ extension Store {
     /// The last seq that existed when the cart version `identity` (nil: no cart) appeared: a
     /// version already on disk when record N was committed was written before it (N − 1); any
     /// other appeared after every record (`lastSeq`). What that version can acknowledge or echo.
-    func writtenThrough(cart identity: FileIdentity?, lastSeq: UInt64) throws(AgentError) -> UInt64 {
-        // The same version: a metadata change (chmod, a hard link) is no write.
-        guard let observed = try cartAtBatch(), observed.identity == identity || (identity?.isSameVersion(as: observed.identity) ?? false) else { return lastSeq }
-        return min(observed.seq - 1, lastSeq)
+    func writtenThrough(cart identity: FileIdentity?, lastSeq: UInt64, showsTheCartTaken: Bool) throws(AgentError) -> UInt64 {
+        guard let observed = try cartAtBatch() else { return lastSeq }
+        // The same version: device, inode, size and both times. Only the change time moved (a
+        // chmod, a chown, a new hard link — or a write in place that kept the modification time
+        // and the size: `touch -r`, a copy keeping times): the same version when the cart shows
+        // the lines last taken, a new one when it does not.
+        let same = observed.identity == identity || observed.identity.map { old in
+            identity.map { $0.device == old.device && $0.inode == old.inode && $0.size == old.size && $0.modified == old.modified } ?? false
+        } == true && showsTheCartTaken
+        return same ? min(observed.seq - 1, lastSeq) : lastSeq
     }
 
     func setCartAtBatch(identity: FileIdentity?, seq: UInt64) throws(AgentError) {

@@ -27,11 +27,11 @@ package struct FileIdentity: Hashable, Sendable {
     package var modified: Int64
     package var changed: Int64
 
-    /// Whether `other` is the same version of the same file: device, inode, size and modification
-    /// time — not the change time, which a chmod, a chown or a hard link moves without a write.
-    package func isSameVersion(as other: FileIdentity?) -> Bool {
-        guard let other else { return false }
-        return device == other.device && inode == other.inode && size == other.size && modified == other.modified
+    /// Whether the file system keeps this file's times in whole seconds (both without
+    /// nanoseconds) and it changed within the last two seconds of `nowNanoseconds`: a write in
+    /// place of the same size could still come in the same second and look the same.
+    package func mayChangeUnseen(nowNanoseconds: Int64) -> Bool {
+        modified % 1_000_000_000 == 0 && changed % 1_000_000_000 == 0 && nowNanoseconds - changed < 2_000_000_000
     }
 
     /// Whether `other` is the same file (device and inode), whatever it holds now.
