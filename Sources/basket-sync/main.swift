@@ -32,6 +32,7 @@ func run() throws(AgentError) -> Int32 {
     if case let .watch(noSynchronizer, logFormat, quiet, poll) = invocation.command {
         return watch(invocation, directory: directory, isSynchronizerRegistered: !noSynchronizer, logFormat: logFormat, quiet: quiet, poll: poll)
     }
+    SignalPipe.releaseHeld()
     // As `git -C`: the other paths on the command line are relative to the sync directory.
     // Where the directory stands, told right before anything is touched (a broken tree
     // configuration is its error, a name under a tree that is not a cart id a usage error).
@@ -109,6 +110,8 @@ func run() throws(AgentError) -> Int32 {
     return 0
 }
 
+// The agent's stop signals wait for their handlers from the first instant (exec included).
+if CommandLine.arguments.contains("watch") { SignalPipe.hold() }
 Terminal.withoutBacktracer()
 do {
     Terminal.exit(try run())

@@ -10,6 +10,8 @@ extension SyncEngine {
         public var duplicates = 0
         /// Malformed events moved to `inbox/bad/`.
         public var bad = 0
+        /// Entries left waiting: the budget was spent, or SIGTERM came.
+        public var left = 0
     }
 
     /// Takes every event waiting in `inbox/new/`, in delivery order (`seen`: the names inotify
@@ -29,8 +31,14 @@ extension SyncEngine {
             _ = try? store.withTransaction { () throws(AgentError) in try store.recordFiled(folder: "bad", name: entry.moved, at: Date()) }
         }
         let waiting: [String]
-        let unordered: [(String, String)]
-        do { (waiting, unordered) = try inbox.waitingInOrder(seen: seen) } catch { throw .system(inbox.shown(error)) }
+        var unordered: [(String, String)] = []
+        if !inboxBacklog.isEmpty, inboxBudget != nil {
+            // Listed, and ordered, by an earlier pass whose budget was spent.
+            waiting = Array(inboxBacklog)
+        } else {
+            do { (waiting, unordered) = try inbox.waitingInOrder(seen: seen) } catch { throw .system(inbox.shown(error)) }
+        }
+        inboxBacklog = []
         // Two deliveries of one clock tick, one without a Maildir name: taken in the order said.
         if let (first, second) = unordered.first {
             let message = "order unknown between \(inbox.shown(first)) and \(inbox.shown(second)) (delivered in the same clock tick, a name without a delivery time): \(inbox.shown(first)) taken first; deliver with Maildir names (SECONDS.M<usec>P<pid>Q<n>.host, or basket-sync push)"
@@ -41,6 +49,13 @@ extension SyncEngine {
         // append per JSON Lines file (one fsync each), all before any of them is acknowledged.
         var start = 0
         while start < waiting.count {
+            // Between groups: SIGTERM stops the pass (each group is whole), a spent budget leaves
+            // the rest for the next turn.
+            if SignalPipe.stopRequested || inboxBudget.map({ start >= $0 }) == true {
+                inboxBacklog = waiting[start...]
+                summary.left = waiting.count - start
+                break
+            }
             let group = waiting[start..<min(start + SyncEngine.inboxGroupSize, waiting.count)]
             start += try takeGroup(group, from: inbox, into: &summary)
         }

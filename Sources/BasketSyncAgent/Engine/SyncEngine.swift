@@ -37,6 +37,12 @@ public final class SyncEngine {
     public var logsActivity = false
     /// When retention looks again for what is due (nil: at the next pass).
     var retentionDue: Date?
+    /// The most inbox entries one pass goes through (nil: all): a tree's agent gives each cart a
+    /// budget per turn, so that one cart's backlog delays the others by at most one budget.
+    public var inboxBudget: Int?
+    /// The entries a budget left waiting, in delivery order: the next pass goes on with them
+    /// before listing `new/` again.
+    var inboxBacklog: ArraySlice<String> = []
 
     /// Opens the sync directory's database (creating it when `create`) and reads the configuration.
     /// In a cart of a tree (`-C ROOT/ID`), the tree's database and settings; `makeCart` makes the

@@ -30,6 +30,8 @@ public final class Agent {
         let timingChanged: (Cart) -> Void
         /// When it was last used (to keep the recent engines only).
         var used = 0
+        /// Inbox entries its last pass left waiting (its budget spent): taken on the next turn.
+        var inboxLeft = 0
 
         init(id: String, store: Store, watcher: Watcher?, poller: Poller?, timingChanged: @escaping (Cart) -> Void) {
             self.id = id
@@ -178,7 +180,9 @@ public final class Agent {
             if let fatal { throw fatal }
             let ready: [Bool]
             let polls = rootChoice.polls || polledCarts > 0
-            let timeout = polls ? looks.timeout(within: waitTimeout()) : waitTimeout()
+            // A cart with entries left waits for nothing: its next turn comes at once.
+            let busy = carts.values.contains { $0.inboxLeft > 0 }
+            let timeout = busy ? 0 : polls ? looks.timeout(within: waitTimeout()) : waitTimeout()
             do { ready = try Posix.waitReadable([inotify?.fd ?? -1, signals.fd], timeout: timeout) } catch { throw .system(error) }
             if ready[1] {
                 for signal in signals.drain() {
@@ -191,6 +195,11 @@ public final class Agent {
                 }
             }
             if ready[0] { try takeEvents() }
+            // The carts whose budget was spent, one more turn each, in the order they were left.
+            for cart in carts.values where cart.inboxLeft > 0 {
+                if SignalPipe.stopRequested { break }
+                attempt(cart, [.inbox])
+            }
             if polls, looks.due() { look() }
             let now = Date()
             for cart in Array(timed.values) {
@@ -250,7 +259,11 @@ public final class Agent {
             }
         }
         for id in try tree.removeGoneCarts() { logger.log(.info, "cart \(id): its directory is gone while the agent was down: the cart ended") }
-        for id in ids { takeOn(id) }
+        for id in ids {
+            // SIGTERM stops the start between carts: the rest are taken at the next start.
+            if SignalPipe.stopRequested { break }
+            takeOn(id)
+        }
     }
 
     /// The line that says the start pass is over.

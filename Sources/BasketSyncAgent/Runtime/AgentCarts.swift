@@ -104,9 +104,15 @@ extension Agent {
         }
         let engine = SyncEngine(store: cart.store, configuration: configuration, isSynchronizerRegistered: isSynchronizerRegistered, logger: tree == nil ? logger : logger.tagged(cart: cart.id))
         engine.logsActivity = true
+        // In a tree, each cart's turn is bounded (docs/spec.md §7): one group of events.
+        if tree != nil { engine.inboxBudget = Agent.inboxBudgetPerTurn }
         engines[cart.id] = engine
         return engine
     }
+
+    /// The inbox entries a tree's cart takes per turn: one group. A cart with more gets its next
+    /// turn after every other cart's wake-up work.
+    static let inboxBudgetPerTurn = SyncEngine.inboxGroupSize
 
     /// Runs a pass on one cart; a failure is reported and retried later for that cart alone.
     func attempt(_ cart: Cart, _ scope: SyncEngine.PassScope, inboxSeen: [String] = []) {
@@ -114,10 +120,12 @@ extension Agent {
         do {
             // A whole pass of a tree's cart (the start, a retry) makes what is missing of the inbox first.
             if scope == .everything, tree != nil { try Tree.makeInbox(engine.directory) }
-            try engine.pass(scope, inboxSeen: inboxSeen)
+            let summary = try engine.pass(scope, inboxSeen: inboxSeen)
+            cart.inboxLeft = scope.contains(.inbox) ? summary.inbox.left : cart.inboxLeft
             if scope == .everything { cart.retryDelay = 0.5 }
             cart.deadline = engine.nextDeadline
         } catch {
+            cart.inboxLeft = 0  // the retry takes everything
             fail(cart, error, engine: engine)
         }
     }

@@ -148,7 +148,32 @@ extension Agent {
             // The common case, a new cart version, is taken with the others of this wake-up.
             if scope == .cart, cart.retryAt == nil { cartsOnly.append(cart) } else if !scope.isEmpty { attempt(cart, scope, inboxSeen: delivered) }
         }
-        if cartsOnly.count == 1 { attempt(cartsOnly[0], .cart) } else if !cartsOnly.isEmpty { takeCarts(cartsOnly) }
+        for group in boundedGroups(cartsOnly) {
+            if SignalPipe.stopRequested { return }
+            if group.count == 1 { attempt(group[0], .cart) } else { takeCarts(group) }
+        }
+    }
+
+    /// The carts of one wake-up cut into groups whose cart files hold at most `maxFileBytes`
+    /// together (by their sizes now; a cart over it is a group of its own): a group's versions
+    /// are all held in memory until its commit, as the inbox's groups are bounded by bytes.
+    func boundedGroups(_ group: [Cart]) -> [[Cart]] {
+        let bound = Int64(configuration.limits.maxFileBytes)
+        var groups: [[Cart]] = []
+        var current: [Cart] = []
+        var bytes: Int64 = 0
+        for cart in group {
+            let size = Posix.info(engine(for: cart).cartPath, follow: true)?.size ?? 0
+            if !current.isEmpty, bytes + size > bound {
+                groups.append(current)
+                current = []
+                bytes = 0
+            }
+            current.append(cart)
+            bytes += size
+        }
+        if !current.isEmpty { groups.append(current) }
+        return groups
     }
 
     /// Group commit: the new versions of many carts read and run in one transaction (one

@@ -27,6 +27,8 @@ final class Poller {
 
     /// How long a path that changed is treated as changed at every look.
     static let settleSeconds = 2.0
+    /// When the cart was last seen changing, until a look finds it as it was (then it is taken).
+    private var cartStillSince: Double?
 
     /// Takes the first look: what is there now is the start pass's, later changes are reported.
     init(directory: String, cart: String, isTreeCart: Bool) {
@@ -38,6 +40,7 @@ final class Poller {
         stateDirectory = "\(directory)/\(Layout.stateDirectory)"
         _ = look()
         unsettled = Array(repeating: 0, count: Slot.allCases.count)
+        cartStillSince = nil
     }
 
     /// Follows a new cart path (a SIGHUP changed `"cart"`): read at the next look.
@@ -75,10 +78,22 @@ final class Poller {
               isTreeCart || Posix.info(stateDirectory, follow: false)?.kind == .directory else {
             return [.directoryGone]
         }
-        // The cart as a name, and what a link there points to (followSymlinks).
-        let cartChanged = changed(.cart, Posix.info(cartPath, follow: false), now: now)
-        let followedChanged = changed(.cartFollowed, Posix.info(cartPath, follow: true), now: now)
-        if cartChanged || followedChanged { changes.insert(.cart) }
+        // The cart as a name, and what a link there points to (followSymlinks). A cart that
+        // changed is taken once it stood still for one interval: a host writing in place, in more
+        // than one write, is never read half-written (inotify waits for the close; a look cannot).
+        // A cart removed is no half-written one: taken at once.
+        let name = Posix.info(cartPath, follow: false), followed = Posix.info(cartPath, follow: true)
+        let fresh = seen[Slot.cart.rawValue] != name || seen[Slot.cartFollowed.rawValue] != followed
+        let cartChanged = changed(.cart, name, now: now)
+        let followedChanged = changed(.cartFollowed, followed, now: now)
+        if fresh, followed != nil {
+            cartStillSince = now
+        } else if cartStillSince != nil, !fresh {
+            cartStillSince = nil
+            changes.insert(.cart)
+        } else if cartChanged || followedChanged {
+            changes.insert(.cart)
+        }
         if changed(.signal, Posix.info(signalPath, follow: false), now: now) { changes.insert(.commit) }
         // Whatever waits there when it changed is taken (a name delivered again after the first
         // was taken is a new delivery): listed only when it changed.

@@ -3,8 +3,12 @@ import Glibc
 /// The write end of the signal pipe, set once before the handlers are installed.
 nonisolated(unsafe) private var signalPipeWrite: Int32 = -1
 
+/// Set by the handler of SIGTERM and SIGINT: long work (a backlog of events, thousands of carts)
+/// looks at it between events and between carts, and leaves the rest for the next start.
+nonisolated(unsafe) private var stopSignalled: sig_atomic_t = 0
+
 /// The signals the agent handles.
-enum Signal: UInt8, CaseIterable {
+package enum Signal: UInt8, CaseIterable {
     case hangup = 1
     case interrupt = 2
     case terminate = 15
@@ -14,7 +18,7 @@ enum Signal: UInt8, CaseIterable {
 
 /// The self-pipe: each handled signal writes its number into a pipe the event loop polls, so that
 /// a signal is handled in the loop, never inside the handler.
-final class SignalPipe {
+package final class SignalPipe {
     /// The read end, for the event loop to poll.
     let fd: Int32
 
@@ -32,6 +36,7 @@ final class SignalPipe {
             var action = sigaction()
             action.__sigaction_handler.sa_handler = { number in
                 let saved = errno
+                if number == SIGTERM || number == SIGINT { stopSignalled = 1 }
                 var byte = UInt8(truncatingIfNeeded: number)
                 _ = write(signalPipeWrite, &byte, 1)
                 errno = saved
@@ -45,6 +50,32 @@ final class SignalPipe {
         sigemptyset(&handled)
         for signal in Signal.allCases { sigaddset(&handled, signal.number) }
         pthread_sigmask(SIG_UNBLOCK, &handled, nil)
+    }
+
+    /// Whether SIGTERM or SIGINT came: work in hand stops at the next event or cart.
+    package static var stopRequested: Bool { stopSignalled != 0 }
+
+    /// The signals the agent handles, as a set.
+    private static var handledSet: sigset_t {
+        var set = sigset_t()
+        sigemptyset(&set)
+        for signal in Signal.allCases { sigaddset(&set, signal.number) }
+        return set
+    }
+
+    /// Blocks the handled signals until ``init(path:)`` installs their handlers (or
+    /// ``releaseHeld()`` gives them back): a SIGTERM in the agent's first milliseconds waits for its
+    /// handler instead of killing it. The mask survives `exec`.
+    package static func hold() {
+        var set = handledSet
+        pthread_sigmask(SIG_BLOCK, &set, nil)
+    }
+
+    /// Unblocks what ``hold()`` blocked, for a command that installs no handler: a signal held
+    /// meanwhile then acts as it would have.
+    package static func releaseHeld() {
+        var set = handledSet
+        pthread_sigmask(SIG_UNBLOCK, &set, nil)
     }
 
     /// The signals received since the last call, in order.

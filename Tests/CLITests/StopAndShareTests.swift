@@ -1,0 +1,165 @@
+import Foundation
+import Testing
+
+/// Nothing holds the agent up, and no cart holds up another (docs/spec.md §7): SIGTERM is looked
+/// at between events and between carts, and from the agent's first instant; a tree's cart takes
+/// one group of events per turn.
+@Suite struct StopAndShareTests {
+    /// Writes `count` events into `directory/inbox/new/` (as deliveries made while no agent ran):
+    /// valid deltas, or malformed ones.
+    func deliver(_ count: Int, into directory: String, malformed: Bool = false) throws {
+        let new = directory + "/inbox/new"
+        try FileManager.default.createDirectory(atPath: new, withIntermediateDirectories: true)
+        for index in 0..<count {
+            let text = malformed ? "{\"id\": \"bad-\(index)\", \"type\": " : "{\"id\":\"evt-\(index)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\",\"quantity\":1}]}"
+            try Data(text.utf8).write(to: URL(fileURLWithPath: String(format: "%@/%010d.M%06dP1R%d.test", new, 1_796_000_000 + index / 1000, index % 1000, index)))
+        }
+    }
+
+    func count(_ folder: String) -> Int {
+        ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).filter { !$0.hasPrefix(".") }.count
+    }
+
+    /// Blocks until the agent `pid` has started again without the backtracer (its environment
+    /// says so): its first milliseconds, before it opened anything.
+    func waitForReexec(_ pid: Int32) {
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            let environ = (try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(pid)/environ"))) ?? Data()
+            if String(decoding: environ, as: UTF8.self).contains("SWIFT_BACKTRACE=enable=no") { return }
+        }
+    }
+
+    /// 2,000 events waiting at the start, SIGTERM in the agent's first instant: the stop is
+    /// looked at before each group of events, so the start pass takes none of them and the agent
+    /// exits 0 — it neither dies of the signal nor runs the backlog to its end first; the next run
+    /// takes them all, each once.
+    @Test func sigtermStopsALongStartBetweenGroups() throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 0))
+        let total = 2_000
+        try deliver(total, into: playground.path)
+        let agent = try AgentProcess(directory: playground.path)
+        waitForReexec(agent.process.processIdentifier)
+        kill(agent.process.processIdentifier, SIGTERM)
+        agent.process.waitUntilExit()
+        #expect(agent.process.terminationReason == .exit && agent.process.terminationStatus == 0, "\(agent.log)")
+        let left = count(playground.path + "/inbox/new")
+        #expect(left >= total - 256, "the start stopped before its next group: \(left) left")
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let seqs = playground.records("outbox.jsonl").compactMap { $0["seq"] as? Int }
+        #expect(seqs == Array(1...total), "each event once: \(seqs.count) records")
+    }
+
+    /// SIGTERM as soon as the agent has started again without the backtracer (its first
+    /// milliseconds, before it opened anything): it waits for the agent's handler, which stops it
+    /// with exit 0 — never killed by the signal (143).
+    @Test func sigtermInTheAgentsFirstInstantsStopsItCleanly() throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        for _ in 0..<5 {
+            let agent = try AgentProcess(directory: playground.path)
+            waitForReexec(agent.process.processIdentifier)
+            kill(agent.process.processIdentifier, SIGTERM)
+            agent.process.waitUntilExit()
+            #expect(agent.process.terminationReason == .exit && agent.process.terminationStatus == 0,
+                    "reason \(agent.process.terminationReason.rawValue), status \(agent.process.terminationStatus): \(agent.log)")
+        }
+    }
+
+    /// A tree: cart `noisy` holds 3,000 malformed events, cart `quiet` a delivery and a cart
+    /// to tell, both waiting when the agent starts: `quiet` is told before most of `noisy`'s
+    /// backlog is set aside (each cart takes one group per turn; judged by the agent's own times:
+    /// the notification's and the `.error` files'), and the backlog is all set aside in the end.
+    @Test func oneCartsBacklogDelaysAnotherByOneTurnAtMost() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init", "--tree"]).status == 0)
+        try FileManager.default.createDirectory(atPath: playground.path + "/quiet", withIntermediateDirectories: true)
+        try playground.writeAtomically("quiet/cart.json", cartJSON([("A", 1), ("X", 1)]))
+        #expect(try basketSync(["-C", playground.path + "/quiet", "push", "A=+1"]).status == 0)
+        let total = 3_000
+        try deliver(total, into: playground.path + "/noisy", malformed: true)
+        let agent = try AgentProcess(directory: playground.path)
+        let bad = playground.path + "/noisy/inbox/bad"
+        try await eventually("noisy's backlog is set aside", timeout: 300) {
+            count(playground.path + "/noisy/inbox/new") == 0 && count(bad) >= 2 * total
+        }
+        #expect(agent.stop() == 0)
+        let told = try #require(playground.records("quiet/notifications.jsonl").first?["at"] as? String)
+        let toldAt = try #require(ISO8601DateFormatter.withFractions.date(from: told))
+        let setAsideAfter = try FileManager.default.contentsOfDirectory(atPath: bad).filter { $0.hasSuffix(".error") }.filter { name in
+            let modified = try FileManager.default.attributesOfItem(atPath: bad + "/" + name)[.modificationDate] as? Date ?? .distantPast
+            return modified > toldAt
+        }.count
+        #expect(setAsideAfter > total / 2, "quiet was told at \(told), after \(total - setAsideAfter) of noisy's \(total) events")
+    }
+
+    /// A tree whose 8 carts all change in one wake-up, each a 12 MB cart within `maxFileBytes`:
+    /// their versions are taken in groups bounded by `maxFileBytes` together, as the inbox's are,
+    /// so the agent's peak memory follows one group, not the number of carts (printed: the peak).
+    @Test func manyLargeCartsInOneWakeUpAreTakenInGroupsBoundedByBytes() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init", "--tree"]).status == 0)
+        let ids = (1...8).map { "c\($0)" }
+        for id in ids { try FileManager.default.createDirectory(atPath: playground.path + "/" + id, withIntermediateDirectories: true) }
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        // About 12 MB each, within the default maxFileBytes (16 MiB): written aside, then renamed.
+        let lines = (0..<380_000).map { ("sku-\($0)", 1 + $0 % 7) }
+        let text = cartJSON(lines)
+        #expect(text.utf8.count < 16 << 20)
+        for id in ids { try playground.write("\(id)/.cart.tmp", text) }
+        // The agent stopped while they land: it finds them all in one wake-up.
+        #expect(kill(agent.process.processIdentifier, SIGSTOP) == 0)
+        for id in ids { #expect(rename(playground.path + "/\(id)/.cart.tmp", playground.path + "/\(id)/cart.json") == 0) }
+        #expect(kill(agent.process.processIdentifier, SIGCONT) == 0)
+        try await eventually("every cart is notified", timeout: 300) {
+            ids.allSatisfy { !playground.records("\($0)/notifications.jsonl").isEmpty }
+        }
+        let status = (try? String(contentsOfFile: "/proc/\(agent.process.processIdentifier)/status", encoding: .utf8)) ?? ""
+        let peak = status.split(separator: "\n").first { $0.hasPrefix("VmHWM:") }.flatMap { Int($0.split(separator: " ").dropFirst().first ?? "") } ?? 0
+        print("peak resident: \(peak) kB for \(ids.count) carts of \(text.utf8.count) bytes")
+        #expect(peak > 0 && peak < 600_000, "peak \(peak) kB: the carts of a wake-up were held together")
+        #expect(agent.stop() == 0)
+    }
+
+    /// A polled cart written in place in two writes (same length, 700 ms apart, within the
+    /// 2-second interval): the agent takes it once it stood still for an interval — never the
+    /// half-written version ({A:2, Z:1}, a cart that never existed) — and takes the whole one.
+    @Test func aPolledCartIsTakenOnlyOnceItStoodStill() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1", "Z=+1"]).status == 0)
+        func cart(_ a: Int, _ z: Int) -> String { "{\"products\":[{\"id\":\"A\",\"quantity\":\(a)},{\"id\":\"Z\",\"quantity\":\(z)}],\"syncedThrough\":1}\n" }
+        try playground.write("cart.json", cart(1, 1))
+        let agent = try AgentProcess(directory: playground.path, arguments: ["--poll=2000"])
+        try await agent.waitUntilWatching()
+        try await eventually("the first cart is told") { playground.records("notifications.jsonl").contains { products($0) == ["A": 1, "Z": 1] } }
+        for round in 2...4 {
+            // The last version was taken at a look just now: the next look is two seconds away,
+            // and falls between the two writes.
+            usleep(1_600_000)
+            let whole = Array(cart(round, round).utf8)
+            let split = whole.count / 2
+            let fd = open(playground.path + "/cart.json", O_WRONLY)
+            #expect(fd >= 0 && whole[..<split].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } == split)
+            usleep(700_000)
+            #expect(whole[split...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } == whole.count - split)
+            close(fd)
+            try await eventually("round \(round) is told", timeout: 60) { playground.records("notifications.jsonl").contains { products($0) == ["A": round, "Z": round] } }
+        }
+        let told = playground.records("notifications.jsonl").map(products)
+        #expect(!told.contains { $0["A"] != $0["Z"] }, "a half-written cart was taken: \(told)")
+        #expect(agent.stop() == 0)
+    }
+}
+
+extension ISO8601DateFormatter {
+    /// The records' `at`: ISO 8601 with milliseconds.
+    static var withFractions: ISO8601DateFormatter {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return formatter
+    }
+}
