@@ -20,6 +20,9 @@ public struct CartStatus {
     let inboxProblem: String?
     /// JSON Lines files holding records the database does not (it was lost, restored or replaced).
     let databaseBehind: [String]
+    /// Rotated parts holding records out of order: not basket-sync's (forged, or another
+    /// directory's); the database is not behind for them.
+    let foreignParts: [String]
     let errors: [(at: String, level: String, message: String)]
     /// The last time two deliveries could not be ordered (docs/spec.md §4 rule 6), and what was said.
     let orderUnknown: (at: String, message: String)?
@@ -111,11 +114,11 @@ public struct CartStatus {
         self.lastLines = lastLines
         self.counts = counts
         databaseBehind = Projection.allCases.compactMap { projection in
-            let path = "\(directory)/\(projection.fileName)"
             let inDatabase = counts[projection] ?? 0
-            guard let inFile = Integrity.recordBeyond(projection, in: directory, databaseSeq: inDatabase) else { return nil }
-            return "\(path) holds record \(inFile) but the database ends at \(inDatabase): the database was lost, restored or replaced; every command that writes stops (74) until .basket-sync/ is restored from a backup"
+            guard let (path, inFile) = Integrity.fileBeyond(projection, in: directory, databaseSeq: inDatabase) else { return nil }
+            return "\(path) holds record \(inFile) but the database ends at \(inDatabase): the database was lost, restored or replaced; every command that writes stops (74) until .basket-sync/ is restored from a newer backup, or moved aside and made again with basket-sync init --adopt"
         }
+        foreignParts = Integrity.foreignParts(in: directory) { counts[$0] ?? 0 }
         view = SyncStateMachine(state: state).mealzView
         hostProgress = try CartReader.hostProgress(state, store: store, directory: directory, configuration: configuration)
         do {
@@ -229,6 +232,7 @@ public struct CartStatus {
         if let inboxProblem { lines.append("inbox unusable: \(inboxProblem)") }
         if let orderUnknown { lines.append("inbox order: at \(orderUnknown.at), \(orderUnknown.message)") }
         for problem in databaseBehind { lines.append("database behind the files: \(problem)") }
+        for problem in foreignParts { lines.append("a rotated part that is not basket-sync's: \(problem)") }
         let c = state.counters
         lines.append("counters: \(c.updateBaskets) updateBasket, \(c.redirects) redirects, \(c.settled) settled, \(c.rolledBack) rolled back, \(c.ignored) ignored (no synchronizer), \(c.paymentsRecorded) payments recorded, \(c.paymentsSkipped) skipped, \(c.duplicatePayments) duplicate payments, \(c.duplicateTransfers) duplicate transfers")
         lines.append("anomalies: \(c.lateEchoes) late echoes, \(c.lateAcknowledgements) late acknowledgements, \(c.acknowledgementsBeyondOutbox) acknowledgements beyond the outbox, \(c.acknowledgementsWentBack) acknowledgements going back, \(c.staleStates) stale basket states")
@@ -311,6 +315,7 @@ public struct CartStatus {
                 }
             }
             object.member("databaseBehind") { writer in writer.array(databaseBehind) { $0.string($1) } }
+            object.member("foreignParts") { writer in writer.array(foreignParts) { $0.string($1) } }
             object.member("counters") { writer in
                 let c = state.counters
                 writer.object { counters in

@@ -10,10 +10,48 @@ enum Integrity {
     /// `directory` or in its rotated parts (nil when none): records rotated away are records all
     /// the same. `file` reads the live file through a descriptor its caller keeps open.
     static func recordBeyond(_ projection: Projection, in directory: String, databaseSeq: UInt64, file: JSONLinesFile? = nil) -> UInt64? {
+        beyond(projection, in: directory, databaseSeq: databaseSeq, file: file).seq
+    }
+
+    /// The file holding the highest record beyond the database (the live file or a rotated part
+    /// in order), and that record's seq.
+    static func fileBeyond(_ projection: Projection, in directory: String, databaseSeq: UInt64) -> (path: String, seq: UInt64)? {
+        let found = beyond(projection, in: directory, databaseSeq: databaseSeq)
+        guard let seq = found.seq else { return nil }
+        return (found.path, seq)
+    }
+
+    /// A record beyond the database in `projection`'s files: its seq (the live file, or a rotated
+    /// part in order with the files newer than it), and the rotated parts that hold one out of
+    /// order — a part is older than the files before it, so a record in it at or above the first
+    /// record of a newer file was never one of basket-sync's there (a forged or foreign file): it
+    /// says nothing of the database, and is named, never taken for a database behind.
+    static func beyond(_ projection: Projection, in directory: String, databaseSeq: UInt64, file: JSONLinesFile? = nil) -> (seq: UInt64?, path: String, foreign: [String]) {
         let path = "\(directory)/\(projection.fileName)"
-        let live = (file ?? JSONLinesFile(path: path)).recordBeyond(databaseSeq: databaseSeq, isRecord: projection.isRecord)
-        let parts = JSONLinesFile.rotatedParts(of: path).compactMap { JSONLinesFile(path: $0).recordBeyond(databaseSeq: databaseSeq, isRecord: projection.isRecord) }.max()
-        return [live, parts].compactMap { $0 }.max()
+        let liveFile = file ?? JSONLinesFile(path: path)
+        var found = liveFile.recordBeyond(databaseSeq: databaseSeq, isRecord: projection.isRecord)
+        var foundIn = path
+        var newerFirst = (liveFile.firstSeq(), projection.fileName)
+        var foreign: [String] = []
+        for part in JSONLinesFile.rotatedParts(of: path) {
+            let partFile = JSONLinesFile(path: part)
+            if let seq = partFile.recordBeyond(databaseSeq: databaseSeq, isRecord: projection.isRecord) {
+                if let first = newerFirst.0, seq >= first {
+                    foreign.append("\(part): holds record \(seq), not older than the first record of \(newerFirst.1) (\(first)) as a rotated part is: not basket-sync's (forged, or another directory's); move it away — the database is not behind")
+                } else if seq > found ?? 0 {
+                    found = seq
+                    foundIn = part
+                }
+            }
+            if let first = partFile.firstSeq(), first < (newerFirst.0 ?? .max) { newerFirst = (first, Posix.basename(of: part)) }
+        }
+        return (found, foundIn, foreign)
+    }
+
+    /// The rotated parts of `directory`'s files holding records out of order (see
+    /// ``beyond(_:in:databaseSeq:file:)``), said one sentence each.
+    static func foreignParts(in directory: String, databaseSeq: (Projection) -> UInt64) -> [String] {
+        Projection.allCases.flatMap { beyond($0, in: directory, databaseSeq: databaseSeq($0)).foreign }
     }
 
     /// What records `directory`'s files hold, as "outbox.jsonl up to 12", one per projection that

@@ -323,6 +323,17 @@ final class JSONLinesFile {
         return parts
     }
 
+    /// The seq of the file's first line when it is record-like (read from the first 4 KiB; nil
+    /// when empty, missing or not one): where its records start.
+    func firstSeq() -> UInt64? {
+        guard let fd = try? Posix.open(path, [.readOnly]) else { return nil }
+        defer { Posix.close(fd) }
+        guard let head = try? read(fd, at: 0, count: 4096), !head.isEmpty else { return nil }
+        let line = head.prefix { $0 != UInt8(ascii: "\n") }
+        let seq = RecordFormat.seq(ofLine: Array(line.prefix(32)))
+        return seq > 0 ? seq : nil
+    }
+
     /// The seq of a whole record beyond `databaseSeq` in the file, past lines that are not
     /// records, read without writing (nil when none or unreadable): `status` reports it.
     func recordBeyond(databaseSeq: UInt64, isRecord: ([UInt8]) -> Bool) -> UInt64? {

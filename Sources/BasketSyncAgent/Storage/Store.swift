@@ -185,7 +185,12 @@ package final class Store {
         let version = try database.dataVersion()
         if let cachedState, version == cachedDataVersion, database.rollbacks == cachedRollbacks { return cachedState }
         guard let blob = try metaBlob(.state) else {
-            throw .database(path: stateDirectory, message: "the database has no state; run basket-sync init again")
+            // Emptied, or made by hand: init cannot mend it where the files hold records.
+            let directory = Posix.dirname(of: stateDirectory)
+            let held = Integrity.recordsHeld(in: directory)
+            throw .database(path: stateDirectory, message: held.isEmpty
+                ? "the database has no state; run basket-sync init again"
+                : "the database has no state (emptied, or not basket-sync's) while the files hold records (\(held.joined(separator: ", "))): move it aside (mv \(stateDirectory) \(stateDirectory).damaged) and run basket-sync init --adopt to make it again from the files, or restore \(Layout.stateDirectory)/ from a backup")
         }
         let hostCart = try metaBlob(.hostCart)
         // The pending batches are rows of their own once a state was saved by this version.

@@ -51,6 +51,11 @@ final class SQLiteConnection {
             return .system(SystemError(operation: what, path: path, code: ENOSPC))
         case SQLITE_READONLY, SQLITE_PERM, SQLITE_CANTOPEN:
             return .database(path: path, message: "\(what) failed: \(message); check that .basket-sync/ is writable")
+        case SQLITE_CORRUPT, SQLITE_NOTADB:
+            // Damaged (cut short, overwritten): nothing can be read or written by it; the files
+            // still hold the records, and init --adopt makes a database again from them.
+            let state = Posix.dirname(of: path)
+            return .database(path: path, message: "\(what) failed: \(message): the database is damaged, and nothing was written. Move it aside (mv \(state) \(state).damaged) and run basket-sync init --adopt to make it again from the files, or restore \(Posix.basename(of: state))/ from a backup")
         default:
             return .database(path: path, message: "\(what) failed: \(message)")
         }
