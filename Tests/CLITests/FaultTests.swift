@@ -196,6 +196,35 @@ import Testing
         #expect(agent.stop() == 0)
     }
 
+    /// After a lasting fault (a full disk, the retry's back-off grown to 8 s and more), a pass
+    /// that goes through — the cart changed once there is room again — brings the retry
+    /// forward: the waiting events are taken then, not at the back-off's end (the log says so
+    /// before any longer delay).
+    @Test func aPassThatGoesThroughBringsTheRetryForward() async throws {
+        let playground = try Playground()
+        guard let directory = try smallSyncDirectory(playground.path + "/small") else { return }
+        defer { mountCommand(["-l", directory], program: "/bin/umount") }
+        let agent = try AgentProcess(directory: directory)
+        try await agent.waitUntilWatching()
+        try playground.write("small/inbox/tmp/e0", "{\"id\":\"e0\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\",\"quantity\":1}]}")
+        let handle = try #require(FileHandle(forWritingAtPath: directory + "/filler") ?? {
+            _ = FileManager.default.createFile(atPath: directory + "/filler", contents: nil)
+            return FileHandle(forWritingAtPath: directory + "/filler")
+        }())
+        let block = Data(count: 64 * 1024)
+        while (try? handle.write(contentsOf: block)) != nil {}
+        try? handle.close()
+        try FileManager.default.moveItem(atPath: directory + "/inbox/tmp/e0", toPath: directory + "/inbox/new/e0")
+        try await eventually("the back-off reaches 8 s", timeout: 60) { agent.log.contains("retrying in 8.0 s") }
+        try FileManager.default.removeItem(atPath: directory + "/filler")
+        try playground.writeAtomically("small/cart.json", cartJSON([("X", 1)]))
+        try await eventually("the event is taken", timeout: 90) { playground.names("small/inbox/cur").count == 1 }
+        let log = agent.log
+        #expect(log.contains("the retry is brought forward"), "\(log)")
+        #expect(!log.contains("retrying in 16.0 s"), "the back-off ran its course: \(log)")
+        #expect(agent.stop() == 0)
+    }
+
     @Test func aReadOnlyFileSystemGetsAClearErrorAndChangesNothing() throws {
         let playground = try Playground()
         guard let directory = try smallSyncDirectory(playground.path + "/ro") else { return }

@@ -123,6 +123,12 @@ extension Agent {
             let summary = try engine.pass(scope, inboxSeen: inboxSeen)
             cart.inboxLeft = scope.contains(.inbox) ? summary.inbox.left : cart.inboxLeft
             if scope == .everything { cart.retryDelay = 0.5 }
+            // A part of a pass went through while a retry waits (a fault lifted, a cart taken):
+            // the whole pass is not left to the back-off, it runs now.
+            if scope != .everything, let due = cart.retryAt, due > Date() {
+                engine.logger.log(.info, "a pass went through: the retry is brought forward")
+                cart.retryAt = Date()
+            }
             cart.deadline = engine.nextDeadline
         } catch {
             cart.inboxLeft = 0  // the retry takes everything
