@@ -49,12 +49,43 @@ import Testing
         case deviceLink = "a symbolic link to /dev/zero"
         case socket = "a socket"
         case noPermission = "without permission (mode 000, root's; basket-sync runs as nobody)"
+        case sparse = "a sparse file (a 1 GiB hole after what it holds)"
+        case readerLocked = "locked by a reader (flock, held while the command runs)"
+        case anotherAccount = "another account's (uid 4212, group-writable)"
 
         /// The user the commands run as with this shape (nil: as the test runs, root here).
         var user: UInt32? { self == .noPermission ? 65534 : nil }
 
-        func make(at path: String, inside directory: String, canary: Canary) throws {
-            if self == .regular { return }
+        /// Gives `path` this shape; returns the descriptors a reader holds locked while the case
+        /// runs (``readerLocked``), for the caller to close after it.
+        @discardableResult
+        func make(at path: String, inside directory: String, canary: Canary) throws -> [Int32] {
+            if self == .regular { return [] }
+            switch self {
+            case .sparse:
+                // A file of what it held (a directory's place taken by one), then a hole.
+                var info = stat()
+                if lstat(path, &info) != 0 || info.st_mode & S_IFMT != S_IFREG {
+                    try? FileManager.default.removeItem(atPath: path)
+                    _ = FileManager.default.createFile(atPath: path, contents: Data("{}\n".utf8))
+                }
+                lstat(path, &info)
+                guard truncate(path, info.st_size + (1 << 30)) == 0 else { throw CocoaError(.fileWriteUnknown) }
+                return []
+            case .readerLocked:
+                // Read access is all a reader needs to lock a file (or a folder) for good.
+                let fd = open(path, O_RDONLY | O_NONBLOCK)
+                guard fd >= 0 else { return [] }
+                _ = flock(fd, LOCK_EX)
+                return [fd]
+            case .anotherAccount:
+                guard lchown(path, 4212, 4212) == 0 || !FileManager.default.fileExists(atPath: path) else { throw CocoaError(.fileWriteUnknown) }
+                var info = stat()
+                if lstat(path, &info) == 0, info.st_mode & S_IFMT != S_IFLNK { chmod(path, (info.st_mode & 0o7777) | 0o020) }
+                return []
+            default:
+                break
+            }
             if self == .noPermission {
                 // Nobody owns the directory; the path is root's and closed (created when missing).
                 let owner = try Child.run(URL(fileURLWithPath: "/bin/chown"), arguments: ["-R", "65534:65534", directory])
@@ -62,11 +93,11 @@ import Testing
                 if !FileManager.default.fileExists(atPath: path) { _ = FileManager.default.createFile(atPath: path, contents: Data("{}".utf8)) }
                 chown(path, 0, 0)
                 chmod(path, 0)
-                return
+                return []
             }
             try? FileManager.default.removeItem(atPath: path)
             switch self {
-            case .regular, .noPermission: break
+            case .regular, .noPermission, .sparse, .readerLocked, .anotherAccount: break
             case .linkInside:
                 let target = directory + "/inside-target.json"
                 try Data(#"{"products":[]}"#.utf8).write(to: URL(fileURLWithPath: target))
@@ -80,6 +111,7 @@ import Testing
             case .deviceLink: try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: "/dev/zero")
             case .socket: try bindSocket(at: path)
             }
+            return []
         }
 
         private func bindSocket(at path: String) throws {
@@ -149,7 +181,8 @@ import Testing
                 let dir = playground.path + "/case"
                 try? FileManager.default.removeItem(atPath: dir)
                 try FileManager.default.copyItem(atPath: template, toPath: dir)
-                try shape.make(at: dir + "/" + path, inside: dir, canary: canary)
+                let held = try shape.make(at: dir + "/" + path, inside: dir, canary: canary)
+                defer { for fd in held { close(fd) } }
                 let context = "\(path) as \(shape.rawValue), \(command.joined(separator: " "))"
                 let bounded = command == ["watch"]
                     ? try runAgent(in: dir, user: shape.user)
