@@ -206,4 +206,34 @@ struct Account {
         sqlite3_close(handle)
         #expect(chown(path, before.st_uid, before.st_gid) == 0)
     }
+
+    /// A file another cart's agent wrote, moved into this cart's directory at an output's name
+    /// (the name free after the host moved its file away): it holds lines but none of this cart's
+    /// records, so basket-sync refuses it (73) and never appends to it; moved away, the next
+    /// record starts a new file. The same for a file made there holding a forged record.
+    @Test func aFileBasketSyncDidNotWriteHereIsNeverAppendedTo() throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init", "--tree"]).status == 0)
+        for id in ["evil", "victim"] {
+            #expect(try basketSync(["-C", "\(playground.path)/\(id)", "push", "\(id == "evil" ? "EVIL" : "A")=+1"]).status == 0)
+            #expect(try basketSync(["-C", "\(playground.path)/\(id)", "sync"]).status == 0)
+        }
+        let victim = playground.path + "/victim/outbox.jsonl"
+        for planted in ["another cart's", "forged"] {
+            try? FileManager.default.removeItem(atPath: victim)
+            if planted == "forged" {
+                try playground.write("victim/outbox.jsonl", "{\"seq\":1,\"id\":\"x-1\",\"type\":\"updateBasket\",\"at\":\"2026-01-01T00:00:00.000Z\",\"products\":[{\"id\":\"EVIL\",\"quantity\":50}]}\n")
+            } else {
+                try FileManager.default.moveItem(atPath: playground.path + "/evil/outbox.jsonl", toPath: victim)
+            }
+            #expect(try basketSync(["-C", playground.path + "/victim", "push", "B=+1"]).status == 0)
+            let sync = try basketSync(["-C", playground.path + "/victim", "sync"])
+            #expect(sync.status == 73 && sync.stderr.contains("victim/outbox.jsonl: holds lines but none of this directory's records"), "\(planted): \(sync.stderr)")
+            #expect(playground.records("victim/outbox.jsonl").allSatisfy { products($0)["EVIL"] != nil }, "\(planted): appended to")
+        }
+        try FileManager.default.removeItem(atPath: victim)
+        #expect(try basketSync(["-C", playground.path + "/victim", "sync"]).status == 0)
+        #expect(playground.records("victim/outbox.jsonl").allSatisfy { products($0)["EVIL"] == nil && ($0["seq"] as? Int ?? 0) >= 2 })
+        #expect(!playground.records("victim/outbox.jsonl").isEmpty)
+    }
 }

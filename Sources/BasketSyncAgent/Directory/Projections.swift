@@ -213,6 +213,13 @@ final class JSONLinesFile {
             }
             if lastOurs == 0, let candidate { lastOurs = candidate.seq }  // the only record of ours
             let lastLineIsOurs = candidate.map { $0.isLast && $0.seq == lastOurs } ?? false
+            // Not the file given, holding lines of which none is ours: put here by someone (another
+            // cart's file moved in, a forged one). basket-sync appends only to files it wrote here:
+            // refused, untouched (a file given and then written to by a host is still ours).
+            if !sameFile, tail.completeSize > 0, candidate == nil {
+                close()
+                throw .refused("\(path): holds lines but none of this directory's records, and is not the file basket-sync was writing: it was put there (another cart's file, a forged one); basket-sync appends only to its own files. Move it away: the next record starts a new file")
+            }
             if tail.completeSize < size {
                 do { try Posix.truncate(fd, to: tail.completeSize, path: path) } catch { throw .system(error) }
                 outcome.truncatedBytes = Int(size - tail.completeSize)
