@@ -52,6 +52,41 @@ import Testing
         #expect(seqs == Array(1...total), "each event once: \(seqs.count) records")
     }
 
+    /// A small basket state, then two of about 6 MB (the second makes a group of its own, with
+    /// maxFileBytes at 6 MB); SIGTERM once the first group is recorded, while the agent works on the last
+    /// state, a step of seconds: the agent exits 0 within a second of the signal — as a killed
+    /// process stops, which every step is made to survive, and says so — and the next run takes
+    /// every state exactly once.
+    @Test func sigtermDuringALongStepStopsTheAgentWithinASecondAndLosesNothing() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 0))
+        // A group ends once its events reach maxFileBytes (6 MB here): the first two, then the last.
+        let settings = playground.read("basket-sync.json").replacingOccurrences(of: "\"maxFileBytes\": 16777216", with: "\"maxFileBytes\": 6000000")
+        #expect(settings.contains("6000000"))
+        try playground.write("basket-sync.json", settings)
+        let new = playground.path + "/inbox/new"
+        for (index, target) in [100_000, 5_950_000, 5_950_000].enumerated() {
+            var text = "{\"id\":\"state-\(index)\",\"type\":\"basketState\",\"products\":["
+            var line = 0
+            while text.utf8.count < target {
+                text += (line == 0 ? "" : ",") + "{\"id\":\"s\(line)\",\"quantity\":\(1 + (line + index) % 5)}"
+                line += 1
+            }
+            try Data((text + "]}").utf8).write(to: URL(fileURLWithPath: String(format: "%@/1796000000.M%06dP1R%d.test", new, index, index)))
+        }
+        let agent = try AgentProcess(directory: playground.path)
+        try await eventually("the first group is recorded", timeout: 300) { playground.records("outbox.jsonl").count >= 2 }
+        #expect(agent.stop() == 0, "\(agent.log.suffix(600))")
+        #expect(agent.log.contains("the step in hand did not end within a second"), "\(agent.log.suffix(600))")
+        #expect(count(new) == 1, "the last state left waiting")
+        let sync = try basketSync(["-C", playground.path, "sync"])
+        #expect(sync.status == 0, "\(sync.stderr)")
+        let records = playground.records("outbox.jsonl")
+        #expect(records.compactMap { $0["seq"] as? Int } == [1, 2, 3], "\(records.count) records")
+        #expect(Set(records.compactMap { $0["source"] as? String }).count == 3)
+    }
+
     /// SIGTERM as soon as the agent has started again without the backtracer (its first
     /// milliseconds, before it opened anything): it waits for the agent's handler, which stops it
     /// with exit 0 — never killed by the signal (143).

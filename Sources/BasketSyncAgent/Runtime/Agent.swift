@@ -165,6 +165,8 @@ public final class Agent {
         let descriptors = Posix.raiseDescriptorLimit()
         enginesKept = max(8, min(Agent.enginesKeptAtMost, (descriptors - 64) / 4))
         let signals: SignalPipe
+        let abrupt = logger.prebuiltWarning("stopping on signal: the step in hand did not end within a second; it is left as a killed process leaves it (nothing is acknowledged before it is durable), and the next start takes it up")
+        SignalPipe.setAbruptStopLine(abrupt.line, fd: abrupt.fd)
         do { signals = try SignalPipe(path: root) } catch { throw .system(error) }
         // Every cart as it stands: what was written before the watches were in place is taken now.
         if let tree { try startTree(tree) } else { try startDirectory() }

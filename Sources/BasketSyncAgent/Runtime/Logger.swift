@@ -52,6 +52,23 @@ public final class Logger: Sendable {
         set { settings.quiet.withLock { $0 = newValue } }
     }
 
+    /// A warning line made now and written later by a signal handler, which can format nothing
+    /// (the JSON format without its time), and the descriptor it goes to.
+    func prebuiltWarning(_ message: String) -> (line: [UInt8], fd: Int32) {
+        switch format {
+        case .human:
+            return (Array("basket-sync: \(cart.map { "cart \($0): " } ?? "")warning: \(message)\n".utf8), fd)
+        case .json:
+            var writer = JSONWriter()
+            writer.object { object in
+                object.member("level", Level.warning.rawValue)
+                object.member("message", message)
+            }
+            writer.raw("\n")
+            return (writer.bytes, fd)
+        }
+    }
+
     /// Writes one line, whole (a log that cannot be written is not worth failing for). `record`
     /// is the JSON line of the record the message is about: the JSON format carries it whole.
     public func log(_ level: Level, _ message: String, record: [UInt8]? = nil, evenWhenQuiet: Bool = false) {

@@ -7,6 +7,12 @@ nonisolated(unsafe) private var signalPipeWrite: Int32 = -1
 /// looks at it between events and between carts, and leaves the rest for the next start.
 nonisolated(unsafe) private var stopSignalled: sig_atomic_t = 0
 
+/// The line the agent leaves when the step in hand outlasts a second after SIGTERM (written by
+/// the SIGALRM handler, which can format nothing), and where it goes.
+nonisolated(unsafe) private var abruptLine: UnsafeMutablePointer<UInt8>?
+nonisolated(unsafe) private var abruptCount = 0
+nonisolated(unsafe) private var abruptFd: Int32 = 2
+
 /// The signals the agent handles.
 package enum Signal: UInt8, CaseIterable {
     case hangup = 1
@@ -36,7 +42,12 @@ package final class SignalPipe {
             var action = sigaction()
             action.__sigaction_handler.sa_handler = { number in
                 let saved = errno
-                if number == SIGTERM || number == SIGINT { stopSignalled = 1 }
+                if number == SIGTERM || number == SIGINT {
+                    // Within a second, whatever the step in hand: then as a killed process (every
+                    // step is safe to cut anywhere: nothing is acknowledged before it is durable).
+                    if stopSignalled == 0 { alarm(1) }
+                    stopSignalled = 1
+                }
                 var byte = UInt8(truncatingIfNeeded: number)
                 _ = write(signalPipeWrite, &byte, 1)
                 errno = saved
@@ -45,11 +56,28 @@ package final class SignalPipe {
             sigemptyset(&action.sa_mask)
             sigaction(signal.number, &action, nil)
         }
+        var deadline = sigaction()
+        deadline.__sigaction_handler.sa_handler = { _ in
+            if let line = abruptLine { _ = write(abruptFd, line, abruptCount) }
+            _exit(0)
+        }
+        sigemptyset(&deadline.sa_mask)
+        sigaction(SIGALRM, &deadline, nil)
         // A parent may have spawned us with these signals blocked: take them back.
         var handled = sigset_t()
         sigemptyset(&handled)
         for signal in Signal.allCases { sigaddset(&handled, signal.number) }
         pthread_sigmask(SIG_UNBLOCK, &handled, nil)
+    }
+
+    /// Sets the line written to `fd` when a step outlasts the second after SIGTERM (the process
+    /// then exits 0 at once, as a killed one would stop).
+    static func setAbruptStopLine(_ line: [UInt8], fd: Int32) {
+        let copy = UnsafeMutablePointer<UInt8>.allocate(capacity: max(1, line.count))
+        copy.initialize(from: line, count: line.count)
+        abruptCount = line.count
+        abruptFd = fd
+        abruptLine = copy
     }
 
     /// Whether SIGTERM or SIGINT came: work in hand stops at the next event or cart.
