@@ -210,12 +210,14 @@ struct Account {
     /// A file another cart's agent wrote, moved into this cart's directory at an output's name
     /// (the name free after the host moved its file away): it holds lines but none of this cart's
     /// records, so basket-sync refuses it (73) and never appends to it; moved away, the next
-    /// record starts a new file. The same for a file made there holding a forged record.
+    /// record starts a new file — also when its records go beyond this cart's (they carry another
+    /// sync id: not a database behind). The same for a file made there holding a forged record.
     @Test func aFileBasketSyncDidNotWriteHereIsNeverAppendedTo() throws {
         let playground = try Playground()
         #expect(try basketSync(["-C", playground.path, "init", "--tree"]).status == 0)
-        for id in ["evil", "victim"] {
-            #expect(try basketSync(["-C", "\(playground.path)/\(id)", "push", "\(id == "evil" ? "EVIL" : "A")=+1"]).status == 0)
+        // The other cart's records go beyond this one's: no "database behind" for them either.
+        for (id, count) in [("evil", 4), ("victim", 1)] {
+            for _ in 0..<count { #expect(try basketSync(["-C", "\(playground.path)/\(id)", "push", "\(id == "evil" ? "EVIL" : "A")=+1"]).status == 0) }
             #expect(try basketSync(["-C", "\(playground.path)/\(id)", "sync"]).status == 0)
         }
         let victim = playground.path + "/victim/outbox.jsonl"

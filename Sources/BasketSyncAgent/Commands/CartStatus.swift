@@ -113,12 +113,13 @@ public struct CartStatus {
         }
         self.lastLines = lastLines
         self.counts = counts
+        let syncId = state.syncId
         databaseBehind = Projection.allCases.compactMap { projection in
             let inDatabase = counts[projection] ?? 0
-            guard let (path, inFile) = Integrity.fileBeyond(projection, in: directory, databaseSeq: inDatabase) else { return nil }
+            guard let (path, inFile) = Integrity.fileBeyond(projection, in: directory, databaseSeq: inDatabase, syncId: syncId) else { return nil }
             return "\(path) holds record \(inFile) but the database ends at \(inDatabase): the database was lost, restored or replaced; every command that writes stops (74) until .basket-sync/ is restored from a newer backup, or moved aside and made again with basket-sync init --adopt"
         }
-        foreignParts = Integrity.foreignParts(in: directory) { counts[$0] ?? 0 }
+        foreignParts = Integrity.foreignParts(in: directory, syncId: syncId) { counts[$0] ?? 0 }
         view = SyncStateMachine(state: state).mealzView
         hostProgress = try CartReader.hostProgress(state, store: store, directory: directory, configuration: configuration)
         do {

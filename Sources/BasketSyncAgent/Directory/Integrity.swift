@@ -9,14 +9,14 @@ enum Integrity {
     /// The highest seq of a whole record beyond `databaseSeq` in `projection`'s file of
     /// `directory` or in its rotated parts (nil when none): records rotated away are records all
     /// the same. `file` reads the live file through a descriptor its caller keeps open.
-    static func recordBeyond(_ projection: Projection, in directory: String, databaseSeq: UInt64, file: JSONLinesFile? = nil) -> UInt64? {
-        beyond(projection, in: directory, databaseSeq: databaseSeq, file: file).seq
+    static func recordBeyond(_ projection: Projection, in directory: String, databaseSeq: UInt64, file: JSONLinesFile? = nil, syncId: String? = nil) -> UInt64? {
+        beyond(projection, in: directory, databaseSeq: databaseSeq, file: file, syncId: syncId).seq
     }
 
     /// The file holding the highest record beyond the database (the live file or a rotated part
     /// in order), and that record's seq.
-    static func fileBeyond(_ projection: Projection, in directory: String, databaseSeq: UInt64) -> (path: String, seq: UInt64)? {
-        let found = beyond(projection, in: directory, databaseSeq: databaseSeq)
+    static func fileBeyond(_ projection: Projection, in directory: String, databaseSeq: UInt64, syncId: String? = nil) -> (path: String, seq: UInt64)? {
+        let found = beyond(projection, in: directory, databaseSeq: databaseSeq, syncId: syncId)
         guard let seq = found.seq else { return nil }
         return (found.path, seq)
     }
@@ -26,16 +26,26 @@ enum Integrity {
     /// order — a part is older than the files before it, so a record in it at or above the first
     /// record of a newer file was never one of basket-sync's there (a forged or foreign file): it
     /// says nothing of the database, and is named, never taken for a database behind.
-    static func beyond(_ projection: Projection, in directory: String, databaseSeq: UInt64, file: JSONLinesFile? = nil) -> (seq: UInt64?, path: String, foreign: [String]) {
+    /// With `syncId`, an outbox line of another sync id (another cart's) is no record here.
+    static func beyond(_ projection: Projection, in directory: String, databaseSeq: UInt64, file: JSONLinesFile? = nil, syncId: String? = nil) -> (seq: UInt64?, path: String, foreign: [String]) {
+        let isRecord = { (line: [UInt8]) in projection.isRecord(line, of: syncId) }
         let path = "\(directory)/\(projection.fileName)"
         let liveFile = file ?? JSONLinesFile(path: path)
-        var found = liveFile.recordBeyond(databaseSeq: databaseSeq, isRecord: projection.isRecord)
+        var foreign: [String] = []
+        /// A record beyond the database in `file`, of this directory; one of another sync id is named.
+        func ownBeyond(_ file: JSONLinesFile, _ shown: String) -> UInt64? {
+            if let seq = file.recordBeyond(databaseSeq: databaseSeq, isRecord: isRecord) { return seq }
+            if syncId != nil, let seq = file.recordBeyond(databaseSeq: databaseSeq, isRecord: projection.isRecord) {
+                foreign.append("\(shown): holds record \(seq) of another sync directory (its id is not this one's): not basket-sync's here (another cart's file moved in, a forged one); move it away — the database is not behind")
+            }
+            return nil
+        }
+        var found = ownBeyond(liveFile, path)
         var foundIn = path
         var newerFirst = (liveFile.firstSeq(), projection.fileName)
-        var foreign: [String] = []
         for part in JSONLinesFile.rotatedParts(of: path) {
             let partFile = JSONLinesFile(path: part)
-            if let seq = partFile.recordBeyond(databaseSeq: databaseSeq, isRecord: projection.isRecord) {
+            if let seq = ownBeyond(partFile, part) {
                 if let first = newerFirst.0, seq >= first {
                     foreign.append("\(part): holds record \(seq), not older than the first record of \(newerFirst.1) (\(first)) as a rotated part is: not basket-sync's (forged, or another directory's); move it away — the database is not behind")
                 } else if seq > found ?? 0 {
@@ -50,8 +60,8 @@ enum Integrity {
 
     /// The rotated parts of `directory`'s files holding records out of order (see
     /// ``beyond(_:in:databaseSeq:file:)``), said one sentence each.
-    static func foreignParts(in directory: String, databaseSeq: (Projection) -> UInt64) -> [String] {
-        Projection.allCases.flatMap { beyond($0, in: directory, databaseSeq: databaseSeq($0)).foreign }
+    static func foreignParts(in directory: String, syncId: String? = nil, databaseSeq: (Projection) -> UInt64) -> [String] {
+        Projection.allCases.flatMap { beyond($0, in: directory, databaseSeq: databaseSeq($0), syncId: syncId).foreign }
     }
 
     /// What records `directory`'s files hold, as "outbox.jsonl up to 12", one per projection that
@@ -68,14 +78,14 @@ enum Integrity {
     /// appended between the two reads is in the database by then, unless it really is behind.
     /// `skip` passes over a projection known to be in step (its file as it was given).
     static func checkNotBehind(
-        _ directory: String, files: [Projection: JSONLinesFile] = [:],
+        _ directory: String, files: [Projection: JSONLinesFile] = [:], syncId: String? = nil,
         skip: (Projection, UInt64) throws(AgentError) -> Bool = { _, _ in false },
         lastSeq: (Projection) throws(AgentError) -> UInt64
     ) throws(AgentError) {
         for projection in Projection.allCases {
             let databaseSeq = try lastSeq(projection)
             if try skip(projection, databaseSeq) { continue }
-            guard let seq = recordBeyond(projection, in: directory, databaseSeq: databaseSeq, file: files[projection]) else { continue }
+            guard let seq = recordBeyond(projection, in: directory, databaseSeq: databaseSeq, file: files[projection], syncId: syncId) else { continue }
             let databaseNow = try lastSeq(projection)
             if seq > databaseNow {
                 throw .databaseBehind(path: "\(directory)/\(projection.fileName)", fileSeq: seq, databaseSeq: databaseNow)

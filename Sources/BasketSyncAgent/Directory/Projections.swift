@@ -17,6 +17,16 @@ package enum Projection: String, CaseIterable, Sendable {
         case .payments: (try? RecordFormat.payment(line)) != nil
         }
     }
+
+    /// Whether `line` is a record of the sync directory (or tree cart) `syncId`: an outbox
+    /// record's id is `"<syncId>-<seq>"`, so another cart's outbox line, moved in, is none of its
+    /// records (the other files carry no such id: any record of theirs counts). Without a sync
+    /// id, any record.
+    func isRecord(_ line: [UInt8], of syncId: String?) -> Bool {
+        guard self == .outbox, let syncId else { return isRecord(line) }
+        guard let record = try? RecordFormat.outboxRecord(line) else { return false }
+        return record.id.hasPrefix(syncId + "-")
+    }
 }
 
 /// How far a JSON Lines file was given records, as the database remembers it: the file it was

@@ -286,7 +286,7 @@ public final class SyncEngine {
             saveGiven: { (given) throws(AgentError) in try store.setGiven(projection, given) },
             lastDatabaseSeq: { () throws(AgentError) in try store.lastSeq(projection) },
             recordAt: { (seq) throws(AgentError) in try store.line(projection, seq: seq) },
-            isRecord: projection.isRecord,
+            isRecord: { [syncId = try? store.loadState().syncId] line in projection.isRecord(line, of: syncId) },
             fetch: { (after) throws(AgentError) in try store.lines(projection, after: after) })
     }
 
@@ -343,7 +343,7 @@ public final class SyncEngine {
 
     private func checkFilesNotAhead() throws(AgentError) {
         // A file still as it was given, at the size given, holds no more than the database did.
-        try Integrity.checkNotBehind(directory, files: files, skip: { (projection, databaseSeq) throws(AgentError) in
+        try Integrity.checkNotBehind(directory, files: files, syncId: try? store.loadState().syncId, skip: { (projection, databaseSeq) throws(AgentError) in
             guard let given = try store.given(projection) else { return false }
             return given.seq <= databaseSeq && files[projection]!.isAsGiven(given)
         }, lastSeq: { (projection) throws(AgentError) in try store.lastSeq(projection) })
