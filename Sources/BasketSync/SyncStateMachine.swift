@@ -256,6 +256,11 @@ public struct SyncStateMachine: Sendable {
         if !effects.isEmpty { advanceEchoedThrough() }
         let overflow = state.rolledBack.count - configuration.rolledBackMemory
         if overflow > 0 { state.rolledBack.removeFirst(overflow) }
+        // Bounded by lines too: the oldest go first, the newest stays.
+        var lines = state.rolledBack.reduce(0) { $0 + $1.products.count }
+        while lines > configuration.rolledBackLines, state.rolledBack.count > 1 {
+            lines -= state.rolledBack.removeFirst().products.count
+        }
         return effects
     }
 

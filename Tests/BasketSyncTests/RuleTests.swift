@@ -21,6 +21,22 @@ import Testing
         #expect(s.confirmed == ["A": 2])
     }
 
+    /// The rolled-back batches remembered for a late echo are bounded by their lines together
+    /// (100,000 by default), the oldest going first and the newest kept whatever its size: a
+    /// backlog of huge basket states no longer keeps 32 of them in the state (and in memory).
+    @Test func rolledBackBatchesAreBoundedByTheirLines() throws {
+        var s = Transcript()
+        _ = try s.cart(0, [])
+        let big = (0..<60_000).map { RetailerProduct(id: "s\($0)", quantity: 1) }
+        for index in 1...4 { _ = try s.delta(Double(index), big) }
+        _ = s.tick(30)
+        #expect(s.machine.state.rolledBack.map(\.seq) == [4], "the newest only: two would hold 120,000 lines")
+        _ = try s.delta(31, lines(("A", 1)))
+        _ = s.tick(60)
+        #expect(s.machine.state.rolledBack.map(\.seq) == [4, 5])
+        #expect(s.machine.state.rolledBack.reduce(0) { $0 + $1.products.count } <= 100_000 + 1)
+    }
+
     /// Batches rolled back on one SKU are confirmed late together by a cart that shows them all,
     /// not only the last batch of each SKU.
     @Test func rolledBackBatchesOnOneSkuAreConfirmedTogetherByACartThatShowsThemAll() throws {
