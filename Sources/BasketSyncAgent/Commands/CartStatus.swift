@@ -113,13 +113,19 @@ public struct CartStatus {
         }
         self.lastLines = lastLines
         self.counts = counts
-        let syncId = state.syncId
+        // The sync id an outbox line must carry, once its file was given records (as the agent asks).
+        let given = try store.withTransaction { () throws(AgentError) -> [Projection: UInt64] in
+            var given: [Projection: UInt64] = [:]
+            for projection in Projection.allCases { given[projection] = try store.given(projection)?.seq ?? 0 }
+            return given
+        }
+        let ownSyncId = { [syncId = state.syncId] (projection: Projection) -> String? in (given[projection] ?? 0) > 0 ? syncId : nil }
         databaseBehind = Projection.allCases.compactMap { projection in
             let inDatabase = counts[projection] ?? 0
-            guard let (path, inFile) = Integrity.fileBeyond(projection, in: directory, databaseSeq: inDatabase, syncId: syncId) else { return nil }
+            guard let (path, inFile) = Integrity.fileBeyond(projection, in: directory, databaseSeq: inDatabase, syncId: ownSyncId(projection)) else { return nil }
             return "\(path) holds record \(inFile) but the database ends at \(inDatabase): the database was lost, restored or replaced; every command that writes stops (74) until .basket-sync/ is restored from a newer backup, or moved aside and made again with basket-sync init --adopt"
         }
-        foreignParts = Integrity.foreignParts(in: directory, syncId: syncId) { counts[$0] ?? 0 }
+        foreignParts = Integrity.foreignParts(in: directory, syncId: ownSyncId) { counts[$0] ?? 0 }
         view = SyncStateMachine(state: state).mealzView
         hostProgress = try CartReader.hostProgress(state, store: store, directory: directory, configuration: configuration)
         do {

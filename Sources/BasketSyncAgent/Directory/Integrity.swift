@@ -26,7 +26,9 @@ enum Integrity {
     /// order — a part is older than the files before it, so a record in it at or above the first
     /// record of a newer file was never one of basket-sync's there (a forged or foreign file): it
     /// says nothing of the database, and is named, never taken for a database behind.
-    /// With `syncId`, an outbox line of another sync id (another cart's) is no record here.
+    /// With `syncId`, an outbox line of another sync id (another cart's) is no record here — asked
+    /// only of a file that was given records before: a directory new to a tree that holds records
+    /// copied in is given back for `init --adopt`, whatever their sync id.
     static func beyond(_ projection: Projection, in directory: String, databaseSeq: UInt64, file: JSONLinesFile? = nil, syncId: String? = nil) -> (seq: UInt64?, path: String, foreign: [String]) {
         let isRecord = { (line: [UInt8]) in projection.isRecord(line, of: syncId) }
         let path = "\(directory)/\(projection.fileName)"
@@ -60,8 +62,8 @@ enum Integrity {
 
     /// The rotated parts of `directory`'s files holding records out of order (see
     /// ``beyond(_:in:databaseSeq:file:)``), said one sentence each.
-    static func foreignParts(in directory: String, syncId: String? = nil, databaseSeq: (Projection) -> UInt64) -> [String] {
-        Projection.allCases.flatMap { beyond($0, in: directory, databaseSeq: databaseSeq($0), syncId: syncId).foreign }
+    static func foreignParts(in directory: String, syncId: (Projection) -> String? = { _ in nil }, databaseSeq: (Projection) -> UInt64) -> [String] {
+        Projection.allCases.flatMap { beyond($0, in: directory, databaseSeq: databaseSeq($0), syncId: syncId($0)).foreign }
     }
 
     /// What records `directory`'s files hold, as "outbox.jsonl up to 12", one per projection that
@@ -78,14 +80,14 @@ enum Integrity {
     /// appended between the two reads is in the database by then, unless it really is behind.
     /// `skip` passes over a projection known to be in step (its file as it was given).
     static func checkNotBehind(
-        _ directory: String, files: [Projection: JSONLinesFile] = [:], syncId: String? = nil,
+        _ directory: String, files: [Projection: JSONLinesFile] = [:], syncId: (Projection) throws(AgentError) -> String? = { _ in nil },
         skip: (Projection, UInt64) throws(AgentError) -> Bool = { _, _ in false },
         lastSeq: (Projection) throws(AgentError) -> UInt64
     ) throws(AgentError) {
         for projection in Projection.allCases {
             let databaseSeq = try lastSeq(projection)
             if try skip(projection, databaseSeq) { continue }
-            guard let seq = recordBeyond(projection, in: directory, databaseSeq: databaseSeq, file: files[projection], syncId: syncId) else { continue }
+            guard let seq = recordBeyond(projection, in: directory, databaseSeq: databaseSeq, file: files[projection], syncId: try syncId(projection)) else { continue }
             let databaseNow = try lastSeq(projection)
             if seq > databaseNow {
                 throw .databaseBehind(path: "\(directory)/\(projection.fileName)", fileSeq: seq, databaseSeq: databaseNow)

@@ -286,7 +286,7 @@ public final class SyncEngine {
             saveGiven: { (given) throws(AgentError) in try store.setGiven(projection, given) },
             lastDatabaseSeq: { () throws(AgentError) in try store.lastSeq(projection) },
             recordAt: { (seq) throws(AgentError) in try store.line(projection, seq: seq) },
-            isRecord: { [syncId = try? store.loadState().syncId] line in projection.isRecord(line, of: syncId) },
+            isRecord: { [syncId = ownSyncId(projection)] line in projection.isRecord(line, of: syncId) },
             fetch: { (after) throws(AgentError) in try store.lines(projection, after: after) })
     }
 
@@ -343,10 +343,18 @@ public final class SyncEngine {
 
     private func checkFilesNotAhead() throws(AgentError) {
         // A file still as it was given, at the size given, holds no more than the database did.
-        try Integrity.checkNotBehind(directory, files: files, syncId: try? store.loadState().syncId, skip: { (projection, databaseSeq) throws(AgentError) in
+        try Integrity.checkNotBehind(directory, files: files, syncId: { (projection) throws(AgentError) in ownSyncId(projection) }, skip: { (projection, databaseSeq) throws(AgentError) in
             guard let given = try store.given(projection) else { return false }
             return given.seq <= databaseSeq && files[projection]!.isAsGiven(given)
         }, lastSeq: { (projection) throws(AgentError) in try store.lastSeq(projection) })
+    }
+
+    /// The sync id an outbox line of `projection`'s file must carry to be one of this
+    /// directory's records: once the file was given records (before that, records copied in
+    /// are held records, and a new cart holding them is given back for `init --adopt`).
+    func ownSyncId(_ projection: Projection) -> String? {
+        guard ((try? store.given(projection))??.seq ?? 0) > 0 else { return nil }
+        return try? store.loadState().syncId
     }
 
     /// Records an error for `status` and logs it.
