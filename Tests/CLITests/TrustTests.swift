@@ -238,4 +238,28 @@ struct Account {
         #expect(playground.records("victim/outbox.jsonl").allSatisfy { products($0)["EVIL"] == nil && ($0["seq"] as? Int ?? 0) >= 2 })
         #expect(!playground.records("victim/outbox.jsonl").isEmpty)
     }
+
+    /// A rotated part the writer made herself (her own file, holding record 9999) is not
+    /// basket-sync's: `status` names it, not "database behind"; `sync` works; after a lost
+    /// database, `init --adopt` does not adopt it — the next record is 2, not 10000.
+    @Test func aRotatedPartOfAnotherAccountIsNeverTakenForRecords() throws {
+        let playground = try Playground()
+        chmod(playground.path, 0o755)
+        let shop = playground.path + "/shop"
+        #expect(mkdir(shop, 0o755) == 0 && chown(shop, Account.agent.uid, Account.group) == 0)
+        #expect(try Account.agent.basketSync(["-C", shop, "init", "--shared", String(Account.group)]).status == 0)
+        #expect(try Account.writer.basketSync(["-C", shop, "push", "A=+1"]).status == 0)
+        #expect(try Account.agent.basketSync(["-C", shop, "sync"]).status == 0)
+        let planted = try Account.writer.shell("printf '%s\\n' '{\"seq\":9999,\"id\":\"x-9999\",\"type\":\"updateBasket\",\"at\":\"2026-01-01T00:00:00.000Z\",\"products\":[{\"id\":\"EVIL\",\"quantity\":9}]}' > \(shop)/outbox.jsonl.1")
+        #expect(planted.status == 0, "\(planted.stderr)")
+        let status = try Account.agent.basketSync(["-C", shop, "status"])
+        #expect(status.status == 0 && !status.stdout.contains("database behind") && status.stdout.contains("outbox.jsonl.1: is owned by uid \(Account.writer.uid)"), "\(status.stdout)\(status.stderr)")
+        #expect(try Account.agent.basketSync(["-C", shop, "sync"]).status == 0)
+        #expect(try Account.agent.shell("rm -rf \(shop)/.basket-sync").status == 0)
+        let adopted = try Account.agent.basketSync(["-C", shop, "init", "--adopt"])
+        #expect(adopted.status == 0, "\(adopted.stderr)")
+        #expect(try Account.writer.basketSync(["-C", shop, "push", "B=+1"]).status == 0)
+        #expect(try Account.agent.basketSync(["-C", shop, "sync"]).status == 0)
+        #expect(playground.records("shop/outbox.jsonl").compactMap { $0["seq"] as? Int } == [1, 2])
+    }
 }

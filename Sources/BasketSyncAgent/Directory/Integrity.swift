@@ -34,8 +34,15 @@ enum Integrity {
         let path = "\(directory)/\(projection.fileName)"
         let liveFile = file ?? JSONLinesFile(path: path)
         var foreign: [String] = []
-        /// A record beyond the database in `file`, of this directory; one of another sync id is named.
+        /// A record beyond the database in `file`, of this directory; one of another sync id is
+        /// named, and so is a file of another account's (basket-sync writes only its own).
         func ownBeyond(_ file: JSONLinesFile, _ shown: String) -> UInt64? {
+            if let info = Posix.info(shown, follow: false), info.kind == .regular, let reason = Trust.foreignOutput(info) {
+                if file.recordBeyond(databaseSeq: databaseSeq, isRecord: projection.isRecord) != nil {
+                    foreign.append("\(shown): \(reason) — the database is not behind")
+                }
+                return nil
+            }
             if let seq = file.recordBeyond(databaseSeq: databaseSeq, isRecord: isRecord) { return seq }
             if syncId != nil, let seq = file.recordBeyond(databaseSeq: databaseSeq, isRecord: projection.isRecord) {
                 foreign.append("\(shown): holds record \(seq) of another sync directory (its id is not this one's): not basket-sync's here (another cart's file moved in, a forged one); move it away — the database is not behind")

@@ -17,6 +17,8 @@ enum Recovery {
                 if let fd = try? Posix.open(part, [.readOnly]) {
                     defer { Posix.close(fd) }
                     if let info = try? Posix.fileInfo(fd, path: part), Posix.hasHole(fd, size: info.size) { throw .system(JSONLinesFile.sparse(part)) }
+                    // Nor is a file of another account's: its lines are not records to adopt.
+                    if let info = try? Posix.fileInfo(fd, path: part), Trust.foreignOutput(info) != nil { continue }
                 }
                 guard let bytes = try Posix.readFile(part, limit: Int.max) else { continue }
                 // Whole records only: a torn last line (no newline: a crash) and a host's own line
