@@ -158,6 +158,15 @@ import Testing
     }
 
 
+    /// Fills the file system of `directory` with `directory/filler` (removing it makes room again).
+    func fill(_ directory: String) throws {
+        #expect(FileManager.default.createFile(atPath: directory + "/filler", contents: nil))
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: directory + "/filler"))
+        let block = Data(count: 64 * 1024)
+        while (try? handle.write(contentsOf: block)) != nil {}
+        try? handle.close()
+    }
+
     @Test func aFullDiskIsReportedRetriedAndRecoveredFrom() async throws {
         let playground = try Playground()
         guard let directory = try smallSyncDirectory(playground.path + "/small") else { return }
@@ -168,12 +177,7 @@ import Testing
         for index in 0..<2 {
             try playground.write("small/inbox/tmp/e\(index)", "{\"id\":\"e\(index)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\",\"quantity\":1}]}")
         }
-        let filler = FileManager.default.createFile(atPath: directory + "/filler", contents: nil)
-        #expect(filler)
-        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: directory + "/filler"))
-        let block = Data(count: 64 * 1024)
-        while (try? handle.write(contentsOf: block)) != nil {}
-        try? handle.close()
+        try fill(directory)
         for index in 0..<2 {
             try FileManager.default.moveItem(atPath: directory + "/inbox/tmp/e\(index)", toPath: directory + "/inbox/new/e\(index)")
         }
@@ -207,13 +211,7 @@ import Testing
         let agent = try AgentProcess(directory: directory)
         try await agent.waitUntilWatching()
         try playground.write("small/inbox/tmp/e0", "{\"id\":\"e0\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\",\"quantity\":1}]}")
-        let handle = try #require(FileHandle(forWritingAtPath: directory + "/filler") ?? {
-            _ = FileManager.default.createFile(atPath: directory + "/filler", contents: nil)
-            return FileHandle(forWritingAtPath: directory + "/filler")
-        }())
-        let block = Data(count: 64 * 1024)
-        while (try? handle.write(contentsOf: block)) != nil {}
-        try? handle.close()
+        try fill(directory)
         try FileManager.default.moveItem(atPath: directory + "/inbox/tmp/e0", toPath: directory + "/inbox/new/e0")
         try await eventually("the back-off reaches 8 s", timeout: 60) { agent.log.contains("retrying in 8.0 s") }
         try FileManager.default.removeItem(atPath: directory + "/filler")
