@@ -775,6 +775,18 @@ extension CatchUpTests {
         #expect(playground.records("outbox.jsonl").last.map(products) == ["A": 1])
     }
 
+    /// A malformed event set aside: its `.error` names the file where it lies now, in `bad/`
+    /// (line and column there), and where it came from — not a path in `new/` that is gone.
+    @Test func theErrorBesideAnEventSetAsideNamesItInBad() throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.write("inbox/new/evt-7", "{\"id\": \"evt-7\", \"type\": oops}")
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let error = playground.read("inbox/bad/evt-7.error")
+        #expect(error.hasPrefix(playground.path + "/inbox/bad/evt-7:1:"), "\(error)")
+        #expect(error.contains("Set aside from inbox/new/evt-7.") && !error.contains("/inbox/new/evt-7:"), "\(error)")
+    }
+
     /// A sparse file at an output's name (64 GiB of hole) is never read whole: sync refuses it at
     /// once (73) naming it, status answers, and once it is moved away the record goes to a new
     /// file (docs/spec.md §7: every read bounded by what the file holds).

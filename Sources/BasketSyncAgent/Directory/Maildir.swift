@@ -201,8 +201,12 @@ struct Inbox {
     /// when another process took it meanwhile.
     func quarantine(_ name: String, because error: AgentError) throws(SystemError) -> String? {
         let bad = folder("bad")
-        // One line, escaped as the log escapes it: a name or value may hold a newline or ESC.
-        let message = Array("\(JSONWriter.printable(error.description))\nFix the event and deliver it again through inbox/tmp/ and inbox/new/.\n".utf8)
+        // One line, escaped as the log escapes it: a name or value may hold a newline or ESC. It
+        // names the file where it lies now, in bad/ (set aside from new/).
+        func message(_ base: String) -> [UInt8] {
+            let here = error.replacingPathPrefix(shown(name), with: "\(shownFolder("bad"))/\(base)")
+            return Array("\(JSONWriter.printable(here.description))\nSet aside from inbox/new/\(JSONWriter.printable(Inbox.bounded(name))). Fix the event and deliver it again through inbox/tmp/ and inbox/new/.\n".utf8)
+        }
         try Posix.makeDirectory(bad, mode: 0o755)
         var base = name.utf8.count > 200 ? "long-name.\(Posix.randomName())" : name
         // A name bad/ holds already (the same name delivered bad twice): the first stays, the
@@ -212,7 +216,7 @@ struct Inbox {
         }
         for attempt in 0..<2 {
             do {
-                try Posix.writeFileAtomically("\(bad)/\(base).error", message, replacing: true)
+                try Posix.writeFileAtomically("\(bad)/\(base).error", message(base), replacing: true)
                 try Posix.rename(path(of: name), "\(bad)/\(base)")
                 return base
             } catch {
