@@ -171,4 +171,38 @@ import Testing
         let missing = try basketSync(["-C", playground.path + "/nowhere", "wait", "--timeout", "0"])
         #expect(missing.status == 66, "\(missing.stderr)")
     }
+
+    /// A host killed while it waits leaves no `wait` behind: the command ends with the process
+    /// that started it (it would otherwise block for its whole timeout).
+    @Test func waitEndsWithTheProcessThatStartedIt() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        let host = Child()
+        host.executableURL = URL(fileURLWithPath: "/bin/sh")
+        host.arguments = ["-c", "'\(binary.path)' -C '\(playground.path)' wait --timeout 600 >/dev/null 2>&1 & echo $!; wait"]
+        let out = Pipe()
+        host.standardOutput = out
+        try host.run()
+        var text = ""
+        try await eventually("the host says its wait's pid") {
+            text += String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)
+            return text.contains("\n")
+        }
+        let pid = try #require(Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)))
+        // Waiting: its inotify instance open (what it started from is known by then).
+        try await eventually("the wait waits") {
+            ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []).contains { fd in
+                (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\(fd)"))?.contains("inotify") == true
+            }
+        }
+        kill(host.processIdentifier, SIGKILL)
+        host.waitUntilExit()
+        // Ended: gone, or a zombie its new parent has not reaped yet.
+        func ended() -> Bool {
+            let stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
+            return stat.isEmpty || stat.split(separator: ")").last?.split(separator: " ").first == "Z"
+        }
+        try? await eventually("the wait ends with its host", timeout: 60) { ended() }
+        #expect(ended(), "\((try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? "")")
+    }
 }

@@ -1,4 +1,5 @@
 import BasketSync
+import Glibc
 import BasketSyncWire
 
 extension Commands {
@@ -17,6 +18,9 @@ extension Commands {
     /// nothing: it works beside the agent, beside `sync` from cron, and on a read-only file
     /// system. Throws `.busy` (75) when `timeout` seconds pass first.
     public static func wait(directory: String, after: UInt64?, timeout: Double?) throws(AgentError) -> WaitResult {
+        // Ends with the process that started it (a host killed while it loops on wait): looked
+        // at every second while it waits — the parent gone, it was adopted by another process.
+        let parent = getppid()
         let configuration = try AgentConfiguration.load(directory: directory)
         // The watches first: a record committed after this is seen by the reads below, or wakes us.
         // Every look opens a connection of its own and closes it: on a read-only file system
@@ -81,6 +85,8 @@ extension Commands {
                 let untilLook = Int32(max(0, ((nextLook - Posix.monotonicSeconds()) * 1000).rounded(.up)))
                 milliseconds = milliseconds < 0 ? untilLook : min(milliseconds, untilLook)
             }
+            milliseconds = milliseconds < 0 ? 1000 : min(milliseconds, 1000)
+            if getppid() != parent { exit(143) }
             // Only the outbox file changing, or a commit signalled, is worth a look at the
             // database; SQLite closing its own files (a reader such as status) is not.
             look = false
