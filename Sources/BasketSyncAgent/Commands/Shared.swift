@@ -24,14 +24,17 @@ enum Shared {
         throw .usage("init --shared \(name): no such group; name a group the host's and the Mealz side's accounts are members of (getent group)")
     }
 
-    /// Gives `path` to `group` with `mode` (never through a link: what is at the path must be a
-    /// directory or a regular file of basket-sync's making).
+    /// Gives `path` to `group` with `mode`, through a descriptor opened without following a link
+    /// (a folder swapped for a link meanwhile — the cart's directory is the host's — is never
+    /// followed), and only when it is this account's own directory or regular file.
     static func set(_ path: String, group: gid_t, mode: UInt32) throws(AgentError) {
-        guard let info = Posix.info(path, follow: false), info.kind == .directory || info.kind == .regular else { return }
-        if lchown(path, uid_t.max, group) != 0 {
+        guard let fd = (try? Posix.open(path, [.directory])) ?? (try? Posix.open(path, [.readOnly])) else { return }
+        defer { Posix.close(fd) }
+        guard let info = try? Posix.fileInfo(fd, path: path), info.owner == geteuid() else { return }
+        if fchown(fd, uid_t.max, group) != 0 {
             throw .system(SystemError(operation: "give it to group \(group) (chgrp)", path: path, code: errno))
         }
-        if chmod(path, mode_t(mode)) != 0 {
+        if fchmod(fd, mode_t(mode)) != 0 {
             throw .system(SystemError(operation: "chmod \(Trust.octal(mode))", path: path, code: errno))
         }
     }
@@ -53,9 +56,7 @@ enum Shared {
     /// the root's group through setgid).
     static func shareCart(_ directory: String, root: String) throws(AgentError) {
         guard isShared(root), let info = Posix.info(root, follow: false) else { return }
-        if let cart = Posix.info(directory, follow: false), cart.owner == geteuid() {
-            try set(directory, group: info.group, mode: openMode)
-        }
+        try set(directory, group: info.group, mode: openMode)  // only when the agent made it
         try shareInbox(of: directory, group: info.group)
     }
 }

@@ -280,13 +280,18 @@ public final class SyncEngine {
     }
 
     private func catchUp(_ file: JSONLinesFile, _ projection: Projection) throws(AgentError) -> JSONLinesFile.Outcome {
-        try file.catchUp(
+        // Asked only when a line must be judged (a file not as given), never on an append.
+        var syncId: String??
+        return try file.catchUp(
             lock: { () throws(AgentError) in try store.lock(Layout.projectionsLock) },
             loadGiven: { () throws(AgentError) in try store.given(projection) },
             saveGiven: { (given) throws(AgentError) in try store.setGiven(projection, given) },
             lastDatabaseSeq: { () throws(AgentError) in try store.lastSeq(projection) },
             recordAt: { (seq) throws(AgentError) in try store.line(projection, seq: seq) },
-            isRecord: { [syncId = ownSyncId(projection)] line in projection.isRecord(line, of: syncId) },
+            isRecord: { line in
+                if syncId == nil { syncId = .some(ownSyncId(projection)) }
+                return projection.isRecord(line, of: syncId!)
+            },
             fetch: { (after) throws(AgentError) in try store.lines(projection, after: after) })
     }
 

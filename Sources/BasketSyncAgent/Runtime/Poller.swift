@@ -27,8 +27,8 @@ final class Poller {
 
     /// How long a path that changed is treated as changed at every look.
     static let settleSeconds = 2.0
-    /// When the cart was last seen changing, until a look finds it as it was (then it is taken).
-    private var cartStillSince: Double?
+    /// The cart was seen changing at the last look: it is taken once a look finds it as it was.
+    private var cartSettling = false
 
     /// Takes the first look: what is there now is the start pass's, later changes are reported.
     init(directory: String, cart: String, isTreeCart: Bool) {
@@ -40,7 +40,7 @@ final class Poller {
         stateDirectory = "\(directory)/\(Layout.stateDirectory)"
         _ = look()
         unsettled = Array(repeating: 0, count: Slot.allCases.count)
-        cartStillSince = nil
+        cartSettling = false
     }
 
     /// Follows a new cart path (a SIGHUP changed `"cart"`): read at the next look.
@@ -87,9 +87,9 @@ final class Poller {
         let cartChanged = changed(.cart, name, now: now)
         let followedChanged = changed(.cartFollowed, followed, now: now)
         if fresh, followed != nil {
-            cartStillSince = now
-        } else if cartStillSince != nil, !fresh {
-            cartStillSince = nil
+            cartSettling = true
+        } else if cartSettling, !fresh {
+            cartSettling = false
             changes.insert(.cart)
         } else if cartChanged || followedChanged {
             changes.insert(.cart)
