@@ -187,11 +187,16 @@ enum Help {
                 Mealz product was bought. Closes the Mealz basket. Needs retailer mode and a store
                 (set-store ID --mode retailer): without them it fails with exit 78 and runs no
                 completion.
+                The cart is taken first (what it shows applied counts as Mealz's), with --products
+                too.
                 --then runs CMD with its arguments (no shell) once the record is durable; when the
-                completion fails, basket-sync exits with its status.
+                completion fails, basket-sync exits with its status. The completion runs under a
+                supervisor (basket-sync itself) that records its outcome when it exits: killed,
+                handle-payment leaves it running, and a completion that exited 0 is recorded all
+                the same. With --json, the completion's standard output goes to standard error.
                 Retries are safe. The same order id again records nothing and exits 0 as a
-                duplicate; its completion runs again only if it never exited 0 (a crash or a failure
-                before), never after it succeeded (it may clear a cart the shopper filled since). A
+                duplicate; its completion runs again only if it never exited 0 (it failed or was
+                killed), never after it succeeded (it may clear a cart the shopper filled since). A
                 retry whose total, or whose --products list, differs from the recorded payment is
                 refused with exit 65 naming both. Concurrent retries of one order wait for each
                 other, and for a completion still running after its basket-sync was killed (so a

@@ -77,7 +77,8 @@ func run() throws(AgentError) -> Int32 {
         let outcome = try Commands.paymentStarted(directory: directory, total: total, orderId: orderId, productsFile: products, logger: try logger(for: directory))
         emit(json ? outcome.json : outcome.human)
     case let .handlePayment(total, orderId, products, then, json):
-        let outcome = try Commands.handlePayment(directory: directory, total: total, orderId: orderId, productsFile: products, then: then, logger: try logger(for: directory))
+        let outcome = try Commands.handlePayment(directory: directory, total: total, orderId: orderId, productsFile: products, then: then,
+                                                 completionOutputToError: json, logger: try logger(for: directory))
         emit(json ? outcome.json : outcome.human)
         if case let .ran(status) = outcome.completion, status != 0 {
             emit("basket-sync: the completion \(then[0]) exited with status \(status); the payment stays recorded, and a retry of handle-payment runs the completion again", to: .error)
@@ -113,6 +114,12 @@ func run() throws(AgentError) -> Int32 {
 // The agent's stop signals wait for their handlers from the first instant (exec included).
 if CommandLine.arguments.contains("watch") { SignalPipe.hold() }
 Terminal.withoutBacktracer()
+// handle-payment's completion, under the supervisor that records its outcome (not a user command).
+let arguments = CommandLine.arguments
+if arguments.count >= 6, arguments[1] == Commands.completionSupervisor, let seq = UInt64(arguments[4]), arguments[5] == "--", arguments.count > 6 {
+    let logFormat = (try? AgentConfiguration.load(directory: arguments[2]).logFormat) ?? .human
+    Terminal.exit(Commands.superviseCompletion(directory: arguments[2], orderId: arguments[3], seq: seq, then: Array(arguments[6...]), logger: Logger(format: logFormat)))
+}
 do {
     Terminal.exit(try run())
 } catch {

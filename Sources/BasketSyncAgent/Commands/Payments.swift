@@ -110,8 +110,9 @@ extension Commands {
         try engine.publishAll()
         if let orderId { try checkIdentifier(orderId, "payment-started: the order id", limits: engine.configuration.limits) }
         var products: [RetailerProduct]?
-        // The products are the cart's: the cart is taken first, so that the payment counts what it acknowledges.
-        if productsFile == nil { _ = try? engine.takeCart() }
+        // The cart is taken first, so that the payment counts what it acknowledges — the products
+        // given or the cart's, Mealz's share of them is what the cart on disk shows.
+        _ = try? engine.takeCart()
         do { products = try Commands.products(productsFile, engine: engine) } catch {
             logger.log(.warning, "\(error.description); the payment is recorded as skipped")
         }
@@ -134,8 +135,12 @@ extension Commands {
     /// duplicate, and its completion runs again only if it never exited 0. Payments and their
     /// completions are serialized by a lock, so two retries at once never both run it. Fails,
     /// recording nothing, without retailer mode or a store, or with products that cannot be read.
+    ///
+    /// `completionOutputToError`: the completion's standard output goes to standard error (with
+    /// `--json`, standard output holds the JSON alone).
     public static func handlePayment(
-        directory: String, total: Money, orderId: String, productsFile: String?, then: [String], logger: Logger
+        directory: String, total: Money, orderId: String, productsFile: String?, then: [String],
+        completionOutputToError: Bool = false, logger: Logger
     ) throws(AgentError) -> PaymentOutcome {
         let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: true, logger: logger)
         // The files first: they hold what the database must hold, and a database that lost it
@@ -159,14 +164,16 @@ extension Commands {
                     throw .conflict("handle-payment: \(PaymentError.differentRetry(orderId: orderId, seq: seq, difference: difference).description)")
                 }
             }
-            // Counted (status shows duplicates), nothing recorded.
+            // Counted (status shows duplicates), nothing recorded; the order's last activity.
             _ = try engine.step(order: orderId) { (machine, now) throws(AgentError) in
                 (try? machine.handlePayment(totalPrice: total, productList: [], orderId: orderId, at: now)) ?? []
             }
+            try engine.store.withTransaction { () throws(AgentError) in try engine.store.touchOrder(orderId, at: Date()) }
             outcome = PaymentOutcome(record: earlier, duplicate: true, orderId: orderId, seq: seq)
         } else {
-            // The products are the cart's: the cart is taken first, so that the payment counts what it acknowledges.
-            if productsFile == nil { _ = try? engine.takeCart() }
+            // The cart is taken first, so that the payment counts what it acknowledges — the
+            // products given or the cart's, Mealz's share of them is what the cart on disk shows.
+            _ = try? engine.takeCart()
             let products = try Commands.products(productsFile, engine: engine)
             let summary = try engine.step(order: orderId) { (machine, now) throws(AgentError) in
                 do throws(PaymentError) {
@@ -194,16 +201,61 @@ extension Commands {
             outcome.completion = .finishedBefore(at: finished)
             return outcome
         }
+        guard Posix.isRunnable(then[0]) else {
+            throw .missingInput("cannot run the completion \(then[0]): no such program; give a command on the PATH or a path to one (with -C, a relative path is relative to the sync directory); the payment stays recorded, and a retry runs the completion")
+        }
         try engine.store.withTransaction { () throws(AgentError) in try engine.store.markUnfinished(orderId: orderId, at: Date()) }
-        let status = try runCompletion(then, passing: lock)
+        // The completion runs under a supervisor (this program again) that records its outcome
+        // when it exits: killed, handle-payment leaves it running, and a completion that exited 0
+        // is never run again by a retry. The supervisor and the completion hold this order's lock.
+        let supervisor = ["/proc/self/exe", Commands.completionSupervisor, directory, orderId, String(outcome.seq), "--"] + then
+        let status: Int32
+        do { status = try Posix.spawnAndWait(supervisor, passing: lock, outputToError: completionOutputToError, signalsIgnored: true) } catch {
+            throw .system(error)
+        }
         outcome.completion = .ran(status: status)
-        if status == 0 {
-            let seq = outcome.seq
-            try engine.store.withTransaction { () throws(AgentError) in
-                try engine.store.recordCompletion(orderId: orderId, payment: seq, at: Date())
-            }
+        if status == 0, try engine.store.withTransaction({ () throws(AgentError) in try engine.store.completionFinished(orderId: orderId) }) == nil {
+            throw .database(path: engine.store.databasePath, message: "the completion \(then[0]) exited 0 but its end could not be recorded (see the message above); a retry of handle-payment runs it again")
         }
         return outcome
+    }
+
+    /// The hidden command under which `handle-payment` runs its completion: `basket-sync
+    /// <this> DIR ORDER-ID SEQ -- CMD ARG…`.
+    public static let completionSupervisor = "__supervise-completion"
+
+    /// The supervisor of a completion: runs `then` (the order's lock inherited as descriptor 3),
+    /// then records its outcome — its end when it exited 0, the order's last activity either way —
+    /// whether or not the `handle-payment` that started it still runs. Returns the completion's
+    /// status (127 when it could not be started). Stop signals were left ignored by its parent.
+    public static func superviseCompletion(directory: String, orderId: String, seq: UInt64, then: [String], logger: Logger) -> Int32 {
+        Posix.ignoreBrokenPipes()
+        // Opened first: a directory it may not use (the trust rules) is said before anything runs.
+        let engine: SyncEngine
+        do { engine = try SyncEngine(directory: directory, isSynchronizerRegistered: true, logger: logger) } catch {
+            Terminal.emit("basket-sync: \(error.description)", to: .error)
+            return error.exitCode
+        }
+        let status: Int32
+        do { status = try runCompletion(then, passing: 3) } catch {
+            Terminal.emit("basket-sync: \(error.description)", to: .error)
+            return 127
+        }
+        // Recorded even if a busy database makes it wait: the completion's end is the one thing
+        // that keeps it from running twice.
+        do {
+            try engine.store.withTransaction { () throws(AgentError) in
+                if status == 0 {
+                    try engine.store.recordCompletion(orderId: orderId, payment: seq, at: Date())
+                } else {
+                    try engine.store.touchOrder(orderId, at: Date())
+                }
+            }
+        } catch {
+            Terminal.emit("basket-sync: the completion \(then[0]) exited with status \(status), and that could not be recorded: \(error.description)", to: .error)
+            return status == 0 ? error.exitCode : status
+        }
+        return status
     }
 
     /// Runs a completion (`handle-payment --then CMD ARG…`) as an argv, without a shell, and

@@ -44,7 +44,7 @@ extension SyncEngine {
             for projection in Projection.allCases {
                 // Below what the file was given, and below the last record.
                 let bound = min(try store.given(projection)?.seq ?? 0, try store.lastSeq(projection))
-                let removed = try store.removeRecords(projection, below: bound, keeping: projection == .outbox ? outbox.unechoed : [], limit: limit) { seq, line in
+                let removed = try store.removeRecords(projection, below: bound, keeping: projection == .outbox ? outbox.unechoed : [], activeSince: cutoff, limit: limit) { seq, line in
                     guard let at = RecordFormat.at(ofLine: line), at < cutoff else { return false }
                     return projection != .outbox || outbox.mayRemove(seq)
                 }

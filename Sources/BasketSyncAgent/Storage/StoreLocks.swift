@@ -71,8 +71,20 @@ extension Store {
         _ = try statement.step()
     }
 
+    /// Counts `at` as the order's last activity (a retry, its completion's end): retention keeps
+    /// the order, its record and its completion for the retention period from then.
+    func touchOrder(_ orderId: String, at: Date) throws(AgentError) {
+        let statement = try cached("UPDATE orders SET at = ?3 WHERE cart = ?1 AND id = ?2 AND at < ?3")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, orderId)
+        statement.bind(3, Timestamp.text(at))
+        _ = try statement.step()
+    }
+
     /// Records that the completion for `orderId` (payment `payment`) exited 0: it never runs again.
     func recordCompletion(orderId: String, payment: UInt64, at: Date) throws(AgentError) {
+        try touchOrder(orderId, at: at)
         let finished = try cached("DELETE FROM unfinished WHERE cart = ? AND order_id = ?")
         defer { finished.reset() }
         finished.bind(1, cart)

@@ -164,17 +164,19 @@ extension Store {
     /// many it removed.
     ///
     /// `keeping` are passed over (outbox: the batches rolled back and never echoed since; payments:
-    /// those of orders whose completion never finished, found here).
+    /// those of orders whose completion never finished or whose last activity is at or after
+    /// `cutoff`, found here).
     func removeRecords(
-        _ projection: Projection, below bound: UInt64, keeping: Set<UInt64> = [], limit: Int,
+        _ projection: Projection, below bound: UInt64, keeping: Set<UInt64> = [], activeSince cutoff: String, limit: Int,
         removable: (UInt64, [UInt8]) -> Bool
     ) throws(AgentError) -> Int {
-        let unfinished = projection == .payments ? " AND seq NOT IN (SELECT seq FROM orders WHERE cart = ?1 AND id IN (SELECT order_id FROM unfinished WHERE cart = ?1))" : ""
+        let unfinished = projection == .payments ? " AND seq NOT IN (SELECT seq FROM orders WHERE cart = ?1 AND (at >= ?4 OR id IN (SELECT order_id FROM unfinished WHERE cart = ?1)))" : ""
         let select = try cached("SELECT seq, line FROM \(projection.rawValue) WHERE cart = ?1 AND seq < ?2\(unfinished) ORDER BY seq LIMIT ?3")
         defer { select.reset() }
         select.bind(1, cart)
         select.bind(2, Int64(bound))
         select.bind(3, Int64(limit + keeping.count))
+        if projection == .payments { select.bind(4, cutoff) }
         var removed: [Int64] = []
         while try select.step(), removed.count < limit {
             let seq = select.int64(0)
@@ -194,11 +196,13 @@ extension Store {
     }
 
     /// Forgets up to `limit` ids of each kind (inbox events, transfers, orders and their
-    /// completions) recorded before `cutoff`.
+    /// completions) recorded before `cutoff` — an order by its last activity (its record, a retry,
+    /// its completion's end), its completion with it.
     func forgetIds(olderThan cutoff: String, limit: Int) throws(AgentError) -> (count: Int, more: Bool) {
         var count = 0
         var more = false
-        for (table, keep) in [("inbox", ""), ("transfers", ""), ("orders", " AND id NOT IN (SELECT order_id FROM unfinished WHERE cart = ?1)"), ("completions", "")] {
+        for (table, keep) in [("inbox", ""), ("transfers", ""), ("orders", " AND id NOT IN (SELECT order_id FROM unfinished WHERE cart = ?1)"),
+                              ("completions", " AND order_id NOT IN (SELECT id FROM orders WHERE cart = ?1)")] {
             // An order whose completion never finished is kept: its retry must find it.
             let statement = try cached("DELETE FROM \(table) WHERE rowid IN (SELECT rowid FROM \(table) WHERE cart = ?1 AND at < ?2\(keep) ORDER BY at LIMIT ?3)")
             defer { statement.reset() }

@@ -226,26 +226,48 @@ extension Posix {
     package static func exit(_ code: Int32) -> Never { Glibc.exit(code) }
 
     /// Runs `argv` without a shell (nothing in data is ever executed) and waits for it: its exit
-    /// status, or 128 + the signal that killed it.
-    package static func spawnAndWait(_ argv: [String], passing inherited: Int32? = nil) throws(SystemError) -> Int32 {
+    /// status, or 128 + the signal that killed it. `outputToError`: its standard output is this
+    /// process's standard error. `signalsIgnored`: the stop signals stay ignored in it (a process
+    /// that must outlive a Ctrl-C to record what its own child did); otherwise it gets the defaults.
+    package static func spawnAndWait(_ argv: [String], passing inherited: Int32? = nil, outputToError: Bool = false,
+                                     signalsIgnored: Bool = false) throws(SystemError) -> Int32 {
         // The child gets stdin, stdout, stderr and, as descriptor 3, `inherited`: nothing else of
         // this process (its database, its files) stays open in it or in what it leaves running.
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         if let inherited { posix_spawn_file_actions_adddup2(&actions, inherited, 3) }
+        if outputToError { posix_spawn_file_actions_adddup2(&actions, 2, 1) }
         SpawnedProcess.closeDescriptors(from: inherited == nil ? 3 : 4, in: &actions)
         // As system(3): while the child runs, this process waits for it whatever signal comes (a
         // Ctrl-C reaches the child, in the same process group); the child gets the defaults.
         let waitedThrough = [SIGINT, SIGQUIT, SIGTERM, SIGHUP]
         let previous = waitedThrough.map { Glibc.signal($0, SIG_IGN) }
         defer { for (signal, handler) in zip(waitedThrough, previous) { _ = Glibc.signal(signal, handler) } }
-        let pid = try spawn(argv, actions: &actions, defaults: waitedThrough)
+        let pid = try spawn(argv, actions: &actions, defaults: signalsIgnored ? [] : waitedThrough)
         var status: Int32 = 0
         if retrying({ waitpid(pid, &status, 0) }) < 0 { throw .last("waitpid", argv[0]) }
         let signal = status & 0x7F
         return signal == 0 ? (status >> 8) & 0xFF : 128 + signal
     }
+
+    /// Whether `command` names a program this process may run: a path (with a slash) to an
+    /// executable regular file, or a name found so on the `PATH`, as `posix_spawnp` searches it.
+    package static func isRunnable(_ command: String) -> Bool {
+        func executable(_ path: String) -> Bool {
+            var info = stat()
+            return stat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFREG && access(path, X_OK) == 0
+        }
+        if command.contains("/") { return executable(command) }
+        guard !command.isEmpty else { return false }
+        let path = environment("PATH") ?? "/bin:/usr/bin"
+        return path.split(separator: ":", omittingEmptySubsequences: false).contains { folder in
+            executable("\(folder.isEmpty ? "." : String(folder))/\(command)")
+        }
+    }
+
+    /// Ignores SIGPIPE (a write to a closed pipe then fails with EPIPE instead of ending the process).
+    package static func ignoreBrokenPipes() { _ = Glibc.signal(SIGPIPE, SIG_IGN) }
 
     /// Waits until one of `fds` is readable, a signal interrupts, or `timeout` milliseconds pass
     /// (-1: no timeout). Returns which descriptors are readable.
