@@ -6,11 +6,14 @@ maps the keys (products → items, id → sku, quantity → qty, syncedThrough �
 the outbox records basket-sync prints, in seq order: deltas on existing lines (clamped at 0, the
 line removed at 0), new lines labelled from catalogue.json, redirects shown; then it writes the
 whole cart at once (a temp file renamed over cart.json) with "progress" at the last seq applied.
-Everything else in the cart (cartId, labels, fields it does not know) is kept as it was.
+Everything else in the cart (cartId, labels, fields it does not know) is kept as it was. It reads
+and writes the cart holding the host's cart lock (flock on cart.json.lock, the lock `basket-sync
+apply` and `basket-sync lock` take), so that another edit of the cart never crosses its own.
 
 usage: host.py [--once] [--basket-sync PATH] SYNC_DIR
   --once   apply what waits now and exit (cron); without it, wait for records for ever.
 """
+import fcntl
 import json
 import os
 import subprocess
@@ -90,13 +93,17 @@ def main(argv):
         if waited.returncode != 0:
             sys.stderr.write(waited.stderr or "")
             return waited.returncode
-        cart = load_cart(cart_path)
-        for line in waited.stdout.splitlines():
-            record = json.loads(line)
-            if record["seq"] > cart.get("progress", 0):
-                apply(cart, record, catalogue)
-        cart["updated"] = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-        write_cart(cart_path, cart)
+        # Read, applied and written under the host's cart lock: an edit holding it (the shop's
+        # own, through `basket-sync lock`) is never lost between this read and this write.
+        with open(cart_path + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            cart = load_cart(cart_path)
+            for line in waited.stdout.splitlines():
+                record = json.loads(line)
+                if record["seq"] > cart.get("progress", 0):
+                    apply(cart, record, catalogue)
+            cart["updated"] = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+            write_cart(cart_path, cart)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,16 @@ dir=${BASKET_SYNC_DIR:-.}
 bs=${BASKET_SYNC:-basket-sync}
 cart="$dir/cart.json"
 
+# Every command that reads and rewrites the cart runs holding the host's cart lock (the lock
+# `basket-sync apply` takes): a shopper's edit and the sync never lose each other's write.
+case "${1:-}" in
+sync|add|remove|clear)
+    if [ -z "${HOST_SH_LOCKED:-}" ]; then
+        HOST_SH_LOCKED=1 BASKET_SYNC_DIR="$dir" exec "$bs" lock --timeout 30 -- "$0" "$@"
+    fi
+    ;;
+esac
+
 [ -f "$cart" ] || printf '{"products":[],"syncedThrough":0}\n' > "$cart"
 
 # Runs jq (its arguments, then the cart) and replaces the cart with the result the careful way — a

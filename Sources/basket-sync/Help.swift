@@ -22,6 +22,7 @@ enum Help {
           set-store         select the store and the mode (setSelectedStoreWithExternalId)
           validate  check a cart, inbox event or configuration file
           wait      block until the outbox has records for the host, print them
+          lock      run a host's own cart edit holding the cart lock apply takes
           check-host        check a host's own apply command against scripted scenarios
           completion        print a bash completion script (basket-sync completion bash)
           man               print the manual page, basket-sync(1), in roff
@@ -148,7 +149,7 @@ enum Help {
                 """
         case "apply":
             return """
-                usage: basket-sync [-C DIR] apply [--json]
+                usage: basket-sync [-C DIR] apply [--json] [--timeout SECONDS]
 
                 The reference host: applies the outbox records after the host's progress (the
                 highest seq acknowledged; the cart's syncedThrough counts only for records that
@@ -158,6 +159,12 @@ enum Help {
                 atomically (temp file, fsync, rename, fsync of the directory) with the new
                 syncedThrough. A bare-array cart becomes an object, to hold syncedThrough. Safe beside
                 a running agent, which takes the new cart on its rename.
+                It holds the host's cart lock (cart.json.lock beside the cart, flock) from its read
+                to its rename, waiting up to SECONDS for it (default 30; then exit 75, naming the
+                process that holds it), and renames only if the cart on disk is still the one it
+                read: a cart written meanwhile is read again and the records applied to it (after
+                5 tries, exit 75 and nothing written). A host that edits the cart while apply may
+                run wraps its edit in basket-sync lock.
 
                 example:
                   basket-sync apply --json
@@ -284,6 +291,23 @@ enum Help {
 
                 example:
                   while basket-sync wait >/dev/null; do basket-sync apply || exit; done
+
+                """
+        case "lock":
+            return """
+                usage: basket-sync [-C DIR] lock [--timeout SECONDS] -- CMD ARG…
+
+                Runs CMD with its arguments (no shell) holding the host's cart lock: an exclusive
+                flock on cart.json.lock beside the cart (the name follows "cart" in
+                basket-sync.json), the lock apply takes around its read-modify-rename. A host that
+                edits the cart while apply may run (a shopper's edit racing apply) wraps its edit
+                in it, and neither loses the other's write. Waits for the lock as long as it takes,
+                or up to SECONDS (then exit 75, naming the process that holds it). Exits with CMD's
+                status. CMD gets the lock as descriptor 3: a process it leaves running holds the
+                lock until it ends or closes it (exec 3>&-). The agent never takes the lock.
+
+                example:
+                  basket-sync lock --timeout 10 -- ./edit-cart add sku-1 2
 
                 """
         case "completion":

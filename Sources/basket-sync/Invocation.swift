@@ -12,7 +12,8 @@ struct Invocation {
         case sync(noSynchronizer: Bool, json: Bool)
         case push(kind: Commands.PushKind, products: [RetailerProduct], id: String?)
         case status(json: Bool)
-        case apply(json: Bool)
+        case apply(json: Bool, timeout: Double?)
+        case lock(timeout: Double?, command: [String])
         case paymentStarted(total: Money, orderId: String?, products: String?, json: Bool)
         case handlePayment(total: Money, orderId: String, products: String?, then: [String], json: Bool)
         case setStore(externalId: String, mode: SyncMode?, json: Bool)
@@ -26,7 +27,7 @@ struct Invocation {
     var directory: String?
     var command: Command
 
-    static let commands = ["init", "watch", "sync", "push", "status", "apply", "payment-started", "handle-payment", "set-store", "validate", "wait", "check-host", "completion", "man"]
+    static let commands = ["init", "watch", "sync", "push", "status", "apply", "payment-started", "handle-payment", "set-store", "validate", "wait", "lock", "check-host", "completion", "man"]
 
     /// Parses `basket-sync [-C DIR] COMMAND [OPTIONS]`; `--` ends the options.
     init(arguments: ArraySlice<String>) throws(AgentError) {
@@ -163,18 +164,18 @@ struct Invocation {
                 guard let seq = UInt64(afterText) else { throw .usage("--after \(afterText) is not an outbox seq; give a whole number 0 or more, such as --after 17") }
                 after = seq
             }
-            var timeout: Double?
-            if let timeoutText {
-                guard let seconds = Double(timeoutText), seconds.isFinite, seconds >= 0, seconds < 1e9 else {
-                    throw .usage("--timeout \(timeoutText) is not a number of seconds; give 0 to 999999999, such as --timeout 30 or --timeout 0.5")
-                }
-                timeout = seconds
-            }
-            command = .wait(after: after, timeout: timeout)
+            command = .wait(after: after, timeout: try Invocation.seconds(timeoutText))
         case "apply":
             let json = options.flag("--json")
+            let timeout = try Invocation.seconds(options.value("--timeout")) ?? 30
             try options.finish()
-            command = .apply(json: json)
+            command = .apply(json: json, timeout: timeout)
+        case "lock":
+            let timeout = try Invocation.seconds(options.value("--timeout"))
+            let held = options.afterDoubleDash
+            try options.finish(allowingAfterDoubleDash: true)
+            guard !held.isEmpty else { throw .usage("lock needs a command after --: basket-sync lock -- ./edit-cart") }
+            command = .lock(timeout: timeout, command: held)
         case "payment-started", "handle-payment":
             guard let totalText = try options.value("--total") else {
                 throw .usage("\(name) needs --total, the exact amount paid, such as --total 42.50")
@@ -299,5 +300,16 @@ extension Invocation.Command {
         case .help, .version, .completion, .manual: return true
         default: return false
         }
+    }
+}
+
+extension Invocation {
+    /// A `--timeout` value: seconds from 0 to 999999999 (fractions allowed); nil when not given.
+    static func seconds(_ text: String?) throws(AgentError) -> Double? {
+        guard let text else { return nil }
+        guard let seconds = Double(text), seconds.isFinite, seconds >= 0, seconds < 1e9 else {
+            throw .usage("--timeout \(text) is not a number of seconds; give 0 to 999999999, such as --timeout 30 or --timeout 0.5")
+        }
+        return seconds
     }
 }

@@ -70,9 +70,11 @@ func run() throws(AgentError) -> Int32 {
             emit("basket-sync: \(problem)", to: .error)
             return 78
         }
-    case let .apply(json):
-        let summary = try Commands.apply(directory: directory, logger: try logger(for: directory))
+    case let .apply(json, timeout):
+        let summary = try Commands.apply(directory: directory, lockTimeout: timeout, logger: try logger(for: directory))
         emit(json ? summary.json : summary.human)
+    case let .lock(timeout, command):
+        return try Commands.lock(directory: directory, timeout: timeout, command: command)
     case let .paymentStarted(total, orderId, products, json):
         let outcome = try Commands.paymentStarted(directory: directory, total: total, orderId: orderId, productsFile: products, logger: try logger(for: directory))
         emit(json ? outcome.json : outcome.human)

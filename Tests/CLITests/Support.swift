@@ -210,7 +210,7 @@ func killTree(_ pid: Int32) {
 
 /// Starts `basket-sync` in the background, stdin from /dev/null, its output and errors appended
 /// to the files given (created when missing), or to /dev/null.
-func startedInBackground(_ arguments: [String], output: String? = nil, errors: String? = nil) throws -> Child {
+func startedInBackground(_ arguments: [String], output: String? = nil, errors: String? = nil, environment: [String: String] = [:]) throws -> Child {
     func sink(_ path: String?) throws -> FileHandle {
         guard let path else { return try FileHandle(forWritingTo: URL(fileURLWithPath: "/dev/null")) }
         if !FileManager.default.fileExists(atPath: path) { _ = FileManager.default.createFile(atPath: path, contents: nil) }
@@ -222,6 +222,7 @@ func startedInBackground(_ arguments: [String], output: String? = nil, errors: S
     child.standardOutput = try sink(output)
     child.standardError = try sink(errors)
     child.standardInput = FileHandle.nullDevice
+    if !environment.isEmpty { child.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
     try child.run()
     return child
 }

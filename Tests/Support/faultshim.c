@@ -5,6 +5,8 @@
 //                      "rename FROM TO"; PATH is the file behind the descriptor.
 // FAULTSHIM_EIO=TEXT   fsync and fdatasync of a path containing TEXT fail with EIO while the file
 // FAULTSHIM_WHILE=FILE exists (remove it to lift the fault).
+// FAULTSHIM_HOLD=TEXT  fsync of a path containing TEXT first creates FILE.held, then waits until
+// FAULTSHIM_GO=FILE    FILE exists (ten minutes at most): a test's step between two calls.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -59,12 +61,23 @@ ssize_t write(int fd, const void *buffer, size_t count) {
     return result;
 }
 
+static void hold(const char *path) {
+    const char *text = getenv("FAULTSHIM_HOLD");
+    const char *go = getenv("FAULTSHIM_GO");
+    if (!text || !go || !strstr(path, text)) return;
+    char held[4200];
+    snprintf(held, sizeof held, "%s.held", go);
+    close(open(held, O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+    for (int i = 0; i < 60000 && access(go, F_OK) != 0; i++) usleep(10000);
+}
+
 static int sync_call(const char *name, int fd) {
     static int (*real_fsync)(int), (*real_fdatasync)(int);
     if (!real_fsync) real_fsync = dlsym(RTLD_NEXT, "fsync");
     if (!real_fdatasync) real_fdatasync = dlsym(RTLD_NEXT, "fdatasync");
     char path[4096], line[8300];
     path_of(fd, path, sizeof path);
+    hold(path);
     if (failing(path)) {
         snprintf(line, sizeof line, "%s-EIO %s %lld\n", name, path, size_of(fd));
         note(line);

@@ -40,11 +40,40 @@ extension Commands {
     /// in seq order (clamping each line at 0), keeps every other line and field as it is, and
     /// writes the cart atomically with the new `syncedThrough`. Serialized with other `apply`
     /// runs by a lock; safe beside a running agent (which takes the new cart on its rename).
-    public static func apply(directory: String, logger: Logger) throws(AgentError) -> ApplySummary {
+    ///
+    /// It holds the host's cart lock (`cart.json.lock`, waiting up to `lockTimeout` seconds for
+    /// it, then 75) from its read to its rename, and checks under it that the cart it read is
+    /// still the one on disk before renaming: a cart changed meanwhile (by a host that does not
+    /// take the lock) is read again and the records applied to it, a few times, then 75.
+    public static func apply(directory: String, lockTimeout: Double? = 30, logger: Logger) throws(AgentError) -> ApplySummary {
         let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: true, logger: logger)
-        let configuration = engine.configuration
+        let cartLock = try CartLock.take(directory: directory, configuration: engine.configuration, timeout: lockTimeout, orNoFolder: true) { path, holders in
+            logger.log(.info, "\(path): waiting for the host's cart lock, held\(CartLock.describe(holders))")
+        }
+        defer { if cartLock >= 0 { Posix.close(cartLock) } }
         let lock = try engine.store.lock("apply.lock")
         defer { Posix.close(lock) }
+        for _ in 1..<applyAttempts {
+            do throws(AgentError) { return try applyOnce(directory: directory, engine: engine) } catch {
+                guard case let .busy(message) = error, message == cartChanged(engine.cartPath) else { throw error }
+                logger.log(.info, "\(engine.cartPath): changed while apply ran (a host writing it without the lock \(CartLock.path(directory: directory, configuration: engine.configuration))); read again")
+            }
+        }
+        return try applyOnce(directory: directory, engine: engine)
+    }
+
+    /// How many times `apply` reads a cart that keeps changing under it before it gives up (75).
+    static let applyAttempts = 5
+
+    /// The error of a cart changed between `apply`'s read and its rename.
+    static func cartChanged(_ cartPath: String) -> String {
+        "\(cartPath): changed while apply ran, \(applyAttempts) times; nothing was written — make the host take the cart lock around its writes (basket-sync lock -- CMD), then run apply again"
+    }
+
+    /// One read–apply–rename of `apply`, under its locks; `.busy(cartChanged)` when the cart on
+    /// disk is no longer the one it read (nothing written, nothing committed).
+    static func applyOnce(directory: String, engine: SyncEngine) throws(AgentError) -> ApplySummary {
+        let configuration = engine.configuration
 
         // The outbox file is what a host reads: make sure it holds every committed record (and
         // that no file holds more than the database: then nothing is applied).
@@ -62,6 +91,8 @@ extension Commands {
             throw .badData(path: cartPath, line: 1, column: 1, reason: "the way to the cart passes through a symbolic link (\(link)); set \"followSymlinks\": true in basket-sync.json to follow it")
         }
         var found: [UInt8]?
+        // The version read (nil: no cart), compared with the one on disk right before the rename.
+        var readVersion: FileIdentity?
         do throws(AgentError) {
             let limit = configuration.limits.maxFileBytes
             let read = try configuration.followSymlinks
@@ -72,6 +103,7 @@ extension Commands {
             // A hard link may be a file elsewhere: neither read nor replaced, as the readers refuse it.
             try CartReader.refuseHardLink(read?.info, path: cartPath, followSymlinks: configuration.followSymlinks)
             found = read?.bytes
+            readVersion = read?.info.identity
         } catch {
             if case let .system(failure) = error, let reason = failure.shapeReason {
                 if let folder = CartReader.folderReason(failure, cartPath: cartPath) {
@@ -132,13 +164,19 @@ extension Commands {
             // A cart that is a link (followSymlinks) is written where it leads, atomically, keeping
             // its mode. Otherwise its folders are opened one by one: never written through a link
             // swapped in.
+            // Under the cart lock, the cart on disk must be the one read: a host that wrote it
+            // without the lock meanwhile keeps its edit (the records are applied to it instead).
+            let written: Bool
             if configuration.followSymlinks {
-                do throws(SystemError) { try Posix.writeFileAtomically(Posix.resolved(cartPath) ?? cartPath, encoded) } catch { throw .system(error) }
+                let unchanged = { Posix.info(cartPath, follow: true)?.identity == readVersion }
+                do throws(SystemError) { written = try Posix.writeFileAtomically(Posix.resolved(cartPath) ?? cartPath, encoded, stillSo: unchanged) } catch { throw .system(error) }
             } else {
-                try Posix.withPinnedFolders(base: directory, relative: configuration.cart) { (pinned) throws(AgentError) in
-                    do throws(SystemError) { try Posix.writeFileAtomically(pinned, encoded) } catch { throw .system(error) }
+                written = try Posix.withPinnedFolders(base: directory, relative: configuration.cart) { (pinned) throws(AgentError) in
+                    let unchanged = { Posix.info(pinned, follow: false)?.identity == readVersion }
+                    do throws(SystemError) { return try Posix.writeFileAtomically(pinned, encoded, stillSo: unchanged) } catch { throw .system(error) }
                 }
             }
+            guard written else { throw .busy(cartChanged(cartPath)) }
             let taken = try engine.readCartInTransaction()
             let acknowledged = try engine.stepInTransaction { (machine, now) throws(AgentError) in machine.hostApplied(through: through, at: now) }
             return (taken, acknowledged)

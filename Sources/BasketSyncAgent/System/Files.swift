@@ -33,7 +33,11 @@ extension Posix {
     /// minus the umask.
     /// With `replacing`, whatever is at `path` (a link included: the rename replaces the link,
     /// never what it points to) is replaced by a new file of `mode`.
-    package static func writeFileAtomically(_ path: String, _ bytes: [UInt8], mode: UInt32 = sharedFileMode, replacing: Bool = false) throws(SystemError) {
+    /// `stillSo`, when given, is asked right before the rename (the new file written and
+    /// fsynced): false leaves `path` as it is and returns false.
+    @discardableResult
+    package static func writeFileAtomically(_ path: String, _ bytes: [UInt8], mode: UInt32 = sharedFileMode, replacing: Bool = false,
+                                            stillSo: (() -> Bool)? = nil) throws(SystemError) -> Bool {
         var kept: UInt32?
         var owner: (UInt32, UInt32)?
         if !replacing, let existing = info(path, follow: false) {
@@ -56,12 +60,17 @@ extension Posix {
             throw error
         }
         close(fd)
+        if let stillSo, !stillSo() {
+            unlink(temporary)
+            return false
+        }
         do { try rename(temporary, path) } catch {
             unlink(temporary)
             throw error
         }
         // Through "dir/.": `dir` may be a /proc/self/fd link to a pinned folder.
         try fsyncDirectory(directory + "/.")
+        return true
     }
 
     /// Runs `body` with a path to `base/relative` whose folders were opened one by one with

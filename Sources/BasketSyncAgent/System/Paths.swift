@@ -81,7 +81,7 @@ extension Posix {
         if let info = try? fileInfo(fd, path: path), info.links > 1 {
             close(fd)
             let bytes = ((try? readFile(path, limit: 4096)) ?? nil) ?? []
-            try? writeFileAtomically(path, bytes, mode: mode, replacing: true)
+            _ = try? writeFileAtomically(path, bytes, mode: mode, replacing: true)
             return
         }
         // Its times set to now: a poller sees by stat what inotify sees by the close.

@@ -1,0 +1,24 @@
+import BasketSyncWire
+
+extension Commands {
+    /// `lock [--timeout S] -- CMD ARG…`: runs CMD (an argv, no shell) holding the host's cart
+    /// lock, waiting up to `timeout` seconds for it (nil: as long as it takes; then 75), and
+    /// returns its exit status. CMD gets the lock as descriptor 3: a process it leaves running
+    /// keeps the lock until it ends or closes it.
+    public static func lock(directory: String, timeout: Double?, command: [String]) throws(AgentError) -> Int32 {
+        if case .treeRoot = Workspace.of(directory) {
+            throw .usage("\(directory): is a tree of carts; the cart lock is one cart's: basket-sync -C \(directory)/CART-ID lock -- CMD")
+        }
+        let configuration = try AgentConfiguration.load(directory: directory)
+        guard Posix.isRunnable(command[0]) else {
+            throw .missingInput("cannot run \(command[0]): no such program; give a command on the PATH or a path to one (with -C, a relative path is relative to the sync directory)")
+        }
+        let fd = try CartLock.take(directory: directory, configuration: configuration, timeout: timeout) { path, holders in
+            Terminal.emit("basket-sync: \(path): waiting for the host's cart lock, held\(CartLock.describe(holders))", to: .error)
+        }
+        defer { Posix.close(fd) }
+        do { return try Posix.spawnAndWait(command, passing: fd) } catch {
+            throw .system(error)
+        }
+    }
+}

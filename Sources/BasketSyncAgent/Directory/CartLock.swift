@@ -1,0 +1,85 @@
+import BasketSyncWire
+import Glibc
+
+/// The host's cart lock (docs/spec.md §4, "The host's cart lock"): an exclusive `flock(2)` on
+/// `cart.json.lock` beside the cart (the name follows `"cart"`), taken by `apply` around its
+/// read–modify–rename and by `basket-sync lock` around a host's own edit. The agent never takes
+/// it: a host holding it for ever holds up `apply` and the host's own edits, never a pass.
+public enum CartLock {
+    /// The lock file of `directory`'s cart: the cart's path with `.lock` added.
+    public static func path(directory: String, configuration: AgentConfiguration) -> String {
+        "\(directory)/\(configuration.cart).lock"
+    }
+
+    /// Opens the lock file (made when missing, never through a link, never a file of another
+    /// kind) and takes its exclusive lock, waiting up to `timeout` seconds (nil: as long as it
+    /// takes). Returns the descriptor: closing it — or the end of every process that inherited
+    /// it — releases the lock. 75 when the time ran out, naming the process that holds it.
+    /// `waiting` is told the holders once, when the lock is not free at once. `orNoFolder`: when
+    /// the cart's folder does not exist, -1 (nothing to lock: there is no cart) instead of 66.
+    public static func take(directory: String, configuration: AgentConfiguration, timeout: Double?, orNoFolder: Bool = false,
+                            waiting: (_ path: String, _ holders: [Int32]) -> Void) throws(AgentError) -> Int32 {
+        let path = path(directory: directory, configuration: configuration)
+        let fd: Int32
+        do { fd = try openOrMake(path) } catch {
+            // No folder for the cart (`"cart"` in a folder that is not there): no cart either.
+            if error.isMissing, orNoFolder { return -1 }
+            if let shape = error.shapeReason {
+                throw .refused("\(path): \(shape); the host's cart lock is a regular file — remove it, basket-sync makes it again")
+            }
+            throw .system(error)
+        }
+        let deadline = timeout.map { Posix.monotonicSeconds() + $0 }
+        var told = false
+        while true {
+            let taken: Bool
+            do { taken = try Posix.lockExclusive(fd, wait: false, path: path) } catch {
+                Posix.close(fd)
+                throw .system(error)
+            }
+            if taken { break }
+            if !told {
+                told = true
+                waiting(path, holders(of: fd))
+            }
+            if let deadline, Posix.monotonicSeconds() >= deadline {
+                let holder = describe(holders(of: fd))
+                Posix.close(fd)
+                throw .busy("\(path): the host's cart lock is held\(holder) for more than \(AgentConfiguration.number(timeout ?? 0)) s; try again once it is released, or give a longer --timeout")
+            }
+            Posix.pause(microseconds: 5_000)
+        }
+        return fd
+    }
+
+    /// Opens the lock file for reading (all a `flock` needs), making it when missing. Opened
+    /// without `O_CREAT` first: in a shared sticky directory (`fs.protected_regular`) an
+    /// `O_CREAT` open of another account's file is refused even where reading it is allowed.
+    static func openOrMake(_ path: String) throws(SystemError) -> Int32 {
+        while true {
+            do { return try Posix.open(path, .readOnly) } catch {
+                guard error.isMissing else { throw error }
+            }
+            do { return try Posix.open(path, [.create, .exclusive], mode: 0o644) } catch {
+                guard error.code == EEXIST else { throw error }
+            }
+        }
+    }
+
+    /// "by process 12, process 13", or nothing when none is known.
+    public static func describe(_ holders: [Int32]) -> String {
+        holders.isEmpty ? "" : " by " + holders.map { "process \($0)" }.joined(separator: ", ")
+    }
+
+    /// The processes `/proc/locks` names as holding a `flock` on the file open as `fd`.
+    static func holders(of fd: Int32) -> [Int32] {
+        guard let info = try? Posix.fileInfo(fd, path: ""),
+              let text = try? Posix.readFileAndInfo("/proc/locks", limit: 1 << 22, follow: true)?.bytes else { return [] }
+        let file = ":\(info.inode)"
+        return String(decoding: text, as: UTF8.self).split(separator: "\n").compactMap { line in
+            let fields = line.split(separator: " ")
+            guard fields.count >= 6, fields[1] == "FLOCK", fields.contains(where: { $0.hasSuffix(file) }) else { return nil }
+            return Int32(fields[4])
+        }
+    }
+}

@@ -1,0 +1,132 @@
+import Foundation
+import Testing
+
+/// docs/spec.md §4, "The host's cart lock": `apply` holds `cart.json.lock` from its read to its
+/// rename and renames only over the cart it read; `basket-sync lock -- CMD` runs a host's own
+/// edit under the same lock, so a shopper's edit and `apply` never lose each other's write.
+@Suite struct CartLockTests {
+    /// A sync directory whose cart holds X and whose outbox holds record 1 {A:+2}, not applied.
+    func directoryWithARecordToApply() throws -> Playground {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.write("cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "push", "A=+2"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        return playground
+    }
+
+    /// The cart's lines, by SKU.
+    func lines(_ playground: Playground) throws -> [String: Int] {
+        let cart = try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as! [String: Any]
+        var lines: [String: Int] = [:]
+        for line in cart["products"] as! [[String: Any]] { lines[line["id"] as! String] = line["quantity"] as? Int }
+        return lines
+    }
+
+    /// A shopper's edit as a host makes it: reads the cart, says so (`read`), waits for `go`,
+    /// then writes it back with Y:2 added (temp file and rename).
+    func shopperEdit(_ playground: Playground) -> [String] {
+        let script = """
+            import json, os, sys, time
+            cart = json.load(open("cart.json"))
+            open(sys.argv[1], "w").close()
+            for _ in range(60000):
+                if os.path.exists(sys.argv[2]): break
+                time.sleep(0.01)
+            cart["products"].append({"id": "Y", "quantity": 2})
+            open("cart.json.tmp", "w").write(json.dumps(cart))
+            os.rename("cart.json.tmp", "cart.json")
+            """
+        return ["/usr/bin/env", "python3", "-c", script, playground.path + "/read", playground.path + "/go"]
+    }
+
+    /// A host that wraps its read–modify–write in `basket-sync lock`: `apply`, started while the
+    /// edit holds the lock, waits for it, then applies its records to the edited cart.
+    @Test func applyWaitsForAnEditHoldingTheLock() async throws {
+        let playground = try directoryWithARecordToApply()
+        let go = playground.path + "/go"
+        defer { _ = FileManager.default.createFile(atPath: go, contents: nil) }
+        let edit = try startedInBackground(["-C", playground.path, "lock", "--"] + shopperEdit(playground), errors: playground.path + "/edit.err")
+        try await eventually("the edit read the cart under the lock") { FileManager.default.fileExists(atPath: playground.path + "/read") }
+        let apply = try startedInBackground(["-C", playground.path, "apply"], errors: playground.path + "/apply.err")
+        try await eventually("apply waits for the lock (its stderr: \(playground.read("apply.err")))") {
+            playground.read("apply.err").contains("waiting for the host's cart lock, held by process") || !apply.isRunning
+        }
+        #expect(apply.isRunning, "apply did not wait: \(playground.read("apply.err"))")
+        _ = FileManager.default.createFile(atPath: go, contents: nil)
+        edit.waitUntilExit()
+        apply.waitUntilExit()
+        #expect(edit.terminationStatus == 0, "\(playground.read("edit.err"))")
+        #expect(apply.terminationStatus == 0, "\(playground.read("apply.err"))")
+        #expect(try lines(playground) == ["X": 1, "Y": 2, "A": 2], "the shopper's Y and Mealz's A both kept: \(playground.read("cart.json"))")
+    }
+
+    /// A host that writes without the lock between apply's read and its rename (held there by
+    /// the test seam): apply sees the cart is no longer the one it read, reads it again and
+    /// applies its records to it — the shopper's edit is kept.
+    @Test func aCartWrittenWhileApplyRunsIsReadAgain() async throws {
+        let playground = try directoryWithARecordToApply()
+        let go = playground.path + "/go"
+        defer { _ = FileManager.default.createFile(atPath: go, contents: nil) }
+        let apply = try startedInBackground(["-C", playground.path, "apply", "--json"], output: playground.path + "/apply.out", errors: playground.path + "/apply.err",
+                                            environment: ["LD_PRELOAD": FaultTests.shim, "FAULTSHIM_HOLD": ".cart.json.", "FAULTSHIM_GO": go])
+        try await eventually("apply wrote its new cart and waits before the rename") { FileManager.default.fileExists(atPath: go + ".held") || !apply.isRunning }
+        #expect(apply.isRunning, "\(playground.read("apply.err"))")
+        try playground.write("cart.json", cartJSON([("X", 1), ("Y", 2)], syncedThrough: 0))
+        _ = FileManager.default.createFile(atPath: go, contents: nil)
+        apply.waitUntilExit()
+        #expect(apply.terminationStatus == 0, "\(playground.read("apply.err"))")
+        #expect(playground.read("apply.err").contains("changed while apply ran"), "\(playground.read("apply.err"))")
+        #expect(try lines(playground) == ["X": 1, "Y": 2, "A": 2], "\(playground.read("cart.json"))")
+        #expect(playground.read("cart.json").contains("\"syncedThrough\": 1"))
+    }
+
+    /// `lock` waits as long as it takes, or up to --timeout (75, naming the holder); runs CMD with
+    /// the lock as descriptor 3 and exits with CMD's status.
+    @Test func lockRunsACommandHoldingTheLockAndTimesOut() async throws {
+        let playground = try directoryWithARecordToApply()
+        let go = playground.path + "/go"
+        defer { _ = FileManager.default.createFile(atPath: go, contents: nil) }
+        let held = try startedInBackground(["-C", playground.path, "lock", "--"] + shopperEdit(playground))
+        try await eventually("the lock is held") { FileManager.default.fileExists(atPath: playground.path + "/read") }
+        let late = try basketSync(["-C", playground.path, "lock", "--timeout", "0.2", "--", "true"])
+        #expect(late.status == 75, "\(late)")
+        #expect(late.stderr.contains("cart.json.lock: the host's cart lock is held by process \(held.processIdentifier)"), "\(late.stderr)")
+        let apply = try basketSync(["-C", playground.path, "apply", "--timeout", "0.2"])
+        #expect(apply.status == 75 && apply.stderr.contains("held by process \(held.processIdentifier)"), "\(apply)")
+        #expect(try lines(playground) == ["X": 1], "nothing written")
+        _ = FileManager.default.createFile(atPath: go, contents: nil)
+        held.waitUntilExit()
+        let run = try basketSync(["-C", playground.path, "lock", "--", "/bin/sh", "-c", "readlink /proc/$$/fd/3; exit 7"])
+        #expect(run.status == 7, "CMD's status: \(run)")
+        #expect(run.stdout.hasSuffix("/cart.json.lock\n"), "\(run.stdout)")
+    }
+
+    /// The lock file is a regular file made by basket-sync: a link, a FIFO or a folder in its
+    /// place is refused (73) and never followed; the lock of a tree is one cart's.
+    @Test func theLockFileIsARegularFileOrRefused() throws {
+        let playground = try directoryWithARecordToApply()
+        let lock = playground.path + "/cart.json.lock"
+        let target = playground.path + "/elsewhere"
+        try playground.write("elsewhere", "keep\n")
+        for shape in ["link", "fifo", "folder"] {
+            try? FileManager.default.removeItem(atPath: lock)
+            switch shape {
+            case "link": try FileManager.default.createSymbolicLink(atPath: lock, withDestinationPath: target)
+            case "fifo": #expect(mkfifo(lock, 0o644) == 0)
+            default: try FileManager.default.createDirectory(atPath: lock, withIntermediateDirectories: false)
+            }
+            for arguments in [["lock", "--", "true"], ["apply"]] {
+                let run = try basketSync(["-C", playground.path] + arguments)
+                #expect(run.status == 73, "\(shape), \(arguments[0]): \(run)")
+                #expect(run.stderr.contains("cart.json.lock") && run.stderr.contains("remove it"), "\(run.stderr)")
+            }
+        }
+        #expect(playground.read("elsewhere") == "keep\n")
+        #expect(try lines(playground) == ["X": 1])
+        let tree = try Playground()
+        #expect(try basketSync(["-C", tree.path, "init", "--tree"]).status == 0)
+        #expect(try basketSync(["-C", tree.path, "lock", "--", "true"]).status == 64)
+    }
+}
