@@ -8,12 +8,17 @@ public struct SyncConfiguration: Hashable, Sendable {
     /// kept whatever its size): the state, held in memory and saved at every step, stays bounded
     /// by lines, not only by batches.
     public var rolledBackLines: Int
+    /// The highest quantity a cart line may hold: a Mealz delta that would take a line of the host
+    /// cart (as last taken, with the batches pending on their way) past it is recorded clamped so
+    /// that the line lands there, and reported.
+    public var maxQuantity: Int
 
     /// The SDK's defaults: a 10 s pending window.
-    public init(pendingTimeout: Duration = .seconds(10), rolledBackMemory: Int = 32, rolledBackLines: Int = 100_000) {
+    public init(pendingTimeout: Duration = .seconds(10), rolledBackMemory: Int = 32, rolledBackLines: Int = 100_000, maxQuantity: Int = 1_000_000) {
         self.pendingTimeout = pendingTimeout
         self.rolledBackMemory = rolledBackMemory
         self.rolledBackLines = rolledBackLines
+        self.maxQuantity = maxQuantity
     }
 }
 

@@ -18,6 +18,9 @@ public enum SyncEffect: Hashable, Sendable {
     case lateAcknowledgement(seq: UInt64)
     /// Mealz pushed deltas while no synchronizer was registered: not delivered, counted.
     case ignored(IgnoredBatch)
+    /// A Mealz delta would have taken a line of the host cart past `limit` (with the batches
+    /// pending on their way): recorded as `recorded` instead of `asked` (0: left out).
+    case clampedAtLimit(id: String, asked: Int, recorded: Int, limit: Int)
     /// A `basketTransfer` with this transfer id already landed: not landed again.
     case duplicateTransfer(transferId: String)
     /// `handlePayment` for an order already recorded: not recorded again.

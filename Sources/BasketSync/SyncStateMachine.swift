@@ -279,18 +279,45 @@ public struct SyncStateMachine: Sendable {
     }
 
     /// One `updateBasket` batch for the host, pending until settled; nothing when empty.
-    private mutating func push(_ deltas: [RetailerProduct], source: String?, transferId: String?, at now: Date) -> [SyncEffect] {
-        guard !deltas.isEmpty else { return [] }
+    private mutating func push(_ asked: [RetailerProduct], source: String?, transferId: String?, at now: Date) -> [SyncEffect] {
+        guard !asked.isEmpty else { return [] }
         guard isSynchronizerRegistered else {
             state.counters.ignored += 1
-            return [.ignored(IgnoredBatch(source: source, products: deltas))]
+            return [.ignored(IgnoredBatch(source: source, products: asked))]
         }
+        let (deltas, clamped) = withinLimit(asked)
+        guard !deltas.isEmpty else { return clamped }
         let seq = nextOutboxSeq()
         // A host that acknowledges is waited for however long; the others get the SDK's window.
         let deadline = state.hostSyncedThrough == nil ? now.addingTimeInterval(configuration.pendingTimeout.seconds) : nil
         state.pending.append(PendingBatch(seq: seq, products: deltas, at: now, deadline: deadline))
         state.counters.updateBaskets += 1
-        return [.outbox(record(seq: seq, type: .updateBasket, at: now, source: source, products: deltas, transferId: transferId))]
+        return clamped + [.outbox(record(seq: seq, type: .updateBasket, at: now, source: source, products: deltas, transferId: transferId))]
+    }
+
+    /// `deltas` with each increase cut so that its line of the host cart — as last taken, with
+    /// the pending batches applied (on their way to it) — lands at `maxQuantity` at most: a
+    /// record the host cannot apply whole would make a cart basket-sync rejects. An increase cut
+    /// to nothing is left out. Decreases are kept as they are (the host clamps them at 0).
+    private func withinLimit(_ deltas: [RetailerProduct]) -> (kept: [RetailerProduct], clamped: [SyncEffect]) {
+        let limit = configuration.maxQuantity
+        guard deltas.contains(where: { $0.quantity > 0 }) else { return (deltas, []) }
+        var known = state.hostCart ?? [:]
+        for batch in state.pending { RetailerProduct.apply(batch.products, to: &known) }
+        var kept: [RetailerProduct] = []
+        var clamped: [SyncEffect] = []
+        for delta in deltas {
+            let id = ExactID(delta.id)
+            let before = known[id] ?? 0
+            var recorded = delta.quantity
+            if recorded > 0, before.saturatingAdd(recorded) > limit {
+                recorded = max(0, limit - before)
+                clamped.append(.clampedAtLimit(id: delta.id, asked: delta.quantity, recorded: recorded, limit: limit))
+            }
+            known[id] = RetailerProduct.applying(delta: recorded, to: before)
+            if recorded != 0 { kept.append(RetailerProduct(id: delta.id, quantity: recorded)) }
+        }
+        return (kept, clamped)
     }
 
     private mutating func takeCart(_ cart: ProductTally, syncedThrough: UInt64?, echoableThrough: UInt64?, at now: Date) -> [SyncEffect] {

@@ -104,6 +104,10 @@ package struct CartDocument {
     /// The cart as read, before any edit.
     package let cart: HostCart
     private let keys: CartKeys
+    /// The highest quantity a line may hold (`limits.maxQuantity`): `apply` clamps there.
+    private let maxQuantity: Int
+    /// The ids `apply` clamped at `maxQuantity`, in order, once each.
+    package private(set) var clampedAtLimit: [String] = []
     /// The top-level members; the products key's value is rebuilt from `lines` when written.
     private var members: [(key: String, node: JSONNode)]
     /// The product lines; nil where `apply` removed one.
@@ -118,6 +122,7 @@ package struct CartDocument {
         let cart = CartFormat.read(root, &fields)
         self.cart = try fields.result(cart)
         self.keys = keys
+        self.maxQuantity = limits.maxQuantity
         switch root.value {
         case let .object(objectMembers): members = objectMembers
         default: members = [(keys.products, root)]  // a bare array becomes an object, with room for syncedThrough
@@ -133,12 +138,18 @@ package struct CartDocument {
     }
 
     /// Applies one signed delta: the same id on several lines counts as one line (kept on the
-    /// first), the result is clamped at 0, a line that reaches 0 is removed, a new id gets a new line.
+    /// first), the result is clamped at 0 and at `maxQuantity`, a line that reaches 0 is removed, a
+    /// new id gets a new line.
     package mutating func apply(_ delta: RetailerProduct) {
         let matching = index[ExactID(delta.id)] ?? []
         // The cart was validated: every quantity is 0 or more, so the rule sums them too.
         let total = matching.reduce(0) { RetailerProduct.applying(delta: lines[$1]?[keys.quantity]?.integer ?? 0, to: $0) }
-        let quantity = RetailerProduct.applying(delta: delta.quantity, to: total)
+        var quantity = RetailerProduct.applying(delta: delta.quantity, to: total)
+        // Never past the limit: a cart basket-sync would reject would stop every later apply.
+        if quantity > maxQuantity {
+            quantity = maxQuantity
+            if !clampedAtLimit.contains(delta.id) { clampedAtLimit.append(delta.id) }
+        }
         if let first = matching.first, quantity > 0, case var .object(lineMembers)? = lines[first]?.value {
             if let position = lineMembers.firstIndex(where: { $0.key.isByteEqual(to: keys.quantity) }) {
                 lineMembers[position].node = .made(.number(String(quantity)))

@@ -88,7 +88,7 @@ public struct AgentConfiguration: Equatable, Sendable {
 
     /// The library's settings derived from these.
     package var syncConfiguration: SyncConfiguration {
-        SyncConfiguration(pendingTimeout: .milliseconds(Int64((pendingTimeoutSeconds * 1000).rounded())))
+        SyncConfiguration(pendingTimeout: .milliseconds(Int64((pendingTimeoutSeconds * 1000).rounded())), maxQuantity: limits.maxQuantity)
     }
 
     /// The name of the configuration file in a sync directory.

@@ -154,7 +154,8 @@ enum Help {
                 The reference host: applies the outbox records after the host's progress (the
                 highest seq acknowledged; the cart's syncedThrough counts only for records that
                 existed when that cart was written, and not at all when it claims one that did
-                not), in seq order, to the cart (a line is clamped at 0 and removed when it reaches 0, a new SKU gets
+                not), in seq order, to the cart (a line is clamped at 0 and removed when it reaches 0, held at
+                limits.maxQuantity rather than going past it, a new SKU gets
                 a new line; other lines and fields are kept as they are), then writes the cart
                 atomically (temp file, fsync, rename, fsync of the directory) with the new
                 syncedThrough. A bare-array cart becomes an object, to hold syncedThrough. Safe beside

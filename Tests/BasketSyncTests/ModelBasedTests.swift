@@ -131,7 +131,8 @@ struct ReferenceModel {
             case let .rolledBack(batch):
                 pending.removeAll { $0 == batch.seq }
             case .payment, .lateEcho, .staleState, .lateAcknowledgement, .ignored, .duplicateTransfer, .paymentAlreadyRecorded,
-                 .acknowledgementBeyondOutbox, .acknowledgementBeforeRecords, .acknowledgementMissing, .acknowledgementWentBack, .storeChanged, .armTimer, .disarmTimer:
+                 .acknowledgementBeyondOutbox, .acknowledgementBeforeRecords, .acknowledgementMissing, .acknowledgementWentBack, .storeChanged, .armTimer, .disarmTimer,
+                 .clampedAtLimit:
                 break
             }
         }

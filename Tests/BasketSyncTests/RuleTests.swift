@@ -37,6 +37,29 @@ import Testing
         #expect(s.machine.state.rolledBack.reduce(0) { $0 + $1.products.count } <= 100_000 + 1)
     }
 
+    /// A Mealz increase that would take the host cart's line past maxQuantity — the cart as last
+    /// taken, with the batches pending on their way — is recorded cut so that the line lands at
+    /// the limit, and reported; cut to nothing, it is left out; a decrease is never cut.
+    @Test func anIncreasePastMaxQuantityIsRecordedCutAtTheLimit() throws {
+        var s = Transcript(maxQuantity: 10)
+        _ = try s.cart(0, lines(("X", 1), ("A", 7)), syncedThrough: 0)
+        let first = try s.delta(1, lines(("A", 2), ("B", 12)))
+        #expect(first.contains(.clampedAtLimit(id: "B", asked: 12, recorded: 10, limit: 10)), "\(first)")
+        #expect(s.machine.state.pending.last?.products == lines(("A", 2), ("B", 10)))
+        // A at 7 + 2 pending: +3 would be 12.
+        let second = try s.delta(2, lines(("A", 3), ("C", 1)))
+        #expect(second.contains(.clampedAtLimit(id: "A", asked: 3, recorded: 1, limit: 10)), "\(second)")
+        #expect(s.machine.state.pending.last?.products == lines(("A", 1), ("C", 1)))
+        // A is at the limit with what is on its way: nothing for it; the batch made of it alone is none.
+        let third = try s.delta(3, lines(("A", 5)))
+        #expect(third == [.clampedAtLimit(id: "A", asked: 5, recorded: 0, limit: 10)], "\(third)")
+        #expect(s.pendingSeqs == [1, 2])
+        // Decreases are kept whole.
+        let fourth = try s.delta(4, lines(("A", -20), ("C", 1)))
+        #expect(s.machine.state.pending.last?.products == lines(("A", -20), ("C", 1)), "\(fourth)")
+        #expect(!fourth.contains { if case .clampedAtLimit = $0 { true } else { false } })
+    }
+
     /// Batches rolled back on one SKU are confirmed late together by a cart that shows them all,
     /// not only the last batch of each SKU.
     @Test func rolledBackBatchesOnOneSkuAreConfirmedTogetherByACartThatShowsThemAll() throws {
@@ -275,8 +298,9 @@ import Testing
         #expect(s.machine.state == before)
     }
 
+    /// With no limit to cut at (maxQuantity Int.max), sums saturate instead of trapping.
     @Test func overflowingQuantitiesSaturateInsteadOfCrashing() throws {
-        var s = Transcript()
+        var s = Transcript(maxQuantity: Int.max)
         _ = try s.cart(0, [], syncedThrough: 0)
         _ = try s.delta(1, lines(("A", Int.max), ("A", Int.max)))
         _ = try s.delta(2, lines(("A", Int.max)))

@@ -19,9 +19,9 @@ func money(_ text: String) -> Money {
 struct Transcript {
     var machine: SyncStateMachine
 
-    init(registered: Bool = true, window: Duration = .seconds(10), syncId: String = "s") {
+    init(registered: Bool = true, window: Duration = .seconds(10), syncId: String = "s", maxQuantity: Int = 1_000_000) {
         machine = SyncStateMachine(
-            state: SyncState(syncId: syncId), configuration: SyncConfiguration(pendingTimeout: window),
+            state: SyncState(syncId: syncId), configuration: SyncConfiguration(pendingTimeout: window, maxQuantity: maxQuantity),
             isSynchronizerRegistered: registered)
     }
 

@@ -24,7 +24,7 @@ import Testing
         _ = try run(playground, ["sync"])
         let applied = try run(playground, ["apply", "--json"])
         #expect(applied.status == 0, "\(applied.stderr)")
-        #expect(applied.stdout == "{\"applied\":[1,2],\"redirects\":[3],\"syncedThrough\":3}\n")
+        #expect(applied.stdout == "{\"applied\":[1,2],\"redirects\":[3],\"syncedThrough\":3,\"clampedAtLimit\":[]}\n")
 
         let cart = try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as! [String: Any]
         #expect(cart["currency"] as? String == "EUR")
@@ -79,6 +79,36 @@ import Testing
         try playground.write("basket-sync.json", "{\"cart\": \"host/cart.json\"}")
         let folder = try run(playground, ["apply"])
         #expect(folder.status == 66 && folder.stderr.contains("a missing cart is not an empty cart"), "a missing folder is a missing cart: \(folder.stderr)")
+    }
+
+    /// maxQuantity never makes a cart basket-sync rejects: Mealz's increase past it is recorded
+    /// cut at the source (the host cart as known), and apply holds a line the shopper raised
+    /// since at the limit — every apply and every pass goes through.
+    @Test func maxQuantityNeverLeavesApplyStuck() throws {
+        let playground = try syncDirectory()
+        try playground.write("basket-sync.json", "{\"limits\": {\"maxQuantity\": 10}}")
+        try playground.write("cart.json", cartJSON([("A", 10)], syncedThrough: 0))
+        #expect(try run(playground, ["sync"]).status == 0)
+        #expect(try run(playground, ["push", "A=+1"]).status == 0)
+        let pass = try run(playground, ["sync"])
+        #expect(pass.status == 0)
+        #expect(playground.records("outbox.jsonl").isEmpty, "A is at the limit: nothing to record")
+        #expect(pass.stderr.contains("Mealz asked \"A\" +1, which would take the host's cart past maxQuantity 10"), "reported: \(pass.stderr)")
+        #expect(try run(playground, ["apply"]).status == 0)
+        #expect(try run(playground, ["sync"]).status == 0)
+
+        try playground.write("cart.json", cartJSON([("A", 8)], syncedThrough: 0))
+        #expect(try run(playground, ["sync"]).status == 0)
+        #expect(try run(playground, ["push", "A=+5"]).status == 0)
+        #expect(try run(playground, ["sync"]).status == 0)
+        #expect((playground.records("outbox.jsonl").last?["products"] as? [[String: Any]])?.first?["quantity"] as? Int == 2, "cut to land at 10")
+        // The shopper raises A to 9 before the host applies: +2 would be 11.
+        try playground.write("cart.json", cartJSON([("A", 9)], syncedThrough: 0))
+        let applied = try run(playground, ["apply", "--json"])
+        #expect(applied.status == 0 && applied.stdout.contains("\"clampedAtLimit\":[\"A\"]"), "\(applied)")
+        #expect(playground.read("cart.json").contains("{\"id\":\"A\",\"quantity\":10}"), "\(playground.read("cart.json"))")
+        #expect(try run(playground, ["sync"]).status == 0, "the cart apply wrote is taken")
+        #expect(try run(playground, ["apply"]).status == 0)
     }
 
     @Test func applyTurnsABareArrayCartIntoAnObjectAndRefusesABrokenCart() throws {

@@ -13,6 +13,11 @@ extension Commands {
         public var syncedThroughBefore: UInt64 = 0
         /// The cart's `syncedThrough` after.
         public var syncedThrough: UInt64 = 0
+        /// The SKUs held at `maxQuantity` instead of going past it (the shopper had raised the
+        /// line since Mealz's record was made).
+        public var clampedAtLimit: [String] = []
+        /// The configured `maxQuantity`.
+        public var maxQuantity = 0
 
         /// What happened, for people: one line, and one per redirect requested.
         public var human: String {
@@ -21,6 +26,7 @@ extension Commands {
                 return "nothing to apply; the cart said syncedThrough \(syncedThroughBefore), corrected to \(syncedThrough), the highest seq acknowledged"
             }
             return (["applied \(applied.count) updateBasket record(s); the cart is now synced through \(syncedThrough)"]
+                + clampedAtLimit.map { "\(JSONWriter.quoted($0)) held at maxQuantity \(maxQuantity) (the cart may hold no more)" }
                 + redirects.map { "redirectToCart requested (seq \($0)): open the cart for the shopper" }).joined(separator: "\n")
         }
 
@@ -31,6 +37,7 @@ extension Commands {
                 object.member("applied") { $0.array(applied) { $0.integer($1) } }
                 object.member("redirects") { $0.array(redirects) { $0.integer($1) } }
                 object.member("syncedThrough", syncedThrough)
+                object.member("clampedAtLimit") { $0.array(clampedAtLimit) { $0.string($1) } }
             }
             return writer.text
         }
@@ -151,6 +158,8 @@ extension Commands {
             summary.syncedThrough = record.seq
         }
         document.setSyncedThrough(summary.syncedThrough)
+        summary.clampedAtLimit = document.clampedAtLimit
+        summary.maxQuantity = configuration.limits.maxQuantity
         // Published and recorded in one transaction (docs/spec.md §4 rule 4): the cart is renamed
         // into place under the database's write lock, taken at once (its notification becomes the
         // WebView's basis as the batches it applied settle; settled without it, the basis would

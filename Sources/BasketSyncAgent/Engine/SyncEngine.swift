@@ -220,6 +220,8 @@ public final class SyncEngine {
             case let .staleState(basket, current):
                 let why = basket < current ? "a payment or a store change closed it" : "no notification has said that basket yet"
                 summary.reports.append((.warning, "a basketState based on basket \(basket) ignored: the current basket is \(current) (\(why)); the WebView sends the basket of the last notification it saw"))
+            case let .clampedAtLimit(id, asked, recorded, limit):
+                summary.reports.append((.warning, "Mealz asked \(JSONWriter.quoted(id)) \(asked > 0 ? "+" : "")\(asked), which would take the host's cart past maxQuantity \(limit) (with what is pending): recorded \(recorded == 0 ? "nothing for it" : "+\(recorded)"), so that the line lands at \(limit)"))
             case let .duplicateTransfer(transferId):
                 summary.duplicateTransfer = true
                 summary.reports.append((.info, "transfer \(transferId) already landed: not landed again"))
