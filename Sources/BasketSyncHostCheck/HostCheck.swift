@@ -9,13 +9,18 @@ import Seeded
 public enum HostCheck {
     /// What a host must do with the outbox (docs/spec.md §3 and §5).
     public enum Rule: String, CaseIterable, Sendable {
+        /// The rule's name in `--json`: the case's name.
+        public var key: String { String(describing: self) }
+
         case exits = "runs to its end (exit 0) within the time limit"
         case valid = "leaves a cart basket-sync can read"
         case atomic = "writes the cart atomically (a temp file renamed over it)"
         case keeps = "keeps other lines and fields"
-        case clamp = "clamps a line at 0"
+        case clamp = "clamps a line at 0, record by record"
+        case removals = "applies removals (negative deltas)"
         case reports = "reports syncedThrough"
         case tooFar = "reports syncedThrough no further than what it applied"
+        case acknowledgesWithLines = "reports syncedThrough in the cart that holds what it covers (never before applying)"
         case once = "applies each record once"
         case order = "applies records in seq order"
         case skip = "skips no record"
@@ -47,6 +52,51 @@ public enum HostCheck {
         /// Every rule holds.
         public var passed: Bool { findings.isEmpty }
 
+        /// Whether `rule` was judged: the rules about the carts a host writes are judged only
+        /// when it wrote one.
+        public func judged(_ rule: Rule) -> Bool {
+            hostWroteCart || [.exits, .reports].contains(rule) || findings.contains { $0.rule == rule }
+        }
+
+        /// The report for scripts and CI: one JSON object — `passed`, `seed`, the command, each
+        /// scenario with `ok`, each rule with `ok` (null: not judged) and the scenarios breaking
+        /// it, each finding, and the scratch directories kept (null when every rule holds).
+        public var json: String {
+            var writer = JSONWriter()
+            writer.object { object in
+                object.member("passed", passed)
+                object.member("seed", seed)
+                object.member("command") { $0.array(command) { $0.string($1) } }
+                object.member("scenarios") { writer in
+                    writer.array(scenarios) { writer, scenario in
+                        writer.object { $0.member("name", scenario); $0.member("ok", !findings.contains { $0.scenario == scenario }) }
+                    }
+                }
+                object.member("rules") { writer in
+                    writer.array(Rule.allCases) { writer, rule in
+                        writer.object { member in
+                            member.member("rule", rule.key)
+                            member.member("text", rule.rawValue)
+                            let broken = findings.filter { $0.rule == rule }.map(\.scenario)
+                            if judged(rule) { member.member("ok", broken.isEmpty) } else { member.member("ok") { $0.raw("null") } }
+                            member.member("scenarios") { $0.array(broken) { $0.string($1) } }
+                        }
+                    }
+                }
+                object.member("findings") { writer in
+                    writer.array(findings) { writer, finding in
+                        writer.object { member in
+                            member.member("scenario", finding.scenario)
+                            member.member("rule", finding.rule.key)
+                            member.member("detail", finding.detail)
+                        }
+                    }
+                }
+                if passed { object.member("scratch") { $0.raw("null") } } else { object.member("scratch", scratch) }
+            }
+            return writer.text
+        }
+
         /// The report for people: per scenario, then per rule, `ok` or what went wrong.
         public var human: String {
             var lines = ["check-host: \(command.joined(separator: " ")) (seed \(seed); replay with --seed \(seed))"]
@@ -60,7 +110,7 @@ public enum HostCheck {
                 let broken = findings.filter { $0.rule == rule }.map(\.scenario)
                 if !broken.isEmpty {
                     lines.append("  FAIL  \(rule.rawValue) (\(broken.joined(separator: ", ")))")
-                } else if !hostWroteCart, ![.exits, .reports].contains(rule) {
+                } else if !judged(rule) {
                     lines.append("  --    \(rule.rawValue) (not judged: the host never wrote the cart)")
                 } else {
                     lines.append("  ok    \(rule.rawValue)")
@@ -110,7 +160,7 @@ public enum HostCheck {
         Interruption.catchSignals()
         do {
             for scenario in chosen {
-                var check = try ScenarioRun(name: scenario.rawValue, root: scratch, settings: settings, configuration: configuration,
+                var check = try ScenarioRun(name: scenario.rawValue, root: scratch, settings: scenario.settings(settings, configuration: configuration), configuration: configuration,
                                             command: command, inotify: inotify, runLimit: limit ?? defaultRunLimitSeconds)
                 try check.play(scenario, random: &random)
                 report.findings += check.findings

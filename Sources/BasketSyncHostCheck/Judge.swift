@@ -135,10 +135,15 @@ extension ScenarioRun {
         if cart.quantities["X"] != initial.quantities["X"] {
             fail(.keeps, "after \(moment), the line X (the shopper's, in no record) is \(cart.quantities["X"].map(String.init) ?? "gone"), it was \(initial.quantities["X"] ?? 0)")
         }
-        // A line that went to 0 may have been removed and come back new, without its label.
-        let kept = stayingLines(all.filter { $0.seq <= (cart.syncedThrough ?? last) })
-        for (id, label) in initial.labels where kept.contains(id) && cart.quantities[id] != nil && cart.labels[id] != label {
-            fail(.keeps, "after \(moment), the line \(id) lost its \"label\" field (\(label.debugDescription)); a host keeps the fields of a line it changes")
+        // A line that went to 0 may have been removed and come back new, without its label; and
+        // the labels are judged only on a cart whose quantities are right (a line a wrong
+        // quantity took to 0 and back lost its label through that mistake, said by its own rule).
+        let covered = all.filter { $0.seq <= (cart.syncedThrough ?? last) }
+        if cart.quantities == model(covered) {
+            let kept = stayingLines(covered)
+            for (id, label) in initial.labels where kept.contains(id) && cart.quantities[id] != nil && cart.labels[id] != label {
+                fail(.keeps, "after \(moment), the line \(id) lost its \"label\" field (\(label.debugDescription)); a host keeps the fields of a line it changes")
+            }
         }
         for (key, value) in initial.others where cart.others[key] != value {
             fail(.keeps, "after \(moment), the cart's field \(key.debugDescription) is \(cart.others[key] ?? "gone"), it was \(value)")
@@ -157,6 +162,12 @@ extension ScenarioRun {
         let applied = all.filter { $0.seq <= claim }
         let expected = model(applied)
         if cart.quantities != expected {
+            // Killed between a cart that acknowledged ahead of its lines and the lines: that cart
+            // is what it left.
+            if killed, let early = earlyAcknowledgement {
+                fail(.acknowledgesWithLines, early)
+                return false
+            }
             diagnose(cart, applied: applied, claim: claim, expected: expected, moment: moment)
         }
         return findings.count == before
@@ -179,6 +190,13 @@ extension ScenarioRun {
         let missing = applied.indices.filter { index in
             applied[index].type == .updateBasket && model(applied.enumerated().filter { $0.offset != index }.map(\.element)) == left
         }
+        // Every removal left out: the host takes only additions (said before a missing record,
+        // which a record made of removals alone would also look like).
+        let removing = applied.filter { $0.products.contains { $0.quantity < 0 } }
+        if !removing.isEmpty, model(applied.map(\.additionsOnly)) == left {
+            let example = removing[0]
+            return fail(.removals, "after \(moment), \(leftText): the removals were not applied (record #\(example.seq): \(example.products.filter { $0.quantity < 0 }.map { "\($0.id) \($0.quantity)" }.joined(separator: ", "))\(removing.count > 1 ? ", and \(removing.count - 1) more record(s)" : "")); a negative delta takes units away, clamped at 0; \(wanted)")
+        }
         if let first = missing.first {
             let record = applied[first]
             let alike = missing.count > 1 ? " (or any of records \(missing.dropFirst().prefix(5).map { "#\(applied[$0].seq)" }.joined(separator: ", ")): leaving out any of them gives this cart)" : ""
@@ -195,8 +213,18 @@ extension ScenarioRun {
             return fail(.tooFar, "after \(moment), \(leftText), but it holds only records 1…\(through); \(wanted)")
         }
         if model(applied, clamp: false) == left {
-            return fail(.clamp, "after \(moment), \(leftText): a line went below 0 along the way and was not clamped there; \(wanted)")
+            return fail(.clamp, "after \(moment), \(leftText): a line went below 0 along the way and was not clamped there (the deltas of a SKU summed before clamping, or clamped only at the end); clamp at 0 after each record, in seq order; \(wanted)")
         }
-        fail(.result, "after \(moment), \(leftText); \(wanted)")
+        let rotated = name == Scenario.rotated.rawValue ? " (outbox.jsonl was rotated in this scenario: take the records by seq after your syncedThrough, never by line number, and from the rotated files too — or from basket-sync wait, which reads them from the database)" : ""
+        fail(.result, "after \(moment), \(leftText); \(wanted)\(rotated)")
+    }
+}
+
+extension OutboxRecord {
+    /// The record with its removals left out, as a host that ignores negative deltas applies it.
+    var additionsOnly: OutboxRecord {
+        var record = self
+        record.products = products.filter { $0.quantity > 0 }
+        return record
     }
 }

@@ -9,8 +9,14 @@ public enum Scenario: String, CaseIterable, Sendable {
     case newAndExisting = "new-and-existing"
     /// Removals past 0: the host clamps.
     case pastZero = "past-zero"
+    /// A removal past 0, then an addition on the same line: clamped record by record, not after
+    /// summing a SKU's deltas.
+    case pastZeroThenAdd = "past-zero-then-add"
     /// Forty seeded records: order and each once.
     case many
+    /// The outbox rotated every few hundred bytes, whatever the settings: records are taken by
+    /// seq, not by line number, and none hides in a rotated file.
+    case rotated
     /// `redirectToCart` records among the deltas, one last.
     case redirect
     /// A second run with nothing new changes nothing.
@@ -19,6 +25,17 @@ public enum Scenario: String, CaseIterable, Sendable {
     case arriving
     /// Runs killed at seeded instants: nothing twice, nothing torn.
     case crash
+}
+
+extension Scenario {
+    /// The settings a scenario's scratch directory gets: the host's (`settings`, parsed as
+    /// `configuration`), with the outbox rotated every 300 bytes for `rotated`.
+    func settings(_ settings: [UInt8]?, configuration: AgentConfiguration) -> [UInt8]? {
+        guard self == .rotated else { return settings }
+        var rotated = configuration
+        rotated.rotate = AgentConfiguration.Rotation(maxBytes: 300, keep: 1000)
+        return Array(rotated.fileText.utf8)
+    }
 }
 
 extension ScenarioRun {
@@ -33,6 +50,20 @@ extension ScenarioRun {
             try start(["X": 1, "A": 1, "D": 2])
             try push([("A", -3), ("C", -1), ("D", -1)])
             try runAndCheck()
+        case .pastZeroThenAdd:
+            // In seq order: D 1 → 0 → 2 and A 1 → 2 → 0. Summed per SKU first, D would be 1.
+            try start(["X": 1, "A": 1, "D": 1])
+            try push([("D", -2), ("A", 1)])
+            try push([("D", 2), ("A", -3)])
+            try runAndCheck()
+        case .rotated:
+            try start(["X": 1, "A": 2])
+            try push([("A", 1)])
+            try push([("B", 1)])
+            try push([("A", -1)])
+            guard try runAndCheck() else { return }
+            for deltas in [[("B", 1)], [("C", 2)], [("A", 1)], [("C", -1)], [("B", -1)], [("D", 1)]] { try push(deltas) }
+            try check(afterRun: "its second run, the outbox rotated since")
         case .many:
             try start(["X": 1, "A": 3, "B": 1])
             // Never below 0 in seq order: this scenario is about order, and a host that does not
@@ -82,6 +113,7 @@ extension ScenarioRun {
                 added += 1
                 var slept: UInt32 = 0
                 while slept < interval, process.exitStatus() == nil {
+                    observe()
                     Posix.pause(microseconds: min(500, interval - slept))
                     slept += 500
                 }
@@ -108,10 +140,12 @@ extension ScenarioRun {
                 let process = try spawn()
                 var waited: UInt32 = 0
                 while waited < delay, process.exitStatus() == nil {
+                    observe()
                     Posix.pause(microseconds: min(200, delay - waited))
                     waited += 200
                 }
                 process.killAll()
+                observe()
                 guard try check(after: "killed (SIGKILL) \(Double(delay) / 1000) ms into run \(round)", killed: true) else { return }
             }
             guard try runOnce() else { return }

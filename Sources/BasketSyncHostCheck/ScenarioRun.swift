@@ -25,6 +25,18 @@ struct ScenarioRun {
     /// The identity of the cart check-host wrote, and whether the host wrote one since.
     var initialIdentity: FileIdentity?
     var hostWroteCart = false
+    /// The outbox's records, as check-host made them (read again after each push): what a cart
+    /// the host writes is judged against while the host runs, without asking the database (the
+    /// host may hold its write lock while it is stopped for the look).
+    var outbox: [OutboxRecord] = []
+    /// The host wrote the cart in place during the run (inotify saw it modified).
+    var wroteInPlace = false
+    /// A cart the host wrote whose syncedThrough covered records its lines did not hold yet, in
+    /// the current run: the detail, until a later cart of the same run shows it was an early
+    /// acknowledgement (then a finding) or the run ends on it (then the final check judges it).
+    var earlyAcknowledgement: String?
+    /// The host was seen acknowledging before applying in this scenario.
+    var acknowledgedEarly = false
     var keys: CartKeys { configuration.keys }
     var cartPath: String { "\(directory)/\(configuration.cart)" }
 
@@ -45,7 +57,7 @@ struct ScenarioRun {
         let log: Int32
         do { log = try Posix.open("\(directory)/basket-sync.log", [.writeOnly, .create, .append], mode: 0o600) } catch { throw .system(error) }
         engine = try SyncEngine(directory: directory, isSynchronizerRegistered: true, logger: Logger(fd: log))
-        do { try inotify.watch(Posix.dirname(of: cartPath), [.modify, .onlyDirectory]) } catch { throw .system(error) }
+        do { try inotify.watch(Posix.dirname(of: cartPath), [.modify, .closeWrite, .movedTo, .onlyDirectory]) } catch { throw .system(error) }
     }
 
     // MARK: Setting up
@@ -78,14 +90,16 @@ struct ScenarioRun {
         try engine.pass(.everything)
     }
 
-    func push(_ deltas: [(String, Int)]) throws(AgentError) {
+    mutating func push(_ deltas: [(String, Int)]) throws(AgentError) {
         _ = try Commands.push(directory: directory, kind: .delta, products: deltas.map { RetailerProduct(id: $0.0, quantity: $0.1) }, id: nil)
         try engine.pass([.inbox])
+        outbox = try records()
     }
 
-    func pushRedirect() throws(AgentError) {
+    mutating func pushRedirect() throws(AgentError) {
         _ = try Commands.push(directory: directory, kind: .redirect, products: [], id: nil)
         try engine.pass([.inbox])
+        outbox = try records()
     }
 
     /// One to three deltas over four SKUs, between −3 and +3: removals past 0 are frequent, so
@@ -109,6 +123,8 @@ struct ScenarioRun {
 
     mutating func spawn() throws(AgentError) -> SpawnedProcess {
         _ = try? inotify.events()
+        wroteInPlace = false
+        earlyAcknowledgement = nil
         claimBefore = (try? leftCart())??.syncedThrough ?? 0
         do {
             return try SpawnedProcess(command, directory: directory, environment: ["BASKET_SYNC_DIR": directory], log: "\(directory)/host.log")
@@ -123,11 +139,15 @@ struct ScenarioRun {
         var status = process.exitStatus()
         while status == nil, Date() < deadline {
             if Interruption.requested { process.killAll(); throw HostCheck.interrupted }
-            Posix.pause(microseconds: 1_000)
+            observe()
+            // Woken by the cart's next version or by the run's end at once (where the kernel
+            // cannot tell the end, a millisecond at most later).
+            _ = try? Posix.waitReadable(process.endFD >= 0 ? [inotify.fd, process.endFD] : [inotify.fd], timeout: process.endFD >= 0 ? 100 : 1)
             status = process.exitStatus()
         }
         // What it left running in its process group (a child in the background) goes with it.
         process.killAll()
+        observe()
         capLog()
         guard let status else {
             fail(.exits, "it was still running after \(runLimit) s; check-host runs a host's one-shot apply (apply what waits, then exit), not a loop")
@@ -159,8 +179,14 @@ struct ScenarioRun {
     /// Runs once and checks the cart against every record.
     @discardableResult
     mutating func runAndCheck() throws(AgentError) -> Bool {
+        try check(afterRun: "its run")
+    }
+
+    /// Runs once and checks the cart against every record, the run named `moment`.
+    @discardableResult
+    mutating func check(afterRun moment: String) throws(AgentError) -> Bool {
         guard try runOnce() else { return false }
-        return try check(after: "its run", expectAll: true)
+        return try check(after: moment, expectAll: true)
     }
 
     /// A whole run's duration (this directory is used up by it).
@@ -174,15 +200,53 @@ struct ScenarioRun {
             Posix.pause(microseconds: 500)
         }
         process.killAll()
+        _ = try? inotify.events()
         return max(0.005, Date().timeIntervalSince(started))
+    }
+
+    /// Looks at what inotify saw of the cart since the last look: a write in place is noted; each
+    /// version the host closed or renamed into place is judged at once (a run's loop wakes on
+    /// the event: a version that stands for a millisecond is seen; one the host replaces within
+    /// microseconds may not be, as a reader would hardly see it).
+    mutating func observe() {
+        let cartName = Posix.basename(of: cartPath)
+        let cartDirectory = Posix.dirname(of: cartPath)
+        let events = ((try? inotify.events()) ?? []).filter {
+            $0.name == cartName && inotify.path(of: $0.watch).map { $0.hasPrefix(cartDirectory) } == true
+        }
+        guard !events.isEmpty else { return }
+        if events.contains(where: { $0.mask.contains(.modify) }) { wroteInPlace = true }
+        guard events.contains(where: { $0.mask.contains(.movedTo) || $0.mask.contains(.closeWrite) }) else { return }
+        judgeVersion()
+    }
+
+    /// Judges the cart on disk as one version the host wrote: a cart whose syncedThrough covers
+    /// records its lines do not hold yet — its lines are what fewer records lead to — is an
+    /// acknowledgement ahead of the lines. Held until the run shows which it is: a later
+    /// consistent cart makes it an early acknowledgement (basket-sync may read the cart in
+    /// between and take records as applied that are not), a run ending on it claims too far.
+    mutating func judgeVersion() {
+        guard let cart = try? leftCart(), let claim = cart.syncedThrough, claim <= (outbox.last?.seq ?? 0) else { return }
+        let covered = outbox.filter { $0.seq <= claim }
+        if cart.quantities == model(covered) {
+            if let early = earlyAcknowledgement {
+                fail(.acknowledgesWithLines, early)
+                acknowledgedEarly = true
+                earlyAcknowledgement = nil
+            }
+            return
+        }
+        // The lines are those of fewer records: the acknowledgement went ahead of them.
+        for count in stride(from: covered.count - 1, through: 0, by: -1) where model(Array(covered.prefix(count))) == cart.quantities {
+            let through = count == 0 ? 0 : covered[count - 1].seq
+            earlyAcknowledgement = "it wrote a cart saying \"\(keys.syncedThrough)\" \(claim) whose lines held only records 1…\(through) (\(cart.shown)), then the lines in a later cart: basket-sync may read the first one and take records \(through + 1)…\(claim) as applied when they are not; write the lines and \"\(keys.syncedThrough)\" in the same cart, once"
+            return
+        }
     }
 
     /// A write into the cart in place, seen by inotify during the run.
     mutating func checkWrites() {
-        let cartName = Posix.basename(of: cartPath)
-        let events = (try? inotify.events()) ?? []
-        let cartDirectory = Posix.dirname(of: cartPath)
-        if events.contains(where: { $0.name == cartName && $0.mask.contains(.modify) && inotify.path(of: $0.watch).map { $0.hasPrefix(cartDirectory) } == true }) {
+        if wroteInPlace {
             fail(.atomic, "it wrote \(configuration.cart) in place (the file was modified, not replaced): a reader can see half a cart; write a temp file in the same directory and rename it over the cart")
         }
     }

@@ -249,25 +249,32 @@ enum Help {
                 """
         case "check-host":
             return """
-                usage: basket-sync [-C DIR] check-host [--scenarios LIST] [--seed N] [--limit SECONDS] -- CMD ARG…
+                usage: basket-sync [-C DIR] check-host [--scenarios LIST] [--seed N] [--limit SECONDS] [--json] -- CMD ARG…
 
                 The conformance kit: runs your host's one-shot apply command (CMD, no shell) against
                 scripted scenarios, each in a scratch sync directory of its own with the settings of
                 DIR (key names, cart path). CMD runs there, with that directory in $BASKET_SYNC_DIR;
                 it must apply what the outbox holds after the cart's syncedThrough, then exit.
                 Scenarios: new-and-existing (deltas on new and existing lines), past-zero (removals
-                past 0), many (40 records), redirect, replay (run again: nothing applied twice),
-                arriving (records appended while it runs), crash (SIGKILL at random instants, then
-                a rerun). For each rule it prints ok, or what the host did wrong with the record and
-                the cart it left: it applies a record twice or out of order, skips one, does not
-                clamp at 0, loses other lines or fields, writes the cart in place, never reports
-                syncedThrough, or reports it too far. Exits 0 when every rule holds, else 65 (the
-                scratch directories are then kept, with the host's output in host.log). A run is
-                stopped after 30 s (--limit), and a host that never exits ends the check. What a run
-                leaves running in its process group is stopped with it. A host that rejects records
-                (processes them without applying them) is reported: check-host expects every record
-                applied. --seed replays the random parts of a report. A relative CMD is relative to
-                DIR (as with git -C).
+                past 0), past-zero-then-add (a removal past 0, then an addition: clamped record by
+                record), many (40 records), rotated (outbox.jsonl rotated every 300 bytes, whatever
+                the settings: records taken by seq, none hidden in a rotated file), redirect, replay
+                (run again: nothing applied twice), arriving (records appended while it runs),
+                crash (SIGKILL at random instants, then a rerun). Every cart the host writes during
+                a run is judged as it appears (inotify), not only the last. For each rule it prints
+                ok, or what the host did wrong with the record and the cart it left: it applies a
+                record twice or out of order, skips one, does not clamp at 0 record by record,
+                ignores removals, loses other lines or fields, writes the cart in place, never
+                reports syncedThrough, reports it too far, or reports it in a cart before the one
+                holding the lines it covers. Exits 0 when every rule holds, else 65 (the scratch
+                directories are then kept, with the host's output in host.log). --json prints the
+                report as one JSON object (passed, seed, scenarios, rules with ok true, false or
+                null when not judged, findings) for CI. A run is stopped after 30 s (--limit), and
+                a host that never exits ends the check. What a run leaves running in its process
+                group is stopped with it. A host that rejects records (processes them without
+                applying them) is reported: check-host expects every record applied. --seed
+                replays the random parts of a report. A relative CMD is relative to DIR (as with
+                git -C).
 
                 example:
                   basket-sync -C /srv/shop check-host -- ./host.py --once .

@@ -19,7 +19,7 @@ struct Invocation {
         case setStore(externalId: String, mode: SyncMode?, json: Bool)
         case validate(files: [String], kind: Commands.FileKind?)
         case wait(after: UInt64?, timeout: Double?)
-        case checkHost(command: [String], scenarios: [String]?, seed: UInt64?, limit: Double?)
+        case checkHost(command: [String], scenarios: [String]?, seed: UInt64?, limit: Double?, json: Bool)
         case completion(shell: String)
         case manual
     }
@@ -136,6 +136,7 @@ struct Invocation {
             let scenarioText = try options.value("--scenarios")
             let seedText = try options.value("--seed")
             let limitText = try options.value("--limit")
+            let json = options.flag("--json")
             let host = options.afterDoubleDash
             try options.finish(allowingAfterDoubleDash: true)
             guard !host.isEmpty else {
@@ -154,7 +155,7 @@ struct Invocation {
                 }
                 limit = seconds
             }
-            command = .checkHost(command: host, scenarios: scenarios, seed: seed, limit: limit)
+            command = .checkHost(command: host, scenarios: scenarios, seed: seed, limit: limit, json: json)
         case "wait":
             let afterText = try options.value("--after")
             let timeoutText = try options.value("--timeout")

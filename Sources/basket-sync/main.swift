@@ -86,9 +86,9 @@ func run() throws(AgentError) -> Int32 {
             emit("basket-sync: the completion \(then[0]) exited with status \(status); the payment stays recorded, and a retry of handle-payment runs the completion again", to: .error)
             return status
         }
-    case let .checkHost(command, scenarios, seed, limit):
+    case let .checkHost(command, scenarios, seed, limit, json):
         let report = try HostCheck.run(directory: directory, command: command, scenarios: scenarios, seed: seed, limit: limit)
-        emit(report.human)
+        emit(json ? report.json : report.human)
         if !report.passed { return 65 }
     case let .wait(after, timeout):
         let result = try Commands.wait(directory: directory, after: after, timeout: timeout)

@@ -6,7 +6,10 @@ MODE: good, twice, noclamp, losefields, inplace, nosynced, toofar, reverse, skip
       raceack (claims what the outbox holds when it writes, not what it read), noredirect (does
       not count a redirect in syncedThrough), background (good,
       but leaves a child running), linkout (makes the cart a link to a file outside), nothing
-      (exits 0 at once, the cart never written)
+      (exits 0 at once, the cart never written), net (sums each SKU's deltas, then clamps),
+      noneg (ignores negative deltas), ackfirst (writes syncedThrough in a cart of its own, then
+      the lines 20 ms later), linenumber (takes the outbox's lines after line number
+      syncedThrough, in outbox.jsonl alone)
 """
 import subprocess
 import time
@@ -26,15 +29,35 @@ if mode == "nosynced":
 else:
     done = 0 if mode == "twice" else cart.get("syncedThrough", 0)
 records = []
-with open("outbox.jsonl", encoding="utf-8") as f:
-    for line in f:
-        if line.endswith("\n"):
-            record = json.loads(line)
-            if record["seq"] > done:
-                records.append(record)
+# The rotated files first (outbox.jsonl.N … outbox.jsonl.1), then the live one; linenumber reads
+# the live one alone.
+names = sorted((n for n in os.listdir(".") if n.startswith("outbox.jsonl.") and n[13:].isdigit()), key=lambda n: -int(n[13:]))
+lines_read = []
+for name in ([] if mode == "linenumber" else names) + ["outbox.jsonl"]:
+    with open(name, encoding="utf-8") as f:
+        lines_read += [json.loads(line) for line in f if line.endswith("\n")]
+if mode == "linenumber":
+    records = lines_read[done:]
+else:
+    records = [record for record in lines_read if record["seq"] > done]
 if mode == "reverse":
     records.reverse()
 lines = cart["products"]
+if mode == "net":
+    sums = {}
+    for record in records:
+        for delta in record.get("products", []) if record["type"] == "updateBasket" else []:
+            sums[delta["id"]] = sums.get(delta["id"], 0) + delta["quantity"]
+    records = [{"seq": 0, "type": "updateBasket", "products": [{"id": k, "quantity": v} for k, v in sums.items()]}] + \
+        [dict(r, type="counted") for r in records]
+if mode == "noneg":
+    records = [dict(r, products=[d for d in r.get("products", []) if d["quantity"] > 0]) for r in records]
+if mode == "ackfirst":
+    early = dict(cart, syncedThrough=max([r["seq"] for r in records], default=done))
+    with open(".cart.tmp", "w", encoding="utf-8") as f:
+        f.write(json.dumps(early))
+    os.rename(".cart.tmp", "cart.json")
+    time.sleep(0.02)
 for record in records:
     if record["type"] != "updateBasket" or (mode == "skip" and record["seq"] == 2):
         continue

@@ -1,3 +1,4 @@
+import CStatfs
 import Glibc
 
 /// Another program run and watched: `check-host` runs a host's apply command in a directory of
@@ -36,7 +37,17 @@ package final class SpawnedProcess {
 
         pid = try Posix.spawn(argv, actions: &actions, defaults: [SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGCHLD],
                               ownGroup: true, environment: environment)
+        // pidfd_open(2): readable once it has ended (-1 where the kernel has none: then polled).
+        let descriptor = basket_sync_pidfd_open(pid)
+        if descriptor >= 0 { _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC) }
+        endFD = descriptor
     }
+
+    deinit { if endFD >= 0 { Glibc.close(endFD) } }
+
+    /// A descriptor that becomes readable when it ends (pidfd), or -1: poll it beside others to
+    /// wake at its end rather than look at intervals.
+    package let endFD: Int32
 
     /// Its exit status (128 + the signal that killed it) once it has ended, without waiting; nil
     /// while it runs.
