@@ -432,10 +432,14 @@ import TestSupport
         let before = try basketSync(["-C", playground.path + "/a", "status", "--json"])
         #expect(before.stdout.contains("\"storeId\":\"shop-1\""), "\(before.stdout)")
         #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
-        for (id, store) in [("a", "shop-1"), ("b", "own")] {
+        // Each says where its store comes from: the tree's default, or its own.
+        for (id, store, source, said) in [("a", "shop-1", "tree", "the tree's default, set on the root"), ("b", "own", "own", "this cart's own, set on it")] {
             let status = try basketSync(["-C", playground.path + "/" + id, "status", "--json"])
             let report = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any]
             #expect(report?["storeId"] as? String == store && report?["mode"] as? String == "retailer", "\(id): \(status.stdout)")
+            #expect(report?["storeSource"] as? String == source, "\(id): \(status.stdout)")
+            let human = try basketSync(["-C", playground.path + "/" + id, "status"])
+            #expect(human.stdout.contains("store: \(store) (retailer mode), Mealz basket") && human.stdout.contains(said), "\(id): \(human.stdout)")
         }
         // A payment in a cart following the default is recorded against it.
         try playground.writeAtomically("a/cart.json", cartJSON([("A", 1)]))

@@ -7,6 +7,11 @@ public struct CartStatus {
     /// The cart's path relative to the directory (the default when the configuration is broken).
     let cart: String
     let state: SyncState
+    /// Where the store and mode in force come from: `"own"` (`set-store` on this directory or
+    /// cart), `"tree"` (the tree's default, `set-store` on its root), nil when none was set.
+    let storeSource: String?
+    /// Whether this is one cart of a tree.
+    let isTreeCart: Bool
     let view: [ExactID: Int]
     /// The host's progress (docs/spec.md §4 rule 4): the one value `apply` starts after and `wait`
     /// waits after.
@@ -82,6 +87,7 @@ public struct CartStatus {
         var lastLines: [Projection: [UInt8]] = [:]
         var counts: [Projection: UInt64] = [:]
         var notes: [Note: String] = [:]
+        var source: String?
         (state, lastLines, counts, inboxTaken, errors) = try store.withTransaction { () throws(AgentError) in
             for projection in Projection.allCases {
                 let last = try store.lastSeq(projection)
@@ -92,13 +98,18 @@ public struct CartStatus {
             var state = try store.loadState()
             // A cart of a tree that never set its own store follows the tree's default: shown as
             // its store now (its next pass takes it, as a payment's would).
-            if store.cart != 0, try store.note(.ownStore) == nil, let (storeId, mode) = try Tree.defaultStore(store.database) {
+            let ownNote = try store.note(.ownStore)
+            let own = store.cart == 0 || ownNote != nil
+            if !own, let (storeId, mode) = try Tree.defaultStore(store.database) {
                 var machine = SyncStateMachine(state: state)
                 _ = machine.setSelectedStore(externalId: storeId, mode: mode, at: Date())
                 state = machine.state
             }
+            if state.storeId != nil || state.mode != .standalone { source = own ? "own" : "tree" }
             return (state, lastLines, counts, try store.inboxCount(), try store.reports(limit: 5))
         }
+        storeSource = source
+        isTreeCart = store.cart != 0
         func cartNote(_ key: Note) -> (String, String, String)? {
             let fields = notes[key].map { $0.split(separator: "\t", maxSplits: 2, omittingEmptySubsequences: false).map(String.init) } ?? []
             return fields.count == 3 ? (fields[0], fields[1], fields[2]) : nil
@@ -198,7 +209,12 @@ public struct CartStatus {
         if let configurationProblem {
             lines.append("configuration: BROKEN, every other command refuses (78) until it is mended; this report shows the defaults: \(configurationProblem)")
         }
-        lines.append("store: \(state.storeId ?? "none") (\(state.mode.rawValue) mode), Mealz basket \(state.basket)")
+        let from = switch storeSource {
+        case "tree": "; the tree's default, set on the root (set-store on this cart gives it its own)"
+        case "own" where isTreeCart: "; this cart's own, set on it"
+        default: ""
+        }
+        lines.append("store: \(state.storeId ?? "none") (\(state.mode.rawValue) mode), Mealz basket \(state.basket)\(from)")
         if let synced = state.hostSyncedThrough {
             lines.append("host: acknowledges with syncedThrough, last \(synced)")
         } else {
@@ -263,6 +279,7 @@ public struct CartStatus {
             object.member("syncId", state.syncId)
             object.member("storeId", state.storeId)
             object.member("mode", state.mode.rawValue)
+            object.member("storeSource", storeSource)
             object.member("basket", state.basket)
             object.member("syncedThrough", state.hostSyncedThrough)
             // The one host progress: apply starts after it, wait lists the records after it.
