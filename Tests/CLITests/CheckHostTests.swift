@@ -11,7 +11,10 @@ import TestSupport
     /// Runs check-host with the built binaries first on the PATH (the samples call basket-sync).
     func checkHost(_ arguments: [String]) throws -> Run {
         let pathVariable = binary.deletingLastPathComponent().path + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")
-        return try basketSync(arguments, environment: ["PATH": pathVariable])
+        // The scratch directories in memory where the machine has it: check-host's own fsyncs are
+        // not what these tests judge, and hundreds of checks run.
+        let memory = FileManager.default.isWritableFile(atPath: "/dev/shm") ? ["TMPDIR": "/dev/shm"] : [:]
+        return try basketSync(arguments, environment: ["PATH": pathVariable].merging(memory) { $1 })
     }
 
     /// The rules the report says are broken.
@@ -42,10 +45,13 @@ import TestSupport
         case "Samples/shell-host": ([path("Samples/shell-host/host.sh"), "sync"], playground.path)
         default: (["python3", path("Samples/legacy-format/host.py"), "--once", "."], path("Samples/legacy-format"))
         }
+        // Seed 1 runs every scenario; the others the scenarios a seed or the timing changes (the
+        // rest are the same records every time).
         for seed in 1...Self.runs {
-            let run = try checkHost(["-C", settings, "check-host", "--seed", String(seed), "--"] + command)
+            let scenarios = seed == 1 ? [] : ["--scenarios", "many,arriving,crash"]
+            let run = try checkHost(["-C", settings, "check-host", "--seed", String(seed)] + scenarios + ["--"] + command)
             #expect(run.status == 0, "\(name), seed \(seed):\n\(run.stdout)\n\(run.stderr)")
-            #expect(run.stdout.contains("every rule holds in 9 scenario(s)"), "\(name), seed \(seed):\n\(run.stdout)")
+            #expect(run.stdout.contains("every rule holds in \(seed == 1 ? 9 : 3) scenario(s)"), "\(name), seed \(seed):\n\(run.stdout)")
             if run.status != 0 { break }
         }
     }

@@ -21,13 +21,18 @@ public enum CartLock {
                             waiting: (_ path: String, _ holders: [Int32]) -> Void) throws(AgentError) -> Int32 {
         let path = path(directory: directory, configuration: configuration)
         let fd: Int32
-        do { fd = try openOrMake(path) } catch {
+        do throws(AgentError) {
+            // Its folders opened one by one, never through a link (as the cart's), unless
+            // "followSymlinks" says the cart's path may pass through one.
+            fd = try configuration.followSymlinks
+                ? openOrMakeLock(path, path: path)
+                : Posix.withPinnedFolders(base: directory, relative: configuration.cart + ".lock") { (pinned) throws(AgentError) in
+                    try openOrMakeLock(pinned, path: path)
+                }
+        } catch {
             // No folder for the cart (`"cart"` in a folder that is not there): no cart either.
-            if error.isMissing, orNoFolder { return -1 }
-            if let shape = error.shapeReason {
-                throw .refused("\(path): \(shape); the host's cart lock is a regular file — remove it, basket-sync makes it again")
-            }
-            throw .system(error)
+            if case let .system(failure) = error, failure.isMissing, orNoFolder { return -1 }
+            throw error
         }
         let deadline = timeout.map { Posix.monotonicSeconds() + $0 }
         var told = false
@@ -50,6 +55,16 @@ public enum CartLock {
             Posix.pause(microseconds: 5_000)
         }
         return fd
+    }
+
+    /// ``openOrMake(_:)`` with its errors said for the lock file at `path`.
+    static func openOrMakeLock(_ opened: String, path: String) throws(AgentError) -> Int32 {
+        do { return try openOrMake(opened) } catch {
+            if let shape = error.shapeReason {
+                throw .refused("\(path): \(shape); the host's cart lock is a regular file — remove it, basket-sync makes it again")
+            }
+            throw .system(error)
+        }
     }
 
     /// Opens the lock file for reading (all a `flock` needs), making it when missing. Opened
