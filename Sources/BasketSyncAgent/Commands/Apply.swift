@@ -54,6 +54,8 @@ extension Commands {
     /// take the lock) is read again and the records applied to it, a few times, then 75.
     public static func apply(directory: String, lockTimeout: Double? = 30, logger: Logger) throws(AgentError) -> ApplySummary {
         let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: true, logger: logger)
+        // A cart it may not write is said as such (65), before its lock is looked for.
+        try refuseLinks(directory: directory, engine: engine)
         let cartLock = try CartLock.take(directory: directory, configuration: engine.configuration, timeout: lockTimeout, orNoFolder: true) { path, holders in
             logger.log(.info, "\(path): waiting for the host's cart lock, held\(CartLock.describe(holders))")
         }
@@ -67,6 +69,19 @@ extension Commands {
             }
         }
         return try applyOnce(directory: directory, engine: engine)
+    }
+
+    /// Refuses (65) a cart that leads to one of basket-sync's own files (`followSymlinks`), or
+    /// whose way passes through a link (without it).
+    static func refuseLinks(directory: String, engine: SyncEngine) throws(AgentError) {
+        let configuration = engine.configuration
+        let cartPath = engine.cartPath
+        if configuration.followSymlinks, let own = CartReader.ownFile(behind: cartPath, directory: directory) {
+            throw .badData(path: cartPath, line: 1, column: 1, reason: "the cart leads to \(own), one of basket-sync's own files; apply writes only the host's cart")
+        }
+        if !configuration.followSymlinks, let link = Posix.linkOnTheWay(from: directory, to: configuration.cart) {
+            throw .badData(path: cartPath, line: 1, column: 1, reason: "the way to the cart passes through a symbolic link (\(link)); set \"followSymlinks\": true in basket-sync.json to follow it")
+        }
     }
 
     /// How many times `apply` reads a cart that keeps changing under it before it gives up (75).
@@ -91,12 +106,7 @@ extension Commands {
         _ = try engine.takeCart()
 
         let cartPath = engine.cartPath
-        if configuration.followSymlinks, let own = CartReader.ownFile(behind: cartPath, directory: directory) {
-            throw .badData(path: cartPath, line: 1, column: 1, reason: "the cart leads to \(own), one of basket-sync's own files; apply writes only the host's cart")
-        }
-        if !configuration.followSymlinks, let link = Posix.linkOnTheWay(from: directory, to: configuration.cart) {
-            throw .badData(path: cartPath, line: 1, column: 1, reason: "the way to the cart passes through a symbolic link (\(link)); set \"followSymlinks\": true in basket-sync.json to follow it")
-        }
+        try refuseLinks(directory: directory, engine: engine)
         var found: [UInt8]?
         // The version read (nil: no cart), compared with the one on disk right before the rename.
         var readVersion: FileIdentity?
