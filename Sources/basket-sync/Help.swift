@@ -166,6 +166,10 @@ enum Help {
                 read: a cart written meanwhile is read again and the records applied to it (after
                 5 tries, exit 75 and nothing written). A host that edits the cart while apply may
                 run wraps its edit in basket-sync lock.
+                On a tree's root it applies every cart that has records after its host's progress
+                (the carts wait on the root lists), one after the other: one line per cart (--json:
+                one object per line, with "cart"); a cart that fails is said on stderr and the
+                others are served (the exit status is the first failure's).
 
                 example:
                   basket-sync apply --json
@@ -296,6 +300,11 @@ enum Help {
                 killed while it waits leaves none behind). A host that does not write syncedThrough keeps its
                 own progress and gives it with --after (else it is shown the same records until
                 basket-sync sees them echoed in its cart).
+
+                On a tree's root it waits for every cart at once: it blocks until one cart or more
+                has records after its host's progress and prints one line per such cart,
+                {"cart":"ID","after":N,"through":M} (no --after: each cart has its own progress).
+                One process serves a fleet; apply on the root then applies them cart by cart.
 
                 example:
                   while basket-sync wait >/dev/null; do basket-sync apply || exit; done

@@ -70,6 +70,11 @@ func run() throws(AgentError) -> Int32 {
             emit("basket-sync: \(problem)", to: .error)
             return 78
         }
+    case let .apply(json, timeout) where Workspace.of(directory) == .treeRoot:
+        let summary = try Commands.applyTree(root: directory, lockTimeout: timeout, logger: try logger(for: directory))
+        if !summary.applied.isEmpty || !json { emit(json ? summary.json : summary.human) }
+        for (cart, error) in summary.failed { emit("basket-sync: cart \(cart): \(error.description)", to: .error) }
+        if let first = summary.failed.first { return first.error.exitCode }
     case let .apply(json, timeout):
         let summary = try Commands.apply(directory: directory, lockTimeout: timeout, logger: try logger(for: directory))
         emit(json ? summary.json : summary.human)
@@ -90,6 +95,11 @@ func run() throws(AgentError) -> Int32 {
         let report = try HostCheck.run(directory: directory, command: command, scenarios: scenarios, seed: seed, limit: limit)
         emit(json ? report.json : report.human)
         if !report.passed { return 65 }
+    case let .wait(after, timeout) where Workspace.of(directory) == .treeRoot:
+        guard after == nil else {
+            throw .usage("wait on a tree's root takes no --after: each cart is waited for after its own host's progress (give -C \(directory)/CART-ID for one cart)")
+        }
+        emit(try Commands.waitTree(root: directory, timeout: timeout).map(\.json).joined(separator: "\n"))
     case let .wait(after, timeout):
         let result = try Commands.wait(directory: directory, after: after, timeout: timeout)
         emit(String(decoding: result.lines.joined(), as: UTF8.self))

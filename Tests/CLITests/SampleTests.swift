@@ -232,6 +232,39 @@ import Testing
         #expect(c1?["syncedThrough"] as? Int == 2, "c1 served in the same pass as the bad c3")
     }
 
+    /// Samples/tree/tree-host: one waiting process serves a tree of a thousand carts — the carts
+    /// that get records are applied, the others left alone.
+    @Test func treeHostServesAThousandCarts() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init", "--tree"]).status == 0)
+        let ids = (0..<1000).map { String(format: "c%04d", $0) }
+        for id in ids {
+            try FileManager.default.createDirectory(atPath: playground.path + "/" + id, withIntermediateDirectories: false)
+            try playground.write("\(id)/cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let host = Child()
+        host.executableURL = URL(fileURLWithPath: path("Samples/tree/tree-host"))
+        host.arguments = [playground.path]
+        host.environment = ProcessInfo.processInfo.environment.merging(["BASKET_SYNC": binary.path]) { $1 }
+        host.standardOutput = FileHandle.nullDevice
+        try playground.write("host.err", "")
+        host.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: playground.path + "/host.err"))
+        try host.run()
+        // Killed at the end: its wait ends with it (it looks every second).
+        defer { kill(host.processIdentifier, SIGKILL) }
+        let served = stride(from: 7, to: 1000, by: 50).map { ids[$0] }
+        for id in served { #expect(try basketSync(["-C", playground.path + "/" + id, "push", "A=+2"]).status == 0) }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        try await eventually("every cart with a record is applied (host: \(playground.read("host.err")))") {
+            served.allSatisfy { playground.read("\($0)/cart.json").contains("\"syncedThrough\": 1") }
+        }
+        #expect(ids.filter { !served.contains($0) }.allSatisfy { playground.read("\($0)/cart.json") == cartJSON([("X", 1)], syncedThrough: 0) },
+                "the others are left alone")
+        let waits = try basketSync(["-f", "wait", "-C", playground.path], executable: "/usr/bin/pgrep")
+        #expect(waits.stdout.split(separator: "\n").count <= 1, "one wait for the tree: \(waits.stdout)")
+    }
+
     /// Samples/tree/basket-sync-tree.service: its commands start the tree's agent.
     @Test func systemdTree() async throws {
         let unit = try String(contentsOfFile: path("Samples/tree/basket-sync-tree.service"), encoding: .utf8)

@@ -448,6 +448,44 @@ import TestSupport
         #expect(playground.records("a/payments.jsonl").last?["storeId"] as? String == "shop-1")
     }
 
+    /// `wait` on the root lists the carts with records after their host's progress, one JSON
+    /// line each, and blocks (one process) until there is one; `apply` on the root serves each.
+    @Test func waitAndApplyOnTheRootServeEveryCart() async throws {
+        let playground = try tree()
+        for id in ["a", "b", "c"] {
+            try mkdir(playground, id)
+            try playground.write("\(id)/cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let none = try basketSync(["-C", playground.path, "wait", "--timeout", "0"])
+        #expect(none.status == 75 && none.stdout.isEmpty, "\(none)")
+        #expect(try basketSync(["-C", playground.path + "/b", "push", "A=+2"]).status == 0)
+        #expect(try basketSync(["-C", playground.path + "/c", "push", "B=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path + "/c", "push", "B=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let found = try basketSync(["-C", playground.path, "wait", "--timeout", "0"])
+        #expect(found.status == 0)
+        #expect(found.stdout == "{\"cart\":\"b\",\"after\":0,\"through\":1}\n{\"cart\":\"c\",\"after\":0,\"through\":2}\n", "\(found)")
+        // c's host applied its first record its own way: it is listed after it.
+        try playground.writeAtomically("c/cart.json", cartJSON([("X", 1), ("B", 1)], syncedThrough: 1))
+        #expect(try basketSync(["-C", playground.path, "wait", "--timeout", "0"]).stdout.contains("{\"cart\":\"c\",\"after\":1,\"through\":2}"))
+        let applied = try basketSync(["-C", playground.path, "apply", "--json"])
+        #expect(applied.status == 0, "\(applied)")
+        #expect(applied.stdout.split(separator: "\n").map { String($0.prefix(while: { $0 != "," })) } == ["{\"cart\":\"b\"", "{\"cart\":\"c\""], "\(applied.stdout)")
+        #expect(playground.read("c/cart.json").contains("{\"id\":\"B\",\"quantity\":2}"), "c's second record alone applied: \(playground.read("c/cart.json"))")
+        #expect(try basketSync(["-C", playground.path, "wait", "--timeout", "0"]).status == 75)
+        #expect(try basketSync(["-C", playground.path, "wait", "--after", "1"]).status == 64)
+        // Blocking: one process wakes for the cart that gets a record.
+        let waiting = try startedInBackground(["-C", playground.path, "wait", "--timeout", "600"], output: playground.path + "/waited")
+        defer { if waiting.isRunning { kill(waiting.processIdentifier, SIGKILL) } }
+        try await eventually("wait sleeps") { sleepsInPoll(waiting) }
+        #expect(try basketSync(["-C", playground.path + "/a", "push", "C=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        try await eventually("wait lists cart a") { !waiting.isRunning }
+        #expect(waiting.terminationStatus == 0)
+        #expect(playground.read("waited") == "{\"cart\":\"a\",\"after\":0,\"through\":1}\n")
+    }
+
     /// `sync` on the root: one pass over every cart, for a cron host.
     @Test func syncOnTheRootPassesOverEveryCart() throws {
         let playground = try tree()

@@ -223,6 +223,15 @@ final class Database {
         return carts
     }
 
+    /// The last outbox seq of every cart that has records, by cart number: one indexed walk.
+    func lastOutboxSeqs() throws(AgentError) -> [Int64: UInt64] {
+        let statement = try cached("SELECT cart, MAX(seq) FROM outbox GROUP BY cart")
+        defer { statement.reset() }
+        var seqs: [Int64: UInt64] = [:]
+        while try statement.step() { seqs[statement.int64(0)] = UInt64(statement.int64(1)) }
+        return seqs
+    }
+
     /// The number and sync id of cart `id`, if the tree has it.
     func cart(_ id: String) throws(AgentError) -> (number: Int64, syncId: String)? {
         let statement = try cached("SELECT n, sync_id FROM carts WHERE id = ?")

@@ -1,0 +1,143 @@
+import BasketSync
+import BasketSyncWire
+import Glibc
+
+extension Commands {
+    /// One cart of a tree with records after its host's progress: what `wait` on the root prints,
+    /// one JSON line each (`{"cart":ID,"after":N,"through":M}`).
+    public struct CartWaiting: Equatable, Sendable {
+        /// The cart's id (its directory's name under the root).
+        public var cart: String
+        /// The host's progress: the records after it are to apply.
+        public var after: UInt64
+        /// The cart's last outbox seq.
+        public var through: UInt64
+
+        /// `{"cart":ID,"after":N,"through":M}`.
+        public var json: String {
+            var writer = JSONWriter()
+            writer.object { $0.member("cart", cart); $0.member("after", after); $0.member("through", through) }
+            return writer.text
+        }
+    }
+
+    /// The carts of the tree at `root` whose outbox holds records after their host's progress,
+    /// by id. `known` caches each cart's progress between looks (a cart whose last seq is not
+    /// past it is not read again); one read-only connection, opened and closed for this look.
+    static func cartsWaiting(root: String, known: inout [Int64: UInt64]) throws(AgentError) -> [CartWaiting] {
+        let tree = try Tree(root: root, readOnly: true)
+        let (carts, lasts) = try tree.database.withTransaction { () throws(AgentError) in
+            (try tree.database.carts(), try tree.database.lastOutboxSeqs())
+        }
+        var waiting: [CartWaiting] = []
+        for (id, number) in carts.sorted(by: { $0.key < $1.key }) {
+            guard let last = lasts[number], last > known[number] ?? 0 else { continue }
+            // A cart that cannot be read now (its directory made again, not adopted yet) is left
+            // for the agent; the others are served.
+            guard let store = try? tree.cartStore(id, create: false, readOnly: true) else { continue }
+            let state = try store.withTransaction { () throws(AgentError) in try store.loadState() }
+            let progress = try CartReader.hostProgress(state, store: store, directory: store.directory, configuration: tree.configuration)
+            known[number] = progress
+            if last > progress { waiting.append(CartWaiting(cart: id, after: progress, through: last)) }
+        }
+        return waiting
+    }
+
+    /// `wait` on a tree's root: blocks until one cart or more has records after its host's
+    /// progress, and returns them — one process serves a fleet. It sleeps on inotify (the tree's
+    /// database written: any commit) — and looks at every poll interval where the root is
+    /// polled — and writes nothing. Throws `.busy` (75) when `timeout` seconds pass first.
+    public static func waitTree(root: String, timeout: Double?) throws(AgentError) -> [CartWaiting] {
+        let parent = getppid()
+        let configuration = try AgentConfiguration.load(directory: root)
+        let inotify: Inotify
+        do {
+            inotify = try Inotify(path: root)
+            try inotify.watch(root, [.deleteSelf, .moveSelf, .onlyDirectory])
+            try inotify.watch("\(root)/\(Layout.stateDirectory)", [.modify, .closeWrite, .movedTo, .create, .deleteSelf, .moveSelf, .onlyDirectory])
+        } catch {
+            throw .system(error)
+        }
+        let polling = (try? WatchChoice.decide(directory: root, cart: configuration.cart, settings: configuration.watch, override: nil))
+            .flatMap { $0.polls ? $0.intervalMs : nil }
+        let deadline = timeout.map { Date().addingTimeInterval($0) }
+        var known: [Int64: UInt64] = [:]
+        var look = true
+        var nextLook = Posix.monotonicSeconds()
+        while true {
+            if look {
+                if let polling { nextLook = Posix.monotonicSeconds() + Double(polling) / 1000 }
+                let waiting = try cartsWaiting(root: root, known: &known)
+                if !waiting.isEmpty { return waiting }
+            }
+            var milliseconds: Int32 = 1000
+            if let deadline {
+                let left = deadline.timeIntervalSinceNow
+                if left <= 0 {
+                    throw .busy("\(root): no cart has records after its host's progress within \(AgentConfiguration.number(timeout ?? 0)) s; run wait again to go on waiting")
+                }
+                milliseconds = min(milliseconds, Int32(min(left * 1000, 1000).rounded(.up)))
+            }
+            if polling != nil {
+                milliseconds = min(milliseconds, Int32(max(0, ((nextLook - Posix.monotonicSeconds()) * 1000).rounded(.up))))
+            }
+            if getppid() != parent { exit(143) }
+            var events: [InotifyEvent] = []
+            do {
+                if try Posix.waitReadable([inotify.fd], timeout: milliseconds)[0] { events = try inotify.events() }
+            } catch {
+                throw .system(error)
+            }
+            if events.contains(where: { !$0.mask.isDisjoint(with: [.deleteSelf, .moveSelf]) }) {
+                throw .directoryGone(path: root)
+            }
+            // A commit writes the database's WAL (the agent's, a one-shot command's); its own reads
+            // (the shared-memory index, a connection closing) are not worth a look.
+            look = (polling != nil && Posix.monotonicSeconds() >= nextLook) || events.contains { event in
+                event.watch < 0 || event.mask.contains(.overflow) || event.name == Layout.commitSignal
+                    || (event.name == Layout.database + "-wal" && event.mask.contains(.modify))
+                    // The database replaced (a backup restored).
+                    || (event.name == Layout.database && !event.mask.isDisjoint(with: [.movedTo, .create]))
+            }
+        }
+    }
+
+    /// What `apply` on a tree's root did: each cart it applied, or why it could not.
+    public struct TreeApplySummary {
+        /// The carts applied, by id, with what `apply` did in each.
+        public var applied: [(cart: String, summary: ApplySummary)] = []
+        /// The carts that failed, with the error (the others were served all the same).
+        public var failed: [(cart: String, error: AgentError)] = []
+
+        /// One line per cart applied; the failures are said on standard error.
+        public var human: String {
+            applied.isEmpty ? "nothing to apply: no cart has records after its host's progress"
+                : applied.map { "\($0.cart): \($0.summary.human.replacingOccurrences(of: "\n", with: "\n\($0.cart): "))" }.joined(separator: "\n")
+        }
+
+        /// One JSON object per line: `{"cart":ID,…apply's --json…}`.
+        public var json: String {
+            applied.map { cart, summary in
+                var writer = JSONWriter()
+                writer.string(cart)
+                return "{\"cart\":\(writer.text),\(summary.json.dropFirst())"
+            }.joined(separator: "\n")
+        }
+    }
+
+    /// `apply` on a tree's root: the reference host, cart by cart — `apply` in each cart with
+    /// records after its host's progress (as `wait` on the root lists them). A cart that fails
+    /// is reported and the others are served.
+    public static func applyTree(root: String, lockTimeout: Double?, logger: Logger) throws(AgentError) -> TreeApplySummary {
+        var known: [Int64: UInt64] = [:]
+        var summary = TreeApplySummary()
+        for cart in try cartsWaiting(root: root, known: &known) {
+            do throws(AgentError) {
+                summary.applied.append((cart.cart, try apply(directory: "\(root)/\(cart.cart)", lockTimeout: lockTimeout, logger: logger)))
+            } catch {
+                summary.failed.append((cart.cart, error))
+            }
+        }
+        return summary
+    }
+}
