@@ -48,6 +48,10 @@ public struct CartStatus {
     let watch: WatchChoice?
     /// How the running agent watches, as it said at its start (nil: no agent runs).
     let agentWatch: WatchChoice.RunningAgent?
+    /// The agent's health (docs/spec.md §12), the tree's agent for a tree's cart.
+    let health: AgentHealth
+    /// How long the oldest event waiting in `inbox/new/` has waited, in seconds.
+    let oldestWaiting: Double?
     /// Why no agent could start with the settings of now (a bad BASKET_SYNC_WATCH_MODE), if so.
     let watchProblem: String?
     /// Why `basket-sync.json` cannot be used (file:line:column and what to do), if it cannot:
@@ -69,7 +73,9 @@ public struct CartStatus {
     }
 
     /// Reads the state of the cart `store` holds as committed now.
-    init(store: Store, configuration: AgentConfiguration, lookForAgent: Bool = false, configurationProblem: String? = nil) throws(AgentError) {
+    /// `health`: the agent's, read once for a tree's every cart (read here when `lookForAgent`).
+    init(store: Store, configuration: AgentConfiguration, lookForAgent: Bool = false, health: AgentHealth? = nil,
+         configurationProblem: String? = nil) throws(AgentError) {
         let directory = store.directory
         self.directory = directory
         self.configurationProblem = configurationProblem
@@ -83,7 +89,9 @@ public struct CartStatus {
         }
         // A cart of a tree: the tree's agent (its note is on the root's row).
         let root = store.cart == 0 ? store : store.database.rootRows
-        agentWatch = lookForAgent ? (try? store.withTransaction { () throws(AgentError) in WatchChoice.runningAgent(root) }) ?? nil : nil
+        let health = health ?? (lookForAgent ? AgentHealth.read(root) : AgentHealth(state: .none))
+        self.health = health
+        agentWatch = health.agent
         var lastLines: [Projection: [UInt8]] = [:]
         var counts: [Projection: UInt64] = [:]
         var notes: [Note: String] = [:]
@@ -140,11 +148,15 @@ public struct CartStatus {
         view = SyncStateMachine(state: state).mealzView
         hostProgress = try CartReader.hostProgress(state, store: store, directory: directory, configuration: configuration)
         do {
-            inboxWaiting = try Inbox(directory: "\(directory)/inbox").waiting().count
+            let waiting = try Inbox(directory: "\(directory)/inbox").waiting()
+            inboxWaiting = waiting.count
             inboxProblem = nil
+            let oldest = waiting.compactMap { Posix.info("\(directory)/inbox/new/\($0)", follow: false)?.changed }.min()
+            oldestWaiting = oldest.map { max(0, Date().timeIntervalSince1970 - Double($0) / 1e9) }
         } catch {
             inboxWaiting = 0
             inboxProblem = error.description
+            oldestWaiting = nil
         }
         inboxBad = Posix.listDirectory("\(directory)/inbox/bad").filter { !$0.hasSuffix(".error") }.count
         now = Date()
@@ -171,6 +183,23 @@ public struct CartStatus {
             return (false, "resolved at \(lastGoodPass): a whole pass went through since")
         }
         return (true, "still current: no whole pass has gone through since")
+    }
+
+    /// Every error that holds now, each on its own (a later one never hides another): the cart
+    /// (the last one read was rejected, or claims beyond the outbox), the inbox (unusable), the
+    /// database (behind its files), a pass (failed, no whole pass since).
+    var currentErrors: (cart: String?, inbox: String?, database: String?, pass: String?) {
+        var cartError: String?
+        if let read = lastCartRead, read.produced == "rejected" { cartError = "\(read.at) \(read.error)" }
+        if cartError == nil, let claim = state.hostClaim, claim > state.lastOutboxSeq {
+            cartError = "the cart says syncedThrough \(claim) but the outbox ends at \(state.lastOutboxSeq)"
+        }
+        let cartPath = "\(directory)/\(cart)"
+        let pass = errors.first { error in
+            error.level == "error" && !error.message.hasPrefix(cartPath + ":") && !error.message.hasPrefix("the cart says")
+                && !error.message.hasPrefix("\(directory)/inbox/")
+        }.flatMap { standing(of: $0).current ? "\($0.at) \($0.message)" : nil }
+        return (cartError, inboxProblem.map { "inbox unusable: \($0)" }, databaseBehind.first, pass)
     }
 
     /// The last error when it still holds (see ``standing(of:)``).
@@ -241,6 +270,7 @@ public struct CartStatus {
         }
         lines.append("outbox: \(counts[.outbox] ?? 0) records, notifications: \(counts[.notifications] ?? 0), payments: \(counts[.payments] ?? 0)")
         lines.append(cartLine)
+        lines.append(health.text)
         if let agentWatch {
             lines.append("watch: \(agentWatch.text)")
         } else if let watch {
@@ -251,7 +281,8 @@ public struct CartStatus {
             lines.append("watch: no agent runs; none can start: \(watchProblem)")
         }
         let taken = retentionDays.map { "\(inboxTaken) taken within the retention (\(SyncEngine.shownDays($0)))" } ?? "\(inboxTaken) taken"
-        lines.append("inbox: \(taken), \(inboxDuplicates) duplicate deliveries (acknowledged, not done again), \(inboxWaiting) waiting in new/, \(inboxBad) in bad/")
+        let oldest = oldestWaiting.map { " (the oldest for \(Int($0.rounded())) s)" } ?? ""
+        lines.append("inbox: \(taken), \(inboxDuplicates) duplicate deliveries (acknowledged, not done again), \(inboxWaiting) waiting in new/\(oldest), \(inboxBad) in bad/")
         if let inboxProblem { lines.append("inbox unusable: \(inboxProblem)") }
         if let orderUnknown { lines.append("inbox order: at \(orderUnknown.at), \(orderUnknown.message)") }
         for problem in databaseBehind { lines.append("database behind the files: \(problem)") }
@@ -386,7 +417,25 @@ public struct CartStatus {
                     cart.member("error", lastCartRead.flatMap { $0.error.isEmpty ? nil : $0.error })
                 }
             }
-            object.member("lastWholePass", lastGoodPass)
+            object.member("lastWholePass", health.lastWholePass ?? lastGoodPass)
+            // The health of docs/spec.md §12: the agent, the oldest waiting event and pending
+            // batch, every current error on its own.
+            object.member("health") { writer in
+                writer.object { object in
+                    health.write(into: &object)
+                    object.member("oldestWaitingSeconds") { $0.raw(oldestWaiting.map { AgentConfiguration.number(($0 * 10).rounded() / 10) } ?? "null") }
+                    object.member("oldestPendingAt", state.pending.map(\.at).min().map(Timestamp.text))
+                    let current = currentErrors
+                    object.member("errors") { writer in
+                        writer.object { errors in
+                            errors.member("cart", current.cart)
+                            errors.member("inbox", current.inbox)
+                            errors.member("database", current.database)
+                            errors.member("pass", current.pass)
+                        }
+                    }
+                }
+            }
         }
         writer.raw("\n")
         return writer.text

@@ -16,6 +16,8 @@ public struct StatusReport {
     let unreadable: [(id: String, error: String)]
     /// How the running agent watches the carts, as it said (nil: no agent runs).
     let agentWatch: WatchChoice.RunningAgent?
+    /// The tree agent's health (docs/spec.md §12).
+    let health: AgentHealth
     let now = Date()
 
     /// Why `basket-sync.json` cannot be used (file:line:column and what to do), if it cannot:
@@ -25,8 +27,9 @@ public struct StatusReport {
     /// Reads every cart of `directory` as committed now (read only).
     public init(directory: String) throws(AgentError) {
         guard case .treeRoot = Workspace.of(directory) else {
-            only = try CartStatus(directory: directory)
-            (root, carts, notAdopted, unreadable, agentWatch) = (directory, [], [], [], nil)
+            let only = try CartStatus(directory: directory)
+            self.only = only
+            (root, carts, notAdopted, unreadable, agentWatch, health) = (directory, [], [], [], nil, only.health)
             return
         }
         only = nil
@@ -35,7 +38,9 @@ public struct StatusReport {
         let tree = try Tree(root: root, readOnly: true)
         let known = try tree.database.withTransaction { () throws(AgentError) in try tree.database.carts() }
         let rootStore = tree.database.rootRows
-        agentWatch = (try? tree.database.withTransaction { () throws(AgentError) in WatchChoice.runningAgent(rootStore) }) ?? nil
+        let health = AgentHealth.read(rootStore)
+        self.health = health
+        agentWatch = health.agent
         var carts: [(id: String, report: CartStatus)] = []
         var notAdopted: [String] = []
         var unreadable: [(id: String, error: String)] = []
@@ -47,7 +52,7 @@ public struct StatusReport {
             }
             do {
                 let store = try tree.cartStore(id, create: false, readOnly: true)
-                carts.append((id, try CartStatus(store: store, configuration: tree.configuration)))
+                carts.append((id, try CartStatus(store: store, configuration: tree.configuration, health: health)))
             } catch {
                 // A marker that does not match: the directory was made again, not adopted yet.
                 if case .missingInput = error, Tree.refusal("\(root)/\(id)", root: root) == nil {
@@ -70,6 +75,9 @@ public struct StatusReport {
         carts.compactMap { cart in cart.report.state.pending.min { $0.at < $1.at }.map { (cart.id, $0) } }.min { $0.batch.at < $1.batch.at }
     }
 
+    /// How many carts have events waiting in `inbox/new/`.
+    private var cartsWaiting: Int { carts.filter { $0.report.inboxWaiting > 0 }.count }
+
     private var withErrors: [(id: String, error: String)] {
         carts.compactMap { cart in cart.report.currentError.map { (cart.id, $0) } } + unreadable
     }
@@ -87,7 +95,9 @@ public struct StatusReport {
             lines.append("pending batches: none")
         }
         let waiting = carts.reduce(0) { $0 + $1.report.inboxWaiting }, bad = carts.reduce(0) { $0 + $1.report.inboxBad }
-        lines.append("inbox: \(waiting) waiting in new/, \(bad) in bad/ (every cart)")
+        let oldest = carts.compactMap { $0.report.oldestWaiting }.max().map { " (the oldest for \(Int($0.rounded())) s)" } ?? ""
+        lines.append("inbox: \(waiting) waiting in new/\(oldest) in \(cartsWaiting) carts, \(bad) in bad/ (every cart)")
+        lines.append(health.text)
         let errors = withErrors
         // How the running agent sees the carts (what it said at its start), else how one started
         // now would, as the carts' file systems decide.
@@ -145,6 +155,16 @@ public struct StatusReport {
                 }
             }
             object.member("notAdopted") { writer in writer.array(notAdopted) { $0.string($1) } }
+            // The health of docs/spec.md §12 for the whole tree: the agent, and the carts summed up.
+            object.member("health") { writer in
+                writer.object { object in
+                    health.write(into: &object)
+                    object.member("cartsWithErrors", withErrors.count)
+                    object.member("cartsWaiting", cartsWaiting)
+                    object.member("cartsPending", carts.filter { !$0.report.state.pending.isEmpty }.count)
+                    object.member("oldestWaitingSeconds") { $0.raw(carts.compactMap { $0.report.oldestWaiting }.max().map { AgentConfiguration.number(($0 * 10).rounded() / 10) } ?? "null") }
+                }
+            }
             object.member("carts") { writer in
                 writer.array(self.carts) { writer, cart in
                     writer.object { line in

@@ -57,6 +57,10 @@ public final class Agent {
     var polledCarts = 0
     /// Whether the start is over: from then on the watch note follows the carts as they come and go.
     var started = false
+    /// When the heartbeat note was last written (monotonic seconds).
+    var lastBeat = -Double.infinity
+    /// When the last pass with no cart left failing went through.
+    var lastWholePass: Date?
     /// A tree's directories that could not be taken on (refused: they hold records new to the
     /// tree), watched for their marker: `init --adopt` writing it has them served.
     var waiting: [String: Watcher] = [:]
@@ -178,13 +182,17 @@ public final class Agent {
             logger.log(.info, startLine(), evenWhenQuiet: true)
         }
 
+        beat(passed: true)
         while true {
             if let fatal { throw fatal }
             let ready: [Bool]
             let polls = rootChoice.polls || polledCarts > 0
             // A cart with entries left waits for nothing: its next turn comes at once.
             let busy = carts.values.contains { $0.inboxLeft > 0 }
-            let timeout = busy ? 0 : polls ? looks.timeout(within: waitTimeout()) : waitTimeout()
+            var timeout = busy ? 0 : polls ? looks.timeout(within: waitTimeout()) : waitTimeout()
+            // The heartbeat: the one wake-up of an idle agent (once a minute).
+            let untilBeat = Int32(max(0, ((lastBeat + Agent.heartbeatSeconds - Posix.monotonicSeconds()) * 1000).rounded(.up)))
+            timeout = timeout < 0 ? untilBeat : min(timeout, untilBeat)
             do { ready = try Posix.waitReadable([inotify?.fd ?? -1, signals.fd], timeout: timeout) } catch { throw .system(error) }
             if ready[1] {
                 for signal in signals.drain() {
@@ -214,7 +222,23 @@ public final class Agent {
                     attempt(cart, .expire)
                 }
             }
+            beat(passed: ready[0] || busy)
         }
+    }
+
+    /// How often an idle agent says it is alive (`BASKET_SYNC_HEARTBEAT_SECONDS` for tests).
+    static let heartbeatSeconds: Double = Posix.environment("BASKET_SYNC_HEARTBEAT_SECONDS").flatMap(Double.init).map { max(0.05, $0) } ?? 60
+
+    /// Writes the heartbeat note when one is due: a heartbeat's time has come, or work went
+    /// through and the last note is a second old. Its failure is not the agent's (a database
+    /// busy a moment): the next one tries again.
+    func beat(passed: Bool) {
+        let now = Posix.monotonicSeconds()
+        if passed { lastWholePass = fatal == nil && !carts.values.contains { $0.retryAt != nil } ? Date() : lastWholePass }
+        guard now - lastBeat >= Agent.heartbeatSeconds || (passed && now - lastBeat >= 1) else { return }
+        lastBeat = now
+        let note = "\(Timestamp.text(Date()))\t\(Posix.processId)\t\(lastWholePass.map(Timestamp.text) ?? "")\t\(AgentConfiguration.number(Agent.heartbeatSeconds))"
+        _ = try? database.withTransaction { () throws(AgentError) in try database.rootRows.setNote(.heartbeat, note) }
     }
 
     /// A sync directory's start: its inbox folders, how it is seen, its one cart served.

@@ -1,0 +1,115 @@
+import Foundation
+import Testing
+
+/// docs/spec.md §12: `status` says whether the agent is alive and making progress — its
+/// heartbeat, a stopped process, a stale heartbeat — the oldest waiting event, and every current
+/// error on its own.
+@Suite struct HealthTests {
+    func health(_ directory: String) throws -> [String: Any] {
+        let status = try basketSync(["-C", directory, "status", "--json"])
+        let report = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any]
+        return report?["health"] as? [String: Any] ?? [:]
+    }
+
+    /// A running agent beats; SIGSTOPped, it is reported stopped at once, and running again once
+    /// continued.
+    @Test func aStoppedAgentIsReportedStopped() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        let agent = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_HEARTBEAT_SECONDS": "1"])
+        try await agent.waitUntilWatching()
+        try await eventually("the agent's heartbeat is seen") { try health(playground.path)["heartbeatAt"] as? String != nil }
+        let running = try health(playground.path)
+        #expect(running["agentState"] as? String == "running" && running["agentPid"] as? Int == Int(agent.process.processIdentifier), "\(running)")
+        #expect(running["lastWholePass"] as? String != nil, "\(running)")
+        kill(agent.process.processIdentifier, SIGSTOP)
+        defer { kill(agent.process.processIdentifier, SIGCONT) }
+        try await eventually("the process shows stopped") { AgentStateLetter.of(agent.process.processIdentifier) == "T" }
+        #expect(try health(playground.path)["agentState"] as? String == "stopped")
+        let human = try basketSync(["-C", playground.path, "status"])
+        #expect(human.stdout.contains("agent: STOPPED (pid \(agent.process.processIdentifier) is stopped"), "\(human.stdout)")
+        kill(agent.process.processIdentifier, SIGCONT)
+        try await eventually("running again") { try health(playground.path)["agentState"] as? String == "running" }
+        #expect(agent.stop() == 0)
+        #expect(try health(playground.path)["agentState"] as? String == "none")
+    }
+
+    /// An agent that cannot write its heartbeat (a process holds the database's write lock) is
+    /// reported stuck once its heartbeat is older than two intervals, and running once it beats
+    /// again.
+    @Test func anAgentWithoutASignOfLifeIsReportedStuck() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        let agent = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_HEARTBEAT_SECONDS": "1"])
+        try await agent.waitUntilWatching()
+        try await eventually("the agent's heartbeat is seen") { try health(playground.path)["heartbeatAt"] as? String != nil }
+        // The write lock held until `release` exists.
+        let release = playground.path + "/release"
+        defer { _ = FileManager.default.createFile(atPath: release, contents: nil) }
+        let holder = Child()
+        holder.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        holder.arguments = ["python3", "-c", """
+            import os, sqlite3, sys, time
+            db = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=60)
+            db.execute("BEGIN IMMEDIATE")
+            open(sys.argv[2] + ".held", "w").close()
+            for _ in range(60000):
+                if os.path.exists(sys.argv[2]): break
+                time.sleep(0.01)
+            db.execute("ROLLBACK")
+            """, playground.path + "/.basket-sync/state.db", release]
+        try holder.run()
+        try await eventually("the lock is held") { FileManager.default.fileExists(atPath: release + ".held") }
+        try await eventually("the agent is reported stuck", timeout: 60) { try health(playground.path)["agentState"] as? String == "stuck" }
+        let human = try basketSync(["-C", playground.path, "status"])
+        #expect(human.stdout.contains("agent: STUCK? pid \(agent.process.processIdentifier)"), "\(human.stdout)")
+        _ = FileManager.default.createFile(atPath: release, contents: nil)
+        holder.waitUntilExit()
+        try await eventually("running again", timeout: 60) { try health(playground.path)["agentState"] as? String == "running" }
+        #expect(agent.stop() == 0)
+    }
+
+    /// Every current error on its own: a rejected cart stays said when a bad event comes later;
+    /// the oldest waiting event's age is given.
+    @Test func everyCurrentErrorIsSaidOnItsOwn() throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.write("cart.json", "{")
+        _ = try basketSync(["-C", playground.path, "sync"])
+        try playground.write("inbox/new/1.bad", "not json")
+        _ = try basketSync(["-C", playground.path, "sync"])
+        let errors = try health(playground.path)["errors"] as? [String: Any]
+        #expect((errors?["cart"] as? String)?.contains("cart.json") == true, "the cart's error is not hidden by the bad event: \(String(describing: errors))")
+        #expect(errors?["database"] is NSNull && errors?["inbox"] is NSNull, "\(String(describing: errors))")
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        let waiting = try health(playground.path)["oldestWaitingSeconds"] as? Double
+        #expect(waiting != nil && waiting! >= 0, "an event waits in new/")
+    }
+
+    /// On a tree's root: the agent's health, and the carts summed up; each cart's report names
+    /// the running agent.
+    @Test func aTreeSaysItsAgentsHealthAndEachCartNamesIt() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init", "--tree"]).status == 0)
+        #expect(try basketSync(["-C", playground.path + "/a", "push", "A=+1"]).status == 0)
+        let agent = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_HEARTBEAT_SECONDS": "1"])
+        try await agent.waitUntilWatching()
+        try await eventually("the tree's heartbeat is seen") { try health(playground.path)["agentState"] as? String == "running" }
+        let root = try health(playground.path)
+        #expect(root["cartsWithErrors"] as? Int == 0 && root["cartsWaiting"] as? Int == 0, "\(root)")
+        let status = try basketSync(["-C", playground.path, "status", "--json"])
+        let report = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any]
+        let cart = ((report?["carts"] as? [[String: Any]])?.first?["status"] as? [String: Any])
+        #expect(((cart?["watch"] as? [String: Any])?["agent"] as? [String: Any])?["pid"] as? Int == Int(agent.process.processIdentifier), "\(String(describing: cart?["watch"]))")
+        #expect((cart?["health"] as? [String: Any])?["agentState"] as? String == "running")
+        #expect(agent.stop() == 0)
+    }
+}
+
+/// The state letter of a process in /proc (R, S, T…).
+enum AgentStateLetter {
+    static func of(_ pid: Int32) -> Character? {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = text.lastIndex(of: ")") else { return nil }
+        return text[text.index(after: close)...].first { $0 != " " }
+    }
+}
