@@ -47,6 +47,9 @@ public struct AgentConfiguration: Equatable, Sendable {
 
     /// How the agent learns of changes: inotify, polling, or chosen by the file system.
     public var watch = Watching()
+    /// Where the agent writes its metrics for Prometheus (node_exporter's textfile format),
+    /// relative to the sync directory or absolute; nil: none written.
+    public var metrics: String?
 
     /// How `watch` sees changes (docs/spec.md §10).
     public struct Watching: Equatable, Sendable {
@@ -226,6 +229,16 @@ public struct AgentConfiguration: Equatable, Sendable {
                     default: throw fail(value.offset, "unknown key \(JSONWriter.quoted("watch." + name)); the keys are mode and pollIntervalMs")
                     }
                 }
+            case "metrics":
+                if case .null = node.value {
+                    configuration.metrics = nil
+                } else {
+                    let path = try string(node, key)
+                    guard path.hasSuffix(".prom"), !path.split(separator: "/").contains("..") else {
+                        throw fail(node.offset, "\"metrics\" must be a file path ending in .prom (node_exporter's textfile collector reads those), without .., such as \"/var/lib/prometheus/node-exporter/basket-sync.prom\", or null")
+                    }
+                    configuration.metrics = path
+                }
             default:
                 throw fail(node.offset, "unknown setting \(JSONWriter.quoted(key)); see the comments that basket-sync init writes")
             }
@@ -292,7 +305,12 @@ public struct AgentConfiguration: Equatable, Sendable {
               // How the agent sees changes: "inotify"; "poll" (looks every pollIntervalMs: the cart,
               // inbox/new/, the commits); "auto": inotify, but polling where inotify cannot see
               // other machines' writes (NFS, SMB/CIFS, FUSE, 9p, Ceph…). watch --poll[=MS] forces polling.
-              "watch": { "mode": \(quoted(watch.mode.rawValue)), "pollIntervalMs": \(watch.pollIntervalMs) }
+              "watch": { "mode": \(quoted(watch.mode.rawValue)), "pollIntervalMs": \(watch.pollIntervalMs) },
+
+              // Metrics for Prometheus: the agent writes them in node_exporter's textfile format
+              // (replaced whole, atomically) after passes (at most every 5 s) and with its heartbeat.
+              // null: none; or a path ending in .prom, such as "/var/lib/prometheus/node-exporter/basket-sync.prom".
+              "metrics": \(metrics.map(quoted) ?? "null")
             }
 
             """

@@ -16,6 +16,7 @@ enum Help {
           sync      one pass for cron: take the cart, the inbox and expired windows, then exit
           push      drop a Mealz event into the inbox (the sandbox's "Mealz")
           status    the state at a glance (--json for scripts)
+          metrics   the metrics, in Prometheus's text format
           apply     the reference host: apply the outbox to cart.json, atomically
           payment-started   record that a payment started (best-effort)
           handle-payment    record a payment once per order, then run a completion
@@ -308,6 +309,23 @@ enum Help {
 
                 example:
                   while basket-sync wait >/dev/null; do basket-sync apply || exit; done
+
+                """
+        case "metrics":
+            return """
+                usage: basket-sync [-C DIR] metrics
+
+                Prints the metrics of the sync directory (or of a tree: summed over its carts) in
+                Prometheus's text format, as the agent writes them to "metrics" in basket-sync.json
+                for node_exporter's textfile collector: counters (records per file, updateBasket
+                batches, notifications, settled, rolled back, late echoes, ignored, payments by
+                status, duplicate payments, acknowledgement anomalies) and gauges (bad events,
+                current errors, pending batches, waiting events and the oldest one's age, the
+                agent up and its state, its last whole pass; on a tree, carts by state). Every
+                sample carries directory="…". It only reads.
+
+                example:
+                  basket-sync -C /srv/shop metrics | grep basket_sync_agent_up
 
                 """
         case "lock":

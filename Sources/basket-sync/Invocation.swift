@@ -12,6 +12,7 @@ struct Invocation {
         case sync(noSynchronizer: Bool, json: Bool)
         case push(kind: Commands.PushKind, products: [RetailerProduct], id: String?)
         case status(json: Bool)
+        case metrics
         case apply(json: Bool, timeout: Double?)
         case lock(timeout: Double?, command: [String])
         case paymentStarted(total: Money, orderId: String?, products: String?, json: Bool)
@@ -27,7 +28,7 @@ struct Invocation {
     var directory: String?
     var command: Command
 
-    static let commands = ["init", "watch", "sync", "push", "status", "apply", "payment-started", "handle-payment", "set-store", "validate", "wait", "lock", "check-host", "completion", "man"]
+    static let commands = ["init", "watch", "sync", "push", "status", "metrics", "apply", "payment-started", "handle-payment", "set-store", "validate", "wait", "lock", "check-host", "completion", "man"]
 
     /// Parses `basket-sync [-C DIR] COMMAND [OPTIONS]`; `--` ends the options.
     init(arguments: ArraySlice<String>) throws(AgentError) {
@@ -166,6 +167,9 @@ struct Invocation {
                 after = seq
             }
             command = .wait(after: after, timeout: try Invocation.seconds(timeoutText))
+        case "metrics":
+            try options.finish()
+            command = .metrics
         case "apply":
             let json = options.flag("--json")
             let timeout = try Invocation.seconds(options.value("--timeout")) ?? 30

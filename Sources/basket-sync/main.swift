@@ -70,6 +70,8 @@ func run() throws(AgentError) -> Int32 {
             emit("basket-sync: \(problem)", to: .error)
             return 78
         }
+    case .metrics:
+        emit(Metrics.text(try StatusReport(directory: directory)))
     case let .apply(json, timeout) where Workspace.of(directory) == .treeRoot:
         let summary = try Commands.applyTree(root: directory, lockTimeout: timeout, logger: try logger(for: directory))
         if !summary.applied.isEmpty || !json { emit(json ? summary.json : summary.human) }

@@ -61,6 +61,9 @@ public final class Agent {
     var lastBeat = -Double.infinity
     /// When the last pass with no cart left failing went through.
     var lastWholePass: Date?
+    /// When the metrics file was last written (monotonic seconds), and whether that failed.
+    var lastMetrics = -Double.infinity
+    var metricsFailing = false
     /// A tree's directories that could not be taken on (refused: they hold records new to the
     /// tree), watched for their marker: `init --adopt` writing it has them served.
     var waiting: [String: Watcher] = [:]
@@ -226,6 +229,18 @@ public final class Agent {
         }
     }
 
+    /// Writes the metrics file (docs/spec.md §12); a failure is logged once until it works again.
+    func writeMetrics(_ path: String, at now: Double) {
+        lastMetrics = now
+        do throws(AgentError) {
+            try Metrics.write(directory: root, to: path)
+            metricsFailing = false
+        } catch {
+            if !metricsFailing { logger.log(.warning, "metrics: \(error.description); the agent goes on, and tries again with its next heartbeat") }
+            metricsFailing = true
+        }
+    }
+
     /// How often an idle agent says it is alive (`BASKET_SYNC_HEARTBEAT_SECONDS` for tests).
     static let heartbeatSeconds: Double = Posix.environment("BASKET_SYNC_HEARTBEAT_SECONDS").flatMap(Double.init).map { max(0.05, $0) } ?? 60
 
@@ -236,7 +251,9 @@ public final class Agent {
         let now = Posix.monotonicSeconds()
         if passed { lastWholePass = fatal == nil && !carts.values.contains { $0.retryAt != nil } ? Date() : lastWholePass }
         guard now - lastBeat >= Agent.heartbeatSeconds || (passed && now - lastBeat >= 1) else { return }
+        let idle = now - lastBeat >= Agent.heartbeatSeconds
         lastBeat = now
+        defer { if let metrics = configuration.metrics, idle || now - lastMetrics >= 5 { writeMetrics(metrics, at: now) } }
         let note = "\(Timestamp.text(Date()))\t\(Posix.processId)\t\(lastWholePass.map(Timestamp.text) ?? "")\t\(AgentConfiguration.number(Agent.heartbeatSeconds))"
         _ = try? database.withTransaction { () throws(AgentError) in try database.rootRows.setNote(.heartbeat, note) }
     }

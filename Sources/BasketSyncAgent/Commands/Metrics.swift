@@ -1,0 +1,96 @@
+import BasketSync
+import BasketSyncWire
+
+/// Metrics for Prometheus, the Unix way (docs/spec.md §12): node_exporter's textfile format, made
+/// from what `status` reads — counters summed over the carts, gauges of now. `basket-sync
+/// metrics` prints them; the agent writes them to `"metrics"` (replaced whole, atomically).
+public enum Metrics {
+    /// One metric family: its name, type, help, and samples (labels, value).
+    struct Family {
+        var name: String
+        var type: String
+        var help: String
+        var samples: [(labels: [(String, String)], value: Double)]
+    }
+
+    /// The exposition of `report`.
+    public static func text(_ report: StatusReport) -> String {
+        let directory = report.only?.directory ?? report.root
+        let carts = report.only.map { [$0] } ?? report.carts.map(\.report)
+        func sum(_ value: (CartStatus) -> UInt64) -> Double { Double(carts.reduce(UInt64(0)) { $0 + value($1) }) }
+        func counter(_ name: String, _ help: String, _ value: (CartStatus) -> UInt64) -> Family {
+            Family(name: "basket_sync_\(name)_total", type: "counter", help: help, samples: [([], sum(value))])
+        }
+        let health = report.health
+        let errors = carts.reduce(0) { total, cart in
+            let current = cart.currentErrors
+            return total + [current.cart, current.inbox, current.database, current.pass].compactMap { $0 }.count
+        } + report.unreadable.count
+        var families: [Family] = [
+            Family(name: "basket_sync_records_total", type: "counter", help: "Records written, per JSON Lines file (their last seq, summed over the carts).",
+                   samples: Projection.allCases.map { projection in ([("file", projection.fileName)], sum { $0.counts[projection] ?? 0 }) }),
+            counter("update_baskets", "updateBasket batches pushed to the host.") { $0.state.counters.updateBaskets },
+            counter("notifications", "Notifications of the host's cart sent to Mealz.") { $0.state.counters.notifications },
+            counter("settled", "Batches settled (acknowledged or echoed by the host).") { $0.state.counters.settled },
+            counter("rolled_back", "Batches rolled back: not echoed within the pending window.") { $0.state.counters.rolledBack },
+            counter("late_echoes", "Batches echoed after their window.") { $0.state.counters.lateEchoes },
+            counter("ignored", "Mealz deltas ignored: no synchronizer registered.") { $0.state.counters.ignored },
+            Family(name: "basket_sync_payments_total", type: "counter", help: "Payments recorded, by status.",
+                   samples: [([("status", "recorded")], sum { $0.state.counters.paymentsRecorded }), ([("status", "skipped")], sum { $0.state.counters.paymentsSkipped })]),
+            counter("duplicate_payments", "Payment retries of an order already recorded.") { $0.state.counters.duplicatePayments },
+            Family(name: "basket_sync_acknowledgement_anomalies_total", type: "counter", help: "A cart's syncedThrough that acknowledged nothing or went back, by kind.",
+                   samples: [([("kind", "beyond_outbox")], sum { $0.state.counters.acknowledgementsBeyondOutbox }),
+                             ([("kind", "went_back")], sum { $0.state.counters.acknowledgementsWentBack }),
+                             ([("kind", "late")], sum { $0.state.counters.lateAcknowledgements })]),
+            Family(name: "basket_sync_bad_events", type: "gauge", help: "Inbox events set aside in inbox/bad/.", samples: [([], Double(carts.reduce(0) { $0 + $1.inboxBad }))]),
+            Family(name: "basket_sync_errors", type: "gauge", help: "Errors that hold now (cart, inbox, database, pass; a cart that cannot be read).", samples: [([], Double(errors))]),
+            Family(name: "basket_sync_pending_batches", type: "gauge", help: "Batches pending: sent to the host, not settled.", samples: [([], Double(carts.reduce(0) { $0 + $1.state.pending.count }))]),
+            Family(name: "basket_sync_waiting_events", type: "gauge", help: "Events waiting in inbox/new/.", samples: [([], Double(carts.reduce(0) { $0 + $1.inboxWaiting }))]),
+            Family(name: "basket_sync_oldest_waiting_event_age_seconds", type: "gauge", help: "How long the oldest event waiting in inbox/new/ has waited (0: none waits).",
+                   samples: [([], carts.compactMap(\.oldestWaiting).max() ?? 0)]),
+            Family(name: "basket_sync_agent_up", type: "gauge", help: "1 when an agent runs and gave a sign of life within two heartbeats, else 0.",
+                   samples: [([], health.state == .running ? 1 : 0)]),
+            Family(name: "basket_sync_agent_state", type: "gauge", help: "The agent's state: 1 for the one it is in.",
+                   samples: [AgentHealth.State.running, .stopped, .stuck, .none].map { ([("state", $0.rawValue)], health.state == $0 ? 1 : 0) }),
+        ]
+        if let at = health.lastWholePass.flatMap(Timestamp.date) {
+            families.append(Family(name: "basket_sync_last_whole_pass_timestamp_seconds", type: "gauge", help: "When the agent's last pass with no cart failing went through (Unix time).",
+                                   samples: [([], at.timeIntervalSince1970)]))
+        }
+        if report.only == nil {
+            families.append(Family(name: "basket_sync_carts", type: "gauge", help: "Carts of the tree, by state (a cart may be in several).",
+                                   samples: [([("state", "all")], Double(report.carts.count)),
+                                             ([("state", "with_errors")], Double(carts.filter { c in let e = c.currentErrors; return e.cart ?? e.inbox ?? e.database ?? e.pass != nil }.count + report.unreadable.count)),
+                                             ([("state", "waiting")], Double(carts.filter { $0.inboxWaiting > 0 }.count)),
+                                             ([("state", "pending")], Double(carts.filter { !$0.state.pending.isEmpty }.count)),
+                                             ([("state", "not_adopted")], Double(report.notAdopted.count))]))
+        }
+        var lines: [String] = []
+        for family in families {
+            lines.append("# HELP \(family.name) \(family.help)")
+            lines.append("# TYPE \(family.name) \(family.type)")
+            for sample in family.samples {
+                let labels = ([("directory", directory)] + sample.labels).map { "\($0.0)=\"\(escaped($0.1))\"" }.joined(separator: ",")
+                lines.append("\(family.name){\(labels)} \(number(sample.value))")
+            }
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// A label value as the format writes it: backslash, double quote and newline escaped.
+    static func escaped(_ value: String) -> String {
+        value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"").replacingOccurrences(of: "\n", with: "\\n")
+    }
+
+    static func number(_ value: Double) -> String {
+        value.rounded() == value && abs(value) < 1e15 ? String(Int64(value)) : String(value)
+    }
+
+    /// Writes the metrics of `directory` to `path` (relative to `directory`, or absolute): a temp
+    /// file beside it renamed over it, so that the collector never reads half a file.
+    public static func write(directory: String, to path: String) throws(AgentError) {
+        let report = try StatusReport(directory: directory)
+        let target = path.hasPrefix("/") ? path : "\(directory)/\(path)"
+        do { try Posix.writeFileAtomically(target, Array(text(report).utf8), mode: 0o644) } catch { throw .system(error) }
+    }
+}

@@ -1,0 +1,83 @@
+import Foundation
+import Testing
+
+/// docs/spec.md §12: metrics in Prometheus's text format — `basket-sync metrics`, and the file the
+/// agent keeps at `"metrics"` — read back by a real parser (the Python client's, Debian's
+/// python3-prometheus-client).
+@Suite struct MetricsTests {
+    /// The samples of an exposition as `name{labels}` → value, through the real parser; the
+    /// parser's refusal fails the test.
+    func parsed(_ text: String) throws -> [String: Double] {
+        let input = FileManager.default.temporaryDirectory.appendingPathComponent("metrics-\(UUID().uuidString).prom")
+        try Data(text.utf8).write(to: input)
+        defer { try? FileManager.default.removeItem(at: input) }
+        let run = try basketSync(["-c", """
+            import sys
+            from prometheus_client.parser import text_string_to_metric_families
+            for family in text_string_to_metric_families(open(sys.argv[1]).read()):
+                for sample in family.samples:
+                    labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()) if k != "directory")
+                    print(f"{sample.name}{{{labels}}} {sample.value}")
+            """, input.path], executable: "/usr/bin/python3")
+        #expect(run.status == 0, "the exposition parses: \(run.stderr)\n\(text)")
+        var samples: [String: Double] = [:]
+        for line in run.stdout.split(separator: "\n") {
+            let parts = line.split(separator: " ")
+            if parts.count == 2 { samples[String(parts[0])] = Double(parts[1]) }
+        }
+        return samples
+    }
+
+    @Test func theMetricsCommandPrintsWhatStatusCounts() throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "set-store", "s-1", "--mode", "retailer"]).status == 0)
+        try playground.write("cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        #expect(try basketSync(["-C", playground.path, "push", "A=+2"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "push", "B=+1"]).status == 0)
+        try playground.write("inbox/new/1.bad", "{")
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "handle-payment", "--total", "3", "--order-id", "o-1"]).status == 0)
+        let run = try basketSync(["-C", playground.path, "metrics"])
+        #expect(run.status == 0, "\(run.stderr)")
+        let samples = try parsed(run.stdout)
+        #expect(samples["basket_sync_records_total{file=outbox.jsonl}"] == 2, "\(samples)")
+        #expect(samples["basket_sync_update_baskets_total{}"] == 2)
+        #expect(samples["basket_sync_payments_total{status=recorded}"] == 1 || samples["basket_sync_payments_total{status=skipped}"] == 1)
+        #expect(samples["basket_sync_pending_batches{}"] == 2)
+        #expect(samples["basket_sync_bad_events{}"] == 1)
+        #expect(samples["basket_sync_agent_up{}"] == 0 && samples["basket_sync_agent_state{state=none}"] == 1)
+        #expect(run.stdout.contains("directory=\"\(playground.path)\""))
+        // A tree: summed over its carts, and its carts by state.
+        let other = try Playground()
+        let tree = other.path + "/tree"
+        #expect(try basketSync(["-C", tree, "init", "--tree"]).status == 0)
+        for id in ["a", "b"] { #expect(try basketSync(["-C", tree + "/" + id, "push", "A=+1"]).status == 0) }
+        #expect(try basketSync(["-C", tree, "sync"]).status == 0)
+        let treeSamples = try parsed(try basketSync(["-C", tree, "metrics"]).stdout)
+        #expect(treeSamples["basket_sync_records_total{file=outbox.jsonl}"] == 2 && treeSamples["basket_sync_carts{state=all}"] == 2, "\(treeSamples)")
+    }
+
+    /// The agent keeps the file at `"metrics"` up to date, replaced whole: it parses whenever read.
+    @Test func theAgentKeepsTheMetricsFile() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try FileManager.default.createDirectory(atPath: playground.path + "/collector", withIntermediateDirectories: false)
+        try playground.write("basket-sync.json", "{\"metrics\": \"collector/basket-sync.prom\"}")
+        let agent = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_HEARTBEAT_SECONDS": "0.2"])
+        try await agent.waitUntilWatching()
+        try await eventually("the agent writes its metrics, up") {
+            (try? parsed(playground.read("collector/basket-sync.prom")))?["basket_sync_agent_up{}"] == 1
+        }
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        try await eventually("the record is counted") {
+            (try? parsed(playground.read("collector/basket-sync.prom")))?["basket_sync_records_total{file=outbox.jsonl}"] == 1
+        }
+        #expect(playground.names("collector") == ["basket-sync.prom"], "no temp file left: \(playground.names("collector"))")
+        #expect(agent.stop() == 0)
+        let bad = try basketSync(["-C", playground.path, "validate", "basket-sync.json"])
+        #expect(bad.status == 0, "\(bad)")
+        try playground.write("basket-sync.json", "{\"metrics\": \"../x.txt\"}")
+        #expect(try basketSync(["-C", playground.path, "status"]).status == 78)
+    }
+}
