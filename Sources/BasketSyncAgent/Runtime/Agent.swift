@@ -183,6 +183,8 @@ public final class Agent {
             recordWatch()
             started = true
             logger.log(.info, startLine(), evenWhenQuiet: true)
+            // systemd (Type=notify): ready once the start pass is over.
+            SystemdNotify.send("READY=1\nSTATUS=\(startLine())")
         }
 
         beat(passed: true)
@@ -203,6 +205,7 @@ public final class Agent {
                     case .hangup: reload()
                     case .interrupt, .terminate:
                         logger.log(.info, "stopping on signal \(signal.number)")
+                        SystemdNotify.send("STOPPING=1")
                         return
                     }
                 }
@@ -241,8 +244,12 @@ public final class Agent {
         }
     }
 
-    /// How often an idle agent says it is alive (`BASKET_SYNC_HEARTBEAT_SECONDS` for tests).
-    static let heartbeatSeconds: Double = Posix.environment("BASKET_SYNC_HEARTBEAT_SECONDS").flatMap(Double.init).map { max(0.05, $0) } ?? 60
+    /// How often an idle agent says it is alive: once a minute, or half the systemd watchdog's
+    /// interval when that is shorter (`BASKET_SYNC_HEARTBEAT_SECONDS` for tests).
+    static let heartbeatSeconds: Double = {
+        let chosen = Posix.environment("BASKET_SYNC_HEARTBEAT_SECONDS").flatMap(Double.init).map { max(0.05, $0) } ?? 60
+        return SystemdNotify.watchdogSeconds.map { min(chosen, max(0.05, $0 / 2)) } ?? chosen
+    }()
 
     /// Writes the heartbeat note when one is due: a heartbeat's time has come, or work went
     /// through and the last note is a second old. Its failure is not the agent's (a database
@@ -253,6 +260,8 @@ public final class Agent {
         guard now - lastBeat >= Agent.heartbeatSeconds || (passed && now - lastBeat >= 1) else { return }
         let idle = now - lastBeat >= Agent.heartbeatSeconds
         lastBeat = now
+        // The systemd watchdog is pinged with the heartbeat: an agent stuck in a step is restarted.
+        SystemdNotify.send("WATCHDOG=1")
         defer { if let metrics = configuration.metrics, idle || now - lastMetrics >= 5 { writeMetrics(metrics, at: now) } }
         let note = "\(Timestamp.text(Date()))\t\(Posix.processId)\t\(lastWholePass.map(Timestamp.text) ?? "")\t\(AgentConfiguration.number(Agent.heartbeatSeconds))"
         _ = try? database.withTransaction { () throws(AgentError) in try database.rootRows.setNote(.heartbeat, note) }
