@@ -89,6 +89,10 @@ func run() throws(AgentError) -> Int32 {
         let outcome = try Commands.handlePayment(directory: directory, total: total, orderId: orderId, productsFile: products, then: then,
                                                  completionOutputToError: json, logger: try logger(for: directory))
         emit(json ? outcome.json : outcome.human)
+        if case let .couldNotStart(reason) = outcome.completion {
+            emit("basket-sync: cannot run the completion \(reason)", to: .error)
+            return 66
+        }
         if case let .ran(status) = outcome.completion, status != 0 {
             emit("basket-sync: the completion \(then[0]) exited with status \(status); the payment stays recorded, and a retry of handle-payment runs the completion again", to: .error)
             return status

@@ -103,6 +103,19 @@ import Testing
         #expect(run.stdout.hasSuffix("/cart.json.lock\n"), "\(run.stdout)")
     }
 
+    /// A process that `lock -- CMD` left running keeps the lock (it inherited descriptor 3): a
+    /// timeout names that live process, not the `lock` that took it and is gone.
+    @Test func aTimeoutNamesTheLiveHolder() async throws {
+        let playground = try directoryWithARecordToApply()
+        let pidFile = playground.path + "/left.pid"
+        let left = try basketSync(["-C", playground.path, "lock", "--", "/bin/sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $! > \"$0\"", pidFile])
+        #expect(left.status == 0, "\(left)")
+        let pid = Int32(playground.read("left.pid").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        defer { kill(pid, SIGKILL) }
+        let late = try basketSync(["-C", playground.path, "lock", "--timeout", "0.2", "--", "true"])
+        #expect(late.status == 75 && late.stderr.contains("held by process \(pid)"), "the left process \(pid): \(late.stderr)")
+    }
+
     /// The lock file is a regular file made by basket-sync: a link, a FIFO or a folder in its
     /// place is refused (73) and never followed; the lock of a tree is one cart's.
     @Test func theLockFileIsARegularFileOrRefused() throws {

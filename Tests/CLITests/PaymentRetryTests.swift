@@ -215,6 +215,23 @@ import Testing
         #expect(plain.stdout.contains("cleared"), "\(plain)")
     }
 
+    /// A completion that cannot be started (missing, not executable): the payment is recorded
+    /// all the same and said, in JSON too, and the command exits 66; a retry says it again.
+    @Test func aCompletionThatCannotStartIsSaidAndThePaymentKept() throws {
+        let playground = try paidReadyDirectory()
+        try playground.write("not-executable", "#!/bin/sh\n")
+        for (attempt, program) in [(1, "/nonexistent/program"), (2, playground.path + "/not-executable")] {
+            let run = try run(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--json", "--then", program])
+            #expect(run.status == 66, "\(run)")
+            let answer = try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any]
+            #expect(answer?["duplicate"] as? Bool == (attempt == 2) && answer?["seq"] as? Int == 1, "\(run.stdout)")
+            let reason = (answer?["completion"] as? [String: Any])?["error"] as? String ?? ""
+            #expect(reason.contains(attempt == 1 ? "no such program" : "not executable"), "\(reason)")
+            #expect(run.stderr.contains("cannot run the completion"), "\(run.stderr)")
+        }
+        #expect(playground.records("payments.jsonl").filter { $0["type"] as? String == "handlePayment" }.count == 1)
+    }
+
     /// The cart is taken first with --products too: Mealz's line that the cart on disk shows
     /// applied (acknowledged, not yet taken by a pass) is Mealz's in the payment.
     @Test func theCartIsTakenFirstWhenProductsAreGiven() throws {

@@ -42,6 +42,9 @@ extension Commands {
             case ran(status: Int32)
             /// It finished successfully before, at this time: not run again.
             case finishedBefore(at: String)
+            /// It could not be started (no such program, not executable): the payment stays
+            /// recorded, and a retry runs it.
+            case couldNotStart(reason: String)
         }
 
         /// The record made now, or for a duplicate the one recorded before (nil when the
@@ -69,6 +72,8 @@ extension Commands {
                 lines.append("its completion finished at \(at): not run again (it may clear a cart filled since)")
             case let .ran(status) where duplicate:
                 lines.append("its completion had never exited 0: run again, exit status \(status)")
+            case let .couldNotStart(reason):
+                lines.append("its completion could not be started: \(reason)")
             default:
                 break
             }
@@ -91,6 +96,8 @@ extension Commands {
                         writer.object { $0.member("ran", true); $0.member("status", Int(status)) }
                     case let .finishedBefore(at):
                         writer.object { $0.member("ran", false); $0.member("finishedAt", at) }
+                    case let .couldNotStart(reason):
+                        writer.object { $0.member("ran", false); $0.member("error", reason) }
                     }
                 }
             }
@@ -201,8 +208,10 @@ extension Commands {
             outcome.completion = .finishedBefore(at: finished)
             return outcome
         }
-        guard Posix.isRunnable(then[0]) else {
-            throw .missingInput("cannot run the completion \(then[0]): no such program; give a command on the PATH or a path to one (with -C, a relative path is relative to the sync directory); the payment stays recorded, and a retry runs the completion")
+        if let problem = Posix.whyNotRunnable(then[0]) {
+            // The payment is recorded all the same (the money moved): said, and the retry runs it.
+            outcome.completion = .couldNotStart(reason: "\(then[0]): \(problem); give a command on the PATH or a path to an executable file (with -C, a relative path is relative to the sync directory); the payment stays recorded, and a retry runs the completion")
+            return outcome
         }
         try engine.store.withTransaction { () throws(AgentError) in try engine.store.markUnfinished(orderId: orderId, at: Date()) }
         // The completion runs under a supervisor (this program again) that records its outcome

@@ -86,10 +86,25 @@ public enum CartLock {
         holders.isEmpty ? "" : " by " + holders.map { "process \($0)" }.joined(separator: ", ")
     }
 
-    /// The processes `/proc/locks` names as holding a `flock` on the file open as `fd`.
+    /// The live processes holding the lock on the file open as `fd`: those with a descriptor on
+    /// the file (a `flock` belongs to the open file, which a child inherits: `/proc/locks` names
+    /// only the process that took it, which may be gone), among those `/proc` lets this process
+    /// see; the one `/proc/locks` names when none is seen so.
     static func holders(of fd: Int32) -> [Int32] {
-        guard let info = try? Posix.fileInfo(fd, path: ""),
-              let text = try? Posix.readFileAndInfo("/proc/locks", limit: 1 << 22, follow: true)?.bytes else { return [] }
+        guard let info = try? Posix.fileInfo(fd, path: "") else { return [] }
+        let me = Posix.processId
+        var holding: [Int32] = []
+        for entry in Posix.listDirectory("/proc") {
+            guard let pid = Int32(entry), pid != me else { continue }
+            for descriptor in Posix.listDirectory("/proc/\(pid)/fd") {
+                if let target = Posix.info("/proc/\(pid)/fd/\(descriptor)", follow: true), target.device == info.device, target.inode == info.inode {
+                    holding.append(pid)
+                    break
+                }
+            }
+        }
+        if !holding.isEmpty { return holding.sorted() }
+        guard let text = try? Posix.readFileAndInfo("/proc/locks", limit: 1 << 22, follow: true)?.bytes else { return [] }
         let file = ":\(info.inode)"
         return String(decoding: text, as: UTF8.self).split(separator: "\n").compactMap { line in
             let fields = line.split(separator: " ")

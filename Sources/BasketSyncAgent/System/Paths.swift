@@ -253,17 +253,27 @@ extension Posix {
 
     /// Whether `command` names a program this process may run: a path (with a slash) to an
     /// executable regular file, or a name found so on the `PATH`, as `posix_spawnp` searches it.
-    package static func isRunnable(_ command: String) -> Bool {
-        func executable(_ path: String) -> Bool {
+    package static func isRunnable(_ command: String) -> Bool { whyNotRunnable(command) == nil }
+
+    /// Why `command` cannot be run ("no such program", "not executable", "a directory"), or nil
+    /// when it can.
+    package static func whyNotRunnable(_ command: String) -> String? {
+        func problem(_ path: String) -> String? {
             var info = stat()
-            return stat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFREG && access(path, X_OK) == 0
+            guard stat(path, &info) == 0 else { return "no such program" }
+            guard info.st_mode & S_IFMT == S_IFREG else { return "not a program (\(FileInfo(info).kind.name))" }
+            return access(path, X_OK) == 0 ? nil : "not executable (chmod +x it)"
         }
-        if command.contains("/") { return executable(command) }
-        guard !command.isEmpty else { return false }
+        if command.contains("/") { return problem(command) }
+        guard !command.isEmpty else { return "no such program" }
         let path = environment("PATH") ?? "/bin:/usr/bin"
-        return path.split(separator: ":", omittingEmptySubsequences: false).contains { folder in
-            executable("\(folder.isEmpty ? "." : String(folder))/\(command)")
+        var found: String?
+        for folder in path.split(separator: ":", omittingEmptySubsequences: false) {
+            let candidate = "\(folder.isEmpty ? "." : String(folder))/\(command)"
+            guard let reason = problem(candidate) else { return nil }
+            if reason != "no such program", found == nil { found = reason }
         }
+        return found.map { "\($0), as found on the PATH" } ?? "no such program on the PATH"
     }
 
     /// Ignores SIGPIPE (a write to a closed pipe then fails with EPIPE instead of ending the process).
