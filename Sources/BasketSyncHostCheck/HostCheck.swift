@@ -20,7 +20,7 @@ public enum HostCheck {
         case removals = "applies removals (negative deltas)"
         case reports = "reports syncedThrough"
         case tooFar = "reports syncedThrough no further than what it applied"
-        case acknowledgesWithLines = "reports syncedThrough in the cart that holds what it covers (never before applying)"
+        case acknowledgesWithLines = "writes syncedThrough in the same cart as the lines it covers (never before, never after)"
         case once = "applies each record once"
         case order = "applies records in seq order"
         case skip = "skips no record"

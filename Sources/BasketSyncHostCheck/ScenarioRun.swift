@@ -242,6 +242,13 @@ struct ScenarioRun {
             earlyAcknowledgement = "it wrote a cart saying \"\(keys.syncedThrough)\" \(claim) whose lines held only records 1…\(through) (\(cart.shown)), then the lines in a later cart: basket-sync may read the first one and take records \(through + 1)…\(claim) as applied when they are not; write the lines and \"\(keys.syncedThrough)\" in the same cart, once"
             return
         }
+        // The lines are those of more records: the acknowledgement comes in a later cart. Killed
+        // in between, the next run applies those records again.
+        for count in (covered.count + 1)...max(covered.count + 1, outbox.count) where count <= outbox.count && model(Array(outbox.prefix(count))) == cart.quantities {
+            let through = outbox[count - 1].seq
+            earlyAcknowledgement = "it wrote a cart holding the lines of records 1…\(through) (\(cart.shown)) but saying \"\(keys.syncedThrough)\" \(claim), then \"\(keys.syncedThrough)\" in a later cart: killed in between, its next run applies records \(claim + 1)…\(through) again; write the lines and \"\(keys.syncedThrough)\" in the same cart, once"
+            return
+        }
     }
 
     /// A write into the cart in place, seen by inotify during the run.

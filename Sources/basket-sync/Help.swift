@@ -270,8 +270,8 @@ enum Help {
                 ok, or what the host did wrong with the record and the cart it left: it applies a
                 record twice or out of order, skips one, does not clamp at 0 record by record,
                 ignores removals, loses other lines or fields, writes the cart in place, never
-                reports syncedThrough, reports it too far, or reports it in a cart before the one
-                holding the lines it covers. Exits 0 when every rule holds, else 65 (the scratch
+                reports syncedThrough, reports it too far, or writes it in another cart than the
+                lines it covers (before them, or after: killed between, records apply twice). Exits 0 when every rule holds, else 65 (the scratch
                 directories are then kept, with the host's output in host.log). --json prints the
                 report as one JSON object (passed, seed, scenarios, rules with ok true, false or
                 null when not judged, findings) for CI. A run is stopped after 30 s (--limit), and

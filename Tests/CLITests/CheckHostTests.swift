@@ -71,6 +71,9 @@ import TestSupport
         // syncedThrough written in a cart of its own before the lines: seen on the cart it
         // replaces 20 ms later, not by a kill that happens to land between.
         ("ackfirst", "new-and-existing", "acknowledgesWithLines"),
+        // The lines first, syncedThrough in a cart of its own 20 ms later: killed between, the
+        // next run applies them again.
+        ("acklast", "new-and-existing", "acknowledgesWithLines"),
         ("inplace", "new-and-existing", "atomic"),
         ("toofar", "new-and-existing", "tooFar"),
         ("nosynced", "replay", "reports"),
@@ -96,7 +99,8 @@ import TestSupport
         ("noclamp", "clamps a line at 0, record by record"),
         ("net", "clamps a line at 0, record by record"),
         ("noneg", "applies removals (negative deltas)"),
-        ("ackfirst", "reports syncedThrough in the cart that holds what it covers (never before applying)"),
+        ("ackfirst", "writes syncedThrough in the same cart as the lines it covers (never before, never after)"),
+        ("acklast", "writes syncedThrough in the same cart as the lines it covers (never before, never after)"),
         ("linenumber", "leaves the quantities the records lead to"),
         ("losefields", "keeps other lines and fields"),
         ("inplace", "writes the cart atomically (a temp file renamed over it)"),

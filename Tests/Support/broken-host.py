@@ -9,7 +9,8 @@ MODE: good, twice, noclamp, losefields, inplace, nosynced, toofar, reverse, skip
       (exits 0 at once, the cart never written), net (sums each SKU's deltas, then clamps),
       noneg (ignores negative deltas), ackfirst (writes syncedThrough in a cart of its own, then
       the lines 20 ms later), linenumber (takes the outbox's lines after line number
-      syncedThrough, in outbox.jsonl alone)
+      syncedThrough, in outbox.jsonl alone), acklast (writes the lines in a cart of its own,
+      then syncedThrough 20 ms later)
 """
 import subprocess
 import time
@@ -103,6 +104,12 @@ elif mode == "inplace":
             f.write(text[i:i + 16])
             f.flush()
 else:
+    if mode == "acklast":
+        early = json.dumps(dict(cart, syncedThrough=done))
+        with open(".cart.tmp", "w", encoding="utf-8") as f:
+            f.write(early)
+        os.rename(".cart.tmp", "cart.json")
+        time.sleep(0.02)
     with open(".cart.tmp", "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
