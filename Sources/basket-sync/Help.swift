@@ -271,8 +271,9 @@ enum Help {
                 record twice or out of order, skips one, does not clamp at 0 record by record,
                 ignores removals, loses other lines or fields, writes the cart in place, never
                 reports syncedThrough, reports it too far, or writes it in another cart than the
-                lines it covers (before them, or after: killed between, records apply twice). Exits 0 when every rule holds, else 65 (the scratch
-                directories are then kept, with the host's output in host.log). --json prints the
+                lines it covers (before them, or after: killed between, records apply twice).
+                Exits 0 when every rule holds, else 65 (the scratch directories are then kept,
+                with the host's output in host.log). --json prints the
                 report as one JSON object (passed, seed, scenarios, rules with ok true, false or
                 null when not judged, findings) for CI. A run is stopped after 30 s (--limit), and
                 a host that never exits ends the check. What a run leaves running in its process
