@@ -31,6 +31,10 @@ import TestSupport
         return String(report[range.upperBound...].prefix { $0 != " " })
     }
 
+    /// Debian's Python, started directly (a version manager's shim on the PATH costs a tenth of a
+    /// second a start, and the hosts here start hundreds of times).
+    static let python = FileManager.default.isExecutableFile(atPath: "/usr/bin/python3") ? "/usr/bin/python3" : "python3"
+
     /// How many times each host is checked in the tests below: a rule caught only by chance, or a
     /// good host failed by chance, shows within them (`BASKET_SYNC_CHECK_RUNS`).
     static let runs = Knobs.value("BASKET_SYNC_CHECK_RUNS", default: 20)
@@ -43,7 +47,7 @@ import TestSupport
         let (command, settings): ([String], String) = switch name {
         case "basket-sync apply": ([binary.path, "apply"], playground.path)
         case "Samples/shell-host": ([path("Samples/shell-host/host.sh"), "sync"], playground.path)
-        default: (["python3", path("Samples/legacy-format/host.py"), "--once", "."], path("Samples/legacy-format"))
+        default: ([CheckHostTests.python, path("Samples/legacy-format/host.py"), "--once", "."], path("Samples/legacy-format"))
         }
         // Seed 1 runs every scenario; the others the scenarios a seed or the timing changes (the
         // rest are the same records every time).
@@ -82,7 +86,7 @@ import TestSupport
         let playground = try Playground()
         for seed in 1...Self.runs {
             let run = try checkHost(["-C", playground.path, "check-host", "--json", "--seed", String(seed), "--scenarios", scenario, "--",
-                                     "python3", path("Tests/Support/broken-host.py"), mode])
+                                     CheckHostTests.python, path("Tests/Support/broken-host.py"), mode])
             #expect(run.status == 65, "\(mode), seed \(seed): \(run.stderr)")
             let report = try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any]
             let rules = (report?["rules"] as? [[String: Any]]) ?? []
@@ -120,7 +124,7 @@ import TestSupport
     ])
     func aBrokenHostIsCaughtForItsRuleAndNothingElse(mode: String, rule: String) throws {
         let playground = try Playground()
-        let run = try checkHost(["-C", playground.path, "check-host", "--", "python3", path("Tests/Support/broken-host.py"), mode])
+        let run = try checkHost(["-C", playground.path, "check-host", "--", CheckHostTests.python, path("Tests/Support/broken-host.py"), mode])
         #expect(run.status == 65, "\(mode): \(run.stderr)")
         #expect(brokenRules(run.stdout) == [rule], "\(mode) (the report's first line has the seed to replay):\n\(run.stdout)")
         #expect(!run.stdout.contains("SECRET-XYZ"), "nothing outside is read into the report")
@@ -132,7 +136,7 @@ import TestSupport
 
     @Test func theSameSeedReplaysTheSameReport() throws {
         let playground = try Playground()
-        let arguments = ["-C", playground.path, "check-host", "--seed", "7", "--scenarios", "many", "--", "python3", path("Tests/Support/broken-host.py"), "reverse"]
+        let arguments = ["-C", playground.path, "check-host", "--seed", "7", "--scenarios", "many", "--", CheckHostTests.python, path("Tests/Support/broken-host.py"), "reverse"]
         let first = try checkHost(arguments)
         let second = try checkHost(arguments)
         func findings(_ run: Run) -> [String] { run.stdout.split(separator: "\n").filter { $0.hasPrefix("FAIL ") }.map(String.init) }
