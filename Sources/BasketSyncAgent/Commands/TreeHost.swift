@@ -64,8 +64,14 @@ extension Commands {
         var known: [Int64: UInt64] = [:]
         var look = true
         var nextLook = Posix.monotonicSeconds()
+        var lastLook = -Double.infinity
         while true {
             if look {
+                // Under a busy agent (a commit a millisecond) a look every 20 ms at most: the
+                // commits in between are seen by the next one.
+                let since = Posix.monotonicSeconds() - lastLook
+                if since < 0.02 { Posix.pause(microseconds: UInt32((0.02 - since) * 1_000_000)) }
+                lastLook = Posix.monotonicSeconds()
                 if let polling { nextLook = Posix.monotonicSeconds() + Double(polling) / 1000 }
                 let waiting = try cartsWaiting(root: root, known: &known)
                 if !waiting.isEmpty { return waiting }

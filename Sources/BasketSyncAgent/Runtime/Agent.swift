@@ -64,6 +64,8 @@ public final class Agent {
     /// When the metrics file was last written (monotonic seconds), and whether that failed.
     var lastMetrics = -Double.infinity
     var metricsFailing = false
+    /// How long the last metrics write took, in seconds.
+    var metricsCost = 0.0
     /// A tree's directories that could not be taken on (refused: they hold records new to the
     /// tree), watched for their marker: `init --adopt` writing it has them served.
     var waiting: [String: Watcher] = [:]
@@ -237,6 +239,7 @@ public final class Agent {
         lastMetrics = now
         do throws(AgentError) {
             try Metrics.write(directory: root, to: path)
+            metricsCost = Posix.monotonicSeconds() - now
             metricsFailing = false
         } catch {
             if !metricsFailing { logger.log(.warning, "metrics: \(error.description); the agent goes on, and tries again with its next heartbeat") }
@@ -262,7 +265,9 @@ public final class Agent {
         lastBeat = now
         // The systemd watchdog is pinged with the heartbeat: an agent stuck in a step is restarted.
         SystemdNotify.send("WATCHDOG=1")
-        defer { if let metrics = configuration.metrics, idle || now - lastMetrics >= 5 { writeMetrics(metrics, at: now) } }
+        // After passes, at most every 5 s — and never more than a tenth of the time: a tree of
+        // many carts takes a while to sum up.
+        defer { if let metrics = configuration.metrics, idle || now - lastMetrics >= max(5, 10 * metricsCost) { writeMetrics(metrics, at: now) } }
         let note = "\(Timestamp.text(Date()))\t\(Posix.processId)\t\(lastWholePass.map(Timestamp.text) ?? "")\t\(AgentConfiguration.number(Agent.heartbeatSeconds))"
         _ = try? database.withTransaction { () throws(AgentError) in try database.rootRows.setNote(.heartbeat, note) }
     }
