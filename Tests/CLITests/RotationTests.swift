@@ -88,4 +88,42 @@ import Testing
         #expect(seqs == Array(1...20), "every seq once, in order, across \(files): \(seqs)")
         #expect(records.filter { $0["source"] as? String == "lost" }.count == 1, "the unpublished record reached a file once")
     }
+    /// The live files — NAME.1 and NAME — hold every record once, whatever a rotator did between
+    /// two appends: logrotate's `create` finding the file basket-sync had just made in its way
+    /// (moved aside to a .backup), `copytruncate` cutting what came after its copy. The records
+    /// that left are written again, once, and said.
+    @Test(arguments: ["create moves ours aside", "copytruncate"])
+    func theLiveFilesStayWholeWhateverTheRotatorDid(rotator: String) throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        func deliver(_ index: Int) throws -> Run {
+            #expect(try basketSync(["-C", playground.path, "push", "--id", "e\(index)", "A=+1"]).status == 0)
+            return try basketSync(["-C", playground.path, "sync"])
+        }
+        for index in 1...3 { #expect(try deliver(index).status == 0) }
+        let live = playground.path + "/outbox.jsonl"
+        let saying: String
+        if rotator == "copytruncate" {
+            // The copy, then a record appended before the cut, then the cut (same file, emptied).
+            try FileManager.default.copyItem(atPath: live, toPath: live + ".1")
+            #expect(try deliver(4).status == 0)
+            #expect(truncate(live, 0) == 0)
+            saying = "shrank under basket-sync"
+        } else {
+            // logrotate: rename; basket-sync appends record 4 before logrotate's create, making the
+            // file anew; create finds it in its way, moves it to a .backup, makes an empty one.
+            try FileManager.default.moveItem(atPath: live, toPath: live + ".1")
+            #expect(try deliver(4).status == 0)
+            try FileManager.default.moveItem(atPath: live, toPath: live + "-20261202.backup")
+            try playground.write("outbox.jsonl", "")
+            saying = "records 4…4 had left the live files"
+        }
+        let fifth = try deliver(5)
+        #expect(fifth.status == 0 && fifth.stderr.contains(saying), "\(fifth.stderr)")
+        let all = seqs(playground, "outbox.jsonl.1") + seqs(playground, "outbox.jsonl")
+        #expect(all == [1, 2, 3, 4, 5], "every record once in the live files: \(all)")
+        // And on from there: nothing written twice.
+        #expect(try deliver(6).status == 0)
+        #expect(seqs(playground, "outbox.jsonl.1") + seqs(playground, "outbox.jsonl") == [1, 2, 3, 4, 5, 6])
+    }
 }

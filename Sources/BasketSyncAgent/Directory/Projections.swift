@@ -81,6 +81,15 @@ final class JSONLinesFile {
         var foreignTail = false
         /// The file was rotated after the append: nil when not; "" when done; else why it failed.
         var rotated: String?
+        /// Records given again, first…last: they had left the live files (see ``catchUp``).
+        var reappended: (UInt64, UInt64)?
+        /// The file given was cut under basket-sync (it shrank: copytruncate).
+        var shrank = false
+
+        static func == (a: Outcome, b: Outcome) -> Bool {
+            a.appended == b.appended && a.truncatedBytes == b.truncatedBytes && a.restarted == b.restarted && a.foreignTail == b.foreignTail
+                && a.rotated == b.rotated && a.reappended?.0 == b.reappended?.0 && a.reappended?.1 == b.reappended?.1 && a.shrank == b.shrank
+        }
     }
 
     /// Rotation past a size (`"rotate"` in basket-sync.json); nil: never.
@@ -109,6 +118,14 @@ final class JSONLinesFile {
                 return open.fd
             }
             close()
+            // The file was just renamed to NAME.1 and the path is empty: a rotator (logrotate's
+            // create) makes the new file right after its rename. Made here first, ours would be in
+            // its way (moved aside to a .backup with what it was given): a moment is left to it.
+            if Posix.info(path, follow: false) == nil, let moved = Posix.info("\(path).1", follow: false),
+               moved.device == open.device, moved.inode == open.inode {
+                let deadline = Posix.monotonicSeconds() + JSONLinesFile.creatorGrace
+                while Posix.info(path, follow: false) == nil, Posix.monotonicSeconds() < deadline { Posix.pause(microseconds: 2_000) }
+            }
         }
         let fd = try Posix.open(path, [.readWrite, .create, .append])
         do throws(SystemError) {
@@ -133,6 +150,28 @@ final class JSONLinesFile {
             throw error
         }
         return fd
+    }
+
+    /// How long an append waits for a rotator to make the file it just moved to NAME.1.
+    static let creatorGrace = 0.2
+
+    /// The most records a restarted file is given again (see ``catchUp``): beyond, the next record
+    /// starts it, and the gap is said.
+    static let reappendAtMost: UInt64 = 100_000
+
+    /// The last seq of the newest rotated part, NAME.1, when it ends with one of our records, and
+    /// whether NAME.1 is the file `given` was about.
+    private func newestPart(given: AppendCursor?, recordAt: (UInt64) throws(AgentError) -> [UInt8]?) -> (seq: UInt64, isGiven: Bool)? {
+        let part = JSONLinesFile(path: "\(path).1")
+        guard let info = Posix.info(part.path, follow: false), info.kind == .regular,
+              let fd = try? Posix.open(part.path, [.readOnly]) else { return nil }
+        defer { Posix.close(fd) }
+        guard let tail = try? part.readTail(fd, size: info.size), tail.lastSeq > 0,
+              let stored = (try? recordAt(tail.lastSeq)) ?? nil else { return nil }
+        // The last line must be that record, byte for byte: a forged part is not the chain.
+        let start = tail.completeSize - Int64(stored.count)
+        guard start >= 0, (try? part.read(fd, at: start, count: stored.count)) == stored else { return nil }
+        return (tail.lastSeq, given.map { $0.device == info.device && $0.inode == info.inode } ?? false)
     }
 
     /// Whether the path names the file `given` was about (same device and inode), at the size it
@@ -187,6 +226,7 @@ final class JSONLinesFile {
         var size = info.size
         let start: UInt64
         let sameFile = given.map { $0.device == info.device && $0.inode == info.inode && $0.size <= size } ?? false
+        outcome.shrank = given.map { $0.device == info.device && $0.inode == info.inode && $0.size > size } ?? false
         if let given, sameFile, given.size == size {
             start = given.seq
         } else {
@@ -245,7 +285,18 @@ final class JSONLinesFile {
                 // Empty, or ending with lines that are not ours: rotated, truncated, re-created,
                 // or written to by someone else — the next record follows what was given, or our
                 // last record in the file if that is further.
-                start = max(given?.seq ?? 0, lastOurs)
+                var next = max(given?.seq ?? 0, lastOurs)
+                // The live files are whole by seq: when the newest rotated part (NAME.1) ends
+                // before what was given and is not the file given, the records between went where
+                // no reader of the live files sees them — logrotate's create moved our new file
+                // aside to a .backup, copytruncate cut what came after its copy — and are given
+                // again, here, once.
+                if let given, !sameFile, candidate == nil, let part = newestPart(given: given, recordAt: recordAt),
+                   !part.isGiven, part.seq < given.seq, given.seq - part.seq <= JSONLinesFile.reappendAtMost {
+                    next = part.seq
+                    outcome.reappended = (part.seq + 1, given.seq)
+                }
+                start = next
                 // Not said when the file given before is NAME.1 now: rotated (by basket-sync, or
                 // logrotate), which is what rotation does, not an interference.
                 let rotated = given.map { given in

@@ -302,6 +302,12 @@ public final class SyncEngine {
         if outcome.truncatedBytes > 0 {
             logger.log(.warning, "\(file.path): cut a torn last line (\(outcome.truncatedBytes) bytes) left by a crash; its record is written again from the database")
         }
+        if outcome.shrank {
+            logger.log(.warning, "\(file.path): shrank under basket-sync (logrotate's copytruncate?): truncating a file another process appends to loses what is written between the copy and the cut — rotate with logrotate's create or nocreate, or basket-sync's own \"rotate\"; the live files are made whole again by seq")
+        }
+        if let (first, last) = outcome.reappended {
+            logger.log(.warning, "\(file.path): records \(first)…\(last) had left the live files (the file basket-sync was writing was moved out of the rotated files — logrotate's create moving it aside to a .backup — or cut after a copy): written again here, so that the live files hold every record once")
+        }
         if outcome.restarted, outcome.appended > 0 {
             logger.log(.info, "\(file.path): not the file given before (moved away, truncated or deleted): started again with record \(file.given!.seq - UInt64(outcome.appended) + 1)")
         }
