@@ -1,4 +1,5 @@
 import BasketSyncWire
+import Glibc
 
 /// The records that JSON Lines files project from the database.
 package enum Projection: String, CaseIterable, Sendable {
@@ -118,11 +119,13 @@ final class JSONLinesFile {
                 return open.fd
             }
             close()
-            // The file was just renamed to NAME.1 and the path is empty: a rotator (logrotate's
-            // create) makes the new file right after its rename. Made here first, ours would be in
-            // its way (moved aside to a .backup with what it was given): a moment is left to it.
+            // The file was renamed to NAME.1 this very second and the path is empty: a rotator
+            // (logrotate's create) makes the new file right after its rename. Made here first,
+            // ours would be in its way (moved aside to a .backup with what it was given): a moment
+            // is left to it. A rename older than that (nocreate) is not waited for.
             if Posix.info(path, follow: false) == nil, let moved = Posix.info("\(path).1", follow: false),
-               moved.device == open.device, moved.inode == open.inode {
+               moved.device == open.device, moved.inode == open.inode,
+               moved.changed / 1_000_000_000 >= Int64(time(nil)) - 1 {
                 let deadline = Posix.monotonicSeconds() + JSONLinesFile.creatorGrace
                 while Posix.info(path, follow: false) == nil, Posix.monotonicSeconds() < deadline { Posix.pause(microseconds: 2_000) }
             }
