@@ -13,3 +13,10 @@ static inline int basket_sync_pidfd_open(int pid) {
     return -1;
 #endif
 }
+
+// prctl(PR_SET_CHILD_SUBREAPER), variadic in C: the orphans among this process's descendants are
+// given to it (a completion whose supervisor was killed), so that it can wait for them.
+#include <sys/prctl.h>
+static inline int basket_sync_become_subreaper(void) {
+    return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+}

@@ -218,9 +218,32 @@ extension Commands {
         // when it exits: killed, handle-payment leaves it running, and a completion that exited 0
         // is never run again by a retry. The supervisor and the completion hold this order's lock.
         let supervisor = ["/proc/self/exe", Commands.completionSupervisor, directory, orderId, String(outcome.seq), "--"] + then
-        let status: Int32
-        do { status = try Posix.spawnAndWait(supervisor, passing: lock, outputToError: completionOutputToError, signalsIgnored: true) } catch {
+        // The other way round too: the supervisor killed alone, its completion is given to this
+        // process (a subreaper), which waits for it and records its end. The supervisor tells the
+        // completion's pid through a pipe (descriptor 4).
+        _ = Posix.becomeSubreaper()
+        let pipe: (read: Int32, write: Int32)
+        do { pipe = try Posix.makePipe() } catch { throw .system(error) }
+        defer { Posix.close(pipe.read) }
+        var status: Int32
+        do {
+            status = try Posix.spawnAndWait(supervisor, passing: lock, alsoPassing: pipe.write, outputToError: completionOutputToError,
+                                            signalsIgnored: true, started: { _ in Posix.close(pipe.write) })
+        } catch {
             throw .system(error)
+        }
+        let told = (try? Posix.readToEnd(pipe.read, path: "the supervisor's pipe", limit: 64)) ?? []
+        if let completion = Int32(String(decoding: told, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)),
+           let ended = Posix.waitFor(completion) {
+            // Its supervisor is gone and did not reap it: its end is recorded here.
+            status = ended
+            try engine.store.withTransaction { () throws(AgentError) in
+                if ended == 0 {
+                    try engine.store.recordCompletion(orderId: orderId, payment: outcome.seq, at: Date())
+                } else {
+                    try engine.store.touchOrder(orderId, at: Date())
+                }
+            }
         }
         outcome.completion = .ran(status: status)
         if status == 0, try engine.store.withTransaction({ () throws(AgentError) in try engine.store.completionFinished(orderId: orderId) }) == nil {
@@ -246,7 +269,9 @@ extension Commands {
             return error.exitCode
         }
         let status: Int32
-        do { status = try runCompletion(then, passing: 3) } catch {
+        // The completion's pid to handle-payment (descriptor 4): killed alone, this supervisor
+        // leaves its completion to handle-payment, which then waits for it and records its end.
+        do { status = try runCompletion(then, passing: 3, started: { pid in Posix.tell(4, "\(pid)\n") }) } catch {
             Terminal.emit("basket-sync: \(error.description)", to: .error)
             return 127
         }
@@ -269,8 +294,8 @@ extension Commands {
 
     /// Runs a completion (`handle-payment --then CMD ARG…`) as an argv, without a shell, and
     /// returns its exit status (128 + the signal when killed by one).
-    public static func runCompletion(_ argv: [String], passing lock: Int32? = nil) throws(AgentError) -> Int32 {
-        do { return try Posix.spawnAndWait(argv, passing: lock) } catch {
+    public static func runCompletion(_ argv: [String], passing lock: Int32? = nil, started: ((Int32) -> Void)? = nil) throws(AgentError) -> Int32 {
+        do { return try Posix.spawnAndWait(argv, passing: lock, started: started) } catch {
             guard error.operation == "run" else { throw .system(error) }
             throw .missingInput("cannot run the completion \(argv[0]): \(error.reason); give a command on the PATH or a path to one (with -C, a relative path is relative to the sync directory)")
         }

@@ -1,3 +1,4 @@
+import CStatfs
 import Glibc
 import CMalloc
 
@@ -229,26 +230,58 @@ extension Posix {
     /// status, or 128 + the signal that killed it. `outputToError`: its standard output is this
     /// process's standard error. `signalsIgnored`: the stop signals stay ignored in it (a process
     /// that must outlive a Ctrl-C to record what its own child did); otherwise it gets the defaults.
-    package static func spawnAndWait(_ argv: [String], passing inherited: Int32? = nil, outputToError: Bool = false,
-                                     signalsIgnored: Bool = false) throws(SystemError) -> Int32 {
+    /// `alsoPassing` is given as descriptor 4 (after `inherited` as 3); `started` is told the
+    /// child's pid as soon as it runs.
+    package static func spawnAndWait(_ argv: [String], passing inherited: Int32? = nil, alsoPassing fourth: Int32? = nil,
+                                     outputToError: Bool = false, signalsIgnored: Bool = false,
+                                     started: ((pid_t) -> Void)? = nil) throws(SystemError) -> Int32 {
         // The child gets stdin, stdout, stderr and, as descriptor 3, `inherited`: nothing else of
         // this process (its database, its files) stays open in it or in what it leaves running.
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         if let inherited { posix_spawn_file_actions_adddup2(&actions, inherited, 3) }
+        if let fourth { posix_spawn_file_actions_adddup2(&actions, fourth, 4) }
         if outputToError { posix_spawn_file_actions_adddup2(&actions, 2, 1) }
-        SpawnedProcess.closeDescriptors(from: inherited == nil ? 3 : 4, in: &actions)
+        SpawnedProcess.closeDescriptors(from: fourth != nil ? 5 : inherited == nil ? 3 : 4, in: &actions)
         // As system(3): while the child runs, this process waits for it whatever signal comes (a
         // Ctrl-C reaches the child, in the same process group); the child gets the defaults.
         let waitedThrough = [SIGINT, SIGQUIT, SIGTERM, SIGHUP]
         let previous = waitedThrough.map { Glibc.signal($0, SIG_IGN) }
         defer { for (signal, handler) in zip(waitedThrough, previous) { _ = Glibc.signal(signal, handler) } }
         let pid = try spawn(argv, actions: &actions, defaults: signalsIgnored ? [] : waitedThrough)
+        started?(pid)
+        guard let status = waitFor(pid) else { throw .last("waitpid", argv[0]) }
+        return status
+    }
+
+    /// Waits for process `pid` (a child, or an orphan given to this subreaper) to end: its exit
+    /// status, or 128 + the signal that killed it; nil when it is not this process's to wait for.
+    package static func waitFor(_ pid: pid_t) -> Int32? {
         var status: Int32 = 0
-        if retrying({ waitpid(pid, &status, 0) }) < 0 { throw .last("waitpid", argv[0]) }
+        if retrying({ waitpid(pid, &status, 0) }) < 0 { return nil }
         let signal = status & 0x7F
         return signal == 0 ? (status >> 8) & 0xFF : 128 + signal
+    }
+
+    /// Writes `text` to descriptor `fd` and closes it, ignoring failure (a pipe whose reader is
+    /// gone, a descriptor not given).
+    package static func tell(_ fd: Int32, _ text: String) {
+        let bytes = Array(text.utf8)
+        _ = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+        Glibc.close(fd)
+    }
+
+    /// Makes this process the one its descendants' orphans are given to (`PR_SET_CHILD_SUBREAPER`).
+    package static func becomeSubreaper() -> Bool { basket_sync_become_subreaper() == 0 }
+
+    /// A pipe: (read end, write end), both close-on-exec (set at once: this process starts
+    /// children only through posix_spawn, whose descriptors are given explicitly).
+    package static func makePipe() throws(SystemError) -> (read: Int32, write: Int32) {
+        var ends: [Int32] = [0, 0]
+        guard pipe(&ends) == 0 else { throw .last("pipe", "") }
+        for end in ends { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+        return (ends[0], ends[1])
     }
 
     /// Whether `command` names a program this process may run: a path (with a slash) to an
