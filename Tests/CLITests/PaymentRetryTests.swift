@@ -206,23 +206,27 @@ import Testing
     /// finds it finished.
     @Test func theSupervisorKilledAloneLeavesTheEndToHandlePayment() async throws {
         let playground = try paidReadyDirectory()
-        let go = playground.path + "/go"
-        defer { _ = FileManager.default.createFile(atPath: go, contents: nil) }
-        let completion = ["/bin/sh", "-c", "echo $PPID > \"$1\"; echo start >> \"$2\"; i=0; while [ ! -e \"$3\" ] && [ $i -lt 60000 ]; do sleep 0.01; i=$((i+1)); done; echo end >> \"$2\"",
-                          "sh", playground.path + "/supervisor.pid", playground.path + "/runs", go]
-        let paying = try started(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--json", "--then"] + completion, name: "paying")
-        try await eventually("the completion runs") { playground.read("runs").contains("start") }
-        let supervisor = Int32(playground.read("supervisor.pid").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
-        #expect(supervisor > 0 && supervisor != paying.processIdentifier)
-        kill(supervisor, SIGKILL)
-        _ = FileManager.default.createFile(atPath: go, contents: nil)
-        paying.waitUntilExit()
-        #expect(paying.terminationStatus == 0, "\(playground.read("stderr-paying"))")
-        #expect(playground.read("runs") == "start\nend\n")
-        let retry = try run(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--json", "--then"] + completion)
-        let answer = try JSONSerialization.jsonObject(with: Data(retry.stdout.utf8)) as? [String: Any]
-        #expect((answer?["completion"] as? [String: Any])?["ran"] as? Bool == false, "finished before: \(retry.stdout)")
-        #expect(playground.read("runs") == "start\nend\n", "the completion that exited 0 never runs again")
+        // Five times: the supervisor is killed as soon as the completion starts, before or after
+        // it told handle-payment the completion's pid.
+        for round in 1...5 {
+            let order = "o-\(round)", go = playground.path + "/go-\(round)", runs = playground.path + "/runs-\(round)"
+            defer { _ = FileManager.default.createFile(atPath: go, contents: nil) }
+            let completion = ["/bin/sh", "-c", "echo $PPID > \"$1\"; echo start >> \"$2\"; i=0; while [ ! -e \"$3\" ] && [ $i -lt 60000 ]; do sleep 0.01; i=$((i+1)); done; echo end >> \"$2\"",
+                              "sh", playground.path + "/supervisor-\(round).pid", runs, go]
+            let paying = try started(playground, ["handle-payment", "--total", "5", "--order-id", order, "--json", "--then"] + completion, name: "paying-\(round)")
+            try await eventually("the completion runs") { playground.read("runs-\(round)").contains("start") }
+            let supervisor = Int32(playground.read("supervisor-\(round).pid").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+            #expect(supervisor > 0 && supervisor != paying.processIdentifier)
+            kill(supervisor, SIGKILL)
+            _ = FileManager.default.createFile(atPath: go, contents: nil)
+            paying.waitUntilExit()
+            #expect(paying.terminationStatus == 0, "round \(round): \(playground.read("stderr-paying-\(round)"))")
+            #expect(playground.read("runs-\(round)") == "start\nend\n")
+            let retry = try run(playground, ["handle-payment", "--total", "5", "--order-id", order, "--json", "--then"] + completion)
+            let answer = try JSONSerialization.jsonObject(with: Data(retry.stdout.utf8)) as? [String: Any]
+            #expect((answer?["completion"] as? [String: Any])?["ran"] as? Bool == false, "round \(round), finished before: \(retry.stdout)")
+            #expect(playground.read("runs-\(round)") == "start\nend\n", "round \(round): the completion that exited 0 never runs again")
+        }
     }
 
     /// With --json, standard output holds the JSON alone: what the completion prints goes to

@@ -226,15 +226,20 @@ extension Commands {
         do { pipe = try Posix.makePipe() } catch { throw .system(error) }
         defer { Posix.close(pipe.read) }
         var status: Int32
+        var supervisorKilled = false
         do {
             status = try Posix.spawnAndWait(supervisor, passing: lock, alsoPassing: pipe.write, outputToError: completionOutputToError,
-                                            signalsIgnored: true, started: { _ in Posix.close(pipe.write) })
+                                            signalsIgnored: true, started: { _ in Posix.close(pipe.write) },
+                                            signaled: { supervisorKilled = $0 })
         } catch {
             throw .system(error)
         }
         let told = (try? Posix.readToEnd(pipe.read, path: "the supervisor's pipe", limit: 64)) ?? []
-        if let completion = Int32(String(decoding: told, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)),
-           let ended = Posix.waitFor(completion) {
+        // Killed before it could tell (the completion had only just started): the orphan given to
+        // this process that started first is the completion (its own children came after it).
+        let completion = Int32(String(decoding: told, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+            ?? (supervisorKilled && told.isEmpty ? Posix.orphansGiven().first : nil)
+        if let completion, let ended = Posix.waitFor(completion) {
             // Its supervisor is gone and did not reap it: its end is recorded here.
             status = ended
             try engine.store.withTransaction { () throws(AgentError) in

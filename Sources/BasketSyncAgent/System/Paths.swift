@@ -234,7 +234,7 @@ extension Posix {
     /// child's pid as soon as it runs.
     package static func spawnAndWait(_ argv: [String], passing inherited: Int32? = nil, alsoPassing fourth: Int32? = nil,
                                      outputToError: Bool = false, signalsIgnored: Bool = false,
-                                     started: ((pid_t) -> Void)? = nil) throws(SystemError) -> Int32 {
+                                     started: ((pid_t) -> Void)? = nil, signaled: ((Bool) -> Void)? = nil) throws(SystemError) -> Int32 {
         // The child gets stdin, stdout, stderr and, as descriptor 3, `inherited`: nothing else of
         // this process (its database, its files) stays open in it or in what it leaves running.
         var actions = posix_spawn_file_actions_t()
@@ -251,17 +251,24 @@ extension Posix {
         defer { for (signal, handler) in zip(waitedThrough, previous) { _ = Glibc.signal(signal, handler) } }
         let pid = try spawn(argv, actions: &actions, defaults: signalsIgnored ? [] : waitedThrough)
         started?(pid)
-        guard let status = waitFor(pid) else { throw .last("waitpid", argv[0]) }
-        return status
+        var raw: Int32 = 0
+        if retrying({ waitpid(pid, &raw, 0) }) < 0 { throw .last("waitpid", argv[0]) }
+        signaled?(raw & 0x7F != 0)
+        return exitStatus(raw)
+    }
+
+    /// A wait status as a shell says it: the exit status, or 128 + the signal that killed it.
+    private static func exitStatus(_ raw: Int32) -> Int32 {
+        let signal = raw & 0x7F
+        return signal == 0 ? (raw >> 8) & 0xFF : 128 + signal
     }
 
     /// Waits for process `pid` (a child, or an orphan given to this subreaper) to end: its exit
     /// status, or 128 + the signal that killed it; nil when it is not this process's to wait for.
     package static func waitFor(_ pid: pid_t) -> Int32? {
-        var status: Int32 = 0
-        if retrying({ waitpid(pid, &status, 0) }) < 0 { return nil }
-        let signal = status & 0x7F
-        return signal == 0 ? (status >> 8) & 0xFF : 128 + signal
+        var raw: Int32 = 0
+        if retrying({ waitpid(pid, &raw, 0) }) < 0 { return nil }
+        return exitStatus(raw)
     }
 
     /// Writes `text` to descriptor `fd` and closes it, ignoring failure (a pipe whose reader is
@@ -270,6 +277,23 @@ extension Posix {
         let bytes = Array(text.utf8)
         _ = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
         Glibc.close(fd)
+    }
+
+    /// The processes whose parent is this one now (its children, and the orphans given to it as a
+    /// subreaper), the first started first, read from /proc.
+    package static func orphansGiven() -> [pid_t] {
+        let me = getpid()
+        var children: [(pid: pid_t, started: UInt64)] = []
+        for entry in listDirectory("/proc") {
+            guard let pid = pid_t(entry), let bytes = try? readFile("/proc/\(pid)/stat", limit: 4096, follow: true) else { continue }
+            let text = String(decoding: bytes, as: UTF8.self)
+            guard let close = text.lastIndex(of: ")") else { continue }
+            // After "(name)": state, ppid, …; the start time is field 22 (the 20th after the name).
+            let fields = text[text.index(after: close)...].split(separator: " ")
+            guard fields.count > 19, pid_t(fields[1]) == me, let started = UInt64(fields[19]) else { continue }
+            children.append((pid, started))
+        }
+        return children.sorted { ($0.started, $0.pid) < ($1.started, $1.pid) }.map(\.pid)
     }
 
     /// Makes this process the one its descendants' orphans are given to (`PR_SET_CHILD_SUBREAPER`).
