@@ -49,7 +49,8 @@ import Testing
         defer { _ = FileManager.default.createFile(atPath: go, contents: nil) }
         let edit = try startedInBackground(["-C", playground.path, "lock", "--"] + shopperEdit(playground), errors: playground.path + "/edit.err")
         try await eventually("the edit read the cart under the lock") { FileManager.default.fileExists(atPath: playground.path + "/read") }
-        let apply = try startedInBackground(["-C", playground.path, "apply"], errors: playground.path + "/apply.err")
+        // A timeout far beyond the test's own deadlines: the test waits on conditions, never on time.
+        let apply = try startedInBackground(["-C", playground.path, "apply", "--timeout", "600"], errors: playground.path + "/apply.err")
         try await eventually("apply waits for the lock (its stderr: \(playground.read("apply.err")))") {
             playground.read("apply.err").contains("waiting for the host's cart lock, held by process") || !apply.isRunning
         }
