@@ -206,7 +206,9 @@ enum Help {
                 completion fails, basket-sync exits with its status. The completion runs under a
                 supervisor (basket-sync itself) that records its outcome when it exits: killed,
                 handle-payment leaves it running, and a completion that exited 0 is recorded all
-                the same. With --json, the completion's standard output goes to standard error.
+                the same; the supervisor killed alone, handle-payment waits for the completion
+                and records its end. With --json, the completion's standard output goes to
+                standard error.
                 Retries are safe. The same order id again records nothing and exits 0 as a
                 duplicate; its completion runs again only if it never exited 0 (it failed or was
                 killed), never after it succeeded (it may clear a cart the shopper filled since). A

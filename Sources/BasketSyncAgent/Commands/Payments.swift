@@ -237,9 +237,15 @@ extension Commands {
         let told = (try? Posix.readToEnd(pipe.read, path: "the supervisor's pipe", limit: 64)) ?? []
         // Killed before it could tell (the completion had only just started): the orphan given to
         // this process that started first is the completion (its own children came after it).
-        let completion = Int32(String(decoding: told, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
-            ?? (supervisorKilled && told.isEmpty ? Posix.orphansGiven().first : nil)
-        if let completion, let ended = Posix.waitFor(completion) {
+        // A supervisor that ended of itself reaped its completion and recorded its end.
+        let completion = !supervisorKilled ? nil : Int32(String(decoding: told, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+            ?? (told.isEmpty ? Posix.orphansGiven().first : nil)
+        let ended = completion.flatMap(Posix.waitFor)
+        if supervisorKilled, ended == nil,
+           try engine.store.withTransaction({ () throws(AgentError) in try engine.store.completionFinished(orderId: orderId) }) == nil {
+            Terminal.emit("basket-sync: the completion's supervisor was killed (status \(status)) and its completion (\(completion.map { "pid \($0)" } ?? "not found among this process's children")) could not be waited for: its end is not recorded, and a retry of handle-payment runs it again", to: .error)
+        }
+        if let ended {
             // Its supervisor is gone and did not reap it: its end is recorded here.
             status = ended
             try engine.store.withTransaction { () throws(AgentError) in

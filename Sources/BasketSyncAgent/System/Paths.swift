@@ -240,8 +240,17 @@ extension Posix {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
-        if let inherited { posix_spawn_file_actions_adddup2(&actions, inherited, 3) }
-        if let fourth { posix_spawn_file_actions_adddup2(&actions, fourth, 4) }
+        // Each one given is first copied above the numbers it goes to: a source that is itself 3
+        // or 4 would otherwise be overwritten by the other's dup2 before its own.
+        let copies = try [inherited, fourth].map { (fd: Int32?) throws(SystemError) -> Int32? in
+            guard let fd else { return nil }
+            let copy = fcntl(fd, F_DUPFD_CLOEXEC, Int32(10))
+            if copy < 0 { throw .last("fcntl", argv[0]) }
+            return copy
+        }
+        defer { for copy in copies { if let copy { Glibc.close(copy) } } }
+        if let copy = copies[0] { posix_spawn_file_actions_adddup2(&actions, copy, 3) }
+        if let copy = copies[1] { posix_spawn_file_actions_adddup2(&actions, copy, 4) }
         if outputToError { posix_spawn_file_actions_adddup2(&actions, 2, 1) }
         SpawnedProcess.closeDescriptors(from: fourth != nil ? 5 : inherited == nil ? 3 : 4, in: &actions)
         // As system(3): while the child runs, this process waits for it whatever signal comes (a
