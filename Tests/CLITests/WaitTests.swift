@@ -52,7 +52,9 @@ import Testing
         let elsewhere = try syncDirectory()
         let before = waiting.contextSwitches
         for _ in 0..<20 { #expect(try basketSync(["-C", elsewhere.path, "status"]).status == 0) }
-        #expect(waiting.contextSwitches - before <= 1, "wait woke \(waiting.contextSwitches - before) times: it must sleep, not poll")
+        // A page of the program brought back from disk under memory pressure counts as a switch
+        // too: a few are allowed, a poller would make dozens.
+        #expect(waiting.contextSwitches - before <= 3, "wait woke \(waiting.contextSwitches - before) times: it must sleep, not poll")
         #expect(try basketSync(["-C", playground.path, "status"]).status == 0)
         #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
         #expect(waiting.child.isRunning, "an event in the inbox is not yet an outbox record")
