@@ -324,6 +324,78 @@ import Testing
         #expect(FileManager.default.fileExists(atPath: playground.path + "/outbox.jsonl.2.gz"), "older files compressed")
     }
 
+    /// logrotate with the sample's options, in `create` and in `nocreate` mode, rotating the outbox
+    /// every 0.25 s while the agent makes 1,000 records and `tail -F` follows it: every record is
+    /// in exactly one of the files, and the reader sees each once, in order — including a record
+    /// the agent appended between logrotate's rename and its create.
+    @Test(arguments: ["create", "nocreate"])
+    func logrotateUnderTheAgentLosesAndDoublesNothing(mode: String) async throws {
+        let sample = try String(contentsOfFile: path("Samples/logrotate/basket-sync"), encoding: .utf8)
+        // The sample's options, rotating at any size and keeping every file (uncompressed, to be
+        // read here; compression happens after the rotation and changes nothing of it).
+        let options = sample.split(separator: "\n").drop { !$0.hasSuffix("{") }.dropFirst().prefix { $0 != "}" }
+            .map { $0.trimmingCharacters(in: .whitespaces) }
+            .filter { !$0.hasPrefix("su ") && !$0.hasPrefix("size ") && !$0.hasPrefix("rotate ") && !$0.contains("compress") && !$0.hasSuffix("create") }
+            + ["size 1", "rotate 400", mode]
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        let config = playground.path + "/../logrotate-\(UUID().uuidString).conf", state = config + ".state"
+        defer { try? FileManager.default.removeItem(atPath: config); try? FileManager.default.removeItem(atPath: state) }
+        try Data(("\(playground.path)/outbox.jsonl {\n" + options.map { "    \($0)\n" }.joined() + "}\n").utf8).write(to: URL(fileURLWithPath: config))
+
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        let reader = Child()
+        reader.executableURL = URL(fileURLWithPath: "/usr/bin/tail")
+        reader.arguments = ["-F", "-n", "+1", playground.path + "/outbox.jsonl"]
+        let read = playground.path + "/../tail-\(UUID().uuidString).out"
+        defer { try? FileManager.default.removeItem(atPath: read) }
+        _ = FileManager.default.createFile(atPath: read, contents: nil)
+        reader.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: read))
+        reader.standardError = FileHandle.nullDevice
+        try reader.run()
+        defer { if reader.isRunning { kill(reader.processIdentifier, SIGKILL); reader.waitUntilExit() } }
+        func readerSeqs() -> [Int] {
+            ((try? String(contentsOfFile: read, encoding: .utf8)) ?? "").split(separator: "\n")
+                .compactMap { (try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])?["seq"] as? Int }
+        }
+
+        // logrotate every 0.25 s, on a thread of its own, until told to stop.
+        let rotations = Rotations(config: config, state: state)
+        rotations.start()
+        func deliver(_ index: Int) throws {
+            let name = "\(1_764_633_600 + index / 1000).M\(String(format: "%06d", index % 1000 * 1000))P1Q\(index).logrotate"
+            try playground.write("inbox/tmp/\(name)", "{\"id\":\"e\(index)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"S\(index % 7)\",\"quantity\":1}]}\n")
+            #expect(rename(playground.path + "/inbox/tmp/\(name)", playground.path + "/inbox/new/\(name)") == 0)
+        }
+        for index in 1...1000 {
+            try deliver(index)
+            if index % 5 == 0 { try await Task.sleep(nanoseconds: 50_000_000) }
+        }
+        func inFiles() -> [Int] {
+            let parts = playground.names("").filter { $0.hasPrefix("outbox.jsonl.") && Int($0.dropFirst("outbox.jsonl.".count)) != nil }
+            return (parts + ["outbox.jsonl"]).flatMap { playground.records($0).compactMap { $0["seq"] as? Int } }
+        }
+        try await eventually("the agent made the 1,000 records", timeout: 300) { Set(inFiles()).count >= 1000 || !agent.process.isRunning }
+        let rotated = rotations.stop()
+        // One more record: a record written again by the agent would come before it.
+        try deliver(1001)
+        try await eventually("the agent made the last record", timeout: 120) { inFiles().contains(1001) || !agent.process.isRunning }
+        // The reader is given time to catch up; what it missed is said below.
+        try? await eventually("the reader sees the last record", timeout: 60) { readerSeqs().last == 1001 }
+        #expect(agent.stop() == 0, "\(agent.log)")
+        kill(reader.processIdentifier, SIGTERM)
+        reader.waitUntilExit()
+
+        #expect(rotated.failures.isEmpty, "logrotate failed: \(rotated.failures.prefix(3))")
+        let parts = playground.names("").filter { $0.hasPrefix("outbox.jsonl.") && Int($0.dropFirst("outbox.jsonl.".count)) != nil }
+        #expect(parts.count >= 2 && rotated.runs >= 2, "the outbox was rotated while the records came: \(parts.count) files, \(rotated.runs) runs")
+        let inFiles = inFiles()
+        #expect(inFiles.sorted() == Array(1...1001), "every record in exactly one file (\(mode)): \(inFiles.count) lines, missing \(Set(1...1001).subtracting(inFiles).sorted().prefix(5)), twice \(Dictionary(grouping: inFiles) { $0 }.filter { $0.value.count > 1 }.keys.sorted().prefix(5))")
+        let seen = readerSeqs()
+        #expect(seen == Array(1...1001), "tail -F sees each record once, in order (\(mode)): \(seen.count) lines, first out of place \(zip(seen, 1...).first { $0.0 != $0.1 }.map { "\($0.0) at \($0.1)" } ?? "none"), missing \(Set(1...1001).subtracting(seen).sorted().prefix(5))")
+    }
+
     @Test func sandbox() throws {
         let playground = try Playground()
         let run = try sample(path("Samples/sandbox/sandbox.sh"), [playground.path + "/sandbox"])
@@ -338,5 +410,43 @@ import Testing
         #expect(run.status == 0, "\(run.stderr)")
         #expect(run.stdout.contains("host cart:    bread=1 pasta=2 tomato=2\nMealz's view: pasta=2 tomato=2\nconverged\n"))
         #expect(run.stdout.contains("paid: order-7; the next cart starts Mealz basket 2"))
+    }
+}
+
+/// `logrotate -f` run again and again, 0.25 s apart, on a thread of its own (a blocking wait for
+/// each run must not hold a test task's thread), until stopped.
+final class Rotations: @unchecked Sendable {
+    let config: String, state: String
+    private let lock = NSLock()
+    private var stopping = false
+    private var done = DispatchSemaphore(value: 0)
+    private(set) var runs = 0
+    private(set) var failures: [String] = []
+
+    init(config: String, state: String) { self.config = config; self.state = state }
+
+    func start() {
+        Thread.detachNewThread { [self] in
+            while !lock.withLock({ stopping }) {
+                if let rotate = try? Child.run(URL(fileURLWithPath: "/usr/sbin/logrotate"), arguments: ["-f", "-s", state, config]) {
+                    rotate.waitUntilExit()
+                    lock.withLock {
+                        runs += 1
+                        if rotate.terminationStatus != 0 { failures.append("exit \(rotate.terminationStatus)") }
+                    }
+                } else {
+                    lock.withLock { failures.append("could not start logrotate") }
+                }
+                usleep(250_000)
+            }
+            done.signal()
+        }
+    }
+
+    /// Stops after the run under way; how many ran and what failed.
+    func stop() -> (runs: Int, failures: [String]) {
+        lock.withLock { stopping = true }
+        done.wait()
+        return lock.withLock { (runs, failures) }
     }
 }

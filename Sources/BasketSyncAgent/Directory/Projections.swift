@@ -119,14 +119,18 @@ final class JSONLinesFile {
                 return open.fd
             }
             close()
-            // The file was renamed to NAME.1 this very second and the path is empty: a rotator
-            // (logrotate's create) makes the new file right after its rename. Made here first,
-            // ours would be in its way (moved aside to a .backup with what it was given): a moment
-            // is left to it. A rename older than that (nocreate) is not waited for.
+            // The file was renamed to NAME.1 within the last second and the path is empty: a
+            // rotator (logrotate's create) makes the new file right after its rename. Made here
+            // first, ours would be in its way (moved aside to a .backup with what it was given,
+            // and a reader following the name would see its records twice): the rotator is given
+            // until a second after its rename. The wait counts from the rename, so files rotated
+            // together (a tree's carts under one logrotate run) cost one second in all, not one
+            // each; a rename older than that (nocreate) is not waited for; a clock set back
+            // costs at most the second.
             if Posix.info(path, follow: false) == nil, let moved = Posix.info("\(path).1", follow: false),
-               moved.device == open.device, moved.inode == open.inode,
-               moved.changed / 1_000_000_000 >= Int64(time(nil)) - 1 {
-                let deadline = Posix.monotonicSeconds() + JSONLinesFile.creatorGrace
+               moved.device == open.device, moved.inode == open.inode {
+                let left = Double(moved.changed + JSONLinesFile.creatorGrace - Posix.wallClockNanoseconds()) / 1e9
+                let deadline = Posix.monotonicSeconds() + min(left, Double(JSONLinesFile.creatorGrace) / 1e9)
                 while Posix.info(path, follow: false) == nil, Posix.monotonicSeconds() < deadline { Posix.pause(microseconds: 2_000) }
             }
         }
@@ -155,8 +159,9 @@ final class JSONLinesFile {
         return fd
     }
 
-    /// How long an append waits for a rotator to make the file it just moved to NAME.1.
-    static let creatorGrace = 0.2
+    /// How long after a rotator moved the file to NAME.1 an append waits for it to make the new
+    /// one, in nanoseconds.
+    static let creatorGrace: Int64 = 1_000_000_000
 
     /// The most records a restarted file is given again (see ``catchUp``): beyond, the next record
     /// starts it, and the gap is said.

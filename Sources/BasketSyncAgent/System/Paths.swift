@@ -24,6 +24,13 @@ extension Posix {
         return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
     }
 
+    /// Nanoseconds since the epoch on the wall clock (the clock file times are stamped with).
+    package static func wallClockNanoseconds() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+    }
+
     /// What the path is, or nil when it does not exist: with `follow`, what a symbolic link
     /// leads to (`stat`); without, the link itself (`lstat`).
     package static func info(_ path: String, follow: Bool) -> FileInfo? {
