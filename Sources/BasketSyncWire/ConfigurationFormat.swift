@@ -50,6 +50,10 @@ public struct AgentConfiguration: Equatable, Sendable {
     /// Where the agent writes its metrics for Prometheus (node_exporter's textfile format),
     /// relative to the sync directory or absolute; nil: none written.
     public var metrics: String?
+    /// The directory that holds the database (and the locks and signal beside it), an absolute
+    /// path on a local disk, for a sync directory on a network share; nil: `.basket-sync/` in the
+    /// sync directory.
+    public var database: String?
 
     /// How `watch` sees changes (docs/spec.md §10).
     public struct Watching: Equatable, Sendable {
@@ -239,6 +243,17 @@ public struct AgentConfiguration: Equatable, Sendable {
                     }
                     configuration.metrics = path
                 }
+            case "database":
+                if case .null = node.value {
+                    configuration.database = nil
+                } else {
+                    let path = try string(node, key)
+                    let parts = path.split(separator: "/")
+                    guard path.hasPrefix("/"), !parts.isEmpty, !parts.contains(".."), !parts.contains(".") else {
+                        throw fail(node.offset, "\"database\" must be the absolute path of a directory on a local disk, without . or .., such as \"/var/lib/basket-sync/shop1\", or null (the database in .basket-sync/)")
+                    }
+                    configuration.database = "/" + parts.joined(separator: "/")
+                }
             default:
                 throw fail(node.offset, "unknown setting \(JSONWriter.quoted(key)); see the comments that basket-sync init writes")
             }
@@ -310,7 +325,13 @@ public struct AgentConfiguration: Equatable, Sendable {
               // Metrics for Prometheus: the agent writes them in node_exporter's textfile format
               // (replaced whole, atomically) after passes (at most every 5 s) and with its heartbeat.
               // null: none; or a path ending in .prom, such as "/var/lib/prometheus/node-exporter/basket-sync.prom".
-              "metrics": \(metrics.map(quoted) ?? "null")
+              "metrics": \(metrics.map(quoted) ?? "null"),
+
+              // Where the database lives. null: in .basket-sync/ here. A sync directory on a network
+              // share keeps it on a local disk: SQLite's write-ahead log needs shared memory that a
+              // network file system does not give. An absolute directory, basket-sync's alone (made
+              // 0700), one per sync directory or tree, such as "/var/lib/basket-sync/shop1".
+              "database": \(database.map(quoted) ?? "null")
             }
 
             """

@@ -73,6 +73,39 @@ import Testing
         #expect(agent.stop() == 0)
     }
 
+    /// A database on the mount is said at the agent's start and in `status`, with the way out;
+    /// moved to a local directory named by `"database"`, it is used from there and nothing is said.
+    @Test func aDatabaseOnTheMountIsSaidAndGoesOnFromALocalDisk() async throws {
+        guard let mount = try Mount() else { return }
+        let agent = try AgentProcess(directory: mount.mount, environment: ["BASKET_SYNC_WATCH_MODE": ""])
+        try await agent.waitUntilWatching()
+        #expect(agent.log.contains("state.db is on fuse, a network or userspace file system") && agent.log.contains("set \"database\""), "\(agent.log)")
+        try mount.writeUnderneath("inbox/new/e1", "{\"id\":\"e1\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\",\"quantity\":2}]}\n")
+        try await eventually("the event reaches the outbox") { mount.records("outbox.jsonl").count == 1 }
+        func databaseWarning() throws -> Any? {
+            let status = try basketSync(["-C", mount.mount, "status", "--json"], environment: ["BASKET_SYNC_WATCH_MODE": ""])
+            return ((try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])?["database"] as? [String: Any])?["warning"]
+        }
+        #expect(try databaseWarning() is String)
+        #expect(agent.stop() == 0)
+
+        // The way out: the database moved to a local directory, the setting names it.
+        let local = mount.base + "/local-db"
+        #expect(mkdir(local, 0o700) == 0)
+        for name in try FileManager.default.contentsOfDirectory(atPath: mount.under + "/.basket-sync") where name.hasPrefix("state.db") {
+            try FileManager.default.moveItem(atPath: mount.under + "/.basket-sync/" + name, toPath: local + "/" + name)
+        }
+        let settings = try String(contentsOfFile: mount.under + "/basket-sync.json", encoding: .utf8)
+        try settings.replacingOccurrences(of: "\"database\": null", with: "\"database\": \"\(local)\"").write(toFile: mount.under + "/basket-sync.json", atomically: true, encoding: .utf8)
+        let again = try AgentProcess(directory: mount.mount, environment: ["BASKET_SYNC_WATCH_MODE": ""])
+        try await again.waitUntilWatching()
+        #expect(!again.log.contains("network or userspace file system"), "\(again.log)")
+        try mount.writeUnderneath("inbox/new/e2", "{\"id\":\"e2\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"B\",\"quantity\":1}]}\n")
+        try await eventually("it goes on after record 1") { mount.records("outbox.jsonl").last?["seq"] as? Int == 2 }
+        #expect(try databaseWarning() is NSNull)
+        #expect(again.stop() == 0)
+    }
+
     /// A tree on FUSE: the root is polled, a cart directory made underneath is adopted, its cart
     /// and an event in its inbox taken; `status` on the root says the carts are polled.
     @Test func aTreeOnAFUSEMountIsPolledCartsMadeUnderneathAdopted() async throws {

@@ -352,7 +352,7 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: read) }
         _ = FileManager.default.createFile(atPath: read, contents: nil)
         reader.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: read))
-        reader.standardError = FileHandle.nullDevice
+        reader.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: "/dev/null"))
         try reader.run()
         defer { if reader.isRunning { kill(reader.processIdentifier, SIGKILL); reader.waitUntilExit() } }
         func readerSeqs() -> [Int] {

@@ -57,6 +57,8 @@ public struct CartStatus {
     /// Why `basket-sync.json` cannot be used (file:line:column and what to do), if it cannot:
     /// the report then shows the defaults, and every other command refuses with 78.
     public let configurationProblem: String?
+    /// The database file, and what is wrong with where it is (a network file system), if anything.
+    let database: (path: String, warning: String?)
 
     /// Reads the state of `directory` as committed now.
     public init(directory: String) throws(AgentError) {
@@ -79,6 +81,7 @@ public struct CartStatus {
         let directory = store.directory
         self.directory = directory
         self.configurationProblem = configurationProblem
+        database = (store.databasePath, store.database.placeWarning)
         cart = configuration.cart
         retentionDays = configuration.retention?.days
         do {
@@ -280,6 +283,7 @@ public struct CartStatus {
         } else if let watchProblem {
             lines.append("watch: no agent runs; none can start: \(watchProblem)")
         }
+        lines.append("database: \(database.path)\(database.warning.map { " — WARNING: \($0)" } ?? "")")
         let taken = retentionDays.map { "\(inboxTaken) taken within the retention (\(SyncEngine.shownDays($0)))" } ?? "\(inboxTaken) taken"
         let oldest = oldestWaiting.map { " (the oldest for \(Int($0.rounded())) s)" } ?? ""
         lines.append("inbox: \(taken), \(inboxDuplicates) duplicate deliveries (acknowledged, not done again), \(inboxWaiting) waiting in new/\(oldest), \(inboxBad) in bad/")
@@ -301,6 +305,15 @@ public struct CartStatus {
         return lines.map(JSONWriter.printable).joined(separator: "\n") + "\n"
     }
 
+    /// `status --json`'s `"database"`: `{path, warning}`.
+    static func write(_ database: (path: String, warning: String?), into writer: inout JSONWriter) {
+        writer.object { object in
+            object.member("path", database.path)
+            // Why where it is puts it at risk (a network file system), or null.
+            object.member("warning", database.warning)
+        }
+    }
+
     /// The report for scripts: one JSON object.
     public var json: String {
         let lastError = errors.first { $0.level == "error" }
@@ -317,6 +330,7 @@ public struct CartStatus {
             object.member("hostProgress", hostProgress)
             // Why basket-sync.json cannot be used, or null; when it is a string, the report shows the defaults.
             object.member("configurationError", configurationProblem)
+            object.member("database") { writer in CartStatus.write(database, into: &writer) }
             if let watch {
                 object.member("watch") { writer in
                     writer.object { object in

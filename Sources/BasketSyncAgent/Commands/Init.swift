@@ -35,7 +35,7 @@ extension Commands {
                 throw .refused("\(directory): is inside \(outer), a sync directory or a tree of carts; make the sync directory elsewhere (in a tree, a cart is a directory right under its root)")
             }
             // A database that is a tree's under a configuration that says otherwise: said before anything is made.
-            if Posix.exists("\(directory)/\(Layout.stateDirectory)/\(Layout.database)") { _ = try Store(directory: directory, create: false, readOnly: true) }
+            if Posix.exists(try Database.path(of: directory)) { _ = try Store(directory: directory, create: false, readOnly: true) }
         }
         var created: [String] = []
         if !Posix.isDirectory(directory) {
@@ -53,7 +53,7 @@ extension Commands {
             }
             created.append(configuration)
         }
-        let database = "\(directory)/\(Layout.stateDirectory)/\(Layout.database)"
+        let database = try Database.path(of: directory)
         let isNew = !Posix.exists(database)
         var found: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
         if isNew {

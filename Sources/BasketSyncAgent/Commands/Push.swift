@@ -73,7 +73,7 @@ extension Commands {
     /// The current Mealz basket of `directory`, as a WebView that saw the last notification knows
     /// it; nil before the database exists (the agent makes it, and a state is then diffed).
     private static func currentBasket(directory: String, workspace: Workspace) throws(AgentError) -> UInt64? {
-        if workspace == .directory, !Posix.exists("\(directory)/\(Layout.stateDirectory)/\(Layout.database)") { return nil }
+        if workspace == .directory, !Posix.exists(try Database.path(of: directory)) { return nil }
         let store = try Store.open(directory: directory, readOnly: true)
         return try store.withTransaction { () throws(AgentError) in try store.loadState().basket }
     }

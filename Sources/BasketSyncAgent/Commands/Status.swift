@@ -19,6 +19,8 @@ public struct StatusReport {
     /// The tree agent's health (docs/spec.md §12).
     let health: AgentHealth
     let now = Date()
+    /// The database file, and what is wrong with where it is, if anything.
+    let database: (path: String, warning: String?)
 
     /// Why `basket-sync.json` cannot be used (file:line:column and what to do), if it cannot:
     /// the report then shows the defaults, and every other command refuses with 78.
@@ -30,12 +32,14 @@ public struct StatusReport {
             let only = try CartStatus(directory: directory)
             self.only = only
             (root, carts, notAdopted, unreadable, agentWatch, health) = (directory, [], [], [], nil, only.health)
+            database = only.database
             return
         }
         only = nil
         let root = directory
         self.root = root
         let tree = try Tree(root: root, readOnly: true)
+        database = (tree.database.databasePath, tree.database.placeWarning)
         let known = try tree.database.withTransaction { () throws(AgentError) in try tree.database.carts() }
         let rootStore = tree.database.rootRows
         let health = AgentHealth.read(rootStore)
@@ -109,6 +113,7 @@ public struct StatusReport {
         } else if let first = carts.first?.report.watch {
             lines.append("watch: no agent runs; one started now would use \(first.description)")
         }
+        lines.append("database: \(database.path)\(database.warning.map { " — WARNING: \($0)" } ?? "")")
         lines.append(errors.isEmpty ? "carts with an error: none" : "carts with an error: \(errors.count)")
         for (id, error) in errors.prefix(20) { lines.append("  \(id): \(error)") }
         if errors.count > 20 { lines.append("  … and \(errors.count - 20) more (status --json lists them all)") }
@@ -125,6 +130,7 @@ public struct StatusReport {
         writer.object { object in
             object.member("tree", root)
             object.member("cartCount", carts.count)
+            object.member("database") { writer in CartStatus.write(database, into: &writer) }
             // The same shape as one directory's: the running agent (or null).
             object.member("watch") { writer in
                 writer.object { object in

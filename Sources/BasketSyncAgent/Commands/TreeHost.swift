@@ -54,7 +54,7 @@ extension Commands {
         do {
             inotify = try Inotify(path: root)
             try inotify.watch(root, [.deleteSelf, .moveSelf, .onlyDirectory])
-            try inotify.watch("\(root)/\(Layout.stateDirectory)", [.modify, .closeWrite, .movedTo, .create, .deleteSelf, .moveSelf, .onlyDirectory])
+            try inotify.watch(configuration.database ?? "\(root)/\(Layout.stateDirectory)", [.modify, .closeWrite, .movedTo, .create, .deleteSelf, .moveSelf, .onlyDirectory])
         } catch {
             throw .system(error)
         }

@@ -70,7 +70,7 @@ final class Tree {
             do { try Posix.writeFileAtomically(configurationPath, Array(configuration.fileText.utf8)) } catch { throw .system(error) }
             created.append(configurationPath)
         }
-        let databasePath = "\(root)/\(Layout.stateDirectory)/\(Layout.database)"
+        let databasePath = try Database.path(of: root)
         let isNew = !Posix.exists(databasePath)
         // Carts holding records and no database: it was lost. A new one would know none of them.
         let holding = isNew ? ((try? Posix.entries(of: root)) ?? []).sorted().filter {

@@ -167,7 +167,7 @@ public final class Agent {
 
     /// Runs until SIGTERM or SIGINT, then returns (exit 0). Throws when it cannot start or must stop.
     public func run() throws(AgentError) {
-        lockFd = try Agent.takeLock(stateDirectory: database.stateDirectory) { pid in
+        lockFd = try Agent.takeLock(stateDirectory: database.markerDirectory) { pid in
             "\(root): another basket-sync watch (pid \(pid)) is already watching this \(tree == nil ? "directory" : "tree"); stop it first, or use basket-sync sync beside it"
         }
         // Each engine kept holds its JSON Lines files open: at most 3 × enginesKept descriptors.
@@ -185,6 +185,7 @@ public final class Agent {
             recordWatch()
             started = true
             logger.log(.info, startLine(), evenWhenQuiet: true)
+            if let warning = database.placeWarning { logger.log(.warning, warning) }
             // systemd (Type=notify): ready once the start pass is over.
             SystemdNotify.send("READY=1\nSTATUS=\(startLine())")
         }
@@ -282,9 +283,9 @@ public final class Agent {
             let inotify: Inotify
             do { inotify = try Inotify(path: root) } catch { throw .system(error) }
             self.inotify = inotify
-            watcher = try Watcher(directory: root, cart: configuration.cart, inotify: inotify, isTreeCart: false)
+            watcher = try Watcher(directory: root, cart: configuration.cart, inotify: inotify, isTreeCart: false, databaseDirectory: database.stateDirectory)
         }
-        let poller = watcher == nil ? Poller(directory: root, cart: configuration.cart, isTreeCart: false) : nil
+        let poller = watcher == nil ? Poller(directory: root, cart: configuration.cart, isTreeCart: false, databaseDirectory: database.stateDirectory) : nil
         serve(Cart(id: Agent.directoryCart, store: engines[Agent.directoryCart]!.store, watcher: watcher, poller: poller) { [unowned self] in self.timingChanged($0) })
     }
 

@@ -175,6 +175,12 @@ extension Agent {
                     ? "\"layout\" is no longer \"tree\"; a tree cannot become a sync directory under a running agent"
                     : "\"layout\" is now \"tree\"; a sync directory cannot become a tree under a running agent (its database is a single directory's)")
             }
+            // Nor where its database is: the agent has it open, and one-shot commands would find
+            // another.
+            guard reloaded.database == configuration.database else {
+                throw .configuration(path: "\(root)/\(AgentConfiguration.fileName)", line: 1, column: 1,
+                                     reason: "\"database\" changed; the database cannot move under a running agent: stop the agent, move the database's directory, then start it again")
+            }
             let cartMoved = reloaded.cart != configuration.cart
             let choice = try WatchChoice.decide(directory: root, cart: reloaded.cart, settings: reloaded.watch, override: watchOverride)
             configuration = reloaded

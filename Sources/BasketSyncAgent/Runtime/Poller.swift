@@ -31,11 +31,12 @@ final class Poller {
     private var cartSettling = false
 
     /// Takes the first look: what is there now is the start pass's, later changes are reported.
-    init(directory: String, cart: String, isTreeCart: Bool) {
+    /// `databaseDirectory`: where one-shot commands touch their commit signal (see ``Watcher``).
+    init(directory: String, cart: String, isTreeCart: Bool, databaseDirectory: String? = nil) {
         self.directory = directory
         self.isTreeCart = isTreeCart
         cartPath = "\(directory)/\(cart)"
-        signalPath = isTreeCart ? "\(directory)/\(Layout.cartMarker)" : "\(directory)/\(Layout.stateDirectory)/\(Layout.commitSignal)"
+        signalPath = isTreeCart ? "\(directory)/\(Layout.cartMarker)" : "\(databaseDirectory ?? "\(directory)/\(Layout.stateDirectory)")/\(Layout.commitSignal)"
         newPath = "\(directory)/inbox/new"
         stateDirectory = "\(directory)/\(Layout.stateDirectory)"
         _ = look()

@@ -18,7 +18,7 @@ public struct WatchChoice: Equatable, Sendable {
         // The pid must hold the agent's lock now: a pid reused by another process, or an agent
         // killed and not reaped, is not the agent.
         guard parts.count == 2, let pid = Int32(parts[0]),
-              Posix.lockHolders("\(store.stateDirectory)/\(Layout.agentLock)").contains(pid) else { return nil }
+              Posix.lockHolders("\(store.database.markerDirectory)/\(Layout.agentLock)").contains(pid) else { return nil }
         return RunningAgent(pid: pid, description: String(parts[1]))
     }
 

@@ -37,6 +37,8 @@ final class Watcher {
     private let inotify: Inotify
     /// A cart of a tree: its commits are signalled by its marker, not in `.basket-sync/`.
     private let isTreeCart: Bool
+    /// Where one-shot commands touch their commit signal (a sync directory's, not a tree cart's).
+    private let signalDirectory: String
     /// The inotify descriptor, for the event loop to poll.
     var fd: Int32 { inotify.fd }
 
@@ -51,8 +53,11 @@ final class Watcher {
 
     /// Watches one sync directory (or a cart of a tree) through `inotify`, which other watchers
     /// may share: each handles the events of its own directories (``handle(_:into:delivered:)``).
-    init(directory: String, cart: String, inotify: Inotify, isTreeCart: Bool) throws(AgentError) {
+    /// `databaseDirectory`: where one-shot commands touch their commit signal (the database's
+    /// directory; `.basket-sync/` unless `"database"` puts it elsewhere).
+    init(directory: String, cart: String, inotify: Inotify, isTreeCart: Bool, databaseDirectory: String? = nil) throws(AgentError) {
         self.directory = directory
+        signalDirectory = databaseDirectory ?? "\(directory)/\(Layout.stateDirectory)"
         self.inotify = inotify
         self.isTreeCart = isTreeCart
         cartComponents = cart.split(separator: "/").map(String.init)
@@ -66,7 +71,7 @@ final class Watcher {
         }
         // `new/` or `tmp/` made again (removed, replaced) under the agent is watched again.
         try? inotify.watch("\(directory)/inbox", [.create, .movedTo, .onlyDirectory])
-        if !isTreeCart { try? inotify.watch("\(directory)/\(Layout.stateDirectory)", [.closeWrite, .onlyDirectory]) }
+        if !isTreeCart { try? inotify.watch(signalDirectory, [.closeWrite, .onlyDirectory]) }
     }
 
     private func watchInbox() throws(SystemError) {
@@ -84,7 +89,7 @@ final class Watcher {
 
     /// The watch descriptors of this directory's watches.
     var watches: [Int32] {
-        let paths = [directory, "\(directory)/inbox", "\(directory)/inbox/new", "\(directory)/inbox/tmp", "\(directory)/\(Layout.stateDirectory)"]
+        let paths = [directory, "\(directory)/inbox", "\(directory)/inbox/new", "\(directory)/inbox/tmp", signalDirectory]
             + cartComponents.dropLast().indices.map { "\(directory)/" + cartComponents[...$0].joined(separator: "/") }
         // The library records a directory's path with a trailing slash.
         return paths.compactMap { inotify.watchDescriptor($0 + "/") ?? inotify.watchDescriptor($0) }
@@ -125,7 +130,7 @@ final class Watcher {
         let path = watchedPath.hasSuffix("/") ? String(watchedPath.dropLast()) : watchedPath
         if path == "\(directory)/inbox/new" || path == "\(directory)/inbox/tmp" { return .inbox }
         if path == "\(directory)/inbox" { return .inboxParent }
-        if path == "\(directory)/\(Layout.stateDirectory)" { return .state }
+        if path == signalDirectory { return .state }
         var cartDirectory = directory
         for (index, component) in cartComponents.enumerated() {
             if path == cartDirectory {

@@ -9,8 +9,13 @@ import BasketSyncWire
 /// Every change runs in one `BEGIN IMMEDIATE` transaction, so the agent and one-shot commands
 /// serialize on the database; `synchronous=FULL` makes a commit durable before it returns.
 final class Database {
-    /// `.basket-sync/` of the sync directory or the tree.
+    /// The directory of the database, its signal and its locks: `.basket-sync/` of the sync
+    /// directory or the tree, or the `"database"` setting's.
     let stateDirectory: String
+    /// `.basket-sync/` of the sync directory or the tree, where ever the database is: it marks
+    /// the directory as basket-sync's, and holds the agent's lock (on the share itself, so that
+    /// two agents are refused whichever machine they run on).
+    let markerDirectory: String
     let connection: SQLiteConnection
     /// Opened for reading only: transactions are deferred, nothing is written.
     let readOnly: Bool
@@ -35,7 +40,12 @@ final class Database {
         self.readOnly = readOnly
         // The directory may be a link (the operator's choice); SQLite opens a database only by a
         // path without links (`SQLITE_OPEN_NOFOLLOW`): its real path is used.
-        stateDirectory = "\(Posix.resolved(directory) ?? directory)/\(Layout.stateDirectory)"
+        markerDirectory = "\(Posix.resolved(directory) ?? directory)/\(Layout.stateDirectory)"
+        // A broken configuration is every other command's refusal (78); `status` (read only)
+        // reports it over what the defaults show.
+        let elsewhere: String?
+        do { elsewhere = try AgentConfiguration.load(directory: directory).database } catch where readOnly && error.exitCode == 78 { elsewhere = nil }
+        stateDirectory = elsewhere ?? markerDirectory
         let databasePath = "\(stateDirectory)/\(Layout.database)"
         // SQLite opens these by name, following links and blocking on a FIFO: what is not a
         // regular file (the state directory: not a directory) is refused before it gets there.
@@ -61,11 +71,12 @@ final class Database {
                     throw .missingInput("\(databasePath): missing: the tree's database is gone; restore \(Layout.stateDirectory)/ from a backup, or run basket-sync -C \(directory) init --tree --adopt to make it again and adopt the carts with their records")
                 }
                 if Posix.info(stateDirectory, follow: false) != nil || !Integrity.recordsHeld(in: directory).isEmpty {
-                    throw .missingInput("\(databasePath): missing: the database is gone; restore \(Layout.stateDirectory)/ from a backup, or run basket-sync init --adopt to go on from the files' records")
+                    throw .missingInput("\(databasePath): missing: the database is gone; restore \(elsewhere ?? Layout.stateDirectory + "/") from a backup (or, when \"database\" in \(AgentConfiguration.fileName) names a directory of another machine, run the command there), or run basket-sync init --adopt to go on from the files' records")
                 }
                 throw .missingInput("\(directory): not a sync directory (no \(Layout.stateDirectory)/); run basket-sync init there first")
             }
             do {
+                if elsewhere != nil, !Posix.exists(markerDirectory) { try Posix.makeDirectory(markerDirectory, mode: 0o700) }
                 try Posix.makeDirectory(stateDirectory, mode: 0o700)
                 // SQLite would create it 0644; its -wal and -shm files take the database's mode.
                 Posix.close(try Posix.open(databasePath, [.writeOnly, .create], mode: 0o600))
@@ -111,6 +122,19 @@ final class Database {
                 try connection.execute("PRAGMA user_version=\(Database.schemaVersion)")
             }
         }
+    }
+
+    /// What is wrong with where the database is, or nil: on a network or userspace file system,
+    /// SQLite's write-ahead log (its shared memory, its locks) is not safe.
+    var placeWarning: String? {
+        guard let kind = FileSystemKind.of(stateDirectory), kind.isBlindToInotify else { return nil }
+        return "the database \(databasePath) is on \(kind.name), a network or userspace file system: SQLite's write-ahead log needs shared memory and locks such a file system does not give (commands on another machine could corrupt it); set \"database\" in \(AgentConfiguration.fileName) to a directory on a local disk (docs/network-file-systems.md)"
+    }
+
+    /// The database file of `directory` (a sync directory or a tree's root): in `.basket-sync/`,
+    /// or in the directory its `"database"` setting names.
+    static func path(of directory: String) throws(AgentError) -> String {
+        "\(try AgentConfiguration.load(directory: directory).database ?? "\(directory)/\(Layout.stateDirectory)")/\(Layout.database)"
     }
 
     /// Refuses (74) a database that is not basket-sync's own: `.basket-sync/`, the database and

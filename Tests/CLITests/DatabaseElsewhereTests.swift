@@ -1,0 +1,105 @@
+import Foundation
+import Testing
+
+/// `"database": DIR` (docs/spec.md §10): the state on a local disk while the sync directory stays
+/// on a share. Every command, the agent and `wait` use the database there; the agent's lock stays
+/// in the sync directory's `.basket-sync/`, so two agents are refused wherever their databases are.
+@Suite struct DatabaseElsewhereTests {
+    /// A sync directory whose configuration puts the database in a directory of its own beside
+    /// the playground (made by `init`), and that directory.
+    func directoryWithItsDatabaseElsewhere() throws -> (playground: Playground, database: String) {
+        let playground = try Playground()
+        let database = playground.root.deletingLastPathComponent().appendingPathComponent("db-\(UUID().uuidString)").path
+        try playground.write("basket-sync.json", "{\"database\": \"\(database)\"}")
+        let made = try basketSync(["-C", playground.path, "init"])
+        #expect(made.status == 0, "\(made.stderr)")
+        #expect(made.stdout.contains("\(database)/state.db"), "init says where the database is: \(made.stdout)")
+        return (playground, database)
+    }
+
+    @Test func everyCommandTheAgentAndWaitUseTheDatabaseElsewhere() async throws {
+        let (playground, database) = try directoryWithItsDatabaseElsewhere()
+        defer { try? FileManager.default.removeItem(atPath: database) }
+        #expect(FileManager.default.fileExists(atPath: database + "/state.db"))
+        #expect(!FileManager.default.fileExists(atPath: playground.path + "/.basket-sync/state.db"), "nothing of the database on the share")
+        var info = stat()
+        #expect(lstat(database, &info) == 0 && info.st_mode & 0o777 == 0o700, "basket-sync's alone")
+
+        // wait, with no agent: woken by the commit of a one-shot command, whose signal is beside
+        // the database.
+        let waitOutput = playground.path + "/../wait-\(UUID().uuidString).out"
+        defer { try? FileManager.default.removeItem(atPath: waitOutput) }
+        let waiting = try startedInBackground(["-C", playground.path, "wait", "--timeout", "600"], output: waitOutput)
+        defer { if waiting.isRunning { kill(waiting.processIdentifier, SIGKILL); waiting.waitUntilExit() } }
+        try await eventually("wait is asleep") { sleepsInPoll(waiting) }
+        #expect(try basketSync(["-C", playground.path, "push", "--id", "e1", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        try await eventually("wait lists the record", timeout: 120) { !waiting.isRunning }
+        #expect(waiting.terminationStatus == 0)
+        #expect(((try? String(contentsOfFile: waitOutput, encoding: .utf8)) ?? "").contains("\"seq\":1"))
+
+        // The agent: it serves the directory from there, and a second one is refused by the lock
+        // in the sync directory's own .basket-sync/.
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        #expect(!agent.log.contains("WARNING") && !agent.log.contains("network or userspace"), "\(agent.log)")
+        #expect(try basketSync(["-C", playground.path, "push", "--id", "e2", "B=+2"]).status == 0)
+        try await eventually("the agent takes the event") { playground.records("outbox.jsonl").count == 2 }
+        #expect(FileManager.default.fileExists(atPath: playground.path + "/.basket-sync/agent.lock"), "the agent's lock is on the share")
+        let second = try basketSync(["-C", playground.path, "watch"], killAfter: 60)
+        #expect(second?.status == 75 && second?.stderr.contains("already watching") == true, "\(second?.stderr ?? "hung")")
+
+        let status = try basketSync(["-C", playground.path, "status", "--json"])
+        let report = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any]
+        let place = report?["database"] as? [String: Any]
+        #expect(place?["path"] as? String == database + "/state.db" && place?["warning"] is NSNull, "\(status.stdout.prefix(400))")
+        #expect(agent.stop() == 0)
+    }
+
+    /// The database's directory is basket-sync's, as `.basket-sync/` is: open to others, a link,
+    /// or a file, it is refused before SQLite opens anything.
+    @Test(arguments: ["open to others", "a link", "a file"])
+    func aDatabaseDirectoryThatIsNotBasketSyncsOwnIsRefused(shape: String) throws {
+        let (playground, database) = try directoryWithItsDatabaseElsewhere()
+        defer { try? FileManager.default.removeItem(atPath: database); try? FileManager.default.removeItem(atPath: database + ".real") }
+        switch shape {
+        case "open to others":
+            #expect(chmod(database, 0o777) == 0)
+        case "a link":
+            try FileManager.default.moveItem(atPath: database, toPath: database + ".real")
+            try FileManager.default.createSymbolicLink(atPath: database, withDestinationPath: database + ".real")
+        default:
+            try FileManager.default.removeItem(atPath: database)
+            try Data("not a directory\n".utf8).write(to: URL(fileURLWithPath: database))
+        }
+        let refused = try basketSync(["-C", playground.path, "sync"])
+        #expect(refused.status == 74 || refused.status == 73, "\(shape): \(refused.status) \(refused.stderr)")
+        #expect(refused.stderr.contains(database), "the message names the directory: \(refused.stderr)")
+    }
+
+    @Test(arguments: ["\"relative/db\"", "\"/var/lib/../tmp/db\"", "\"\"", "3"])
+    func aDatabaseSettingThatIsNotAnAbsoluteDirectoryIsAConfigurationError(value: String) throws {
+        let playground = try Playground()
+        try playground.write("basket-sync.json", "{\n  \"database\": \(value)\n}")
+        let refused = try basketSync(["-C", playground.path, "init"])
+        #expect(refused.status == 78, "\(value): \(refused.stderr)")
+        #expect(refused.stderr.contains("basket-sync.json:2:"), "the place is named: \(refused.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: playground.path + "/.basket-sync"), "nothing made")
+    }
+
+    /// The running agent's database cannot move under it: a SIGHUP with another "database" is
+    /// refused, the settings in force kept.
+    @Test func aReloadCannotMoveTheDatabase() async throws {
+        let (playground, database) = try directoryWithItsDatabaseElsewhere()
+        defer { try? FileManager.default.removeItem(atPath: database) }
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        try playground.write("basket-sync.json", "{\"database\": null}")
+        kill(agent.process.processIdentifier, SIGHUP)
+        try await eventually("the reload is refused") { agent.log.contains("\"database\" changed") }
+        try playground.write("basket-sync.json", "{\"database\": \"\(database)\"}")
+        #expect(try basketSync(["-C", playground.path, "push", "--id", "e1", "A=+1"]).status == 0)
+        try await eventually("the agent goes on with its database") { playground.records("outbox.jsonl").count == 1 }
+        #expect(agent.stop() == 0)
+    }
+}
