@@ -48,7 +48,6 @@ extension Commands {
     /// database written: any commit) — and looks at every poll interval where the root is
     /// polled — and writes nothing. Throws `.busy` (75) when `timeout` seconds pass first.
     public static func waitTree(root: String, timeout: Double?) throws(AgentError) -> [CartWaiting] {
-        let parent = getppid()
         let configuration = try AgentConfiguration.load(directory: root)
         let inotify: Inotify
         do {
@@ -60,51 +59,19 @@ extension Commands {
         }
         let polling = (try? WatchChoice.decide(directory: root, cart: configuration.cart, settings: configuration.watch, override: nil))
             .flatMap { $0.polls ? $0.intervalMs : nil }
-        let deadline = timeout.map { Date().addingTimeInterval($0) }
         var known: [Int64: UInt64] = [:]
-        var look = true
-        var nextLook = Posix.monotonicSeconds()
-        var lastLook = -Double.infinity
-        while true {
-            if look {
-                // Under a busy agent (a commit a millisecond) a look every 20 ms at most: the
-                // commits in between are seen by the next one.
-                let since = Posix.monotonicSeconds() - lastLook
-                if since < 0.02 { Posix.pause(microseconds: UInt32((0.02 - since) * 1_000_000)) }
-                lastLook = Posix.monotonicSeconds()
-                if let polling { nextLook = Posix.monotonicSeconds() + Double(polling) / 1000 }
-                let waiting = try cartsWaiting(root: root, known: &known)
-                if !waiting.isEmpty { return waiting }
-            }
-            var milliseconds: Int32 = 1000
-            if let deadline {
-                let left = deadline.timeIntervalSinceNow
-                if left <= 0 {
-                    throw .busy("\(root): no cart has records after its host's progress within \(AgentConfiguration.number(timeout ?? 0)) s; run wait again to go on waiting")
-                }
-                milliseconds = min(milliseconds, Int32(min(left * 1000, 1000).rounded(.up)))
-            }
-            if polling != nil {
-                milliseconds = min(milliseconds, Int32(max(0, ((nextLook - Posix.monotonicSeconds()) * 1000).rounded(.up))))
-            }
-            if getppid() != parent { exit(143) }
-            var events: [InotifyEvent] = []
-            do {
-                if try Posix.waitReadable([inotify.fd], timeout: milliseconds)[0] { events = try inotify.events() }
-            } catch {
-                throw .system(error)
-            }
-            if events.contains(where: { !$0.mask.isDisjoint(with: [.deleteSelf, .moveSelf]) }) {
-                throw .directoryGone(path: root)
-            }
+        // Under a busy agent (a commit a millisecond) a look every 20 ms at most.
+        let loop = WaitLoop(inotify: inotify, path: root, pollMs: polling, timeout: timeout, minimumGap: 0.02)
+        return try loop.run(timedOut: "\(root): no cart has records after its host's progress within \(AgentConfiguration.number(timeout ?? 0)) s; run wait again to go on waiting",
+                            worthALook: { event in
             // A commit writes the database's WAL (the agent's, a one-shot command's); its own reads
             // (the shared-memory index, a connection closing) are not worth a look.
-            look = (polling != nil && Posix.monotonicSeconds() >= nextLook) || events.contains { event in
-                event.watch < 0 || event.mask.contains(.overflow) || event.name == Layout.commitSignal
-                    || (event.name == Layout.database + "-wal" && event.mask.contains(.modify))
-                    // The database replaced (a backup restored).
-                    || (event.name == Layout.database && !event.mask.isDisjoint(with: [.movedTo, .create]))
-            }
+            event.name == Layout.commitSignal || (event.name == Layout.database + "-wal" && event.mask.contains(.modify))
+                // The database replaced (a backup restored).
+                || (event.name == Layout.database && !event.mask.isDisjoint(with: [.movedTo, .create]))
+        }) { () throws(AgentError) -> [CartWaiting]? in
+            let waiting = try cartsWaiting(root: root, known: &known)
+            return waiting.isEmpty ? nil : waiting
         }
     }
 

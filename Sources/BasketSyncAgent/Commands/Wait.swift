@@ -18,9 +18,6 @@ extension Commands {
     /// nothing: it works beside the agent, beside `sync` from cron, and on a read-only file
     /// system. Throws `.busy` (75) when `timeout` seconds pass first.
     public static func wait(directory: String, after: UInt64?, timeout: Double?) throws(AgentError) -> WaitResult {
-        // Ends with the process that started it (a host killed while it loops on wait): looked
-        // at every second while it waits — the parent gone, it was adopted by another process.
-        let parent = getppid()
         let configuration = try AgentConfiguration.load(directory: directory)
         // The watches first: a record committed after this is seen by the reads below, or wakes us.
         // Every look opens a connection of its own and closes it: on a read-only file system
@@ -44,69 +41,39 @@ extension Commands {
                 start = try CartReader.hostProgress(state, store: store, directory: directory, configuration: configuration)
             }
         }
-        let deadline = timeout.map { Date().addingTimeInterval($0) }
         // Where inotify is blind (a share written by another machine: docs/spec.md §10), it looks at
         // every poll interval as well.
         let polling = (try? WatchChoice.decide(directory: directory, cart: configuration.cart, settings: configuration.watch, override: nil))
             .flatMap { $0.polls ? $0.intervalMs : nil }
-        var look = true
-        var nextLook = Posix.monotonicSeconds()
         let outboxPath = "\(directory)/\(Projection.outbox.fileName)"
-        while true {
-            if look {
-                if let polling { nextLook = Posix.monotonicSeconds() + Double(polling) / 1000 }
-                // A connection of its own per look: on a read-only file system SQLite cannot share
-                // the WAL index, and a connection kept open would read the same snapshot for ever.
-                let (lines, last) = try outboxNow(directory: directory, after: start)
-                // A database restored from an older backup: the outbox holds what it does not. A
-                // record commits before it is appended: one committed since the read above is
-                // read again before the database is called behind.
-                if let beyond = JSONLinesFile(path: outboxPath).recordBeyond(databaseSeq: last, isRecord: Projection.outbox.isRecord),
-                   beyond > (try outboxNow(directory: directory, after: nil).last) {
-                    // On a read-only file system SQLite reads only what was checkpointed into the
-                    // database file: the outbox, appended after each commit, is the fresher one.
-                    guard Posix.isReadOnlyFileSystem(directory) else {
-                        throw .databaseBehind(path: outboxPath, fileSeq: beyond, databaseSeq: last)
-                    }
-                    let fresher = JSONLinesFile(path: outboxPath).recordLines(after: start, isRecord: Projection.outbox.isRecord)
-                    if !fresher.isEmpty { return WaitResult(after: start, lines: fresher) }
+        let loop = WaitLoop(inotify: inotify, path: directory, pollMs: polling, timeout: timeout)
+        let lines = try loop.run(timedOut: "\(outboxPath): no record after seq \(start) within \(timeout ?? 0) s; run wait again to go on waiting",
+                                 worthALook: { event in
+            // The outbox file changing, a commit signalled, the database written over or
+            // replaced (a backup restored); SQLite closing its own files (a reader such as
+            // status) is not.
+            event.name == Projection.outbox.fileName || event.name == Layout.commitSignal || event.name == Layout.cartMarker
+                || event.name == Layout.database
+        }) { () throws(AgentError) -> [[UInt8]]? in
+            // A connection of its own per look: on a read-only file system SQLite cannot share
+            // the WAL index, and a connection kept open would read the same snapshot for ever.
+            let (lines, last) = try outboxNow(directory: directory, after: start)
+            // A database restored from an older backup: the outbox holds what it does not. A
+            // record commits before it is appended: one committed since the read above is
+            // read again before the database is called behind.
+            if let beyond = JSONLinesFile(path: outboxPath).recordBeyond(databaseSeq: last, isRecord: Projection.outbox.isRecord),
+               beyond > (try outboxNow(directory: directory, after: nil).last) {
+                // On a read-only file system SQLite reads only what was checkpointed into the
+                // database file: the outbox, appended after each commit, is the fresher one.
+                guard Posix.isReadOnlyFileSystem(directory) else {
+                    throw .databaseBehind(path: outboxPath, fileSeq: beyond, databaseSeq: last)
                 }
-                if !lines.isEmpty { return WaitResult(after: start, lines: lines.map(\.line)) }
+                let fresher = JSONLinesFile(path: outboxPath).recordLines(after: start, isRecord: Projection.outbox.isRecord)
+                if !fresher.isEmpty { return fresher }
             }
-            var milliseconds: Int32 = -1
-            if let deadline {
-                let left = deadline.timeIntervalSinceNow
-                if left <= 0 {
-                    throw .busy("\(directory)/\(Projection.outbox.fileName): no record after seq \(start) within \(timeout!) s; run wait again to go on waiting")
-                }
-                milliseconds = Int32(min(left * 1000, Double(Int32.max)).rounded(.up))
-            }
-            if polling != nil {
-                let untilLook = Int32(max(0, ((nextLook - Posix.monotonicSeconds()) * 1000).rounded(.up)))
-                milliseconds = milliseconds < 0 ? untilLook : min(milliseconds, untilLook)
-            }
-            milliseconds = milliseconds < 0 ? 1000 : min(milliseconds, 1000)
-            if getppid() != parent { exit(143) }
-            // Only the outbox file changing, or a commit signalled, is worth a look at the
-            // database; SQLite closing its own files (a reader such as status) is not.
-            look = false
-            var events: [InotifyEvent] = []
-            do {
-                if try Posix.waitReadable([inotify.fd], timeout: milliseconds)[0] { events = try inotify.events() }
-            } catch {
-                throw .system(error)
-            }
-            if events.contains(where: { !$0.mask.isDisjoint(with: [.deleteSelf, .moveSelf]) }) {
-                throw .directoryGone(path: directory)
-            }
-            // Polled: at the interval, never on its own connection's files closing.
-            look = (polling != nil && Posix.monotonicSeconds() >= nextLook) || events.contains { event in
-                event.watch < 0 || event.mask.contains(.overflow)
-                    || event.name == Projection.outbox.fileName || event.name == Layout.commitSignal || event.name == Layout.cartMarker
-                    // The database written over or replaced (a backup restored): looked at again.
-                    || event.name == Layout.database
-            }
+            return lines.isEmpty ? nil : lines.map(\.line)
         }
+        return WaitResult(after: start, lines: lines)
     }
 
     /// The outbox records after `seq`, and its last seq, through a connection opened and closed
