@@ -20,3 +20,19 @@ static inline int basket_sync_pidfd_open(int pid) {
 static inline int basket_sync_become_subreaper(void) {
     return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
 }
+
+// waitid(2) with WNOWAIT: waits for child `pid` to end and says how, without reaping it — a
+// supervisor records a completion's end before the zombie goes, so that killed in between, the
+// process it is given to can still read it. The status as a shell says it (the exit status, or
+// 128 + the signal), or -1.
+#include <sys/wait.h>
+#include <errno.h>
+#include <string.h>
+static inline int basket_sync_wait_unreaped(int pid) {
+    siginfo_t info;
+    memset(&info, 0, sizeof info);
+    int result;
+    do { result = waitid(P_PID, (id_t)pid, &info, WEXITED | WNOWAIT); } while (result < 0 && errno == EINTR);
+    if (result < 0) return -1;
+    return info.si_code == CLD_EXITED ? (info.si_status & 0xFF) : 128 + info.si_status;
+}

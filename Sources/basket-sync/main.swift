@@ -93,6 +93,10 @@ func run() throws(AgentError) -> Int32 {
             emit("basket-sync: cannot run the completion \(reason)", to: .error)
             return 66
         }
+        if case let .lost(reason) = outcome.completion {
+            emit("basket-sync: \(reason)", to: .error)
+            return 75
+        }
         if case let .ran(status) = outcome.completion, status != 0 {
             emit("basket-sync: the completion \(then[0]) exited with status \(status); the payment stays recorded, and a retry of handle-payment runs the completion again", to: .error)
             return status

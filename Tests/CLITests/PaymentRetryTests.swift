@@ -201,6 +201,59 @@ import Testing
         #expect(playground.read("runs") == "start first\nend first\n")
     }
 
+    /// The supervisor killed after its completion exited 0 but before it could record that (the
+    /// database held by another writer): the completion is still unreaped then — its end is
+    /// recorded before it is reaped — so handle-payment, given the zombie, reads its status and
+    /// records it; a retry finds it finished and runs nothing.
+    /// And with nobody killed: the database held by another writer for longer than the busy
+    /// timeout when the completion ends — the supervisor waits however long (it says so), and
+    /// the end is recorded.
+    @Test(arguments: [true, false])
+    func theCompletionsEndHeldUpByTheDatabaseIsNeverLost(killSupervisor: Bool) async throws {
+        let playground = try paidReadyDirectory()
+        let go = playground.path + "/go", release = playground.path + "/release"
+        defer { for flag in [go, release] { _ = FileManager.default.createFile(atPath: flag, contents: nil) } }
+        let completion = ["/bin/sh", "-c", "echo $$ > \"$1\"; echo $PPID > \"$2\"; echo run >> \"$3\"; i=0; while [ ! -e \"$4\" ] && [ $i -lt 60000 ]; do sleep 0.01; i=$((i+1)); done",
+                          "sh", playground.path + "/completion.pid", playground.path + "/supervisor.pid", playground.path + "/runs", go]
+        let paying = try started(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--json", "--then"] + completion, name: "paying")
+        try await eventually("the completion runs") { playground.read("runs") == "run\n" }
+        // Another writer holds the database until told.
+        let holder = Child()
+        holder.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        holder.arguments = ["-c", """
+            import os, sqlite3, sys, time
+            c = sqlite3.connect(sys.argv[1], timeout=60, isolation_level=None)
+            c.execute("BEGIN IMMEDIATE")
+            open(sys.argv[2], "w").close()
+            for _ in range(60000):
+                if os.path.exists(sys.argv[3]) or not os.path.isdir(os.path.dirname(sys.argv[3])): break
+                time.sleep(0.01)
+            c.execute("ROLLBACK")
+            """, playground.path + "/.basket-sync/state.db", playground.path + "/locked", release]
+        try holder.run()
+        defer { if holder.isRunning { kill(holder.processIdentifier, SIGKILL); holder.waitUntilExit() } }
+        try await eventually("the database is held") { FileManager.default.fileExists(atPath: playground.path + "/locked") }
+        let pid = Int32(playground.read("completion.pid").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        let supervisor = Int32(playground.read("supervisor.pid").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        #expect(pid > 0 && supervisor > 0 && supervisor != paying.processIdentifier)
+        _ = FileManager.default.createFile(atPath: go, contents: nil)
+        // Exited 0 and not reaped: its supervisor waits for the database to record it first.
+        try await eventually("the completion ended, unreaped") { processState(pid) == "Z" }
+        if killSupervisor {
+            kill(supervisor, SIGKILL)
+        } else {
+            try await eventually("the supervisor outlasts the busy timeout", timeout: 120) { playground.read("stderr-paying").contains("waits for the database") }
+        }
+        _ = FileManager.default.createFile(atPath: release, contents: nil)
+        holder.waitUntilExit()
+        paying.waitUntilExit()
+        #expect(paying.terminationStatus == 0, "\(playground.read("stderr-paying"))")
+        let retry = try run(playground, ["handle-payment", "--total", "5", "--order-id", "o-1", "--json", "--then"] + completion)
+        let answer = try JSONSerialization.jsonObject(with: Data(retry.stdout.utf8)) as? [String: Any]
+        #expect((answer?["completion"] as? [String: Any])?["ran"] as? Bool == false, "finished before: \(retry.stdout)")
+        #expect(playground.read("runs") == "run\n", "the completion that exited 0 never runs again")
+    }
+
     /// The supervisor killed alone while the completion runs: handle-payment (the subreaper its
     /// orphaned completion is given to) waits for the completion and records its end — a retry
     /// finds it finished.
@@ -354,4 +407,11 @@ import Testing
         #expect(try run(playground, ["payment-started", "--total", "5", "--order-id", "o-1"]).stdout.contains("already recorded as payment #2"))
         #expect(playground.records("payments.jsonl").map { $0["type"] as! String } == ["paymentStarted", "handlePayment"])
     }
+}
+
+/// The state letter of process `pid` in /proc (R, S, Z…), or nil when it is gone.
+func processState(_ pid: Int32) -> String? {
+    guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+          let line = status.split(separator: "\n").first(where: { $0.hasPrefix("State:") }) else { return nil }
+    return line.dropFirst("State:".count).trimmingCharacters(in: .whitespaces).first.map(String.init)
 }

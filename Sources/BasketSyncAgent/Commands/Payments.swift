@@ -45,6 +45,9 @@ extension Commands {
             /// It could not be started (no such program, not executable): the payment stays
             /// recorded, and a retry runs it.
             case couldNotStart(reason: String)
+            /// Its supervisor was killed and how the completion ended is not known (it may not
+            /// have started): the payment stays recorded, and a retry runs it.
+            case lost(reason: String)
         }
 
         /// The record made now, or for a duplicate the one recorded before (nil when the
@@ -74,6 +77,8 @@ extension Commands {
                 lines.append("its completion had never exited 0: run again, exit status \(status)")
             case let .couldNotStart(reason):
                 lines.append("its completion could not be started: \(reason)")
+            case let .lost(reason):
+                lines.append("its completion's end is not known: \(reason)")
             default:
                 break
             }
@@ -98,6 +103,9 @@ extension Commands {
                         writer.object { $0.member("ran", false); $0.member("finishedAt", at) }
                     case let .couldNotStart(reason):
                         writer.object { $0.member("ran", false); $0.member("error", reason) }
+                    case let .lost(reason):
+                        // Whether it ran is not known: null, and why.
+                        writer.object { $0.member("ran") { $0.raw("null") }; $0.member("error", reason) }
                     }
                 }
             }
@@ -243,18 +251,15 @@ extension Commands {
         let ended = completion.flatMap(Posix.waitFor)
         if supervisorKilled, ended == nil,
            try engine.store.withTransaction({ () throws(AgentError) in try engine.store.completionFinished(orderId: orderId) }) == nil {
-            Terminal.emit("basket-sync: the completion's supervisor was killed (status \(status)) and its completion (\(completion.map { "pid \($0)" } ?? "not found among this process's children")) could not be waited for: its end is not recorded, and a retry of handle-payment runs it again", to: .error)
+            // Killed before it started the completion, or after it reaped one whose end it
+            // could not record: not known; the retry runs it.
+            outcome.completion = .lost(reason: "its supervisor was killed (status \(status)) and the completion (\(completion.map { "pid \($0)" } ?? "not found among this process's children: it may never have started")) could not be waited for; the payment stays recorded, and a retry of handle-payment runs the completion")
+            return outcome
         }
         if let ended {
             // Its supervisor is gone and did not reap it: its end is recorded here.
             status = ended
-            try engine.store.withTransaction { () throws(AgentError) in
-                if ended == 0 {
-                    try engine.store.recordCompletion(orderId: orderId, payment: outcome.seq, at: Date())
-                } else {
-                    try engine.store.touchOrder(orderId, at: Date())
-                }
-            }
+            if let failure = recordCompletionEnd(ended, store: engine.store, orderId: orderId, seq: outcome.seq, logger: logger) { throw failure }
         }
         outcome.completion = .ran(status: status)
         if status == 0, try engine.store.withTransaction({ () throws(AgentError) in try engine.store.completionFinished(orderId: orderId) }) == nil {
@@ -280,33 +285,52 @@ extension Commands {
             return error.exitCode
         }
         let status: Int32
+        var failure: AgentError?
         // The completion's pid to handle-payment (descriptor 4): killed alone, this supervisor
         // leaves its completion to handle-payment, which then waits for it and records its end.
-        do { status = try runCompletion(then, passing: 3, started: { pid in Posix.tell(4, "\(pid)\n") }) } catch {
+        // Its end is recorded before it is reaped: killed in between, the zombie goes to
+        // handle-payment with its status.
+        do {
+            status = try runCompletion(then, passing: 3, started: { pid in Posix.tell(4, "\(pid)\n") },
+                                       beforeReaping: { ended in failure = recordCompletionEnd(ended, store: engine.store, orderId: orderId, seq: seq, logger: logger) })
+        } catch {
             Terminal.emit("basket-sync: \(error.description)", to: .error)
             return 127
         }
-        // Recorded even if a busy database makes it wait: the completion's end is the one thing
-        // that keeps it from running twice.
-        do {
-            try engine.store.withTransaction { () throws(AgentError) in
-                if status == 0 {
-                    try engine.store.recordCompletion(orderId: orderId, payment: seq, at: Date())
-                } else {
-                    try engine.store.touchOrder(orderId, at: Date())
-                }
-            }
-        } catch {
-            Terminal.emit("basket-sync: the completion \(then[0]) exited with status \(status), and that could not be recorded: \(error.description)", to: .error)
-            return status == 0 ? error.exitCode : status
+        if let failure {
+            Terminal.emit("basket-sync: the completion \(then[0]) exited with status \(status), and that could not be recorded: \(failure.description)", to: .error)
+            return status == 0 ? failure.exitCode : status
         }
         return status
     }
 
+    /// Records how an order's completion ended (exit 0: finished, never run again; else its
+    /// order touched for retention). A busy database is waited for however long: the end of a
+    /// completion that succeeded is the one thing that keeps it from running twice. Another
+    /// failure is returned.
+    static func recordCompletionEnd(_ status: Int32, store: Store, orderId: String, seq: UInt64, logger: Logger) -> AgentError? {
+        while true {
+            do {
+                try store.withTransaction { () throws(AgentError) in
+                    if status == 0 {
+                        try store.recordCompletion(orderId: orderId, payment: seq, at: Date())
+                    } else {
+                        try store.touchOrder(orderId, at: Date())
+                    }
+                }
+                return nil
+            } catch {
+                guard case .busy = error else { return error }
+                logger.log(.warning, "the completion's end (status \(status)) waits for the database: \(error.description); trying again")
+            }
+        }
+    }
+
     /// Runs a completion (`handle-payment --then CMD ARG…`) as an argv, without a shell, and
     /// returns its exit status (128 + the signal when killed by one).
-    public static func runCompletion(_ argv: [String], passing lock: Int32? = nil, started: ((Int32) -> Void)? = nil) throws(AgentError) -> Int32 {
-        do { return try Posix.spawnAndWait(argv, passing: lock, started: started) } catch {
+    public static func runCompletion(_ argv: [String], passing lock: Int32? = nil, started: ((Int32) -> Void)? = nil,
+                                     beforeReaping: ((Int32) -> Void)? = nil) throws(AgentError) -> Int32 {
+        do { return try Posix.spawnAndWait(argv, passing: lock, started: started, beforeReaping: beforeReaping) } catch {
             guard error.operation == "run" else { throw .system(error) }
             throw .missingInput("cannot run the completion \(argv[0]): \(error.reason); give a command on the PATH or a path to one (with -C, a relative path is relative to the sync directory)")
         }

@@ -238,10 +238,11 @@ extension Posix {
     /// process's standard error. `signalsIgnored`: the stop signals stay ignored in it (a process
     /// that must outlive a Ctrl-C to record what its own child did); otherwise it gets the defaults.
     /// `alsoPassing` is given as descriptor 4 (after `inherited` as 3); `started` is told the
-    /// child's pid as soon as it runs.
+    /// child's pid as soon as it runs; `beforeReaping` how it ended, before it is reaped.
     package static func spawnAndWait(_ argv: [String], passing inherited: Int32? = nil, alsoPassing fourth: Int32? = nil,
                                      outputToError: Bool = false, signalsIgnored: Bool = false,
-                                     started: ((pid_t) -> Void)? = nil, signaled: ((Bool) -> Void)? = nil) throws(SystemError) -> Int32 {
+                                     started: ((pid_t) -> Void)? = nil, signaled: ((Bool) -> Void)? = nil,
+                                     beforeReaping: ((Int32) -> Void)? = nil) throws(SystemError) -> Int32 {
         // The child gets stdin, stdout, stderr and, as descriptor 3, `inherited`: nothing else of
         // this process (its database, its files) stays open in it or in what it leaves running.
         var actions = posix_spawn_file_actions_t()
@@ -267,6 +268,12 @@ extension Posix {
         defer { for (signal, handler) in zip(waitedThrough, previous) { _ = Glibc.signal(signal, handler) } }
         let pid = try spawn(argv, actions: &actions, defaults: signalsIgnored ? [] : waitedThrough)
         started?(pid)
+        // Told how it ended while it is still a zombie: killed before it reaps it, this process
+        // leaves it to the one its orphans go to, which can read it again.
+        if let beforeReaping {
+            let ended = basket_sync_wait_unreaped(pid)
+            if ended >= 0 { beforeReaping(ended) }
+        }
         var raw: Int32 = 0
         if retrying({ waitpid(pid, &raw, 0) }) < 0 { throw .last("waitpid", argv[0]) }
         signaled?(raw & 0x7F != 0)
