@@ -13,6 +13,24 @@ import Testing
 
     /// A running agent beats; SIGSTOPped, it is reported stopped at once, and running again once
     /// continued.
+    /// A heartbeat setting out of range or not a number is said and the default kept: the agent
+    /// neither crashes (a huge value overflowed a timeout) nor beats thousands of times a second.
+    @Test(arguments: ["1e7", "abc", "0", "-1", "inf"])
+    func aBadHeartbeatSettingIsSaidAndTheDefaultKept(value: String) async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        let agent = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_HEARTBEAT_SECONDS": value])
+        try await agent.waitUntilWatching()
+        #expect(agent.log.contains("BASKET_SYNC_HEARTBEAT_SECONDS=\(value) ignored"), "\(agent.log)")
+        #expect(try basketSync(["-C", playground.path, "push", "--id", "e1", "A=+1"]).status == 0)
+        try await eventually("the agent goes on") { playground.records("outbox.jsonl").count == 1 || !agent.process.isRunning }
+        #expect(agent.process.isRunning, "\(agent.log)")
+        let status = try basketSync(["-C", playground.path, "status", "--json"])
+        let health = (try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])?["health"] as? [String: Any]
+        #expect(health?["heartbeatSeconds"] as? Double == 60, "\(status.stdout.prefix(300))")
+        #expect(agent.stop() == 0)
+    }
+
     @Test func aStoppedAgentIsReportedStopped() async throws {
         let playground = try Playground()
         #expect(try basketSync(["-C", playground.path, "init"]).status == 0)

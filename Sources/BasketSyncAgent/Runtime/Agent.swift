@@ -186,6 +186,7 @@ public final class Agent {
             started = true
             logger.log(.info, startLine(), evenWhenQuiet: true)
             if let warning = database.placeWarning { logger.log(.warning, warning) }
+            if let problem = Agent.heartbeatSetting.problem { logger.log(.warning, problem) }
             // systemd (Type=notify): ready once the start pass is over.
             SystemdNotify.send("READY=1\nSTATUS=\(startLine())")
         }
@@ -251,8 +252,18 @@ public final class Agent {
     /// How often an idle agent says it is alive: once a minute, or half the systemd watchdog's
     /// interval when that is shorter (`BASKET_SYNC_HEARTBEAT_SECONDS` for tests).
     static let heartbeatSeconds: Double = {
-        let chosen = Posix.environment("BASKET_SYNC_HEARTBEAT_SECONDS").flatMap(Double.init).map { max(0.05, $0) } ?? 60
+        let chosen = heartbeatSetting.seconds
         return SystemdNotify.watchdogSeconds.map { min(chosen, max(0.05, $0 / 2)) } ?? chosen
+    }()
+
+    /// `BASKET_SYNC_HEARTBEAT_SECONDS` read: seconds from 0.05 to 3600; anything else is said
+    /// (at the agent's start) and the default, 60, kept.
+    static let heartbeatSetting: (seconds: Double, problem: String?) = {
+        guard let text = Posix.environment("BASKET_SYNC_HEARTBEAT_SECONDS") else { return (60, nil) }
+        guard let value = Double(text), value.isFinite, (0.05...3600).contains(value) else {
+            return (60, "BASKET_SYNC_HEARTBEAT_SECONDS=\(JSONWriter.printable(text)) ignored: give seconds from 0.05 to 3600; the heartbeat is every 60 s")
+        }
+        return (value, nil)
     }()
 
     /// Writes the heartbeat note when one is due: a heartbeat's time has come, or work went
