@@ -77,6 +77,23 @@ import Testing
         #expect(refused.stderr.contains(database), "the message names the directory: \(refused.stderr)")
     }
 
+    /// A link among the directory's parents (a root-owned /var/lib/x → /data/x): followed to the
+    /// real path, and everything works there.
+    @Test func aLinkAmongTheParentsIsFollowedToTheRealPath() async throws {
+        let playground = try Playground()
+        let base = playground.root.deletingLastPathComponent().appendingPathComponent("base-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        #expect(mkdir(base, 0o755) == 0 && mkdir(base + "/real", 0o755) == 0)
+        try FileManager.default.createSymbolicLink(atPath: base + "/link", withDestinationPath: base + "/real")
+        try playground.write("basket-sync.json", "{\"database\": \"\(base)/link/shop\"}")
+        let made = try basketSync(["-C", playground.path, "init"])
+        #expect(made.status == 0, "\(made.stderr)")
+        #expect(FileManager.default.fileExists(atPath: base + "/real/shop/state.db"))
+        #expect(try basketSync(["-C", playground.path, "push", "--id", "e1", "A=+1"]).status == 0)
+        let synced = try basketSync(["-C", playground.path, "sync"])
+        #expect(synced.status == 0 && playground.records("outbox.jsonl").count == 1, "\(synced.stderr)")
+    }
+
     @Test(arguments: ["\"relative/db\"", "\"/var/lib/../tmp/db\"", "\"\"", "3"])
     func aDatabaseSettingThatIsNotAnAbsoluteDirectoryIsAConfigurationError(value: String) throws {
         let playground = try Playground()

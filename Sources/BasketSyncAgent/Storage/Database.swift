@@ -45,7 +45,14 @@ final class Database {
         // reports it over what the defaults show.
         let elsewhere: String?
         do { elsewhere = try AgentConfiguration.load(directory: directory).database } catch where readOnly && error.exitCode == 78 { elsewhere = nil }
-        stateDirectory = elsewhere ?? markerDirectory
+        // Its parents may be links (the operator's, as /var/lib/x → /data/x): the real path is
+        // used, as SQLite opens only a path without links; the directory itself must not be one.
+        stateDirectory = elsewhere.map { (Posix.resolved(Posix.dirname(of: $0)) ?? Posix.dirname(of: $0)) + "/" + Posix.basename(of: $0) } ?? markerDirectory
+        // A link among them sits in a directory that only its owner (or root) may change.
+        if let elsewhere, Posix.dirname(of: elsewhere) != Posix.dirname(of: stateDirectory),
+           let refusal = Trust.directoryRefusal(Posix.dirname(of: Posix.dirname(of: elsewhere))) {
+            throw .database(path: "\(stateDirectory)/\(Layout.database)", message: "not opened: \"database\" leads through a link (\(Posix.dirname(of: elsewhere))) in a directory others may change: " + refusal)
+        }
         let databasePath = "\(stateDirectory)/\(Layout.database)"
         // SQLite opens these by name, following links and blocking on a FIFO: what is not a
         // regular file (the state directory: not a directory) is refused before it gets there.

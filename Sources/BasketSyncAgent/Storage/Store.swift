@@ -186,7 +186,7 @@ package final class Store {
         if let cachedState, version == cachedDataVersion, database.rollbacks == cachedRollbacks { return cachedState }
         guard let blob = try metaBlob(.state) else {
             // Emptied, or made by hand: init cannot mend it where the files hold records.
-            let directory = Posix.dirname(of: stateDirectory)
+            let directory = Posix.dirname(of: database.markerDirectory)
             let held = Integrity.recordsHeld(in: directory)
             throw .database(path: stateDirectory, message: held.isEmpty
                 ? "the database has no state; run basket-sync init again"
@@ -339,5 +339,5 @@ package final class Store {
 extension Database {
     /// The rows of cart 0: a sync directory's own cart; in a tree, what belongs to the tree as a
     /// whole (its default store, the running agent's note).
-    var rootRows: Store { Store(database: self, cart: 0, directory: Posix.dirname(of: stateDirectory), signalPath: "") }
+    var rootRows: Store { Store(database: self, cart: 0, directory: Posix.dirname(of: markerDirectory), signalPath: "") }
 }
