@@ -77,6 +77,31 @@ import Testing
         #expect(refused.stderr.contains(database), "the message names the directory: \(refused.stderr)")
     }
 
+    /// Two sync directories naming the same database directory (a setting copied): the second is
+    /// refused before it reads or writes anything of it, and the first goes on; the first's id,
+    /// lost from its .basket-sync/ and written back, binds it again.
+    @Test func aDatabaseServesOneSyncDirectory() throws {
+        let (first, database) = try directoryWithItsDatabaseElsewhere()
+        defer { try? FileManager.default.removeItem(atPath: database) }
+        let second = try Playground()
+        try second.write("basket-sync.json", "{\"database\": \"\(database)\"}")
+        let refused = try basketSync(["-C", second.path, "init"])
+        #expect(refused.status == 74 && refused.stderr.contains("serves another sync directory"), "\(refused.stderr)")
+        #expect(try basketSync(["-C", second.path, "push", "--id", "e1", "A=+1"]).status != 0, "nothing delivered into a directory init refused")
+        #expect(try basketSync(["-C", second.path, "sync"]).status == 74)
+        #expect(second.records("outbox.jsonl").isEmpty)
+        #expect(try basketSync(["-C", first.path, "push", "--id", "e1", "B=+1"]).status == 0)
+        #expect(try basketSync(["-C", first.path, "sync"]).status == 0)
+        #expect(first.records("outbox.jsonl").first?["seq"] as? Int == 1, "the first directory's records start at 1, its own")
+        // Its id lost: refused, with the way back; written back: served again.
+        let id = first.read(".basket-sync/database-id")
+        try FileManager.default.removeItem(atPath: first.path + "/.basket-sync/database-id")
+        let lost = try basketSync(["-C", first.path, "sync"])
+        #expect(lost.status == 74 && lost.stderr.contains("write \(id.trimmingCharacters(in: .whitespacesAndNewlines)) into it"), "\(lost.stderr)")
+        try first.write(".basket-sync/database-id", id)
+        #expect(try basketSync(["-C", first.path, "sync"]).status == 0)
+    }
+
     /// A link among the directory's parents (a root-owned /var/lib/x → /data/x): followed to the
     /// real path, and everything works there.
     @Test func aLinkAmongTheParentsIsFollowedToTheRealPath() async throws {

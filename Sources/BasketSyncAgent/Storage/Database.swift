@@ -111,6 +111,7 @@ final class Database {
             if version < Database.schemaVersion, try connection.scalar("SELECT COUNT(*) FROM sqlite_master WHERE name = 'meta'") != 0 {
                 throw .database(path: databasePath, message: "\(Database.olderLayout) (database layout \(version)); run any other command once (basket-sync sync) to bring it up to date, then this one")
             }
+            if elsewhere != nil, try connection.scalar("SELECT COUNT(*) FROM sqlite_master WHERE name = 'meta'") != 0 { try checkServes() }
             return
         }
         // Pages freed by retention go back to the file system (SQLite can set it only on a new
@@ -129,6 +130,28 @@ final class Database {
                 try connection.execute("PRAGMA user_version=\(Database.schemaVersion)")
             }
         }
+        if elsewhere != nil { try checkServes() }
+    }
+
+    /// With `"database"` elsewhere, a database serves one sync directory (or tree): the one whose
+    /// `.basket-sync/database-id` holds the id it keeps. Another directory naming the same one
+    /// (a setting copied) is refused before anything of it is read or written; a database
+    /// without an id (moved there, or new) takes this directory's, or a new one.
+    private func checkServes() throws(AgentError) {
+        let idPath = "\(markerDirectory)/database-id"
+        let onShare = ((try? Posix.readFile(idPath, limit: 64)) ?? nil).map { String(decoding: $0, as: UTF8.self).trimmingSpaces }
+        let root = rootRows
+        let kept = try withTransaction { () throws(AgentError) in try root.note(.servesDirectory) }
+        if let kept {
+            guard kept != onShare else { return }
+            throw .database(path: databasePath, message: "not used: it serves another sync directory or tree (its id \(kept) is not in \(idPath)\(onShare.map { ", which holds \($0)" } ?? "")); give \(Posix.dirname(of: markerDirectory)) a \"database\" directory of its own, or, if this is its own database and that file was lost, write \(kept) into it")
+        }
+        guard !readOnly else { return }
+        let id = onShare ?? Store.newSyncId()
+        if onShare == nil {
+            do { try Posix.writeFileAtomically(idPath, Array("\(id)\n".utf8), mode: 0o600) } catch { throw .system(error) }
+        }
+        try withTransaction { () throws(AgentError) in try root.setNote(.servesDirectory, id) }
     }
 
     /// What is wrong with where the database is, or nil: on a network or userspace file system,

@@ -57,4 +57,7 @@ enum Note: String, CaseIterable, Sendable {
     /// The running agent's sign of life (on the root's row): `AT\tPID\tLAST-WHOLE-PASS-AT`,
     /// written at most once a minute while idle, and after passes (at most once a second).
     case heartbeat
+    /// With `"database"` elsewhere, the id of the sync directory (or tree) the database serves:
+    /// the one whose `.basket-sync/database-id` holds it (on the root's row).
+    case servesDirectory
 }
