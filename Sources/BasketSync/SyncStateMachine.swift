@@ -14,6 +14,37 @@ public struct SyncStateMachine: Sendable {
     /// one, Mealz deltas are ignored (and counted).
     public var isSynchronizerRegistered: Bool
 
+    /// The host cart as last taken with the pending batches applied (``withinLimit(_:)``), kept
+    /// from one input to the next while the pending batches only grew: a queue of events the
+    /// host has not applied yet costs each event its own batch, not a walk over every batch.
+    private var projected: ProjectedCart?
+
+    /// What a machine keeps to spare the next input work (the host cart projected through the
+    /// pending batches). A machine made for every input from the saved state is given the memo
+    /// the previous one left (``memo``); one that does not match the state is not used. Never
+    /// give one across a state that was rolled back: a seq given again could match it.
+    public struct Memo: Sendable {
+        fileprivate var projected: ProjectedCart?
+    }
+
+    /// The memo this machine leaves, or is given.
+    public var memo: Memo {
+        get { Memo(projected: projected) }
+        set { projected = newValue.projected }
+    }
+
+    /// ``projected`` and what it was made from.
+    fileprivate struct ProjectedCart: Sendable {
+        /// The host cart it started from (compared whole; the same storage compares at once).
+        var base: [ExactID: Int]?
+        /// How many pending batches it has applied, and the seqs of the first and the last: seqs
+        /// only grow, so the same count between the same first and last seqs is the same batches.
+        var count: Int
+        var firstSeq: UInt64
+        var lastSeq: UInt64
+        var cart: [ExactID: Int]
+    }
+
     /// Resumes from a state (a fresh one or one read back from storage).
     public init(state: SyncState, configuration: SyncConfiguration = .init(), isSynchronizerRegistered: Bool = false) {
         self.state = state
@@ -243,10 +274,14 @@ public struct SyncStateMachine: Sendable {
 
     private mutating func rollBackExpired(at now: Date) -> [SyncEffect] {
         var effects: [SyncEffect] = []
-        state.pending.removeAll { batch in
-            guard let deadline = batch.deadline, deadline <= now else { return false }
-            effects.append(.rolledBack(batch))
-            return true
+        // Looked at before it is touched: a removal would copy every pending batch, and most
+        // inputs expire none.
+        if state.pending.indices.contains(where: { state.pending[$0].deadline.map { $0 <= now } ?? false }) {
+            state.pending.removeAll { batch in
+                guard let deadline = batch.deadline, deadline <= now else { return false }
+                effects.append(.rolledBack(batch))
+                return true
+            }
         }
         for case let .rolledBack(batch) in effects {
             state.rolledBack.append(batch)
@@ -278,6 +313,30 @@ public struct SyncStateMachine: Sendable {
             products: products, transferId: transferId)
     }
 
+    /// The host cart as last taken with every pending batch applied, in seq order, as the host
+    /// applies them: from ``projected`` and the batches appended since, or made again whole when
+    /// the host cart or the pending batches changed otherwise.
+    private mutating func projectedHostCart() -> [ExactID: Int] {
+        let pending = state.pending
+        // Nothing pending: the host cart itself, and nothing kept (a large cart is not held twice).
+        guard !pending.isEmpty else {
+            projected = nil
+            return state.hostCart ?? [:]
+        }
+        var made: ProjectedCart
+        if let kept = projected, kept.base == state.hostCart, pending.count >= kept.count,
+           kept.count == 0 || (pending[0].seq == kept.firstSeq && pending[kept.count - 1].seq == kept.lastSeq) {
+            made = kept
+            projected = nil  // uniquely referenced while it grows
+        } else {
+            made = ProjectedCart(base: state.hostCart, count: 0, firstSeq: 0, lastSeq: 0, cart: state.hostCart ?? [:])
+        }
+        for batch in pending[made.count...] { RetailerProduct.apply(batch.products, to: &made.cart) }
+        if let first = pending.first, let last = pending.last { (made.count, made.firstSeq, made.lastSeq) = (pending.count, first.seq, last.seq) }
+        projected = made
+        return made.cart
+    }
+
     /// One `updateBasket` batch for the host, pending until settled; nothing when empty.
     private mutating func push(_ asked: [RetailerProduct], source: String?, transferId: String?, at now: Date) -> [SyncEffect] {
         guard !asked.isEmpty else { return [] }
@@ -299,11 +358,10 @@ public struct SyncStateMachine: Sendable {
     /// the pending batches applied (on their way to it) — lands at `maxQuantity` at most: a
     /// record the host cannot apply whole would make a cart basket-sync rejects. An increase cut
     /// to nothing is left out. Decreases are kept as they are (the host clamps them at 0).
-    private func withinLimit(_ deltas: [RetailerProduct]) -> (kept: [RetailerProduct], clamped: [SyncEffect]) {
+    private mutating func withinLimit(_ deltas: [RetailerProduct]) -> (kept: [RetailerProduct], clamped: [SyncEffect]) {
         let limit = configuration.maxQuantity
         guard deltas.contains(where: { $0.quantity > 0 }) else { return (deltas, []) }
-        var known = state.hostCart ?? [:]
-        for batch in state.pending { RetailerProduct.apply(batch.products, to: &known) }
+        var known = projectedHostCart()
         var kept: [RetailerProduct] = []
         var clamped: [SyncEffect] = []
         for delta in deltas {

@@ -26,6 +26,9 @@ public final class SyncEngine {
     /// Whether ``nextDeadline`` was learnt (a step, or read from the database): a new engine of a
     /// tree's cart, made after the last was dropped, must read it before a pass trusts it.
     private var deadlineKnown = false
+    /// What the last step's machine left to spare the next one work, and the database's count
+    /// of rollbacks then: a step rolled back since leaves it unused.
+    private var machineMemo: (memo: SyncStateMachine.Memo, rollbacks: Int)?
 
     /// Reads the next deadline from the database unless this engine learnt it already (inside
     /// the caller's transaction, or on its own).
@@ -135,7 +138,13 @@ public final class SyncEngine {
         var machine = SyncStateMachine(
             state: state, configuration: configuration.syncConfiguration,
             isSynchronizerRegistered: isSynchronizerRegistered)
-        let before = machine.state
+        if let kept = machineMemo, kept.rollbacks == store.database.rollbacks { machine.memo = kept.memo }
+        // The state before, to tell whether the step changed it — without its pending batches,
+        // which it would hold (the step's first append would then copy every one of them: a
+        // queue of n events, n² copies); their shape is kept instead.
+        var before = machine.state
+        let pendingBefore = PendingShape(before.pending)
+        before.pending = []
         var deadline = machine.nextDeadline
         var effects: [SyncEffect] = []
         // A cart of a tree that never set its own store follows the tree's default (set-store on the root).
@@ -144,19 +153,44 @@ public final class SyncEngine {
             effects = machine.setSelectedStore(externalId: storeId, mode: mode, at: now)
         }
         effects += try body(&machine, now)
+        machineMemo = (machine.memo, store.database.rollbacks)
         var summary = try run(effects, deadline: &deadline)
         // The host cart (as large as the cart) is compared once; the rest of the state is small.
         let cartChanged = machine.state.hostCart != before.hostCart
         var rest = machine.state, restBefore = before
         rest.hostCart = nil
         restBefore.hostCart = nil
-        summary.stateChanged = cartChanged || rest != restBefore
+        rest.pending = []
+        summary.stateChanged = cartChanged || PendingShape(machine.state.pending) != pendingBefore || rest != restBefore
         if let record = summary.outbox.first { try observeCart(atBatch: record.seq) }
         for report in summary.reports { try store.report(level: report.level.rawValue, message: report.message, at: now) }
         try record(summary)
         if summary.stateChanged { try store.saveState(machine.state, hostCartChanged: cartChanged) }
         nextDeadline = deadline
         return summary
+    }
+
+    /// What the pending batches are, without holding them: a batch is only ever appended (with
+    /// a seq above every other), removed, or has its deadline cleared, so a change shows in the
+    /// count, the first or last seq, or the deadlines.
+    private struct PendingShape: Equatable {
+        var count: Int
+        var firstSeq: UInt64?
+        var lastSeq: UInt64?
+        var deadlines = 0
+        var deadlineSum = 0.0
+
+        init(_ pending: [PendingBatch]) {
+            count = pending.count
+            firstSeq = pending.first?.seq
+            lastSeq = pending.last?.seq
+            for index in pending.indices {
+                if let deadline = pending[index].deadline {
+                    deadlines += 1
+                    deadlineSum += deadline.timeIntervalSinceReferenceDate
+                }
+            }
+        }
     }
 
     /// After the steps' transaction committed: their logs, then one append (and fsync) per JSON
