@@ -36,3 +36,8 @@ static inline int basket_sync_wait_unreaped(int pid) {
     if (result < 0) return -1;
     return info.si_code == CLD_EXITED ? (info.si_status & 0xFF) : 128 + info.si_status;
 }
+
+// syncfs(2), which Swift's Glibc module does not export (it needs _GNU_SOURCE): writes back a
+// whole file system at once — many small files made durable together.
+int syncfs(int fd);
+static inline int basket_sync_syncfs(int fd) { return syncfs(fd); }

@@ -336,6 +336,39 @@ import TestSupport
     /// A directory new to the tree that holds records (a cart copied, moved, its marker
     /// lost) is refused and the cart it may replace kept; `init --adopt` makes it a cart that goes
     /// on after its records.
+    /// Many new carts met at once (a first pass) are adopted together: each gets its own marker,
+    /// matching its row, and its folders, and its event and cart are taken; a directory that
+    /// holds records, or another tree's marker, among them is left to the one-by-one rules
+    /// (refused, or taken as made again) without stopping the others.
+    @Test func manyNewCartsAreAdoptedTogetherAndTheOddOnesByTheRules() throws {
+        let playground = try tree()
+        let ids = (0..<60).map { "n\($0)" }
+        // Made as a host and the Mealz side make them, without basket-sync (a push would adopt each).
+        for id in ids {
+            for folder in ["inbox/tmp", "inbox/new"] { try mkdir(playground, "\(id)/\(folder)") }
+            try playground.write("\(id)/cart.json", cartJSON([("X", 1)]))
+            try playground.write("\(id)/inbox/new/e1", "{\"id\":\"e1\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\",\"quantity\":1}]}\n")
+        }
+        // One holds records of its own (copied from elsewhere), one another tree's marker.
+        try playground.write("n7/outbox.jsonl", "{\"seq\":1,\"id\":\"x-1\",\"type\":\"updateBasket\",\"at\":\"2026-12-01T00:00:00.000Z\",\"products\":[{\"id\":\"A\",\"quantity\":1}]}\n")
+        try playground.write("n9/.basket-sync-cart", "0123456789abcdef\n")
+        let synced = try basketSync(["-C", playground.path, "sync"])
+        #expect(synced.stderr.contains("n7") && synced.stderr.contains("holds records"), "\(synced.stderr)")
+        let status = try basketSync(["-C", playground.path, "status", "--json"])
+        let carts = ((try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])?["carts"] as? [[String: Any]]) ?? []
+        var syncIds: Set<String> = []
+        for id in ids where id != "n7" {
+            let marker = playground.read("\(id)/.basket-sync-cart").trimmingCharacters(in: .whitespacesAndNewlines)
+            let report = carts.first { $0["cart"] as? String == id }?["status"] as? [String: Any] ?? carts.first { $0["cart"] as? String == id } ?? [:]
+            #expect(report["syncId"] as? String == marker, "\(id): its marker is its row's (\(marker))")
+            syncIds.insert(marker)
+            #expect(playground.records("\(id)/outbox.jsonl").count == 1 && playground.records("\(id)/notifications.jsonl").count == 1, "\(id) taken")
+            for folder in ["tmp", "new", "cur", "bad"] { #expect(FileManager.default.fileExists(atPath: playground.path + "/\(id)/inbox/\(folder)")) }
+        }
+        #expect(syncIds.count == ids.count - 1, "each its own id")
+        #expect(playground.records("n7/outbox.jsonl").count == 1 && !FileManager.default.fileExists(atPath: playground.path + "/n7/.basket-sync-cart"), "n7 untouched")
+    }
+
     @Test func aDirectoryNewToTheTreeThatHoldsRecordsIsRefusedUntilAdopted() throws {
         let playground = try tree()
         for _ in 0..<3 { try mealzLine(playground, "a") }

@@ -131,7 +131,10 @@ extension Commands {
         let tree = try Tree(root: root)
         var summary = SyncReport(isTree: true)
         summary.ended = try tree.removeGoneCarts()
-        for id in try tree.cartDirectories() {
+        let ids = try tree.cartDirectories()
+        // Many new carts (a first pass): adopted together, not one commit and fsync each.
+        tree.adoptNew(ids)
+        for id in ids {
             let cartLogger = logger.tagged(cart: id)
             do throws(AgentError) {
                 let engine = SyncEngine(store: try tree.cartStore(id, create: false), configuration: tree.configuration,

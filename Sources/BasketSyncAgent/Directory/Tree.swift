@@ -145,17 +145,7 @@ final class Tree {
             if adopting == nil, let refusal = Tree.refusal(directory, root: root) { throw .refused(refusal) }
             // The old cart of this id, if any, ends with every row of it.
             if let known = try database.cart(id) { try database.removeCart(known.number) }
-            let syncId = Store.newSyncId()
-            let number = try database.addCart(id, syncId: syncId, at: Date())
-            let store = Store(database: database, cart: number, directory: directory, signalPath: marker)
-            // In the tree's default store, numbered after what its cart already claims (its
-            // records moved away, its marker lost): a recovery from no record.
-            let (storeId, mode) = try defaultStore() ?? (nil, .standalone)
-            var machine = SyncStateMachine(state: SyncState(syncId: syncId, storeId: storeId, mode: mode))
-            _ = machine.recover(from: RecoveredRecords(cartClaim: Recovery.cartClaim(directory: directory)))
-            try store.saveState(machine.state)
-            // What it holds is taken in: its records with --adopt, else the events cur/ shows taken.
-            if let adopting { try adopting(store) } else { try Recovery.learnTakenEvents(directory: directory, into: store) }
+            let (store, syncId) = try addCartRows(id, adopting: adopting)
             do throws(SystemError) { try Posix.writeFileAtomically(marker, Array("\(syncId)\n".utf8), replacing: true) } catch { throw .system(error) }
             return store
         }
@@ -163,6 +153,70 @@ final class Tree {
         // is this cart's error (reported, retried), never a reason to forget it.
         try Tree.makeInbox(directory)
         return store
+    }
+
+    /// The rows of a new cart `id` (inside the caller's transaction): in the tree's default
+    /// store, numbered after what its cart already claims (its records moved away, its marker
+    /// lost: a recovery from no record); what it holds taken in — its records with `adopting`,
+    /// else the events `cur/` shows taken. Its marker is the caller's to write.
+    private func addCartRows(_ id: String, adopting: ((Store) throws(AgentError) -> Void)?) throws(AgentError) -> (Store, String) {
+        let directory = "\(root)/\(id)"
+        let syncId = Store.newSyncId()
+        let number = try database.addCart(id, syncId: syncId, at: Date())
+        let store = Store(database: database, cart: number, directory: directory, signalPath: "\(directory)/\(Layout.cartMarker)")
+        let (storeId, mode) = try defaultStore() ?? (nil, .standalone)
+        var machine = SyncStateMachine(state: SyncState(syncId: syncId, storeId: storeId, mode: mode))
+        _ = machine.recover(from: RecoveredRecords(cartClaim: Recovery.cartClaim(directory: directory)))
+        try store.saveState(machine.state)
+        if let adopting { try adopting(store) } else { try Recovery.learnTakenEvents(directory: directory, into: store) }
+        return (store, syncId)
+    }
+
+    /// Adopts together the carts among `ids` that are plainly new — unknown to the tree, no
+    /// marker, no records, no folder of basket-sync's own — as a first pass over many new carts
+    /// meets them: up to 500 in one transaction, their markers written without an fsync each
+    /// and made durable together (one `syncfs`) before the commit, as ``cartStore(_:create:)``
+    /// writes a marker before its commit. Anything else, and any cart that fails here, is left to
+    /// ``cartStore(_:create:)``, one by one.
+    func adoptNew(_ ids: [String]) {
+        guard let known = try? database.withTransaction({ () throws(AgentError) in try database.carts() }) else { return }
+        let fresh = ids.filter { id in
+            let directory = "\(root)/\(id)"
+            return known[id] == nil && Posix.info("\(directory)/\(Layout.cartMarker)", follow: false) == nil
+                && Posix.info("\(directory)/\(Layout.stateDirectory)", follow: false) == nil
+                && Posix.info(directory, follow: false)?.kind == .directory && Tree.refusal(directory, root: root) == nil
+        }
+        guard fresh.count > 1 else { return }
+        var start = fresh.startIndex
+        while start < fresh.endIndex {
+            let chunk = fresh[start..<min(start + 500, fresh.endIndex)]
+            start = chunk.endIndex
+            var made: [String] = []
+            let adopted: Void? = try? database.withTransaction { () throws(AgentError) in
+                for id in chunk {
+                    let marker = "\(root)/\(id)/\(Layout.cartMarker)"
+                    // Adopted meanwhile by another process, or a marker put there since: one by one.
+                    guard try database.cart(id) == nil, Posix.info(marker, follow: false) == nil else { continue }
+                    let (_, syncId) = try addCartRows(id, adopting: nil)
+                    do throws(SystemError) {
+                        let fd = try Posix.open(marker, [.writeOnly, .create, .exclusive], mode: Posix.sharedFileMode)
+                        defer { Posix.close(fd) }
+                        try Posix.writeAll(fd, Array("\(syncId)\n".utf8), at: 0, path: marker)
+                    } catch {
+                        throw .system(error)
+                    }
+                    made.append(id)
+                }
+                // Every marker durable before the rows that name them commit.
+                if !made.isEmpty {
+                    do throws(SystemError) { try Posix.syncFileSystem(of: root) } catch { throw .system(error) }
+                }
+            }
+            // A chunk that failed leaves markers its rolled-back rows do not know: they are
+            // taken as made again, one by one, by cartStore.
+            guard adopted != nil else { continue }
+            for id in made { try? Tree.makeInbox("\(root)/\(id)") }
+        }
     }
 
     /// Why a directory that is not a cart of the tree cannot become a new one: it holds records

@@ -328,6 +328,8 @@ public final class Agent {
             }
         }
         for id in try tree.removeGoneCarts() { logger.log(.info, "cart \(id): its directory is gone while the agent was down: the cart ended") }
+        // Many new carts (a first start): adopted together, not one commit and fsync each.
+        tree.adoptNew(ids)
         for id in ids {
             // SIGTERM stops the start between carts: the rest are taken at the next start.
             if SignalPipe.stopRequested { break }
