@@ -137,34 +137,52 @@ package struct CartDocument {
         }
     }
 
-    /// Applies one signed delta: the same id on several lines counts as one line (kept on the
-    /// first), the result is clamped at 0 and at `maxQuantity`, a line that reaches 0 is removed, a
-    /// new id gets a new line.
+    /// Applies one signed delta. The same id on several lines adds up: the delta moves that sum,
+    /// clamped at 0 and at `maxQuantity`, and lands on the lines as little as it can — an
+    /// increase on the first line, a decrease taken from the last line back; a line brought to 0
+    /// is removed, every other line (and its fields) stays as it is. A new id gets a new line.
     package mutating func apply(_ delta: RetailerProduct) {
-        let matching = index[ExactID(delta.id)] ?? []
+        let id = ExactID(delta.id)
+        let matching = index[id] ?? []
         // The cart was validated: every quantity is 0 or more, so the rule sums them too.
-        let total = matching.reduce(0) { RetailerProduct.applying(delta: lines[$1]?[keys.quantity]?.integer ?? 0, to: $0) }
+        let quantities = matching.map { lines[$0]?[keys.quantity]?.integer ?? 0 }
+        let total = quantities.reduce(0) { RetailerProduct.applying(delta: $1, to: $0) }
         var quantity = RetailerProduct.applying(delta: delta.quantity, to: total)
         // Never past the limit: a cart basket-sync would reject would stop every later apply.
         if quantity > maxQuantity {
             quantity = maxQuantity
             if !clampedAtLimit.contains(delta.id) { clampedAtLimit.append(delta.id) }
         }
-        if let first = matching.first, quantity > 0, case var .object(lineMembers)? = lines[first]?.value {
-            if let position = lineMembers.firstIndex(where: { $0.key.isByteEqual(to: keys.quantity) }) {
-                lineMembers[position].node = .made(.number(String(quantity)))
-            }
-            lines[first] = .made(.object(lineMembers))
-            for position in matching.dropFirst() { lines[position] = nil }
-            index[ExactID(delta.id)] = [first]
-        } else {
-            for position in matching { lines[position] = nil }
-            index[ExactID(delta.id)] = nil
+        guard !matching.isEmpty else {
             if quantity > 0 {
-                index[ExactID(delta.id)] = [lines.count]
+                index[id] = [lines.count]
                 lines.append(CartFormat.line(for: RetailerProduct(id: delta.id, quantity: quantity), keys: keys))
             }
+            return
         }
+        var wanted = quantities
+        if quantity > total {
+            wanted[0] += quantity - total  // at most quantity: the first line is part of the total
+        } else {
+            var left = total - quantity
+            for position in wanted.indices.reversed() where left > 0 {
+                let taken = min(wanted[position], left)
+                wanted[position] -= taken
+                left -= taken
+            }
+        }
+        for (position, line) in matching.enumerated() where wanted[position] != quantities[position] {
+            guard wanted[position] > 0 else {
+                lines[line] = nil
+                continue
+            }
+            if case var .object(lineMembers)? = lines[line]?.value,
+               let member = lineMembers.firstIndex(where: { $0.key.isByteEqual(to: keys.quantity) }) {
+                lineMembers[member].node = .made(.number(String(wanted[position])))
+                lines[line] = .made(.object(lineMembers))
+            }
+        }
+        index[id] = matching.filter { lines[$0] != nil }
     }
 
     /// Sets the highest outbox seq processed.

@@ -39,6 +39,35 @@ import Testing
         #expect(try run(playground, ["validate", "cart.json"]).status == 0, "apply writes a valid cart")
     }
 
+    /// A SKU on several lines adds up, and a delta lands on them as little as it can: an increase
+    /// on the first line, a decrease from the last line back; the other lines and their fields
+    /// stay as they are (a later duplicate line was merged into the first, its fields lost).
+    @Test func applyKeepsEveryLineOfASkuThatIsOnSeveral() throws {
+        let playground = try syncDirectory()
+        try playground.write("cart.json", """
+            {"products": [{"id": "A", "quantity": 1, "label": "x"}, {"id": "B", "quantity": 1}, {"id": "A", "quantity": 2, "label": "y"}]}
+            """)
+        func lines() throws -> [[String: Any]] {
+            (try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as? [String: Any])?["products"] as? [[String: Any]] ?? []
+        }
+        func summary(_ lines: [[String: Any]]) -> [String] {
+            lines.map { "\($0["id"] as? String ?? "?"):\($0["quantity"] as? Int ?? -1):\($0["label"] as? String ?? "")" }
+        }
+        _ = try run(playground, ["push", "A=+1"])
+        _ = try run(playground, ["sync"])
+        #expect(try run(playground, ["apply"]).status == 0)
+        #expect(summary(try lines()) == ["A:2:x", "B:1:", "A:2:y"], "the increase on the first line")
+        _ = try run(playground, ["push", "A=-3"])
+        _ = try run(playground, ["sync"])
+        #expect(try run(playground, ["apply"]).status == 0)
+        #expect(summary(try lines()) == ["A:1:x", "B:1:"], "4 − 3: the last line taken to 0 and removed, then the first")
+        _ = try run(playground, ["push", "A=-5"])
+        _ = try run(playground, ["sync"])
+        #expect(try run(playground, ["apply"]).status == 0)
+        #expect(summary(try lines()) == ["B:1:"])
+        #expect(try run(playground, ["validate", "cart.json"]).status == 0)
+    }
+
     /// apply takes the cart it wrote when it settles its batches, so the WebView's basis follows
     /// that cart and a basketState repeating it pushes nothing again.
     @Test func applyTakesTheCartItWroteSoTheWebViewBasisFollows() throws {
