@@ -14,7 +14,8 @@ final class Database {
     let stateDirectory: String
     /// `.basket-sync/` of the sync directory or the tree, where ever the database is: it marks
     /// the directory as basket-sync's, and holds the agent's lock (on the share itself, so that
-    /// two agents are refused whichever machine they run on).
+    /// a second agent is refused on any machine where the file system carries locks between
+    /// machines) and `database-id`, which database serves it.
     let markerDirectory: String
     let connection: SQLiteConnection
     /// Opened for reading only: transactions are deferred, nothing is written.
