@@ -49,11 +49,12 @@ extension Commands {
     /// polled — and writes nothing. Throws `.busy` (75) when `timeout` seconds pass first.
     public static func waitTree(root: String, timeout: Double?) throws(AgentError) -> [CartWaiting] {
         let configuration = try AgentConfiguration.load(directory: root)
+        let databaseDirectory = try Database.place(of: root).state
         let inotify: Inotify
         do {
             inotify = try Inotify(path: root)
             try inotify.watch(root, [.deleteSelf, .moveSelf, .onlyDirectory])
-            try inotify.watch(configuration.database ?? "\(root)/\(Layout.stateDirectory)", [.modify, .closeWrite, .movedTo, .create, .deleteSelf, .moveSelf, .onlyDirectory])
+            try inotify.watch(databaseDirectory, [.modify, .closeWrite, .movedTo, .create, .deleteSelf, .moveSelf, .onlyDirectory])
         } catch {
             throw .system(error)
         }

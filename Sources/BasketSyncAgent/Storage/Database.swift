@@ -39,16 +39,15 @@ final class Database {
     /// only (`status`): it works on a read-only file system.
     init(directory: String, create: Bool, readOnly: Bool = false, busyTimeoutMilliseconds: Int32 = 15_000) throws(AgentError) {
         self.readOnly = readOnly
-        // The directory may be a link (the operator's choice); SQLite opens a database only by a
-        // path without links (`SQLITE_OPEN_NOFOLLOW`): its real path is used.
-        markerDirectory = "\(Posix.resolved(directory) ?? directory)/\(Layout.stateDirectory)"
-        // A broken configuration is every other command's refusal (78); `status` (read only)
-        // reports it over what the defaults show.
-        let elsewhere: String?
-        do { elsewhere = try AgentConfiguration.load(directory: directory).database } catch where readOnly && error.exitCode == 78 { elsewhere = nil }
-        // Its parents may be links (the operator's, as /var/lib/x → /data/x): the real path is
-        // used, as SQLite opens only a path without links; the directory itself must not be one.
-        stateDirectory = elsewhere.map { (Posix.resolved(Posix.dirname(of: $0)) ?? Posix.dirname(of: $0)) + "/" + Posix.basename(of: $0) } ?? markerDirectory
+        // Real paths (see ``place(of:)``). A broken configuration is every other command's
+        // refusal (78); `status` (read only) reports it over what the defaults show.
+        let place: (marker: String, state: String, elsewhere: String?)
+        do { place = try Database.place(of: directory) } catch where readOnly && error.exitCode == 78 {
+            let marker = "\(Posix.resolved(directory) ?? directory)/\(Layout.stateDirectory)"
+            place = (marker, marker, nil)
+        }
+        let elsewhere = place.elsewhere
+        (markerDirectory, stateDirectory) = (place.marker, place.state)
         // A link among them sits in a directory that only its owner (or root) may change.
         if let elsewhere, Posix.dirname(of: elsewhere) != Posix.dirname(of: stateDirectory),
            let refusal = Trust.directoryRefusal(Posix.dirname(of: Posix.dirname(of: elsewhere))) {
@@ -162,10 +161,21 @@ final class Database {
         return "the database \(databasePath) is on \(kind.name), a network or userspace file system: SQLite's write-ahead log needs shared memory and locks such a file system does not give (commands on another machine could corrupt it); set \"database\" in \(AgentConfiguration.fileName) to a directory on a local disk (docs/network-file-systems.md)"
     }
 
-    /// The database file of `directory` (a sync directory or a tree's root): in `.basket-sync/`,
-    /// or in the directory its `"database"` setting names.
+    /// Where the database of `directory` (a sync directory or a tree's root) is: its
+    /// `.basket-sync/` (the marker, with the agent's lock), the directory of the database (the
+    /// same, or the one its `"database"` setting names), and that setting. The directory and its
+    /// parents may be links (the operator's, as /var/lib/x → /data/x): real paths are given, as
+    /// SQLite opens only a path without links; the database's directory itself must not be one.
+    static func place(of directory: String) throws(AgentError) -> (marker: String, state: String, elsewhere: String?) {
+        let marker = "\(Posix.resolved(directory) ?? directory)/\(Layout.stateDirectory)"
+        guard let elsewhere = try AgentConfiguration.load(directory: directory).database else { return (marker, marker, nil) }
+        let parent = Posix.dirname(of: elsewhere)
+        return (marker, "\(Posix.resolved(parent) ?? parent)/\(Posix.basename(of: elsewhere))", elsewhere)
+    }
+
+    /// The database file of `directory` (a sync directory or a tree's root).
     static func path(of directory: String) throws(AgentError) -> String {
-        "\(try AgentConfiguration.load(directory: directory).database ?? "\(directory)/\(Layout.stateDirectory)")/\(Layout.database)"
+        "\(try place(of: directory).state)/\(Layout.database)"
     }
 
     /// Refuses (74) a database that is not basket-sync's own: `.basket-sync/`, the database and
