@@ -116,6 +116,7 @@ extension Commands {
         /// One cart's pass, and the wake-up of an agent.
         func pass(_ engine: SyncEngine) throws(AgentError) -> SyncSummary {
             let pass = try engine.pass(.everything)
+            try engine.flush()
             engine.signalCommit()
             return SyncSummary(cart: pass.cart ?? .missing, inbox: pass.inbox)
         }

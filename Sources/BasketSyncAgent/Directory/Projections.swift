@@ -34,11 +34,53 @@ package enum Projection: String, CaseIterable, Sendable {
 /// (device, inode), its size after the last append, and the last seq appended. The catch-up goes
 /// on from it when the file is still that file at that size; anything else (moved away,
 /// truncated, replaced) starts again with the next record.
+///
+/// A line is written after its record's commit and fsynced later (docs/spec.md §6: one fsync per
+/// change): `durable` is the last seq known to be on disk, and `boot` the machine's boot when the
+/// lines after it were appended. When the machine started again since (a power cut, a crash of
+/// the kernel), the lines after `durable` may be gone, whatever the file looks like now: they are
+/// written again unless the file still ends with them.
 struct AppendCursor: Equatable {
     var device: UInt64
     var inode: UInt64
     var size: Int64
     var seq: UInt64
+    var durable: UInt64
+    var boot: String
+
+    /// The cursor as the database keeps it: "device inode size seq durable boot".
+    var text: String { "\(device) \(inode) \(size) \(seq) \(durable) \(boot)" }
+
+    /// A cursor read back (one written before `durable` existed was fsynced: durable through `seq`).
+    init?(text: String) {
+        let fields = text.split(separator: " ")
+        let numbers = fields.prefix(5).compactMap { UInt64($0) }
+        guard fields.count == 4 || fields.count == 6, numbers.count == min(fields.count, 5) else { return nil }
+        self.init(device: numbers[0], inode: numbers[1], size: Int64(numbers[2]), seq: numbers[3],
+                  durable: fields.count == 6 ? min(numbers[4], numbers[3]) : numbers[3], boot: fields.count == 6 ? String(fields[5]) : "")
+    }
+
+    init(device: UInt64, inode: UInt64, size: Int64, seq: UInt64, durable: UInt64, boot: String = AppendCursor.boot) {
+        self.device = device
+        self.inode = inode
+        self.size = size
+        self.seq = seq
+        self.durable = durable
+        self.boot = boot
+    }
+
+    /// The seq after which lines may have been lost with the page cache: the machine started
+    /// again since lines after `durable` were appended. Nil when nothing can have been lost.
+    var lostAfter: UInt64? { durable < seq && boot != AppendCursor.boot ? durable : nil }
+
+    /// This boot of the machine (`/proc/sys/kernel/random/boot_id`; `BASKET_SYNC_BOOT_ID` stands
+    /// for it in tests, which cannot cut the power).
+    static let boot: String = {
+        if let chosen = Posix.environment("BASKET_SYNC_BOOT_ID"), !chosen.isEmpty, !chosen.contains(" ") { return chosen }
+        let read = (try? Posix.readFile("/proc/sys/kernel/random/boot_id", limit: 64, follow: true)).flatMap { $0 }
+        let text = read.map { String(decoding: $0, as: UTF8.self).trimmingSpaces } ?? ""
+        return text.isEmpty || text.contains(" ") ? "unknown" : text
+    }()
 }
 
 /// Appends a projection's records to its JSON Lines file, after the database commit.
@@ -65,10 +107,9 @@ final class JSONLinesFile {
     private(set) var given: AppendCursor?
     /// The descriptor kept open, and the file it is open on.
     private var open: (fd: Int32, device: UInt64, inode: UInt64)?
-    /// When set, an append is not fsynced at once: ``finishDeferredSync(_:saveGiven:)`` does it, so that the
-    /// appends of a group of carts are fsynced together (the tree's agent).
-    var defersSync = false
-    /// An append not fsynced yet: the descriptor, the size before it and what was given then.
+    /// The appends not fsynced yet (docs/spec.md §6: the line is written after its record's
+    /// commit, and flushed later): the descriptor, the file's size before the first of them and
+    /// what was given then. ``flushed(_:)`` ends them.
     private var unsynced: (fd: Int32, sizeBefore: Int64, givenBefore: AppendCursor?)?
 
     /// What a file was given: which file, how long it was after the append, the last seq in it.
@@ -86,10 +127,14 @@ final class JSONLinesFile {
         var reappended: (UInt64, UInt64)?
         /// The file given was cut under basket-sync (it shrank: copytruncate).
         var shrank = false
+        /// The machine started again before the lines after this seq were flushed: they were
+        /// looked for in the file, and written again where missing.
+        var lostAfter: UInt64?
 
         static func == (a: Outcome, b: Outcome) -> Bool {
             a.appended == b.appended && a.truncatedBytes == b.truncatedBytes && a.restarted == b.restarted && a.foreignTail == b.foreignTail
                 && a.rotated == b.rotated && a.reappended?.0 == b.reappended?.0 && a.reappended?.1 == b.reappended?.1 && a.shrank == b.shrank
+                && a.lostAfter == b.lostAfter
         }
     }
 
@@ -100,16 +145,19 @@ final class JSONLinesFile {
 
     deinit { close() }
 
-    /// Closes the file kept open, if any.
+    /// Closes the file kept open, if any. Appends not flushed yet are fsynced first (a failure
+    /// leaves them to the rule of lines a power cut took: written again at the next start).
     func close() {
         if let open {
-            // An append left to a deferred fsync that will not come on this descriptor: done now.
-            if unsynced?.fd == open.fd { try? Posix.fsync(open.fd, path: path) }
+            if unsynced?.fd == open.fd, (try? Posix.fsync(open.fd, path: path)) != nil { closedFlushed = (open.device, open.inode, given?.seq ?? 0) }
             Posix.close(open.fd)
         }
         unsynced = nil
         open = nil
     }
+
+    /// The file whose appends ``close()`` flushed, through which seq: the next catch-up notes it.
+    private var closedFlushed: (device: UInt64, inode: UInt64, seq: UInt64)?
 
     /// The descriptor on the file the path names now: the one kept open while the path still
     /// names it, else a new one (the file is created when missing, never through a link).
@@ -230,11 +278,22 @@ final class JSONLinesFile {
 
         given = try loadGiven()
         let remembered = given
+        // Appends to a file the path no longer names were fsynced when it was closed: durable.
+        if let flushed = closedFlushed, var known = given, known.device == flushed.device, known.inode == flushed.inode {
+            known.durable = max(known.durable, min(flushed.seq, known.seq))
+            given = known
+        }
+        closedFlushed = nil
         var outcome = Outcome()
         var size = info.size
         let start: UInt64
+        // The machine started again while lines were not flushed: what the file holds is all
+        // that is known of them (a power cut takes lines, even a whole new file, and no interference
+        // need be read into it).
+        let lostAfter = given?.lostAfter
+        outcome.lostAfter = lostAfter
         let sameFile = given.map { $0.device == info.device && $0.inode == info.inode && $0.size <= size } ?? false
-        outcome.shrank = given.map { $0.device == info.device && $0.inode == info.inode && $0.size > size } ?? false
+        outcome.shrank = lostAfter == nil && (given.map { $0.device == info.device && $0.inode == info.inode && $0.size > size } ?? false)
         if let given, sameFile, given.size == size {
             start = given.seq
         } else {
@@ -293,7 +352,7 @@ final class JSONLinesFile {
                 // Empty, or ending with lines that are not ours: rotated, truncated, re-created,
                 // or written to by someone else — the next record follows what was given, or our
                 // last record in the file if that is further.
-                var next = max(given?.seq ?? 0, lastOurs)
+                var next = max(lostAfter ?? given?.seq ?? 0, lastOurs)
                 // The live files are whole by seq: when the newest rotated part (NAME.1) ends
                 // before what was given and is not the file given, the records between went where
                 // no reader of the live files sees them — logrotate's create moved our new file
@@ -310,16 +369,19 @@ final class JSONLinesFile {
                 let rotated = given.map { given in
                     Posix.info("\(path).1", follow: false).map { $0.device == given.device && $0.inode == given.inode } ?? false
                 } ?? false
-                outcome.restarted = given != nil && !sameFile && !rotated
+                outcome.restarted = given != nil && !sameFile && !rotated && lostAfter == nil
             }
         }
 
+        // What is known on disk: after the machine started again, whatever the file holds now
+        // (read back from the disk); else what was known before.
+        let durable = lostAfter != nil ? start : min(given?.durable ?? 0, start)
         let records = try fetch(start)
         guard let newLast = records.last?.seq else {
             if outcome.truncatedBytes > 0 {
                 do { try Posix.fsync(fd, path: path) } catch { throw .system(error) }
             }
-            given = AppendCursor(device: info.device, inode: info.inode, size: size, seq: start)
+            given = AppendCursor(device: info.device, inode: info.inode, size: size, seq: start, durable: durable)
             if given != remembered { try saveGiven(given!) }
             return outcome
         }
@@ -327,7 +389,7 @@ final class JSONLinesFile {
         bytes.reserveCapacity(records.reduce(0) { $0 + $1.line.count })
         for record in records { bytes.append(contentsOf: record.line) }
         // A rotation due after this append closes the file: it is fsynced at once then.
-        let syncsNow = !defersSync || rotation.map { size + Int64(bytes.count) > Int64($0.maxBytes) } ?? false
+        let syncsNow = rotation.map { size + Int64(bytes.count) > Int64($0.maxBytes) } ?? false
         do {
             try Posix.writeAll(fd, bytes, path: path)
             if syncsNow { try Posix.fsync(fd, path: path) }
@@ -339,7 +401,7 @@ final class JSONLinesFile {
         // Left to fsync: what to take back on failure is all since the last fsync (an earlier
         // deferred append not synced yet included); an fsync now covers every earlier one.
         unsynced = syncsNow ? nil : (fd, unsynced?.sizeBefore ?? size, unsynced.map { $0.givenBefore } ?? given)
-        given = AppendCursor(device: info.device, inode: info.inode, size: size + Int64(bytes.count), seq: newLast)
+        given = AppendCursor(device: info.device, inode: info.inode, size: size + Int64(bytes.count), seq: newLast, durable: syncsNow ? newLast : durable)
         try saveGiven(given!)
         outcome.appended = records.count
         if let rotation, given!.size > Int64(rotation.maxBytes) {
@@ -348,20 +410,55 @@ final class JSONLinesFile {
         return outcome
     }
 
-    /// The descriptor of the append ``defersSync`` left to fsync, if any.
+    /// The descriptor of the appends not flushed yet, if any.
     var unsyncedDescriptor: Int32? { unsynced?.fd }
 
-    /// After the deferred fsync of ``unsyncedDescriptor``: on success nothing more; on failure the
-    /// append is taken back (the file cut to its size before, what was given before restored),
-    /// as an append whose fsync fails is, and the error thrown.
-    func finishDeferredSync(_ failure: SystemError?, saveGiven: (AppendCursor) throws(AgentError) -> Void) throws(AgentError) {
-        guard let pending = unsynced else { return }
+    /// Appends handed to an fsync: a descriptor of their own (the file may be closed meanwhile),
+    /// what to note once it returned, and what to go back to if it fails.
+    struct Flush: @unchecked Sendable {
+        let fd: Int32
+        let path: String
+        /// What the file was given through the last append handed over.
+        let given: AppendCursor
+        let sizeBefore: Int64
+        let givenBefore: AppendCursor?
+    }
+
+    /// Hands the appends not flushed yet to an fsync (the caller's, possibly on another thread);
+    /// appends made meanwhile wait for the next one. The caller closes the flush's descriptor.
+    func takeUnflushed() -> Flush? {
+        guard let pending = unsynced, let given else { return nil }
+        let copy = Glibc.fcntl(pending.fd, F_DUPFD_CLOEXEC, 0)
+        guard copy >= 0 else { return nil }
         unsynced = nil
-        guard let failure else { return }
-        try? Posix.truncate(pending.fd, to: pending.sizeBefore, path: path)
-        given = pending.givenBefore
-        if let before = pending.givenBefore { try? saveGiven(before) }
-        throw .system(failure)
+        return Flush(fd: copy, path: path, given: given, sizeBefore: pending.sizeBefore, givenBefore: pending.givenBefore)
+    }
+
+    /// After a flush's fsync failed: its appends, and any made since, are taken back — under the
+    /// writers' lock, while the path still names that file: cut to the size before them, what
+    /// was given before restored — so that the next catch-up writes them again.
+    func flushFailed(_ flush: Flush, lock: () throws(AgentError) -> Int32, saveGiven: (AppendCursor) throws(AgentError) -> Void) {
+        guard let held = try? lock() else { return }
+        defer { Posix.close(held) }
+        guard let now = Posix.info(path, follow: false), now.device == flush.given.device, now.inode == flush.given.inode else { return }
+        unsynced = nil
+        close()
+        guard let fd = try? Posix.open(path, [.readWrite]) else { return }
+        defer { Posix.close(fd) }
+        try? Posix.truncate(fd, to: flush.sizeBefore, path: path)
+        given = flush.givenBefore
+        if let before = flush.givenBefore { try? saveGiven(before) }
+    }
+
+    /// What to note once the file's appends through `flushed.seq` are on disk, given what the
+    /// database says now (`loaded`; another process may have appended since): durable through
+    /// them when it is still about that file. Nil: nothing to note.
+    static func noteFlushed(_ flushed: AppendCursor, loaded: AppendCursor?) -> AppendCursor? {
+        guard var now = loaded, now.device == flushed.device, now.inode == flushed.inode else { return nil }
+        let durable = max(now.durable, min(flushed.seq, now.seq))
+        guard durable != now.durable else { return nil }
+        now.durable = durable
+        return now
     }
 
     /// Rotates the file, under its lock, after an append took it past `maxBytes`: NAME.keep-1 →

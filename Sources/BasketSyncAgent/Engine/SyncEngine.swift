@@ -69,6 +69,10 @@ public final class SyncEngine {
         }
     }
 
+    /// Appends not flushed yet are flushed when the engine goes (a failure leaves them to the
+    /// rule of lines a restart of the machine took: looked for and written again).
+    deinit { try? flush() }
+
     /// Reads `basket-sync.json` again (SIGHUP); on error keeps the settings in force.
     public func reloadConfiguration() throws(AgentError) {
         configuration = try AgentConfiguration.load(directory: directory)
@@ -284,20 +288,49 @@ public final class SyncEngine {
         try store.setCartAtBatch(identity: identity, seq: seq)
     }
 
-    /// Whether appends wait for ``finishDeferredSync(_:failure:)`` to be fsynced (a group of carts).
-    var defersSync: Bool {
-        get { files.values.contains { $0.defersSync } }
-        set { for file in files.values { file.defersSync = newValue } }
+    /// Whether a file has appends not flushed yet.
+    var hasUnflushed: Bool { files.values.contains { $0.unsyncedDescriptor != nil } }
+
+    /// Hands every file's appends not flushed yet to an fsync (see ``JSONLinesFile/takeUnflushed()``).
+    func takeUnflushed() -> [(Projection, JSONLinesFile.Flush)] {
+        Projection.allCases.compactMap { projection in files[projection]!.takeUnflushed().map { (projection, $0) } }
     }
 
-    /// The descriptors of the appends left to fsync, with their file.
-    var unsyncedFiles: [(projection: Projection, fd: Int32)] {
-        Projection.allCases.compactMap { projection in files[projection]!.unsyncedDescriptor.map { (projection, $0) } }
+    /// Notes, inside the caller's transaction, that flushes whose fsync returned are durable.
+    func noteFlushedInTransaction(_ flushed: [(Projection, JSONLinesFile.Flush)]) throws(AgentError) {
+        for (projection, flush) in flushed {
+            if let note = JSONLinesFile.noteFlushed(flush.given, loaded: try store.given(projection)) { try store.noteGiven(projection, note) }
+        }
     }
 
-    /// Ends the deferred fsync of one file: `failure` is what its fsync threw, if it did.
-    func finishDeferredSync(_ projection: Projection, failure: SystemError?) throws(AgentError) {
-        try files[projection]!.finishDeferredSync(failure) { (given) throws(AgentError) in try store.setGiven(projection, given) }
+    /// After a flush's fsync failed: its appends taken back, to be written again.
+    func flushFailed(_ projection: Projection, _ flush: JSONLinesFile.Flush) {
+        files[projection]!.flushFailed(flush, lock: { () throws(AgentError) in try store.lock(Layout.projectionsLock) },
+                                       saveGiven: { (given) throws(AgentError) in try store.setGiven(projection, given) })
+    }
+
+    /// Flushes the appends not flushed yet: an fsync each, then one note (without its own
+    /// fsync: the next commit makes it durable; lost, the lines are only looked for again after a
+    /// restart of the machine). A failure takes the appends back and is thrown.
+    public func flush() throws(AgentError) {
+        let flushes = takeUnflushed()
+        guard !flushes.isEmpty else { return }
+        defer { for (_, flush) in flushes { Posix.close(flush.fd) } }
+        var done: [(Projection, JSONLinesFile.Flush)] = []
+        var firstFailure: SystemError?
+        for (projection, flush) in flushes {
+            do {
+                try Posix.fsync(flush.fd, path: flush.path)
+                done.append((projection, flush))
+            } catch {
+                flushFailed(projection, flush)
+                if firstFailure == nil { firstFailure = error }
+            }
+        }
+        if !done.isEmpty {
+            try store.withQuickTransaction { () throws(AgentError) in try noteFlushedInTransaction(done) }
+        }
+        if let firstFailure { throw .system(firstFailure) }
     }
 
     /// Catches one JSON Lines file up with the database.

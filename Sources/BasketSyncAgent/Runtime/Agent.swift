@@ -81,6 +81,15 @@ public final class Agent {
     /// fsyncs a group's files together: `BASKET_SYNC_FSYNC_THREADS` at once (1 to 64, default 8;
     /// 1: one after the other, in the agent's thread).
     let fsyncPool = FsyncPool(width: Posix.environment("BASKET_SYNC_FSYNC_THREADS").flatMap { Int($0) }.map { max(1, min(64, $0)) } ?? 8)
+    /// Flushes the lines off the loop's thread (nil: in it).
+    lazy var flusher = BackgroundFlusher(pool: fsyncPool)
+    /// The engines with lines not flushed yet (kept alive until flushed, even when no longer kept
+    /// for their cart), with their cart.
+    var unflushed: [ObjectIdentifier: (engine: SyncEngine, cart: String)] = [:]
+    /// When their flush is due (monotonic seconds).
+    var flushDue: Double?
+    /// The flush under way: each file's engine, cart and flush.
+    var flushing: [(engine: SyncEngine, cart: String, projection: Projection, flush: JSONLinesFile.Flush)] = []
 
     /// The engines kept between wake-ups (the most recently used carts): at most this many, fewer
     /// when the descriptor limit is low.
@@ -193,7 +202,10 @@ public final class Agent {
 
         beat(passed: true)
         while true {
-            if let fatal { throw fatal }
+            if let fatal {
+                flushEverything()
+                throw fatal
+            }
             let ready: [Bool]
             let polls = rootChoice.polls || polledCarts > 0
             // A cart with entries left waits for nothing: its next turn comes at once.
@@ -202,7 +214,10 @@ public final class Agent {
             // The heartbeat: the one wake-up of an idle agent (once a minute).
             let untilBeat = Int32(max(0, ((lastBeat + Agent.heartbeatSeconds - Posix.monotonicSeconds()) * 1000).rounded(.up)))
             timeout = timeout < 0 ? untilBeat : min(timeout, untilBeat)
-            do { ready = try Posix.waitReadable([inotify?.fd ?? -1, signals.fd], timeout: timeout) } catch { throw .system(error) }
+            let untilFlush = flushTimeout()
+            if untilFlush >= 0 { timeout = timeout < 0 ? untilFlush : min(timeout, untilFlush) }
+            do { ready = try Posix.waitReadable([inotify?.fd ?? -1, signals.fd, flusher?.fd ?? -1], timeout: timeout) } catch { throw .system(error) }
+            if ready[2] { endFlush() }
             if ready[1] {
                 for signal in signals.drain() {
                     switch signal {
@@ -210,6 +225,7 @@ public final class Agent {
                     case .interrupt, .terminate:
                         logger.log(.info, "stopping on signal \(signal.number)")
                         SystemdNotify.send("STOPPING=1")
+                        flushEverything()
                         return
                     }
                 }
@@ -232,6 +248,7 @@ public final class Agent {
                     attempt(cart, .expire)
                 }
             }
+            flushIfDue()
             beat(passed: ready[0] || busy)
         }
     }

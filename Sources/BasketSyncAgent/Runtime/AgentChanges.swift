@@ -201,34 +201,16 @@ extension Agent {
             for cart in group { attempt(cart, .cart) }
             return
         }
-        // The appends of every cart first, then their fsyncs all at once (the disk takes them
-        // together), then what each cart does after.
-        var finished: [(cart: Cart, engine: SyncEngine)] = []
+        // Each cart's appends and what it does after; the lines are flushed within the flush
+        // delay, all carts' together (``Agent/flushDue``).
         for (cart, engine, read) in reads {
-            engine.defersSync = true
-            defer { engine.defersSync = false }
             do {
                 _ = try engine.finishCart(read)
-                finished.append((cart, engine))
+                cart.deadline = engine.nextDeadline
+                engine.retainQuietly()
             } catch {
                 fail(cart, error, engine: engine)
             }
-        }
-        // Every engine of the group, a cart that failed after an append too: nothing is left unsynced.
-        let unsynced = reads.flatMap { read in read.engine.unsyncedFiles.map { ((cart: read.cart, engine: read.engine), $0.projection, $0.fd) } }
-        let failures = fsyncPool.fsyncAll(unsynced.map { ($0.2, "\($0.0.engine.directory)/\($0.1.fileName)") })
-        var failedCarts = Set<String>()
-        let finishedIds = Set(finished.map(\.cart.id))
-        for ((entry, projection, _), failure) in zip(unsynced, failures) {
-            do throws(AgentError) { try entry.engine.finishDeferredSync(projection, failure: failure) } catch {
-                failedCarts.insert(entry.cart.id)
-                // A cart that failed before is retried already.
-                if finishedIds.contains(entry.cart.id) { fail(entry.cart, error, engine: entry.engine) }
-            }
-        }
-        for (cart, engine) in finished where !failedCarts.contains(cart.id) {
-            cart.deadline = engine.nextDeadline
-            engine.retainQuietly()
         }
         for (cart, error) in failed { fail(cart, error, engine: engine(for: cart)) }
     }

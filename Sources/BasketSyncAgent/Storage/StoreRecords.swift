@@ -89,9 +89,7 @@ extension Store {
     /// What a JSON Lines file was given, as last remembered.
     func given(_ projection: Projection) throws(AgentError) -> AppendCursor? {
         guard let blob = try metaBlob(.given(projection)) else { return nil }
-        let numbers = String(decoding: blob, as: UTF8.self).split(separator: " ").compactMap { UInt64($0) }
-        guard numbers.count == 4 else { return nil }
-        return AppendCursor(device: numbers[0], inode: numbers[1], size: Int64(numbers[2]), seq: numbers[3])
+        return AppendCursor(text: String(decoding: blob, as: UTF8.self))
     }
 
     /// Remembers, inside the caller's transaction (`init --adopt`), that the file was given every
@@ -105,11 +103,20 @@ extension Store {
     /// next commit makes it durable; a crash before loses only this note, and the file's own last
     /// record line says the same.
     func setGiven(_ projection: Projection, _ given: AppendCursor) throws(AgentError) {
+        try withQuickTransaction { () throws(AgentError) in try noteGiven(projection, given) }
+    }
+
+    /// Remembers what a file was given, inside the caller's transaction.
+    func noteGiven(_ projection: Projection, _ given: AppendCursor) throws(AgentError) {
+        try setMeta(.given(projection), Array(given.text.utf8))
+    }
+
+    /// A transaction whose commit has no fsync of its own (`synchronous=NORMAL`): durable with the
+    /// next commit that has one. For notes that a crash may take back at no cost.
+    func withQuickTransaction<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
         try connection.execute("PRAGMA synchronous=NORMAL")
         defer { try? connection.execute("PRAGMA synchronous=FULL") }
-        try withTransaction { () throws(AgentError) in
-            try setMeta(.given(projection), Array("\(given.device) \(given.inode) \(given.size) \(given.seq)".utf8))
-        }
+        return try withTransaction(body)
     }
 
     // MARK: Records

@@ -1,0 +1,109 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// One fsync per change (docs/spec.md §6): a line is written after its record's commit and
+/// flushed later, so a power cut may take back lines — a torn tail, every line since the last
+/// flush, the whole file when it was new. The next start after the machine's restart writes them
+/// again, the same bytes under the same seq. A power cut cannot be made here: the agent is told
+/// never to flush (`BASKET_SYNC_FLUSH_SECONDS`), killed, the files cut as the disk could have left
+/// them, and the next command told it runs on another boot (`BASKET_SYNC_BOOT_ID`).
+@Suite struct PowerCutTests {
+    func deliver(_ playground: Playground, _ id: String, sku: String, quantity: Int) throws {
+        try playground.write("inbox/tmp/\(id)", "{\"id\":\"\(id)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"\(sku)\",\"quantity\":\(quantity)}]}\n")
+        try FileManager.default.moveItem(at: playground.url("inbox/tmp/\(id)"), to: playground.url("inbox/new/\(id)"))
+    }
+
+    /// What a power cut may leave of a file whose bytes from `flushed` on were not flushed: any
+    /// prefix of them (a torn line too); a file new since the last flush may be gone altogether.
+    enum Cut: CaseIterable { case torn, lineBoundary, allUnflushed, fileGone }
+
+    func cut(_ path: String, flushed: Int, _ shape: Cut, rng: inout SplitMix64) throws {
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+        let keep: Int
+        switch shape {
+        case .fileGone where flushed == 0:
+            try FileManager.default.removeItem(atPath: path)
+            return
+        case .torn:
+            keep = Int.random(in: flushed...bytes.count, using: &rng)
+        case .lineBoundary:
+            let ends = [flushed] + bytes.indices.filter { $0 >= flushed && bytes[$0] == UInt8(ascii: "\n") }.map { $0 + 1 }
+            keep = ends.randomElement(using: &rng)!
+        case .allUnflushed, .fileGone:
+            keep = flushed
+        }
+        try bytes.prefix(keep).write(to: URL(fileURLWithPath: path))
+    }
+
+    @Test func linesAPowerCutTookAreWrittenAgainByteForByte() async throws {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        for trial in 0..<6 {
+            let context = "seed \(seed) (replay: BASKET_SYNC_SEED=\(seed)), trial \(trial)"
+            let playground = try Playground()
+            #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+            // Half the trials start from lines a one-shot sync flushed (they survive any cut).
+            var events = 0
+            if Bool.random(using: &rng) {
+                for _ in 0..<Int.random(in: 1...5, using: &rng) {
+                    try deliver(playground, "before\(events)", sku: "S\(events % 3)", quantity: events + 1)
+                    events += 1
+                }
+                try playground.writeAtomically("cart.json", cartJSON([("S0", 1)], syncedThrough: 0))
+                #expect(try basketSync(["-C", playground.path, "sync"]).status == 0, "\(context)")
+            }
+            let files = ["outbox.jsonl", "notifications.jsonl"]
+            let flushed = files.map { (try? Data(contentsOf: playground.url($0)))?.count ?? 0 }
+
+            // The agent never flushes; what it writes is in the page cache only, as far as a power cut goes.
+            let agent = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_FLUSH_SECONDS": "3600"])
+            try await agent.waitUntilWatching()
+            let more = Int.random(in: 1...20, using: &rng)
+            for step in 0..<more {
+                try deliver(playground, "during\(step)", sku: "S\(step % 4)", quantity: step % 5 + 1)
+                if step % 3 == 0 { try playground.writeAtomically("cart.json", cartJSON([("S0", step + 2), ("X", 1)], syncedThrough: 0)) }
+            }
+            events += more
+            try await eventually("\(context): every event in the outbox") { playground.records("outbox.jsonl").count == events }
+            try await eventually("\(context): the last cart notified") {
+                playground.records("notifications.jsonl").last.map { products($0)["S0"] == ((more - 1) / 3 * 3 + 2) } ?? false
+            }
+            #expect(agent.stop(SIGKILL) == SIGKILL)
+            let whole = files.map { (try? Data(contentsOf: playground.url($0))) ?? Data() }
+
+            // The power cut: each file cut as the disk may have left it.
+            var shapes: [Cut] = []
+            for (file, flushedBytes) in zip(files, flushed) {
+                let shape = Cut.allCases.randomElement(using: &rng)!
+                shapes.append(shape)
+                try cut(playground.url(file).path, flushed: flushedBytes, shape, rng: &rng)
+            }
+
+            // The machine started again: the next command writes back what was taken, once.
+            let again = try basketSync(["-C", playground.path, "sync"], environment: ["BASKET_SYNC_BOOT_ID": "after-the-power-cut-\(trial)"])
+            #expect(again.status == 0, "\(context): \(again.stderr)")
+            for (index, file) in files.enumerated() {
+                let now = (try? Data(contentsOf: playground.url(file))) ?? Data()
+                #expect(now == whole[index], "\(context): \(file) cut as \(shapes[index]) is whole again, byte for byte\n\(String(decoding: now, as: UTF8.self))\n---\n\(String(decoding: whole[index], as: UTF8.self))")
+            }
+            #expect(!again.stderr.contains("copytruncate"), "\(context): a power cut is not read as an interference: \(again.stderr)")
+        }
+    }
+
+    /// Without a restart of the machine (a killed process keeps its lines in the page cache), a
+    /// file a host deletes after reading it is not given its records again.
+    @Test func withoutARestartADeletedFileIsNotGivenItsRecordsAgain() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        let agent = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_FLUSH_SECONDS": "3600"])
+        try await agent.waitUntilWatching()
+        for step in 0..<3 { try deliver(playground, "e\(step)", sku: "S", quantity: 1) }
+        try await eventually("three records") { playground.records("outbox.jsonl").count == 3 }
+        #expect(agent.stop(SIGKILL) == SIGKILL)
+        try FileManager.default.removeItem(at: playground.url("outbox.jsonl"))
+        try deliver(playground, "e3", sku: "S", quantity: 1)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        #expect(playground.records("outbox.jsonl").map { $0["seq"] as? Int } == [4])
+    }
+}
