@@ -4,7 +4,8 @@
 //                      "write PATH SIZE_AFTER", "fsync PATH SIZE", "fdatasync PATH SIZE",
 //                      "rename FROM TO"; PATH is the file behind the descriptor.
 // FAULTSHIM_EIO=TEXT   fsync and fdatasync of a path containing TEXT fail with EIO while the file
-// FAULTSHIM_WHILE=FILE exists (remove it to lift the fault).
+// FAULTSHIM_WHILE=FILE exists (remove it to lift the fault); so does syncfs of any file system
+//                      meanwhile (a file on it failed: its error shows there too).
 // FAULTSHIM_HOLD=TEXT  fsync of a path containing TEXT first creates FILE.held, then waits until
 // FAULTSHIM_GO=FILE    FILE exists (ten minutes at most): a test's step between two calls.
 #define _GNU_SOURCE
@@ -93,6 +94,27 @@ static int sync_call(const char *name, int fd) {
 }
 
 int fsync(int fd) { return sync_call("fsync", fd); }
+
+int syncfs(int fd) {
+    static int (*real)(int);
+    if (!real) real = dlsym(RTLD_NEXT, "syncfs");
+    char path[4096], line[8300];
+    path_of(fd, path, sizeof path);
+    const char *text = getenv("FAULTSHIM_EIO");
+    const char *flag = getenv("FAULTSHIM_WHILE");
+    if (text && flag && access(flag, F_OK) == 0) {
+        snprintf(line, sizeof line, "syncfs-EIO %s 0\n", path);
+        note(line);
+        errno = EIO;
+        return -1;
+    }
+    int result = real(fd);
+    if (result == 0) {
+        snprintf(line, sizeof line, "syncfs %s 0\n", path);
+        note(line);
+    }
+    return result;
+}
 int fdatasync(int fd) { return sync_call("fdatasync", fd); }
 
 // A path through a folder held open ("/proc/self/fd/N/name", how basket-sync reaches its

@@ -110,7 +110,7 @@ final class JSONLinesFile {
     /// The appends not fsynced yet (docs/spec.md §6: the line is written after its record's
     /// commit, and flushed later): the descriptor, the file's size before the first of them and
     /// what was given then. ``flushed(_:)`` ends them.
-    private var unsynced: (fd: Int32, sizeBefore: Int64, givenBefore: AppendCursor?)?
+    private var unsynced: (fd: Int32, path: String, sizeBefore: Int64, givenBefore: AppendCursor?)?
 
     /// What a file was given: which file, how long it was after the append, the last seq in it.
     /// What a catch-up did.
@@ -400,7 +400,7 @@ final class JSONLinesFile {
         }
         // Left to fsync: what to take back on failure is all since the last fsync (an earlier
         // deferred append not synced yet included); an fsync now covers every earlier one.
-        unsynced = syncsNow ? nil : (fd, unsynced?.sizeBefore ?? size, unsynced.map { $0.givenBefore } ?? given)
+        unsynced = syncsNow ? nil : (fd, path, unsynced?.sizeBefore ?? size, unsynced.map { $0.givenBefore } ?? given)
         given = AppendCursor(device: info.device, inode: info.inode, size: size + Int64(bytes.count), seq: newLast, durable: syncsNow ? newLast : durable)
         try saveGiven(given!)
         outcome.appended = records.count
@@ -413,41 +413,45 @@ final class JSONLinesFile {
     /// The descriptor of the appends not flushed yet, if any.
     var unsyncedDescriptor: Int32? { unsynced?.fd }
 
-    /// Appends handed to an fsync: a descriptor of their own (the file may be closed meanwhile),
-    /// what to note once it returned, and what to go back to if it fails.
-    struct Flush: @unchecked Sendable {
-        let fd: Int32
+    /// Appends handed to a flush (an fsync of the file, or a `syncfs` of its file system): what
+    /// to note once it returned, and what to go back to if it fails.
+    struct Flush {
         let path: String
-        /// What the file was given through the last append handed over.
+        /// What the file was given through the last append handed over (the file: device, inode).
         let given: AppendCursor
         let sizeBefore: Int64
         let givenBefore: AppendCursor?
     }
 
-    /// Hands the appends not flushed yet to an fsync (the caller's, possibly on another thread);
-    /// appends made meanwhile wait for the next one. The caller closes the flush's descriptor.
+    /// Hands the appends not flushed yet to a flush (the caller's, possibly on another thread);
+    /// appends made meanwhile wait for the next one.
     func takeUnflushed() -> Flush? {
         guard let pending = unsynced, let given else { return nil }
-        let copy = Glibc.fcntl(pending.fd, F_DUPFD_CLOEXEC, 0)
-        guard copy >= 0 else { return nil }
         unsynced = nil
-        return Flush(fd: copy, path: path, given: given, sizeBefore: pending.sizeBefore, givenBefore: pending.givenBefore)
+        return Flush(path: pending.path, given: given, sizeBefore: pending.sizeBefore, givenBefore: pending.givenBefore)
     }
 
-    /// After a flush's fsync failed: its appends, and any made since, are taken back — under the
+    /// After a flush failed: its appends, and any made since, are taken back — under the
     /// writers' lock, while the path still names that file: cut to the size before them, what
     /// was given before restored — so that the next catch-up writes them again.
-    func flushFailed(_ flush: Flush, lock: () throws(AgentError) -> Int32, saveGiven: (AppendCursor) throws(AgentError) -> Void) {
+    static func takeBack(_ flush: Flush, lock: () throws(AgentError) -> Int32, saveGiven: (AppendCursor) throws(AgentError) -> Void) {
         guard let held = try? lock() else { return }
         defer { Posix.close(held) }
-        guard let now = Posix.info(path, follow: false), now.device == flush.given.device, now.inode == flush.given.inode else { return }
-        unsynced = nil
-        close()
-        guard let fd = try? Posix.open(path, [.readWrite]) else { return }
+        guard let fd = try? Posix.open(flush.path, [.readWrite]) else { return }
         defer { Posix.close(fd) }
-        try? Posix.truncate(fd, to: flush.sizeBefore, path: path)
-        given = flush.givenBefore
+        guard let now = try? Posix.fileInfo(fd, path: flush.path), now.device == flush.given.device, now.inode == flush.given.inode else { return }
+        try? Posix.truncate(fd, to: flush.sizeBefore, path: flush.path)
         if let before = flush.givenBefore { try? saveGiven(before) }
+    }
+
+    /// fsyncs the file a flush was about, when the path still names it (nil: done, or no longer
+    /// there to be done); the error otherwise.
+    static func fsyncAlone(_ flush: Flush) -> SystemError? {
+        guard let fd = try? Posix.open(flush.path, [.readOnly]) else { return nil }
+        defer { Posix.close(fd) }
+        guard let now = try? Posix.fileInfo(fd, path: flush.path), now.device == flush.given.device, now.inode == flush.given.inode else { return nil }
+        do { try Posix.fsync(fd, path: flush.path) } catch { return error }
+        return nil
     }
 
     /// What to note once the file's appends through `flushed.seq` are on disk, given what the

@@ -291,44 +291,46 @@ public final class SyncEngine {
     /// Whether a file has appends not flushed yet.
     var hasUnflushed: Bool { files.values.contains { $0.unsyncedDescriptor != nil } }
 
-    /// Hands every file's appends not flushed yet to an fsync (see ``JSONLinesFile/takeUnflushed()``).
+    /// Hands every file's appends not flushed yet to a flush (see ``JSONLinesFile/takeUnflushed()``).
     func takeUnflushed() -> [(Projection, JSONLinesFile.Flush)] {
         Projection.allCases.compactMap { projection in files[projection]!.takeUnflushed().map { (projection, $0) } }
     }
 
-    /// Notes, inside the caller's transaction, that flushes whose fsync returned are durable.
-    func noteFlushedInTransaction(_ flushed: [(Projection, JSONLinesFile.Flush)]) throws(AgentError) {
+    /// Notes, inside the caller's transaction, that `store`'s flushes are durable.
+    static func noteFlushedInTransaction(_ store: Store, _ flushed: [(Projection, JSONLinesFile.Flush)]) throws(AgentError) {
         for (projection, flush) in flushed {
             if let note = JSONLinesFile.noteFlushed(flush.given, loaded: try store.given(projection)) { try store.noteGiven(projection, note) }
         }
     }
 
-    /// After a flush's fsync failed: its appends taken back, to be written again.
-    func flushFailed(_ projection: Projection, _ flush: JSONLinesFile.Flush) {
-        files[projection]!.flushFailed(flush, lock: { () throws(AgentError) in try store.lock(Layout.projectionsLock) },
-                                       saveGiven: { (given) throws(AgentError) in try store.setGiven(projection, given) })
+    /// After a flush of `store`'s file failed: its appends taken back, to be written again.
+    static func takeBack(_ store: Store, _ projection: Projection, _ flush: JSONLinesFile.Flush) {
+        JSONLinesFile.takeBack(flush, lock: { () throws(AgentError) in try store.lock(Layout.projectionsLock) },
+                               saveGiven: { (given) throws(AgentError) in try store.setGiven(projection, given) })
     }
 
     /// Flushes the appends not flushed yet: an fsync each, then one note (without its own
     /// fsync: the next commit makes it durable; lost, the lines are only looked for again after a
     /// restart of the machine). A failure takes the appends back and is thrown.
     public func flush() throws(AgentError) {
-        let flushes = takeUnflushed()
+        let flushes = Projection.allCases.compactMap { projection in
+            files[projection]!.unsyncedDescriptor.map { fd in (projection, fd, files[projection]!.takeUnflushed()) }
+        }
         guard !flushes.isEmpty else { return }
-        defer { for (_, flush) in flushes { Posix.close(flush.fd) } }
         var done: [(Projection, JSONLinesFile.Flush)] = []
         var firstFailure: SystemError?
-        for (projection, flush) in flushes {
+        for (projection, fd, flush) in flushes {
+            guard let flush else { continue }
             do {
-                try Posix.fsync(flush.fd, path: flush.path)
+                try Posix.fsync(fd, path: flush.path)
                 done.append((projection, flush))
             } catch {
-                flushFailed(projection, flush)
+                Self.takeBack(store, projection, flush)
                 if firstFailure == nil { firstFailure = error }
             }
         }
         if !done.isEmpty {
-            try store.withQuickTransaction { () throws(AgentError) in try noteFlushedInTransaction(done) }
+            try store.withQuickTransaction { () throws(AgentError) in try Self.noteFlushedInTransaction(store, done) }
         }
         if let firstFailure { throw .system(firstFailure) }
     }

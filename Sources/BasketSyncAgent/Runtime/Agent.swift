@@ -82,14 +82,14 @@ public final class Agent {
     /// 1: one after the other, in the agent's thread).
     let fsyncPool = FsyncPool(width: Posix.environment("BASKET_SYNC_FSYNC_THREADS").flatMap { Int($0) }.map { max(1, min(64, $0)) } ?? 8)
     /// Flushes the lines off the loop's thread (nil: in it).
-    lazy var flusher = BackgroundFlusher(pool: fsyncPool)
-    /// The engines with lines not flushed yet (kept alive until flushed, even when no longer kept
-    /// for their cart), with their cart.
-    var unflushed: [ObjectIdentifier: (engine: SyncEngine, cart: String)] = [:]
+    lazy var flusher = BackgroundFlusher()
+    /// The lines not flushed yet, of any cart (an engine that goes leaves its own here).
+    var unflushed: [(cart: String, store: Store, projection: Projection, flush: JSONLinesFile.Flush)] = []
     /// When their flush is due (monotonic seconds).
     var flushDue: Double?
-    /// The flush under way: each file's engine, cart and flush.
-    var flushing: [(engine: SyncEngine, cart: String, projection: Projection, flush: JSONLinesFile.Flush)] = []
+    /// The flush under way, and a descriptor on each file system it writes back.
+    var flushing: [(cart: String, store: Store, projection: Projection, flush: JSONLinesFile.Flush)] = []
+    var flushingDevices: [(device: UInt64, fd: Int32, path: String)] = []
 
     /// The engines kept between wake-ups (the most recently used carts): at most this many, fewer
     /// when the descriptor limit is low.

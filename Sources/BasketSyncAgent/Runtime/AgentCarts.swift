@@ -98,15 +98,10 @@ extension Agent {
         cart.used = clock
         if let engine = engines[cart.id] { return engine }
         if engines.count >= enginesKept {
-            // The engines that go keep their lines not flushed yet until the flush; past a bound
-            // (their descriptors), flushed now.
-            noteUnflushed()
-            if unflushed.count > 2 * enginesKept {
-                endFlush(waiting: true)
-                flushIfDue(now: true)
-            }
             // The older half goes.
             let cutoff = engines.keys.compactMap { carts[$0]?.used }.sorted()[engines.count / 2]
+            // The engines that go leave their lines not flushed yet to the next flush.
+            collectUnflushed(engines.filter { (carts[$0.key]?.used ?? 0) < cutoff })
             engines = engines.filter { (carts[$0.key]?.used ?? 0) >= cutoff }
         }
         let engine = SyncEngine(store: cart.store, configuration: configuration, isSynchronizerRegistered: isSynchronizerRegistered, logger: tree == nil ? logger : logger.tagged(cart: cart.id))

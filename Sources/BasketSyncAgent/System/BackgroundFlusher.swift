@@ -1,12 +1,13 @@
+import CStatfs
 import Foundation
 import Glibc
 
-/// fsyncs batches of files on a thread of its own (with the ``FsyncPool``), so that the agent's
-/// loop goes on meanwhile: a line is flushed off the path of the next change (docs/spec.md §6).
-/// One batch at a time; its end is said by a byte on ``fd``, which the loop waits on with its
-/// other descriptors, and ``take()`` gives its failures.
+/// Writes back file systems (`syncfs`, one call for every file written on each) on a thread of
+/// its own, so that the agent's loop goes on meanwhile: lines are flushed off the path of the
+/// next change (docs/spec.md §6), any number of carts' together. One batch at a time; its end is
+/// said by a byte on ``fd``, which the loop waits on with its other descriptors, and ``take()``
+/// gives each file system's failure.
 final class BackgroundFlusher: @unchecked Sendable {
-    private let pool: FsyncPool
     private let condition = NSCondition()
     // Guarded by `condition`.
     private var batch: [(fd: Int32, path: String)]?
@@ -20,8 +21,8 @@ final class BackgroundFlusher: @unchecked Sendable {
     /// Readable when a batch is over.
     var fd: Int32 { readEnd }
 
-    /// A flusher using `pool`'s threads; nil when no pipe can be made (the caller flushes itself).
-    init?(pool: FsyncPool) {
+    /// A flusher; nil when no pipe can be made (the caller flushes itself).
+    init?() {
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else { return nil }
         for fd in fds {
@@ -30,10 +31,10 @@ final class BackgroundFlusher: @unchecked Sendable {
         }
         readEnd = fds[0]
         writeEnd = fds[1]
-        self.pool = pool
     }
 
-    /// Starts fsyncing `files` (their descriptors stay open until the batch is taken back).
+    /// Starts writing back the file system of each descriptor (they stay open until the batch is
+    /// taken back).
     func start(_ files: [(fd: Int32, path: String)]) {
         precondition(!inFlight)
         inFlight = true
@@ -71,7 +72,9 @@ final class BackgroundFlusher: @unchecked Sendable {
             while batch == nil { condition.wait() }
             let files = batch!
             condition.unlock()
-            let failures = pool.fsyncAll(files)
+            let failures = files.map { file in
+                Posix.retrying({ basket_sync_syncfs(file.fd) }) != 0 ? SystemError.last("syncfs", file.path) : nil
+            }
             condition.lock()
             batch = nil
             results = failures
