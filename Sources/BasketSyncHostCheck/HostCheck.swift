@@ -16,6 +16,7 @@ public enum HostCheck {
         case valid = "leaves a cart basket-sync can read"
         case atomic = "writes the cart atomically (a temp file renamed over it)"
         case keeps = "keeps other lines and fields"
+        case exactIds = "keeps ids byte for byte (no Unicode normalization)"
         case clamp = "clamps a line at 0, record by record"
         case removals = "applies removals (negative deltas)"
         case reports = "reports syncedThrough"

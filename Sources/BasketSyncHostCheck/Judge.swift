@@ -1,4 +1,5 @@
 import BasketSync
+import Foundation
 import BasketSyncAgent
 import BasketSyncWire
 import Seeded
@@ -95,6 +96,18 @@ extension ScenarioRun {
         return staying
     }
 
+    /// Quantities summed under ids in Unicode's canonical composition (NFC).
+    static func normalized(_ quantities: [ExactID: Int]) -> [String: Int] {
+        var summed: [String: Int] = [:]
+        for (id, quantity) in quantities { summed[id.string.precomposedStringWithCanonicalMapping, default: 0] += quantity }
+        return summed
+    }
+
+    /// An id with every non-ASCII scalar spelled as \u{…}: NFC and NFD twins look alike printed.
+    static func spelled(_ id: ExactID) -> String {
+        "\"" + id.string.unicodeScalars.map { $0.isASCII ? String($0) : "\\u{\(String($0.value, radix: 16, uppercase: true))}" }.joined() + "\""
+    }
+
     static func shown(_ quantities: [ExactID: Int]) -> String {
         "{" + quantities.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ", ") + "}"
     }
@@ -180,6 +193,12 @@ extension ScenarioRun {
         let wanted = "records 1…\(claim) lead to \(Self.shown(expected))"
         let before = applied.filter { $0.seq <= claimBefore }
         let since = applied.filter { $0.seq > claimBefore }
+        // Ids a Unicode normalization changed: the same quantities under normalized ids, where
+        // the exact ones differ (two SKUs merged, one renamed).
+        if Self.normalized(left) == Self.normalized(expected) {
+            let wrong = Set(expected.keys).union(left.keys).filter { left[$0] != expected[$0] }.sorted()
+            return fail(.exactIds, "after \(moment), \(leftText): the ids \(wrong.map { Self.spelled($0) }.joined(separator: ", ")) do not hold what the records give them, as if ids were Unicode-normalized (NFC or NFD) — two SKUs merged, or one renamed; ids are compared byte for byte, keep them as written; \(wanted)")
+        }
         if model(applied + applied) == left || (!before.isEmpty && model(before + applied) == left) {
             return fail(.once, "after \(moment), \(leftText): records were applied again\(before.isEmpty ? "" : " (it had applied 1…\(claimBefore) before)"); \(wanted)")
         }

@@ -25,6 +25,9 @@ public enum Scenario: String, CaseIterable, Sendable {
     case arriving
     /// Runs killed at seeded instants: nothing twice, nothing torn.
     case crash
+    /// Ids that Unicode normalization would change or merge (`café` as NFC and as NFD, the ohm
+    /// sign): compared byte for byte, they are different SKUs.
+    case unicodeIds = "unicode-ids"
 }
 
 extension Scenario {
@@ -42,6 +45,12 @@ extension ScenarioRun {
     /// Plays `scenario` here: sets up the cart, pushes records, runs the host and judges it.
     mutating func play(_ scenario: Scenario, random: inout SplitMix64) throws(AgentError) {
         switch scenario {
+        case .unicodeIds:
+            // NFC and NFD of one word, and a sign NFC maps to another letter: four SKUs.
+            try start(["X": 1, "caf\u{E9}": 2, "cafe\u{301}": 1, "\u{2126}": 1])
+            try push([("cafe\u{301}", 1), ("caf\u{E9}", -1), ("cre\u{300}me", 2)])
+            try push([("\u{2126}", 1), ("\u{3A9}", 1)])
+            try runAndCheck()
         case .newAndExisting:
             try start(["X": 1, "A": 1])
             try push([("A", 2), ("B", 1)])

@@ -267,11 +267,13 @@ enum Help {
                 record), many (40 records), rotated (outbox.jsonl rotated every 300 bytes, whatever
                 the settings: records taken by seq, none hidden in a rotated file), redirect, replay
                 (run again: nothing applied twice), arriving (records appended while it runs),
-                crash (SIGKILL at random instants, then a rerun). Every cart the host writes during
-                a run is judged as it appears (inotify), not only the last. For each rule it prints
-                ok, or what the host did wrong with the record and the cart it left: it applies a
-                record twice or out of order, skips one, does not clamp at 0 record by record,
-                ignores removals, loses other lines or fields, writes the cart in place, never
+                crash (SIGKILL at random instants, then a rerun), unicode-ids (ids that Unicode
+                normalization would merge or change: compared byte for byte, they stay apart).
+                Every cart the host writes during a run is judged as it appears (inotify), not only
+                the last. For each rule it prints ok, or what the host did wrong with the record
+                and the cart it left: it applies a record twice or out of order, skips one, does
+                not clamp at 0 record by record, ignores removals, loses other lines or fields,
+                normalizes ids, writes the cart in place, never
                 reports syncedThrough, reports it too far, or writes it in another cart than the
                 lines it covers (before them, or after: killed between, records apply twice).
                 Exits 0 when every rule holds, else 65 (the scratch directories are then kept,

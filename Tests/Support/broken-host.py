@@ -10,10 +10,12 @@ MODE: good, twice, noclamp, losefields, inplace, nosynced, toofar, reverse, skip
       noneg (ignores negative deltas), ackfirst (writes syncedThrough in a cart of its own, then
       the lines 20 ms later), linenumber (takes the outbox's lines after line number
       syncedThrough, in outbox.jsonl alone), acklast (writes the lines in a cart of its own,
-      then syncedThrough 20 ms later)
+      then syncedThrough 20 ms later), normalize (rewrites every id to Unicode NFC: the
+      cart's and the records')
 """
 import subprocess
 import time
+import unicodedata
 import json
 import os
 import sys
@@ -44,6 +46,10 @@ else:
 if mode == "reverse":
     records.reverse()
 lines = cart["products"]
+if mode == "normalize":
+    for line in lines:
+        line["id"] = unicodedata.normalize("NFC", line["id"])
+    records = [dict(r, products=[dict(d, id=unicodedata.normalize("NFC", d["id"])) for d in r.get("products", [])]) for r in records]
 if mode == "net":
     sums = {}
     for record in records:
