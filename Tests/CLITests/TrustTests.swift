@@ -194,6 +194,34 @@ struct Account {
         #expect(try Account.agent.basketSync(["-C", shop, "sync"]).status == 0)
     }
 
+    /// An inbox entry the agent can neither take nor set aside (a directory another member of the
+    /// group made in inbox/new/: renaming a directory needs write access to it) stays in new/: its
+    /// error stands in `status` (the inbox's current error, the last error current) while it is
+    /// there, and is over once it is moved away.
+    @Test func anInboxEntryThatCannotBeSetAsideIsACurrentErrorWhileItStays() throws {
+        let playground = try Playground()
+        chmod(playground.path, 0o755)
+        let shop = playground.path + "/shop"
+        #expect(mkdir(shop, 0o755) == 0 && chown(shop, Account.agent.uid, Account.group) == 0)
+        #expect(try Account.agent.basketSync(["-C", shop, "init", "--shared", String(Account.group)]).status == 0)
+        #expect(try Account.writer.shell("mkdir \(shop)/inbox/new/stuck && chmod 755 \(shop)/inbox/new/stuck").status == 0)
+        // The pass goes on past it (the entries behind are taken); the entry stays.
+        _ = try Account.agent.basketSync(["-C", shop, "sync"])
+        func health() throws -> (inbox: String?, current: Bool?, standing: String?) {
+            let run = try Account.agent.basketSync(["-C", shop, "status", "--json"])
+            let status = try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any]
+            let errors = (status?["health"] as? [String: Any])?["errors"] as? [String: Any]
+            let last = status?["lastError"] as? [String: Any]
+            return (errors?["inbox"] as? String, last?["current"] as? Bool, last?["standing"] as? String)
+        }
+        let stuck = try health()
+        #expect(stuck.inbox?.contains("inbox/new/stuck") == true, "\(stuck)")
+        #expect(stuck.current == true && stuck.standing?.contains("still in inbox/new/") == true, "\(stuck)")
+        #expect(try Account.writer.shell("rmdir \(shop)/inbox/new/stuck").status == 0)
+        let gone = try health()
+        #expect(gone.inbox == nil && gone.current == false, "\(gone)")
+    }
+
     /// Adds to the database at `path` an inbox file filed long ago under `name`, as the file's
     /// owner would (its owner and mode kept).
     func forgeFiled(_ path: String, name: String) throws {

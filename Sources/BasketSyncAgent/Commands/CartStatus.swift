@@ -23,6 +23,8 @@ public struct CartStatus {
     let inboxBad: Int
     /// Why `inbox/new/` cannot be read (not a directory, a link, no permission), if it cannot.
     let inboxProblem: String?
+    /// The entries waiting in `inbox/new/`.
+    private let waitingNames: [String]
     /// JSON Lines files holding records the database does not (it was lost, restored or replaced).
     let databaseBehind: [String]
     /// Rotated parts holding records out of order: not basket-sync's (forged, or another
@@ -153,11 +155,13 @@ public struct CartStatus {
         do {
             let waiting = try Inbox(directory: "\(directory)/inbox").waiting()
             inboxWaiting = waiting.count
+            waitingNames = waiting
             inboxProblem = nil
             let oldest = waiting.compactMap { Posix.info("\(directory)/inbox/new/\($0)", follow: false)?.changed }.min()
             oldestWaiting = oldest.map { max(0, Date().timeIntervalSince1970 - Double($0) / 1e9) }
         } catch {
             inboxWaiting = 0
+            waitingNames = []
             inboxProblem = error.description
             oldestWaiting = nil
         }
@@ -180,12 +184,24 @@ public struct CartStatus {
             return (true, "still current: no valid cart read since")
         }
         if error.message.hasPrefix("\(directory)/inbox/") {
+            if isStuck(error.message) {
+                return (true, "still current: the entry is still in inbox/new/, where basket-sync can neither take it nor set it aside (another account's directory or file?); move it away")
+            }
             return (false, "an inbox entry set aside in inbox/bad/ with a .error file")
         }
         if let lastGoodPass, lastGoodPass > error.at {
             return (false, "resolved at \(lastGoodPass): a whole pass went through since")
         }
         return (true, "still current: no whole pass has gone through since")
+    }
+
+    /// Whether an inbox error is about an entry still waiting in `inbox/new/`: one basket-sync
+    /// could neither take nor set aside stays there, and its error holds while it does.
+    private func isStuck(_ message: String) -> Bool {
+        let prefix = "\(directory)/inbox/new/"
+        guard message.hasPrefix(prefix) else { return false }
+        let rest = message.dropFirst(prefix.count)
+        return waitingNames.contains { rest.hasPrefix($0 + ":") || rest.hasPrefix($0 + " ") || rest == $0 }
     }
 
     /// Every error that holds now, each on its own (a later one never hides another): the cart
@@ -202,7 +218,8 @@ public struct CartStatus {
             error.level == "error" && !error.message.hasPrefix(cartPath + ":") && !error.message.hasPrefix("the cart says")
                 && !error.message.hasPrefix("\(directory)/inbox/")
         }.flatMap { standing(of: $0).current ? "\($0.at) \($0.message)" : nil }
-        return (cartError, inboxProblem.map { "inbox unusable: \($0)" }, databaseBehind.first, pass)
+        let stuck = errors.first { $0.level == "error" && isStuck($0.message) }.map { "\($0.at) \($0.message)" }
+        return (cartError, inboxProblem.map { "inbox unusable: \($0)" } ?? stuck, databaseBehind.first, pass)
     }
 
     /// The last error when it still holds (see ``standing(of:)``).
