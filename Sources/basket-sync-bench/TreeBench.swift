@@ -234,7 +234,7 @@ func runTreeBench(carts: Int, seconds: Double, rate: Double, events: Double) -> 
     print("- first pass over \(carts) new carts (`sync` on the root: adopt each, take its event and its cart): \(ms(adoption))")
     print("- agent start with nothing changed, until it says it watches: \(ms(startTime)); resident memory then: \(residentAtStart) KiB, after the loads: \(residentAfter) KiB")
     print("- idle \(idleSeconds) s: \(idleSwitches) context switches, CPU \(ms(idleCPU))")
-    print("- one cart change → its notification line durable (\(single.count) changes in random carts): p50 \(ms(percentile(single, 0.5))), p90 \(ms(percentile(single, 0.9))), p99 \(ms(percentile(single, 0.99)))")
+    print("- one cart change → its notification line written, its record durable (\(single.count) changes in random carts): p50 \(ms(percentile(single, 0.5))), p90 \(ms(percentile(single, 0.9))), p99 \(ms(percentile(single, 0.99)))")
     func describe(_ result: LoadResult, seconds: Double) {
         let all = result.all
         let first = result.perSecond.first ?? [], last = result.perSecond.last ?? []

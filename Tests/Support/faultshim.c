@@ -8,6 +8,9 @@
 //                      meanwhile (a file on it failed: its error shows there too).
 // FAULTSHIM_HOLD=TEXT  fsync of a path containing TEXT first creates FILE.held, then waits until
 // FAULTSHIM_GO=FILE    FILE exists (ten minutes at most): a test's step between two calls.
+// FAULTSHIM_CLOCK=FILE the wall clock (CLOCK_REALTIME, gettimeofday) is stepped by the seconds
+//                      FILE holds, read at each call (a clock set back or forward under a running
+//                      process); the monotonic and boot clocks are left alone.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -16,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 static void path_of(int fd, char *out, size_t size) {
@@ -142,5 +147,34 @@ int rename(const char *from, const char *to) {
         snprintf(line, sizeof line, "rename %s %s\n", source, target);
         note(line);
     }
+    return result;
+}
+
+static long long clock_step(void) {
+    const char *file = getenv("FAULTSHIM_CLOCK");
+    if (!file) return 0;
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    char text[32] = {0};
+    static ssize_t (*real_read)(int, void *, size_t);
+    if (!real_read) real_read = dlsym(RTLD_NEXT, "read");
+    real_read(fd, text, sizeof text - 1);
+    close(fd);
+    return atoll(text);
+}
+
+int clock_gettime(clockid_t clock, struct timespec *time) {
+    static int (*real)(clockid_t, struct timespec *);
+    if (!real) real = dlsym(RTLD_NEXT, "clock_gettime");
+    int result = real(clock, time);
+    if (result == 0 && (clock == CLOCK_REALTIME || clock == CLOCK_REALTIME_COARSE)) time->tv_sec += clock_step();
+    return result;
+}
+
+int gettimeofday(struct timeval *restrict time, void *restrict zone) {
+    static int (*real)(struct timeval *restrict, void *restrict);
+    if (!real) real = dlsym(RTLD_NEXT, "gettimeofday");
+    int result = real(time, zone);
+    if (result == 0 && time) time->tv_sec += clock_step();
     return result;
 }

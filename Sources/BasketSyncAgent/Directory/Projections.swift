@@ -73,14 +73,8 @@ struct AppendCursor: Equatable {
     /// again since lines after `durable` were appended. Nil when nothing can have been lost.
     var lostAfter: UInt64? { durable < seq && boot != AppendCursor.boot ? durable : nil }
 
-    /// This boot of the machine (`/proc/sys/kernel/random/boot_id`; `BASKET_SYNC_BOOT_ID` stands
-    /// for it in tests, which cannot cut the power).
-    static let boot: String = {
-        if let chosen = Posix.environment("BASKET_SYNC_BOOT_ID"), !chosen.isEmpty, !chosen.contains(" ") { return chosen }
-        let read = (try? Posix.readFile("/proc/sys/kernel/random/boot_id", limit: 64, follow: true)).flatMap { $0 }
-        let text = read.map { String(decoding: $0, as: UTF8.self).trimmingSpaces } ?? ""
-        return text.isEmpty || text.contains(" ") ? "unknown" : text
-    }()
+    /// This boot of the machine.
+    static var boot: String { Posix.bootId }
 }
 
 /// Appends a projection's records to its JSON Lines file, after the database commit.

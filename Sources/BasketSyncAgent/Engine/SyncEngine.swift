@@ -137,6 +137,7 @@ public final class SyncEngine {
     ) throws(AgentError) -> StepSummary {
         let now = Date()
         var state = try store.loadState()
+        let clockStep = try followClockSteps(&state, now: now)
         if let order, let seq = try store.orderSeq(order) { state.recordedOrders = [ExactID(order): seq] }
         if let transfer, try store.transferLanded(transfer) { state.landedTransfers = [ExactID(transfer)] }
         var machine = SyncStateMachine(
@@ -159,13 +160,17 @@ public final class SyncEngine {
         effects += try body(&machine, now)
         machineMemo = (machine.memo, store.database.rollbacks)
         var summary = try run(effects, deadline: &deadline)
+        if let clockStep {
+            summary.reports.append((.warning, "the wall clock was stepped by \(Int(clockStep.rounded())) s since the pending batches were made: their windows moved with it (a window lasts its seconds, whatever the clock is set to)"))
+        }
+        try noteClock(machine.state.pending, now: now, stepped: clockStep != nil)
         // The host cart (as large as the cart) is compared once; the rest of the state is small.
         let cartChanged = machine.state.hostCart != before.hostCart
         var rest = machine.state, restBefore = before
         rest.hostCart = nil
         restBefore.hostCart = nil
         rest.pending = []
-        summary.stateChanged = cartChanged || PendingShape(machine.state.pending) != pendingBefore || rest != restBefore
+        summary.stateChanged = cartChanged || PendingShape(machine.state.pending) != pendingBefore || rest != restBefore || clockStep != nil
         if let record = summary.outbox.first { try observeCart(atBatch: record.seq) }
         for report in summary.reports { try store.report(level: report.level.rawValue, message: report.message, at: now) }
         try record(summary)
@@ -286,6 +291,38 @@ public final class SyncEngine {
         if let observed = try store.cartAtBatch(), observed.identity == identity { return }
         if let identity, identity.mayChangeUnseen(nowNanoseconds: Int64(Date().timeIntervalSince1970 * 1e9)) { return }
         try store.setCartAtBatch(identity: identity, seq: seq)
+    }
+
+    /// The wall clock less the boot clock, now: it changes only when the wall clock is stepped.
+    private static func clockOffset(_ now: Date) -> Double { now.timeIntervalSince1970 - Posix.bootSeconds() }
+
+    /// A step of the wall clock since the pending batches' windows were set (on this boot): the
+    /// windows move with it, so that a window lasts its seconds whatever the clock is set to
+    /// (set back, a window would stay open as long; set forward, it would close at once).
+    /// Returns the step, in seconds, when there was one.
+    private func followClockSteps(_ state: inout SyncState, now: Date) throws(AgentError) -> Double? {
+        guard !state.pending.isEmpty, let text = try store.note(.clock) else { return nil }
+        let fields = text.split(separator: " ")
+        guard fields.count == 2, let offset = Double(fields[0]), String(fields[1]) == Posix.bootId else { return nil }
+        let step = Self.clockOffset(now) - offset
+        guard abs(step) > 1 else { return nil }
+        for index in state.pending.indices {
+            state.pending[index].at.addTimeInterval(step)
+            state.pending[index].deadline?.addTimeInterval(step)
+        }
+        return step
+    }
+
+    /// Keeps the clock's offset beside pending batches (see ``followClockSteps(_:now:)``):
+    /// written when batches are pending and it is missing, of another boot, or stepped.
+    private func noteClock(_ pending: [PendingBatch], now: Date, stepped: Bool) throws(AgentError) {
+        guard !pending.isEmpty else { return }
+        let offset = Self.clockOffset(now)
+        if !stepped, let text = try store.note(.clock) {
+            let fields = text.split(separator: " ")
+            if fields.count == 2, let known = Double(fields[0]), String(fields[1]) == Posix.bootId, abs(known - offset) <= 1 { return }
+        }
+        try store.setNote(.clock, "\(offset) \(Posix.bootId)")
     }
 
     /// Whether a file has appends not flushed yet.

@@ -21,11 +21,20 @@ public final class Agent {
         /// inotify's watches of the cart, or the poller that looks at it (docs/spec.md §10): one of them.
         let watcher: Watcher?
         let poller: Poller?
-        /// When to try again after a failure, and the delay after that.
-        var retryAt: Date? { didSet { timingChanged(self) } }
+        /// When to try again after a failure (monotonic seconds: a step of the wall clock moves
+        /// no wait of the agent), and the delay after that.
+        var retryAt: Double? { didSet { timingChanged(self) } }
         var retryDelay = 0.5
-        /// The next pending-window deadline, as its last pass left it.
-        var deadline: Date? { didSet { if deadline != oldValue { timingChanged(self) } } }
+        /// The next pending-window deadline, as its last pass left it (monotonic seconds).
+        var deadline: Double? { didSet { if deadline != oldValue { timingChanged(self) } } }
+
+        /// Sets ``deadline`` from the engine's (on the wall clock, as of now).
+        func follow(_ engine: SyncEngine) {
+            let next = engine.nextDeadline.map { Posix.monotonicSeconds() + $0.timeIntervalSinceNow }
+            // Within a millisecond it is the same deadline (read at another instant).
+            if let next, let deadline, abs(next - deadline) < 0.001 { return }
+            deadline = next
+        }
         /// Tells the agent that `retryAt` or `deadline` changed.
         let timingChanged: (Cart) -> Void
         /// When it was last used (to keep the recent engines only).
@@ -237,7 +246,7 @@ public final class Agent {
                 attempt(cart, [.inbox])
             }
             if polls, looks.due() { look() }
-            let now = Date()
+            let now = Posix.monotonicSeconds()
             for cart in Array(timed.values) {
                 if let due = cart.retryAt {
                     if due <= now {
@@ -383,13 +392,13 @@ public final class Agent {
     /// none. While a cart's retry is due it waits for that alone: the retry expires the windows
     /// too, and a window already past must not turn a failing step into a busy loop.
     private func waitTimeout() -> Int32 {
-        var due: Date?
+        var due: Double?
         for cart in timed.values {
             guard let next = cart.retryAt ?? cart.deadline else { continue }
             if due == nil || next < due! { due = next }
         }
         guard let due else { return -1 }
-        let milliseconds = (due.timeIntervalSinceNow * 1000).rounded(.up)
+        let milliseconds = ((due - Posix.monotonicSeconds()) * 1000).rounded(.up)
         return Int32(max(0, min(milliseconds, Double(Int32.max))))
     }
 }

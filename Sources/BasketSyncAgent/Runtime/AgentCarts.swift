@@ -127,11 +127,11 @@ extension Agent {
             if scope == .everything { cart.retryDelay = 0.5 }
             // A part of a pass went through while a retry waits (a fault lifted, a cart taken):
             // the whole pass is not left to the back-off, it runs now.
-            if scope != .everything, let due = cart.retryAt, due > Date() {
+            if scope != .everything, let due = cart.retryAt, due > Posix.monotonicSeconds() {
                 engine.logger.log(.info, "a pass went through: the retry is brought forward")
-                cart.retryAt = Date()
+                cart.retryAt = Posix.monotonicSeconds()
             }
-            cart.deadline = engine.nextDeadline
+            cart.follow(engine)
         } catch {
             cart.inboxLeft = 0  // the retry takes everything
             fail(cart, error, engine: engine)
@@ -162,7 +162,7 @@ extension Agent {
             return
         }
         engine.reportError(error)
-        cart.retryAt = Date().addingTimeInterval(cart.retryDelay)
+        cart.retryAt = Posix.monotonicSeconds() + cart.retryDelay
         engine.logger.log(.info, "retrying in \(cart.retryDelay) s")
         cart.retryDelay = min(cart.retryDelay * 2, 30)
     }

@@ -206,7 +206,7 @@ extension Agent {
         for (cart, engine, read) in reads {
             do {
                 _ = try engine.finishCart(read)
-                cart.deadline = engine.nextDeadline
+                cart.follow(engine)
                 engine.retainQuietly()
             } catch {
                 fail(cart, error, engine: engine)

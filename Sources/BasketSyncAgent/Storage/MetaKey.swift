@@ -60,4 +60,8 @@ enum Note: String, CaseIterable, Sendable {
     /// With `"database"` elsewhere, the id of the sync directory (or tree) the database serves:
     /// the one whose `.basket-sync/database-id` holds it (on the root's row).
     case servesDirectory
+    /// While batches are pending: the wall clock less the boot clock, and the boot, when their
+    /// windows were last set (`OFFSET BOOT`). The difference moves only when the wall clock is
+    /// stepped: a step seen by it moves the windows with it.
+    case clock
 }

@@ -24,6 +24,22 @@ extension Posix {
         return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
     }
 
+    /// This boot of the machine (`/proc/sys/kernel/random/boot_id`; `BASKET_SYNC_BOOT_ID` stands
+    /// for it in tests, which cannot cut the power).
+    package static let bootId: String = {
+        if let chosen = environment("BASKET_SYNC_BOOT_ID"), !chosen.isEmpty, !chosen.contains(" ") { return chosen }
+        let read = (try? readFile("/proc/sys/kernel/random/boot_id", limit: 64, follow: true)).flatMap { $0 }
+        let text = read.map { String(decoding: $0, as: UTF8.self).trimmingSpaces } ?? ""
+        return text.isEmpty || text.contains(" ") ? "unknown" : text
+    }()
+
+    /// Seconds on the boot clock (`CLOCK_BOOTTIME`: never stepped, counts a suspend too).
+    package static func bootSeconds() -> Double {
+        var now = timespec()
+        clock_gettime(CLOCK_BOOTTIME, &now)
+        return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+    }
+
     /// Writes back everything of the file system holding `path` (`syncfs`): many small files
     /// made durable together, where an fsync each would wait for the disk once each.
     package static func syncFileSystem(of path: String) throws(SystemError) {

@@ -1,0 +1,34 @@
+import Foundation
+import Testing
+
+/// A pending window lasts its seconds whatever the wall clock is set to (docs/spec.md §4): the
+/// agent's wall clock is stepped under it (the LD_PRELOAD seam of Tests/Support/faultshim.c
+/// shifts CLOCK_REALTIME by what a file says; the boot clock is left alone, as a step leaves it).
+@Suite(.serialized) struct ClockStepTests {
+    /// Set back an hour, a 2 s window still closes within seconds (it stayed open an hour);
+    /// set forward an hour, it does not close at the next wake-up (a cart read at once), only
+    /// once its seconds are over.
+    @Test(arguments: [-3600, 3600])
+    func aPendingWindowLastsItsSecondsWhateverTheClockIsSetTo(step: Int) async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.write("basket-sync.json", #"{"pendingTimeoutSeconds": 2}"#)
+        try playground.write("clock-step", "0")
+        let agent = try AgentProcess(directory: playground.path, environment: [
+            "LD_PRELOAD": FaultTests.shim, "FAULTSHIM_CLOCK": playground.path + "/clock-step",
+        ])
+        try await agent.waitUntilWatching()
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        try await eventually("the batch is sent") { playground.records("outbox.jsonl").count == 1 }
+        let sent = ProcessInfo.processInfo.systemUptime
+        try playground.write("clock-step", String(step))
+        // A cart that does not echo the batch wakes the agent at once, on the stepped clock.
+        try playground.writeAtomically("cart.json", cartJSON([("X", 1)]))
+        try await eventually("the cart is read") { agent.log.contains("notification #1") || playground.records("notifications.jsonl").count == 1 }
+        try await eventually("the window closes", timeout: 60) { agent.log.contains("batch #1 rolled back") }
+        let lasted = ProcessInfo.processInfo.systemUptime - sent
+        #expect(lasted >= 1.5, "step \(step): the 2 s window closed after \(lasted) s\n\(agent.log)")
+        #expect(agent.log.contains("the wall clock was stepped by \(step) s"), "\(agent.log)")
+        #expect(agent.stop() == 0)
+    }
+}
