@@ -7,12 +7,12 @@ import Testing
         let bench = binary.deletingLastPathComponent().appendingPathComponent("basket-sync-bench").path
         let run = try basketSync(["--quick"], executable: bench)
         #expect(run.status == 0, "\(run.stderr)")
-        for heading in ["### Cart renamed → notification line durable (50-line cart)", "### Inbox event renamed into new/ → outbox line durable",
+        for heading in ["### Cart renamed → notification line written, its record durable (50-line cart)", "### Inbox event renamed into new/ → outbox line written, its record durable",
                         "### Cart size → notification (p50)", "### Burst of 20 rewrites", "### Idle, 0.5 s with nothing happening"] {
             #expect(run.stdout.contains(heading), "missing: \(heading)")
         }
         #expect(run.stdout.contains("| basket-sync watch, new sync directory | "))
-        #expect(run.stdout.contains("| floor: C inotify + read + append + fsync | "), "cc builds the floor")
+        #expect(run.stdout.contains("| floor: C inotify + read + fsync a record + append the line | "), "cc builds the floor")
         #expect(run.stdout.contains("the last version (A=500020) was the one notified last: yes"))
         #expect(run.stdout.contains("| 100 | "))
     }
@@ -45,7 +45,7 @@ extension BenchmarkTests {
         let run = try basketSync(["--tree", "--quick", "--carts", "20"], executable: bench)
         #expect(run.status == 0, "\(run.stderr)")
         for line in ["## basket-sync benchmark: a tree of 20 carts", "- first pass over 20 new carts",
-                     "- agent start with nothing changed", "- idle ", "- one cart change → its notification line durable",
+                     "- agent start with nothing changed", "- idle ", "- one cart change → its notification line written, its record durable",
                      "| load | changes |", "- polled every 1000 ms", "- the disk here: ", "- throughput ceiling"] {
             #expect(run.stdout.contains(line), "missing: \(line)\n\(run.stdout)")
         }

@@ -9,9 +9,9 @@ import TestSupport
 /// never to flush (`BASKET_SYNC_FLUSH_SECONDS`), killed, the files cut as the disk could have left
 /// them, and the next command told it runs on another boot (`BASKET_SYNC_BOOT_ID`).
 @Suite struct PowerCutTests {
-    func deliver(_ playground: Playground, _ id: String, sku: String, quantity: Int) throws {
-        try playground.write("inbox/tmp/\(id)", "{\"id\":\"\(id)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"\(sku)\",\"quantity\":\(quantity)}]}\n")
-        try FileManager.default.moveItem(at: playground.url("inbox/tmp/\(id)"), to: playground.url("inbox/new/\(id)"))
+    func deliver(_ playground: Playground, _ id: String, sku: String, quantity: Int, cart: String = "") throws {
+        try playground.write("\(cart)inbox/tmp/\(id)", "{\"id\":\"\(id)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"\(sku)\",\"quantity\":\(quantity)}]}\n")
+        try FileManager.default.moveItem(at: playground.url("\(cart)inbox/tmp/\(id)"), to: playground.url("\(cart)inbox/new/\(id)"))
     }
 
     /// What a power cut may leave of a file whose bytes from `flushed` on were not flushed: any
@@ -36,24 +36,31 @@ import TestSupport
         try bytes.prefix(keep).write(to: URL(fileURLWithPath: path))
     }
 
-    @Test func linesAPowerCutTookAreWrittenAgainByteForByte() async throws {
+    /// In a sync directory, and in a tree's cart (the tree's `sync` flushes every cart's lines
+    /// with one `syncfs`, its agent likewise).
+    @Test(arguments: [false, true])
+    func linesAPowerCutTookAreWrittenAgainByteForByte(tree: Bool) async throws {
         let seed = Knobs.seed
         var rng = SplitMix64(seed: seed)
         for trial in 0..<6 {
-            let context = "seed \(seed) (replay: BASKET_SYNC_SEED=\(seed)), trial \(trial)"
+            let context = "seed \(seed) (replay: BASKET_SYNC_SEED=\(seed)), \(tree ? "tree" : "sync directory"), trial \(trial)"
             let playground = try Playground()
-            #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+            #expect(try basketSync(["-C", playground.path, "init"] + (tree ? ["--tree"] : [])).status == 0)
+            let cart = tree ? "c1/" : ""
+            if tree {
+                for folder in ["c1", "c1/inbox", "c1/inbox/new", "c1/inbox/tmp"] { try FileManager.default.createDirectory(at: playground.url(folder), withIntermediateDirectories: true) }
+            }
             // Half the trials start from lines a one-shot sync flushed (they survive any cut).
             var events = 0
             if Bool.random(using: &rng) {
                 for _ in 0..<Int.random(in: 1...5, using: &rng) {
-                    try deliver(playground, "before\(events)", sku: "S\(events % 3)", quantity: events + 1)
+                    try deliver(playground, "before\(events)", sku: "S\(events % 3)", quantity: events + 1, cart: cart)
                     events += 1
                 }
-                try playground.writeAtomically("cart.json", cartJSON([("S0", 1)], syncedThrough: 0))
+                try playground.writeAtomically("\(cart)cart.json", cartJSON([("S0", 1)], syncedThrough: 0))
                 #expect(try basketSync(["-C", playground.path, "sync"]).status == 0, "\(context)")
             }
-            let files = ["outbox.jsonl", "notifications.jsonl"]
+            let files = ["\(cart)outbox.jsonl", "\(cart)notifications.jsonl"]
             let flushed = files.map { (try? Data(contentsOf: playground.url($0)))?.count ?? 0 }
 
             // The agent never flushes; what it writes is in the page cache only, as far as a power cut goes.
@@ -61,13 +68,13 @@ import TestSupport
             try await agent.waitUntilWatching()
             let more = Int.random(in: 1...20, using: &rng)
             for step in 0..<more {
-                try deliver(playground, "during\(step)", sku: "S\(step % 4)", quantity: step % 5 + 1)
-                if step % 3 == 0 { try playground.writeAtomically("cart.json", cartJSON([("S0", step + 2), ("X", 1)], syncedThrough: 0)) }
+                try deliver(playground, "during\(step)", sku: "S\(step % 4)", quantity: step % 5 + 1, cart: cart)
+                if step % 3 == 0 { try playground.writeAtomically("\(cart)cart.json", cartJSON([("S0", step + 2), ("X", 1)], syncedThrough: 0)) }
             }
             events += more
-            try await eventually("\(context): every event in the outbox") { playground.records("outbox.jsonl").count == events }
+            try await eventually("\(context): every event in the outbox") { playground.records("\(cart)outbox.jsonl").count == events }
             try await eventually("\(context): the last cart notified") {
-                playground.records("notifications.jsonl").last.map { products($0)["S0"] == ((more - 1) / 3 * 3 + 2) } ?? false
+                playground.records("\(cart)notifications.jsonl").last.map { products($0)["S0"] == ((more - 1) / 3 * 3 + 2) } ?? false
             }
             #expect(agent.stop(SIGKILL) == SIGKILL)
             let whole = files.map { (try? Data(contentsOf: playground.url($0))) ?? Data() }

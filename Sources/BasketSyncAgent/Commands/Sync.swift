@@ -113,10 +113,11 @@ extension Commands {
     /// gone end first, the new ones are taken on, and a cart that fails is reported while the
     /// others go on.
     public static func sync(directory: String, isSynchronizerRegistered: Bool, logger: Logger) throws(AgentError) -> SyncReport {
-        /// One cart's pass, and the wake-up of an agent.
-        func pass(_ engine: SyncEngine) throws(AgentError) -> SyncSummary {
+        /// One cart's pass, and the wake-up of an agent. Its lines are flushed at once, unless
+        /// the caller flushes them with others' (a tree's carts: one `syncfs` for many).
+        func pass(_ engine: SyncEngine, flushingNow: Bool = true) throws(AgentError) -> SyncSummary {
             let pass = try engine.pass(.everything)
-            try engine.flush()
+            if flushingNow { try engine.flush() }
             engine.signalCommit()
             return SyncSummary(cart: pass.cart ?? .missing, inbox: pass.inbox)
         }
@@ -135,22 +136,39 @@ extension Commands {
         let ids = try tree.cartDirectories()
         // Many new carts (a first pass): adopted together, not one commit and fsync each.
         tree.adoptNew(ids)
-        for id in ids {
-            let cartLogger = logger.tagged(cart: id)
-            do throws(AgentError) {
-                let engine = SyncEngine(store: try tree.cartStore(id, create: false), configuration: tree.configuration,
-                                        isSynchronizerRegistered: isSynchronizerRegistered, logger: cartLogger)
-                summary.carts.append((id, .success(try pass(engine))))
-            } catch {
-                cartLogger.log(.error, error.description)
-                summary.carts.append((id, .failure(error)))
-                // Kept on the cart's rows while the directory is still that cart's (not given back).
-                if let known = try? tree.database.withTransaction({ () throws(AgentError) in try tree.database.cart(id) }), tree.markerMatches(id, number: known.number) {
-                    let store = Store(database: tree.database, cart: known.number, directory: "\(root)/\(id)", signalPath: "\(root)/\(id)/\(Layout.cartMarker)")
-                    _ = try? store.withTransaction { () throws(AgentError) in try store.report(level: Logger.Level.error.rawValue, message: error.description, at: Date()) }
-                }
+        var together = FlushTogether()
+        /// A cart's failure: said, and kept on the cart's rows while the directory is still that
+        /// cart's (not given back).
+        func failed(_ id: String, _ error: AgentError) {
+            logger.tagged(cart: id).log(.error, error.description)
+            if let known = try? tree.database.withTransaction({ () throws(AgentError) in try tree.database.cart(id) }), tree.markerMatches(id, number: known.number) {
+                let store = Store(database: tree.database, cart: known.number, directory: "\(root)/\(id)", signalPath: "\(root)/\(id)/\(Layout.cartMarker)")
+                _ = try? store.withTransaction { () throws(AgentError) in try store.report(level: Logger.Level.error.rawValue, message: error.description, at: Date()) }
             }
         }
+        /// The carts' lines so far, flushed together.
+        func flush() {
+            together.openDevices()
+            for (id, error) in together.finish(FlushTogether.syncAll(together.devices.map { ($0.fd, $0.path) }), logger: logger) {
+                failed(id, .system(error))
+                if let index = summary.carts.firstIndex(where: { $0.id == id }) { summary.carts[index].outcome = .failure(.system(error)) }
+            }
+        }
+        for id in ids {
+            do throws(AgentError) {
+                let engine = SyncEngine(store: try tree.cartStore(id, create: false), configuration: tree.configuration,
+                                        isSynchronizerRegistered: isSynchronizerRegistered, logger: logger.tagged(cart: id))
+                let outcome = try pass(engine, flushingNow: false)
+                together.take(engine, cart: id)
+                summary.carts.append((id, .success(outcome)))
+            } catch {
+                summary.carts.append((id, .failure(error)))
+                failed(id, error)
+            }
+            // A bound on what waits (and on what a power cut may make the next start write again).
+            if together.entries.count >= 4_096 { flush() }
+        }
+        flush()
         return summary
     }
 }

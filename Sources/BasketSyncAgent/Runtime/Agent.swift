@@ -93,12 +93,11 @@ public final class Agent {
     /// Flushes the lines off the loop's thread (nil: in it).
     lazy var flusher = BackgroundFlusher()
     /// The lines not flushed yet, of any cart (an engine that goes leaves its own here).
-    var unflushed: [(cart: String, store: Store, projection: Projection, flush: JSONLinesFile.Flush)] = []
+    var unflushed = FlushTogether()
     /// When their flush is due (monotonic seconds).
     var flushDue: Double?
-    /// The flush under way, and a descriptor on each file system it writes back.
-    var flushing: [(cart: String, store: Store, projection: Projection, flush: JSONLinesFile.Flush)] = []
-    var flushingDevices: [(device: UInt64, fd: Int32, path: String)] = []
+    /// The flush under way.
+    var flushing = FlushTogether()
 
     /// The engines kept between wake-ups (the most recently used carts): at most this many, fewer
     /// when the descriptor limit is low.

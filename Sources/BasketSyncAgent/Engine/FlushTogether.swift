@@ -1,0 +1,70 @@
+import CStatfs
+import Glibc
+
+/// Lines of many carts flushed together (docs/spec.md §6): one `syncfs` of each file system they
+/// are on; where it fails, an fsync of each file, and a file that fails is taken back (its
+/// lines written again at the cart's next catch-up). What is durable is noted in one
+/// transaction. The agent runs the `syncfs` on its flusher's thread; `sync` on a tree's root in
+/// its own, once over every cart.
+struct FlushTogether {
+    /// One file's lines to flush: its cart (id and rows), which file, and the flush.
+    struct Entry {
+        var cart: String
+        var store: Store
+        var projection: Projection
+        var flush: JSONLinesFile.Flush
+    }
+
+    var entries: [Entry] = []
+    /// A descriptor on each file system the entries are on (see ``openDevices()``).
+    private(set) var devices: [(device: UInt64, fd: Int32, path: String)] = []
+
+    /// Takes `engine`'s lines not flushed yet.
+    mutating func take(_ engine: SyncEngine, cart: String) {
+        for (projection, flush) in engine.takeUnflushed() { entries.append(Entry(cart: cart, store: engine.store, projection: projection, flush: flush)) }
+    }
+
+    /// Opens one descriptor on each file system the entries are on.
+    mutating func openDevices() {
+        for entry in entries where !devices.contains(where: { $0.device == entry.flush.given.device }) {
+            guard let fd = try? Posix.open(entry.flush.path, [.readOnly]) else { continue }
+            devices.append((entry.flush.given.device, fd, entry.flush.path))
+        }
+    }
+
+    /// Writes back each file system (in the calling thread); each one's failure, in order.
+    static func syncAll(_ devices: [(fd: Int32, path: String)]) -> [SystemError?] {
+        devices.map { device in Posix.retrying({ basket_sync_syncfs(device.fd) }) != 0 ? SystemError.last("syncfs", device.path) : nil }
+    }
+
+    /// After the `syncfs` of each device (`failures` in their order): notes what is durable, takes
+    /// back a file whose own fsync fails; returns those, by cart. Closes the descriptors.
+    mutating func finish(_ failures: [SystemError?], logger: Logger) -> [(cart: String, error: SystemError)] {
+        defer {
+            for device in devices { Posix.close(device.fd) }
+            devices = []
+            entries = []
+        }
+        let synced = Set(zip(devices, failures).compactMap { $0.1 == nil ? $0.0.device : nil })
+        var failed: [(cart: String, error: SystemError)] = []
+        var durable: [Int64: (store: Store, flushes: [(Projection, JSONLinesFile.Flush)])] = [:]
+        for entry in entries {
+            if !synced.contains(entry.flush.given.device), let failure = JSONLinesFile.fsyncAlone(entry.flush) {
+                SyncEngine.takeBack(entry.store, entry.projection, entry.flush)
+                failed.append((entry.cart, failure))
+                continue
+            }
+            durable[entry.store.cart, default: (entry.store, [])].flushes.append((entry.projection, entry.flush))
+        }
+        guard let any = durable.values.first?.store else { return failed }
+        do {
+            try any.withQuickTransaction { () throws(AgentError) in
+                for (store, flushes) in durable.values { try SyncEngine.noteFlushedInTransaction(store, flushes) }
+            }
+        } catch {
+            // Not noted: the lines are on disk; after a restart of the machine they are only looked for again.
+            logger.log(.warning, "noting flushed lines failed: \(error.description)")
+        }
+        return failed
+    }
+}
