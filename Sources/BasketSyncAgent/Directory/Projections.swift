@@ -433,19 +433,28 @@ final class JSONLinesFile {
         defer { Posix.close(held) }
         guard let fd = try? Posix.open(flush.path, [.readWrite]) else { return }
         defer { Posix.close(fd) }
-        guard let now = try? Posix.fileInfo(fd, path: flush.path), now.device == flush.given.device, now.inode == flush.given.inode else { return }
+        // Never extended: a file already shorter was cut by another take-back (or a reader).
+        guard let now = try? Posix.fileInfo(fd, path: flush.path), now.device == flush.given.device, now.inode == flush.given.inode,
+              now.size > flush.sizeBefore else { return }
         try? Posix.truncate(fd, to: flush.sizeBefore, path: flush.path)
         if let before = flush.givenBefore { try? saveGiven(before) }
     }
 
-    /// fsyncs the file a flush was about, when the path still names it (nil: done, or no longer
-    /// there to be done); the error otherwise.
-    static func fsyncAlone(_ flush: Flush) -> SystemError? {
-        guard let fd = try? Posix.open(flush.path, [.readOnly]) else { return nil }
+    /// What an fsync of a flush's file alone did.
+    enum AloneOutcome {
+        case done
+        case failed(SystemError)
+        /// The path no longer names the file (moved away, deleted): nothing known.
+        case gone
+    }
+
+    /// fsyncs the file a flush was about, when the path still names it.
+    static func fsyncAlone(_ flush: Flush) -> AloneOutcome {
+        guard let fd = try? Posix.open(flush.path, [.readOnly]) else { return .gone }
         defer { Posix.close(fd) }
-        guard let now = try? Posix.fileInfo(fd, path: flush.path), now.device == flush.given.device, now.inode == flush.given.inode else { return nil }
-        do { try Posix.fsync(fd, path: flush.path) } catch { return error }
-        return nil
+        guard let now = try? Posix.fileInfo(fd, path: flush.path), now.device == flush.given.device, now.inode == flush.given.inode else { return .gone }
+        do { try Posix.fsync(fd, path: flush.path) } catch { return .failed(error) }
+        return .done
     }
 
     /// What to note once the file's appends through `flushed.seq` are on disk, given what the

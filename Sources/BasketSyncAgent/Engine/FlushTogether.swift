@@ -24,11 +24,14 @@ struct FlushTogether {
         for (projection, flush) in engine.takeUnflushed() { entries.append(Entry(cart: cart, store: engine.store, projection: projection, flush: flush)) }
     }
 
-    /// Opens one descriptor on each file system the entries are on.
+    /// Opens one descriptor on each file system the entries are on: the folder of one of its
+    /// files (a file moved away or deleted since is no reason to leave its file system out).
     mutating func openDevices() {
         for entry in entries where !devices.contains(where: { $0.device == entry.flush.given.device }) {
-            guard let fd = try? Posix.open(entry.flush.path, [.readOnly]) else { continue }
-            devices.append((entry.flush.given.device, fd, entry.flush.path))
+            let folder = Posix.dirname(of: entry.flush.path)
+            guard let fd = try? Posix.open(folder, [.readOnly, .directory]),
+                  (try? Posix.fileInfo(fd, path: folder))?.device == entry.flush.given.device else { continue }
+            devices.append((entry.flush.given.device, fd, folder))
         }
     }
 
@@ -48,11 +51,23 @@ struct FlushTogether {
         let synced = Set(zip(devices, failures).compactMap { $0.1 == nil ? $0.0.device : nil })
         var failed: [(cart: String, error: SystemError)] = []
         var durable: [Int64: (store: Store, flushes: [(Projection, JSONLinesFile.Flush)])] = [:]
+        // A file taken back once loses every later append with it (its earliest flush first).
+        var takenBack = Set<String>()
         for entry in entries {
-            if !synced.contains(entry.flush.given.device), let failure = JSONLinesFile.fsyncAlone(entry.flush) {
-                SyncEngine.takeBack(entry.store, entry.projection, entry.flush)
-                failed.append((entry.cart, failure))
-                continue
+            if !synced.contains(entry.flush.given.device) {
+                guard !takenBack.contains(entry.flush.path) else { continue }
+                switch JSONLinesFile.fsyncAlone(entry.flush) {
+                case .done:
+                    break
+                case let .failed(failure):
+                    SyncEngine.takeBack(entry.store, entry.projection, entry.flush)
+                    takenBack.insert(entry.flush.path)
+                    failed.append((entry.cart, failure))
+                    continue
+                case .gone:
+                    // Not known on disk: left to the rule of a restart of the machine.
+                    continue
+                }
             }
             durable[entry.store.cart, default: (entry.store, [])].flushes.append((entry.projection, entry.flush))
         }
