@@ -15,8 +15,10 @@ import TestSupport
     }
 
     /// What a power cut may leave of a file whose bytes from `flushed` on were not flushed: any
-    /// prefix of them (a torn line too); a file new since the last flush may be gone altogether.
-    enum Cut: CaseIterable { case torn, lineBoundary, allUnflushed, fileGone }
+    /// prefix of them (a torn line too); a file new since the last flush may be gone altogether;
+    /// its size kept with zeros where the lines were (a file system that writes the size before
+    /// the data); or nothing lost at all.
+    enum Cut: CaseIterable { case torn, lineBoundary, allUnflushed, fileGone, zeroed, intact }
 
     func cut(_ path: String, flushed: Int, _ shape: Cut, rng: inout SplitMix64) throws {
         let bytes = try Data(contentsOf: URL(fileURLWithPath: path))
@@ -32,6 +34,11 @@ import TestSupport
             keep = ends.randomElement(using: &rng)!
         case .allUnflushed, .fileGone:
             keep = flushed
+        case .zeroed:
+            try (bytes.prefix(flushed) + Data(count: bytes.count - flushed)).write(to: URL(fileURLWithPath: path))
+            return
+        case .intact:
+            return
         }
         try bytes.prefix(keep).write(to: URL(fileURLWithPath: path))
     }

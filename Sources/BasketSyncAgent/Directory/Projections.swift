@@ -234,7 +234,8 @@ final class JSONLinesFile {
     /// Whether a catch-up has nothing to do: the file is as given, and given the database's last
     /// record. Nothing is opened (opening for writing, then closing, is an inotify event).
     func isCaughtUp(given: AppendCursor?, lastDatabaseSeq: UInt64) -> Bool {
-        guard let given, given.seq == lastDatabaseSeq, isAsGiven(given) else { return false }
+        // After a restart of the machine, lines not flushed are read back before they count.
+        guard let given, given.seq == lastDatabaseSeq, given.lostAfter == nil, isAsGiven(given) else { return false }
         self.given = given
         return true
     }
@@ -288,7 +289,7 @@ final class JSONLinesFile {
         outcome.lostAfter = lostAfter
         let sameFile = given.map { $0.device == info.device && $0.inode == info.inode && $0.size <= size } ?? false
         outcome.shrank = lostAfter == nil && (given.map { $0.device == info.device && $0.inode == info.inode && $0.size > size } ?? false)
-        if let given, sameFile, given.size == size {
+        if let given, sameFile, given.size == size, lostAfter == nil {
             start = given.seq
         } else {
             let tail = try readTail(fd, size: size)
