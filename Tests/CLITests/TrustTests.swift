@@ -217,6 +217,7 @@ struct Account {
         let stuck = try health()
         #expect(stuck.inbox?.contains("inbox/new/stuck") == true, "\(stuck)")
         #expect(stuck.current == true && stuck.standing?.contains("still in inbox/new/") == true, "\(stuck)")
+        #expect(stuck.inbox?.contains("/proc/self/fd") == false, "paths named as people know them: \(stuck)")
         #expect(try Account.writer.shell("rmdir \(shop)/inbox/new/stuck").status == 0)
         let gone = try health()
         #expect(gone.inbox == nil && gone.current == false, "\(gone)")

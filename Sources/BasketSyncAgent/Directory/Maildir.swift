@@ -66,6 +66,8 @@ struct Inbox {
     func shown(_ error: SystemError) -> SystemError {
         var error = error
         error.path = shown(path: error.path)
+        // A rename's destination is in the operation ("rename to PATH").
+        for (name, pin) in pins { error.operation = error.operation.replacingOccurrences(of: pin + "/", with: shownFolder(name) + "/") }
         return error
     }
 
