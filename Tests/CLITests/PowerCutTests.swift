@@ -105,6 +105,29 @@ import TestSupport
         }
     }
 
+    /// A file a rotator moves away (logrotate's nocreate: a rename) while its lines wait for
+    /// their flush is fsynced before the next file gets a line: a power cut cannot keep a later
+    /// line in the new file and lose an earlier one in the part that was moved.
+    @Test func aFileMovedAwayIsDurableBeforeTheNextFileGetsALine() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        let log = playground.path + "/shim.log"
+        let agent = try AgentProcess(directory: playground.path, environment: [
+            "BASKET_SYNC_FLUSH_SECONDS": "3600", "LD_PRELOAD": FaultTests.shim, "FAULTSHIM_LOG": log,
+        ])
+        try await agent.waitUntilWatching()
+        try deliver(playground, "e1", sku: "A", quantity: 1)
+        try await eventually("the first line") { playground.records("outbox.jsonl").count == 1 }
+        try FileManager.default.moveItem(at: playground.url("outbox.jsonl"), to: playground.url("outbox.jsonl.1"))
+        try deliver(playground, "e2", sku: "A", quantity: 1)
+        try await eventually("the next line, in a new file") { playground.records("outbox.jsonl").count == 1 }
+        #expect(agent.stop(SIGKILL) == SIGKILL)
+        let steps = playground.read("shim.log").split(separator: "\n").map { $0.split(separator: " ").map(String.init) }
+        let moved = steps.firstIndex { $0.count > 1 && $0[0] == "fsync" && $0[1].hasSuffix("/outbox.jsonl.1") }
+        let next = steps.lastIndex { $0.count > 1 && $0[0] == "write" && $0[1].hasSuffix("/outbox.jsonl") }
+        #expect(moved != nil && next != nil && moved! < next!, "the moved part fsynced (\(String(describing: moved))) before the new file's line (\(String(describing: next))):\n\(playground.read("shim.log"))")
+    }
+
     /// Without a restart of the machine (a killed process keeps its lines in the page cache), a
     /// file a host deletes after reading it is not given its records again.
     @Test func withoutARestartADeletedFileIsNotGivenItsRecordsAgain() async throws {

@@ -139,11 +139,12 @@ final class JSONLinesFile {
 
     deinit { close() }
 
-    /// Closes the file kept open, if any. Appends not flushed yet are fsynced first (a failure
-    /// leaves them to the rule of lines a power cut took: written again at the next start).
-    func close() {
+    /// Closes the file kept open, if any. Appends not flushed yet are fsynced first — all it
+    /// holds with `flushing` (a file moved away: it leaves durable, before any line goes to the
+    /// next file) — a failure leaving them to the rule of lines a power cut took.
+    func close(flushing: Bool = false) {
         if let open {
-            if unsynced?.fd == open.fd, (try? Posix.fsync(open.fd, path: path)) != nil { closedFlushed = (open.device, open.inode, given?.seq ?? 0) }
+            if flushing || unsynced?.fd == open.fd, (try? Posix.fsync(open.fd, path: path)) != nil { closedFlushed = (open.device, open.inode, given?.seq ?? 0) }
             Posix.close(open.fd)
         }
         unsynced = nil
@@ -160,7 +161,10 @@ final class JSONLinesFile {
             if let now = Posix.info(path, follow: false), now.kind == .regular, now.device == open.device, now.inode == open.inode {
                 return open.fd
             }
-            close()
+            // Moved away (a rotator), deleted or replaced: what it was given is made durable
+            // before the next file gets a line, so that a power cut cannot keep a later line
+            // and lose an earlier one in the part that was moved.
+            close(flushing: true)
             // The file was renamed to NAME.1 within the last second and the path is empty: a
             // rotator (logrotate's create) makes the new file right after its rename. Made here
             // first, ours would be in its way (moved aside to a .backup with what it was given,

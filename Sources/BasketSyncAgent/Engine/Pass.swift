@@ -54,8 +54,13 @@ extension SyncEngine {
         }
         if scope.contains(.inbox) { summary.inbox = try takeInbox(seen: inboxSeen) }
         if scope.contains(.cart) { summary.cart = try takeCart() }
-        // Nothing to roll back before the next deadline (read again above when another process committed).
-        if scope.contains(.expire), let deadline = nextDeadline, deadline <= Date() { try expireWindows() }
+        // Nothing to roll back before the next deadline (read again above when another process
+        // committed) — unless the wall clock was stepped since the windows were set: the step
+        // that expires them moves them first.
+        if scope.contains(.expire), let deadline = nextDeadline {
+            let due = try deadline <= Date() ? true : clockStepped()
+            if due { try expireWindows() }
+        }
         retainQuietly()
         if scope == .everything {
             // A whole pass went through: status says the errors before it are resolved. Written

@@ -313,6 +313,14 @@ public final class SyncEngine {
         return step
     }
 
+    /// Whether the wall clock was stepped since the pending batches' windows were set (on this boot).
+    func clockStepped() throws(AgentError) -> Bool {
+        guard let text = try store.withTransaction({ () throws(AgentError) in try store.note(.clock) }) else { return false }
+        let fields = text.split(separator: " ")
+        guard fields.count == 2, let offset = Double(fields[0]), String(fields[1]) == Posix.bootId else { return false }
+        return abs(Self.clockOffset(Date()) - offset) > 1
+    }
+
     /// Keeps the clock's offset beside pending batches (see ``followClockSteps(_:now:)``):
     /// written when batches are pending and it is missing, of another boot, or stepped.
     private func noteClock(_ pending: [PendingBatch], now: Date, stepped: Bool) throws(AgentError) {
