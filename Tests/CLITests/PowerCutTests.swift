@@ -128,6 +128,25 @@ import TestSupport
         #expect(moved != nil && next != nil && moved! < next!, "the moved part fsynced (\(String(describing: moved))) before the new file's line (\(String(describing: next))):\n\(playground.read("shim.log"))")
     }
 
+    /// basket-sync's own rotation fsyncs the file before it renames it: a rotated part holds
+    /// its records whatever a power cut does to the lines after it.
+    @Test func aPartRotatedByBasketSyncIsDurableBeforeItIsRenamed() throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.write("basket-sync.json", #"{"rotate": {"maxBytes": 200, "keep": 9}}"#)
+        for index in 0..<6 { try deliver(playground, "e\(index)", sku: "A", quantity: 1) }
+        let log = playground.path + "/shim.log"
+        #expect(try basketSync(["-C", playground.path, "sync"], environment: ["LD_PRELOAD": FaultTests.shim, "FAULTSHIM_LOG": log]).status == 0)
+        let steps = playground.read("shim.log").split(separator: "\n").map { $0.split(separator: " ").map(String.init) }
+        let renames = steps.indices.filter { steps[$0].count > 2 && steps[$0][0] == "rename" && steps[$0][1].hasSuffix("/outbox.jsonl") }
+        #expect(!renames.isEmpty, "the outbox was rotated: \(playground.names(""))")
+        for rename in renames {
+            let lastWrite = steps[..<rename].lastIndex { $0.count > 1 && $0[0] == "write" && $0[1].hasSuffix("/outbox.jsonl") }
+            let fsync = steps[..<rename].lastIndex { $0.count > 1 && $0[0] == "fsync" && $0[1].hasSuffix("/outbox.jsonl") }
+            #expect(lastWrite != nil && fsync != nil && lastWrite! < fsync!, "written, fsynced, then renamed: \(steps[..<(rename + 1)])")
+        }
+    }
+
     /// Without a restart of the machine (a killed process keeps its lines in the page cache), a
     /// file a host deletes after reading it is not given its records again.
     @Test func withoutARestartADeletedFileIsNotGivenItsRecordsAgain() async throws {
