@@ -43,4 +43,31 @@ import Testing
             return
         }
     }
+
+    /// `status` shows a pending window as the next step will see it: after the wall clock was
+    /// set forward an hour, the batch is seconds old, not an hour (nor, set back, due in an hour).
+    @Test(arguments: [-3600, 3600])
+    func statusShowsTheWindowsAsTheNextStepSeesThem(step: Int) throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.write("basket-sync.json", #"{"pendingTimeoutSeconds": 600}"#)
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        try playground.write("clock-step", String(step))
+        let status = try basketSync(["-C", playground.path, "status", "--json"], environment: [
+            "LD_PRELOAD": FaultTests.shim, "FAULTSHIM_CLOCK": playground.path + "/clock-step",
+        ])
+        let json = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any]
+        let pending = (json?["pending"] as? [[String: Any]]) ?? []
+        #expect(pending.count == 1, "\(status.stdout)")
+        let age = (pending.first?["ageSeconds"] as? Double) ?? -1
+        #expect(age >= 0 && age < 600, "step \(step): the batch's age as the next step sees it: \(age) s")
+        if let deadline = pending.first?["deadline"] as? String, let at = ISO8601DateFormatter.withFractions.date(from: deadline) {
+            let left = at.timeIntervalSinceNow - Double(step)
+            #expect(left > 0 && left <= 600, "step \(step): the window closes in \(left) s on the stepped clock")
+        } else {
+            Issue.record("no deadline: \(status.stdout)")
+        }
+    }
 }
+

@@ -301,10 +301,16 @@ public final class SyncEngine {
     /// (set back, a window would stay open as long; set forward, it would close at once).
     /// Returns the step, in seconds, when there was one.
     private func followClockSteps(_ state: inout SyncState, now: Date) throws(AgentError) -> Double? {
+        try Self.followClockSteps(&state, store: store, now: now)
+    }
+
+    /// ``followClockSteps(_:now:)`` for `store`'s state inside the caller's transaction (`status`
+    /// shows the windows as the next step will see them).
+    static func followClockSteps(_ state: inout SyncState, store: Store, now: Date) throws(AgentError) -> Double? {
         guard !state.pending.isEmpty, let text = try store.note(.clock) else { return nil }
         let fields = text.split(separator: " ")
         guard fields.count == 2, let offset = Double(fields[0]), String(fields[1]) == Posix.bootId else { return nil }
-        let step = Self.clockOffset(now) - offset
+        let step = clockOffset(now) - offset
         guard abs(step) > 1 else { return nil }
         for index in state.pending.indices {
             state.pending[index].at.addTimeInterval(step)
