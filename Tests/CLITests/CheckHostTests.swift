@@ -37,7 +37,7 @@ import TestSupport
 
     /// How many times each host is checked in the tests below: a rule caught only by chance, or a
     /// good host failed by chance, shows within them (`BASKET_SYNC_CHECK_RUNS`).
-    static let runs = Knobs.value("BASKET_SYNC_CHECK_RUNS", default: 20)
+    static let runs = Knobs.value("BASKET_SYNC_CHECK_RUNS", default: 10)
 
     /// The reference apply and both sample hosts hold every rule in every scenario, run after
     /// run (seeds 1…runs: a failure names its seed).
