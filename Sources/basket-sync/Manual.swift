@@ -152,8 +152,8 @@ enum Manual {
             .B BASKET_SYNC_MAX_WATCHES
             lowers the inotify watches a tree's agent uses (the carts beyond are polled)
             .TP
-            .B BASKET_SYNC_FSYNC_THREADS
-            how many files a tree's agent fsyncs at once (default 8; 1: one after the other)
+            .B BASKET_SYNC_FLUSH_SECONDS
+            how long the agent leaves written lines unflushed (0 to 3600; default 0.5)
             .SH SIGNALS
             \\fBwatch\\fR stops on SIGTERM or SIGINT (exit 0) and reads basket\\-sync.json again on SIGHUP.
 

@@ -138,8 +138,6 @@ import Testing
         try playground.write("fault-on", "")
         let agent = try AgentProcess(directory: playground.path, environment: [
             "LD_PRELOAD": Self.shim, "FAULTSHIM_EIO": "c1/notifications.jsonl", "FAULTSHIM_WHILE": flag,
-            // The fsyncs from threads (the default is one after the other).
-            "BASKET_SYNC_FSYNC_THREADS": "4",
         ])
         try await agent.waitUntilWatching()
         // The three carts change at once: one wake-up takes them together.

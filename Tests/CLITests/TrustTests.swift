@@ -194,16 +194,23 @@ struct Account {
         #expect(try Account.agent.basketSync(["-C", shop, "sync"]).status == 0)
     }
 
-    /// An inbox entry the agent can neither take nor set aside (a directory another member of the
-    /// group made in inbox/new/: renaming a directory needs write access to it) stays in new/: its
-    /// error stands in `status` (the inbox's current error, the last error current) while it is
-    /// there, and is over once it is moved away.
-    @Test func anInboxEntryThatCannotBeSetAsideIsACurrentErrorWhileItStays() throws {
+    /// A sync directory `shop` the agent's account made with `init --shared` for the writer's group.
+    func sharedShop() throws -> (Playground, String) {
         let playground = try Playground()
         chmod(playground.path, 0o755)
         let shop = playground.path + "/shop"
         #expect(mkdir(shop, 0o755) == 0 && chown(shop, Account.agent.uid, Account.group) == 0)
         #expect(try Account.agent.basketSync(["-C", shop, "init", "--shared", String(Account.group)]).status == 0)
+        return (playground, shop)
+    }
+
+    /// An inbox entry the agent can neither take nor set aside (a directory another member of the
+    /// group made in inbox/new/: renaming a directory needs write access to it) stays in new/: its
+    /// error stands in `status` (the inbox's current error, the last error current) while it is
+    /// there, and is over once it is moved away.
+    @Test func anInboxEntryThatCannotBeSetAsideIsACurrentErrorWhileItStays() throws {
+        let (playground, shop) = try sharedShop()
+        defer { withExtendedLifetime(playground) {} }  // the directory lives until the test ends
         #expect(try Account.writer.shell("mkdir \(shop)/inbox/new/stuck && chmod 755 \(shop)/inbox/new/stuck").status == 0)
         // The pass goes on past it (the entries behind are taken); the entry stays.
         _ = try Account.agent.basketSync(["-C", shop, "sync"])
@@ -272,11 +279,7 @@ struct Account {
     /// basket-sync's: `status` names it, not "database behind"; `sync` works; after a lost
     /// database, `init --adopt` does not adopt it — the next record is 2, not 10000.
     @Test func aRotatedPartOfAnotherAccountIsNeverTakenForRecords() throws {
-        let playground = try Playground()
-        chmod(playground.path, 0o755)
-        let shop = playground.path + "/shop"
-        #expect(mkdir(shop, 0o755) == 0 && chown(shop, Account.agent.uid, Account.group) == 0)
-        #expect(try Account.agent.basketSync(["-C", shop, "init", "--shared", String(Account.group)]).status == 0)
+        let (playground, shop) = try sharedShop()
         #expect(try Account.writer.basketSync(["-C", shop, "push", "A=+1"]).status == 0)
         #expect(try Account.agent.basketSync(["-C", shop, "sync"]).status == 0)
         let planted = try Account.writer.shell("printf '%s\\n' '{\"seq\":9999,\"id\":\"x-9999\",\"type\":\"updateBasket\",\"at\":\"2026-01-01T00:00:00.000Z\",\"products\":[{\"id\":\"EVIL\",\"quantity\":9}]}' > \(shop)/outbox.jsonl.1")

@@ -9,7 +9,7 @@ import BasketSyncWire
 /// see is polled (``Poller``). The loop waits on inotify and the signal pipe with the timeout of
 /// the next pending-window deadline or retry: idle, it waits with no timeout at all. Each cart's
 /// passes run through its ``SyncEngine``; the new cart versions of one wake-up are taken together
-/// (group commit, one database fsync, the files fsynced by the ``FsyncPool``). A cart that fails
+/// (group commit, one database fsync; the files flushed later, every cart's together). A cart that fails
 /// (a FIFO as its cart, a permission, a full disk) is retried on its own with a growing delay; the
 /// others go on. Engines are made on demand and only the recently used are kept: 10,000 idle carts
 /// hold their watches, their number and their next deadline, not their state.
@@ -87,9 +87,6 @@ public final class Agent {
     var fatal: AgentError?
     /// The process's one inotify instance (none for a sync directory that is polled).
     var inotify: Inotify?
-    /// fsyncs a group's files together: `BASKET_SYNC_FSYNC_THREADS` at once (1 to 64, default 8;
-    /// 1: one after the other, in the agent's thread).
-    let fsyncPool = FsyncPool(width: Posix.environment("BASKET_SYNC_FSYNC_THREADS").flatMap { Int($0) }.map { max(1, min(64, $0)) } ?? 8)
     /// Flushes the lines off the loop's thread (nil: in it).
     lazy var flusher = BackgroundFlusher()
     /// The lines not flushed yet, of any cart (an engine that goes leaves its own here).
