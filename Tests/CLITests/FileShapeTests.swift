@@ -355,6 +355,43 @@ import Testing
         #expect(!playground.read("sync/notifications.jsonl").contains("outside-only"), "a notification came from the outside cart")
     }
 
+    /// The race on a tree's cart: its owner (the host, a member of the root's group) swaps the
+    /// cart's folder with a link to a folder outside and back while every command that touches
+    /// a cart runs on it, and an agent serves the tree. Whatever the interleaving, nothing is
+    /// ever made, written or read outside: each command reaches the cart's files through the
+    /// folder opened once without following a link.
+    @Test func aTreeCartFolderSwappedForALinkMidwayIsNeverFollowed() async throws {
+        let playground = try Playground()
+        let root = playground.path + "/tree"
+        let outside = playground.path + "/outside"
+        #expect(try basketSync(["-C", root, "init", "--tree"]).status == 0)
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: false)
+        try playground.write("outside/cart.json", #"{"products":[{"id":"outside-only","quantity":5}],"syncedThrough":0}"#)
+        let outsideBefore = playground.read("outside/cart.json")
+        let cart = root + "/c1"
+        #expect(try basketSync(["-C", cart, "push", "--id", "e0", "A=+1"]).status == 0)
+        try playground.write("tree/c1/cart.json", cartJSON([("A", 1)], syncedThrough: 0))
+        try FileManager.default.createSymbolicLink(atPath: root + "/c1-link", withDestinationPath: outside)
+        let agent = try AgentProcess(directory: root)
+        try await agent.waitUntilWatching()
+        try Self.swapping(cart, with: root + "/c1-link") {
+            for round in 1...25 {
+                _ = try basketSync(["-C", cart, "push", "--id", "e\(round)", "A=+1"])
+                _ = try basketSync(["-C", root, "sync"])
+                _ = try basketSync(["-C", cart, "sync"])
+                _ = try basketSync(["-C", cart, "apply"])
+                _ = try basketSync(["-C", cart, "status"])
+                _ = try basketSync(["-C", cart, "lock", "--", "/bin/true"])
+                _ = try basketSync(["-C", cart, "init"])
+            }
+        }
+        #expect(agent.stop() == 0, "\(agent.log)")
+        // Wherever the swap stopped, the outside folder is as it was.
+        #expect(playground.names("outside") == ["cart.json"], "made outside: \(playground.names("outside"))")
+        #expect(playground.read("outside/cart.json") == outsideBefore, "the outside cart was written")
+        #expect(!agent.log.contains("/proc/self/fd"), "paths named as people know them: \(agent.log)")
+    }
+
     /// The same race on each inbox folder: while `push` and `sync` run, the folder is swapped with
     /// a link to a folder outside and back. Nothing is ever moved, written or read there.
     @Test(arguments: ["new", "cur", "bad", "tmp"])

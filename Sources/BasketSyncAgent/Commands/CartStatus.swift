@@ -80,8 +80,9 @@ public struct CartStatus {
     /// `health`: the agent's, read once for a tree's every cart (read here when `lookForAgent`).
     init(store: Store, configuration: AgentConfiguration, lookForAgent: Bool = false, health: AgentHealth? = nil,
          configurationProblem: String? = nil) throws(AgentError) {
+        // Read through the cart's folder as opened; named as people know it.
         let directory = store.directory
-        self.directory = directory
+        self.directory = store.shownDirectory
         self.configurationProblem = configurationProblem
         database = (store.databasePath, store.database.placeWarning)
         cart = configuration.cart
@@ -149,9 +150,9 @@ public struct CartStatus {
         databaseBehind = Projection.allCases.compactMap { projection in
             let inDatabase = counts[projection] ?? 0
             guard let (path, inFile) = Integrity.fileBeyond(projection, in: directory, databaseSeq: inDatabase, syncId: ownSyncId(projection)) else { return nil }
-            return "\(path) holds record \(inFile) but the database ends at \(inDatabase): the database was lost, restored or replaced; every command that writes stops (74) until .basket-sync/ is restored from a newer backup, or moved aside and made again with basket-sync init --adopt"
+            return "\(PinnedNames.named(path)) holds record \(inFile) but the database ends at \(inDatabase): the database was lost, restored or replaced; every command that writes stops (74) until .basket-sync/ is restored from a newer backup, or moved aside and made again with basket-sync init --adopt"
         }
-        foreignParts = Integrity.foreignParts(in: directory, syncId: ownSyncId) { counts[$0] ?? 0 }
+        foreignParts = Integrity.foreignParts(in: directory, syncId: ownSyncId) { counts[$0] ?? 0 }.map(PinnedNames.named)
         view = SyncStateMachine(state: state).mealzView
         hostProgress = try CartReader.hostProgress(state, store: store, directory: directory, configuration: configuration)
         do {

@@ -21,13 +21,14 @@ extension Commands {
             let existed = Posix.isDirectory(directory) && known.map { tree.markerMatches(id, number: $0.number) } == true
             if existed {
                 // Its folders as they should be (an inbox that became a link is refused).
-                try Tree.makeInbox(directory)
+                _ = try tree.cartStore(id, create: false)
                 return []
             }
             var adopted: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
             _ = try tree.cartStore(id, create: true, adopting: adopt ? { (store) throws(AgentError) in
-                adopted = try Recovery.recordsInFiles(directory)
-                try Recovery.adoptRecords(adopted, into: store, directory: directory)
+                // Through the cart's folder as opened.
+                adopted = try Recovery.recordsInFiles(store.directory)
+                try Recovery.adoptRecords(adopted, into: store, directory: store.directory)
             } : nil)
             return ["\(directory) (cart \(id) of the tree \(root))"] + Recovery.adoptedLines(adopted, directory: directory)
         case .directory:
@@ -108,11 +109,12 @@ extension Commands {
             let directory = "\(root)/\(id)"
             do {
                 let known = try tree.database.withTransaction { () throws(AgentError) in try tree.database.cart(id) }
-                guard known.map({ tree.markerMatches(id, number: $0.number) }) != true, Tree.refusal(directory, root: root) != nil else { continue }
+                guard known.map({ tree.markerMatches(id, number: $0.number) }) != true, Tree.refusal(id: id, root: root) != nil else { continue }
                 var adopted: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
                 _ = try tree.cartStore(id, create: false, adopting: { (store) throws(AgentError) in
-                    adopted = try Recovery.recordsInFiles(directory)
-                    try Recovery.adoptRecords(adopted, into: store, directory: directory)
+                    // Through the cart's folder as opened.
+                    adopted = try Recovery.recordsInFiles(store.directory)
+                    try Recovery.adoptRecords(adopted, into: store, directory: store.directory)
                 })
                 created += ["\(directory) (cart \(id) of the tree \(root))"] + Recovery.adoptedLines(adopted, directory: directory)
             } catch {
@@ -132,7 +134,12 @@ extension Commands {
     /// inbox, no marker), makes and adopts it, as the agent would; otherwise does nothing.
     public static func prepareCart(directory: String) throws(AgentError) {
         guard case let .treeCart(root, id) = Workspace.of(directory) else { return }
-        if Posix.isDirectory("\(directory)/inbox/new"), Posix.isDirectory("\(directory)/inbox/tmp"), Posix.exists("\(directory)/\(Layout.cartMarker)") { return }
+        // Looked at through the folder opened without following a link.
+        let made = try? Posix.withPinnedFolders(base: root, relative: "\(id)/\(Layout.cartMarker)") { (marker) throws(AgentError) in
+            let folder = Posix.dirname(of: marker)
+            return Posix.isDirectory("\(folder)/inbox/new") && Posix.isDirectory("\(folder)/inbox/tmp") && Posix.exists(marker)
+        }
+        if made == true { return }
         _ = try Tree(root: root).cartStore(id, create: true)
     }
 }

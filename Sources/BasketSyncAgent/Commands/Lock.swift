@@ -13,10 +13,12 @@ extension Commands {
         guard Posix.isRunnable(command[0]) else {
             throw .missingInput("cannot run \(command[0]): no such program; give a command on the PATH or a path to one (with -C, a relative path is relative to the sync directory)")
         }
-        let fd = try CartLock.take(directory: directory, configuration: configuration, timeout: timeout) { path, holders in
-            Terminal.emit("basket-sync: \(path): waiting for the host's cart lock, held\(CartLock.describe(holders))", to: .error)
+        let (reached, folder) = try CartFolder.reach(directory)
+        let fd = try CartLock.take(directory: reached, configuration: configuration, timeout: timeout) { path, holders in
+            Terminal.emit("basket-sync: \(PinnedNames.named(path)): waiting for the host's cart lock, held\(CartLock.describe(holders))", to: .error)
         }
         defer { Posix.close(fd) }
+        withExtendedLifetime(folder) {}
         do { return try Posix.spawnAndWait(command, passing: fd) } catch {
             throw .system(error)
         }

@@ -90,7 +90,9 @@ public enum Metrics {
     /// file beside it renamed over it, so that the collector never reads half a file.
     public static func write(directory: String, to path: String) throws(AgentError) {
         let report = try StatusReport(directory: directory)
-        let target = path.hasPrefix("/") ? path : "\(directory)/\(path)"
+        let (reached, folder) = try CartFolder.reach(directory)
+        let target = path.hasPrefix("/") ? path : "\(reached)/\(path)"
         do { try Posix.writeFileAtomically(target, Array(text(report).utf8), mode: 0o644) } catch { throw .system(error) }
+        withExtendedLifetime(folder) {}
     }
 }

@@ -29,17 +29,20 @@ extension Commands {
                 throw .usage("push: \(JSONWriter.quoted(product.id))=\(product.quantity) is out of range; the limit is \(limits.maxQuantity)")
             }
         }
-        let inbox = Inbox(directory: "\(directory)/inbox")
         let workspace = Workspace.of(directory)
+        // A tree's cart: its inbox reached through its folder opened without following a link.
+        var folder: CartFolder?
         switch workspace {
         case .treeRoot:
             throw .usage("\(directory): is a tree of carts; push to one of them: basket-sync -C \(directory)/CART-ID push …")
         case .treeCart:
             // The Mealz side may come first: the cart is made (and adopted) here.
             try prepareCart(directory: directory)
+            do { folder = try CartFolder(directory) } catch { throw .system(error) }
         case .directory:
             break
         }
+        let inbox = Inbox(directory: "\(folder?.path ?? directory)/inbox")
         guard Posix.isDirectory(inbox.folder("tmp")), Posix.isDirectory(inbox.folder("new")) else {
             throw .missingInput("\(directory): not a sync directory (no inbox/tmp and inbox/new); run basket-sync init there first")
         }
@@ -67,6 +70,7 @@ extension Commands {
         do { try pinned.deliver(EventFormat.encode(InboxEvent(id: eventId, event: event)), name: name) } catch {
             throw .system(pinned.shown(error))
         }
+        withExtendedLifetime(folder) {}
         return eventId
     }
 

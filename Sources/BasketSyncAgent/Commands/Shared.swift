@@ -43,8 +43,15 @@ enum Shared {
     /// (sticky: one member cannot take another's delivery away), and reads cur/ and bad/.
     static func shareInbox(of directory: String, group: gid_t) throws(AgentError) {
         try set("\(directory)/inbox", group: group, mode: readMode)
-        for folder in ["tmp", "new"] { try set("\(directory)/inbox/\(folder)", group: group, mode: openMode) }
-        for folder in ["cur", "bad"] { try set("\(directory)/inbox/\(folder)", group: group, mode: readMode) }
+        // Each folder reached through inbox/ opened without following a link.
+        // A folder that cannot be opened so is left as it is, as ``set(_:group:mode:)`` leaves it.
+        for folder in ["tmp", "new", "cur", "bad"] {
+            var failure: AgentError?
+            try? Posix.withPinnedFolders(base: directory, relative: "inbox/\(folder)") { (pinned) throws(AgentError) in
+                do throws(AgentError) { try set(pinned, group: group, mode: ["tmp", "new"].contains(folder) ? openMode : readMode) } catch { failure = error }
+            }
+            if let failure { throw failure }
+        }
     }
 
     /// The output files the group reads.

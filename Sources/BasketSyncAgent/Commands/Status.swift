@@ -51,7 +51,7 @@ public struct StatusReport {
         for id in try tree.cartDirectories() {
             guard known[id] != nil else {
                 // One that holds records is refused until adopted or the database is restored: an error.
-                if let refusal = Tree.refusal("\(root)/\(id)", root: root) { unreadable.append((id, refusal)) } else { notAdopted.append(id) }
+                if let refusal = Tree.refusal(id: id, root: root) { unreadable.append((id, refusal)) } else { notAdopted.append(id) }
                 continue
             }
             do {
@@ -59,10 +59,10 @@ public struct StatusReport {
                 carts.append((id, try CartStatus(store: store, configuration: tree.configuration, health: health)))
             } catch {
                 // A marker that does not match: the directory was made again, not adopted yet.
-                if case .missingInput = error, Tree.refusal("\(root)/\(id)", root: root) == nil {
-                    notAdopted.append(id)
+                if case .missingInput = error, let refusal = Tree.refusal(id: id, root: root) {
+                    unreadable.append((id, refusal))
                 } else if case .missingInput = error {
-                    unreadable.append((id, Tree.refusal("\(root)/\(id)", root: root)!))
+                    notAdopted.append(id)
                 } else {
                     unreadable.append((id, error.description))
                 }

@@ -137,17 +137,19 @@ extension Commands {
         // Many new carts (a first pass): adopted together, not one commit and fsync each.
         tree.adoptNew(ids)
         var together = FlushTogether()
+        var held = 0  // carts whose lines (and folder) wait for the flush
         /// A cart's failure: said, and kept on the cart's rows while the directory is still that
         /// cart's (not given back).
         func failed(_ id: String, _ error: AgentError) {
             logger.tagged(cart: id).log(.error, error.description)
             if let known = try? tree.database.withTransaction({ () throws(AgentError) in try tree.database.cart(id) }), tree.markerMatches(id, number: known.number) {
-                let store = Store(database: tree.database, cart: known.number, directory: "\(root)/\(id)", signalPath: "\(root)/\(id)/\(Layout.cartMarker)")
+                let store = Store(database: tree.database, cart: known.number, directory: "\(root)/\(id)", signalPath: "")
                 _ = try? store.withTransaction { () throws(AgentError) in try store.report(level: Logger.Level.error.rawValue, message: error.description, at: Date()) }
             }
         }
         /// The carts' lines so far, flushed together.
         func flush() {
+            held = 0
             together.openDevices()
             for (id, error) in together.finish(FlushTogether.syncAll(together.devices.map { ($0.fd, $0.path) }), logger: logger) {
                 failed(id, .system(error))
@@ -160,13 +162,15 @@ extension Commands {
                                         isSynchronizerRegistered: isSynchronizerRegistered, logger: logger.tagged(cart: id))
                 let outcome = try pass(engine, flushingNow: false)
                 together.take(engine, cart: id)
+                held += 1
                 summary.carts.append((id, .success(outcome)))
             } catch {
                 summary.carts.append((id, .failure(error)))
                 failed(id, error)
             }
-            // A bound on what waits (and on what a power cut may make the next start write again).
-            if together.entries.count >= 4_096 { flush() }
+            // A bound on what waits (and on what a power cut may make the next start write
+            // again), and on the carts' folders held open until their lines are flushed.
+            if together.entries.count >= 4_096 || held >= 256 { flush() }
         }
         flush()
         return summary

@@ -25,8 +25,14 @@ extension Commands {
         // process, which SQLite would share it with) would read the same snapshot for ever.
         let inotify: Inotify
         let start: UInt64
+        // Every file reached where the store reaches them (a tree's cart: its folder as opened,
+        // held for the whole wait).
+        let folder: CartFolder?
+        let shown = directory
+        let directory: String
         do {
-            let store = try Store.open(directory: directory, readOnly: true)
+            let store = try Store.open(directory: shown, readOnly: true)
+            (folder, directory) = (store.folder, store.directory)
             do {
                 inotify = try Inotify(path: directory)
                 try inotify.watch(directory, [.modify, .closeWrite, .movedTo, .create, .deleteSelf, .moveSelf, .onlyDirectory])
@@ -57,12 +63,12 @@ extension Commands {
         }) { () throws(AgentError) -> [[UInt8]]? in
             // A connection of its own per look: on a read-only file system SQLite cannot share
             // the WAL index, and a connection kept open would read the same snapshot for ever.
-            let (lines, last) = try outboxNow(directory: directory, after: start)
+            let (lines, last) = try outboxNow(directory: shown, after: start)
             // A database restored from an older backup: the outbox holds what it does not. A
             // record commits before it is appended: one committed since the read above is
             // read again before the database is called behind.
             if let beyond = JSONLinesFile(path: outboxPath).recordBeyond(databaseSeq: last, isRecord: Projection.outbox.isRecord),
-               beyond > (try outboxNow(directory: directory, after: nil).last) {
+               beyond > (try outboxNow(directory: shown, after: nil).last) {
                 // On a read-only file system SQLite reads only what was checkpointed into the
                 // database file: the outbox, appended after each commit, is the fresher one.
                 guard Posix.isReadOnlyFileSystem(directory) else {
@@ -73,6 +79,7 @@ extension Commands {
             }
             return lines.isEmpty ? nil : lines.map(\.line)
         }
+        withExtendedLifetime(folder) {}
         return WaitResult(after: start, lines: lines)
     }
 

@@ -47,6 +47,7 @@ struct Inbox {
             }
             held.fds.append(fd)
             copy.pins[name] = "/proc/self/fd/\(fd)"
+            PinnedNames.remember(fd, as: shownFolder(name))
         }
         copy.descriptors = held
         return copy

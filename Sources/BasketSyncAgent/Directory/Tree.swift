@@ -74,7 +74,7 @@ final class Tree {
         let isNew = !Posix.exists(databasePath)
         // Carts holding records and no database: it was lost. A new one would know none of them.
         let holding = isNew ? ((try? Posix.entries(of: root)) ?? []).sorted().filter {
-            Tree.isCartId($0) && Posix.info("\(root)/\($0)", follow: false)?.kind == .directory && Tree.refusal("\(root)/\($0)", root: root) != nil
+            Tree.isCartId($0) && Posix.info("\(root)/\($0)", follow: false)?.kind == .directory && Tree.refusal(id: $0, root: root) != nil
         } : []
         if !holding.isEmpty, !adopt {
             throw .refused("\(root): its carts hold records (\(holding.prefix(5).joined(separator: ", "))\(holding.count > 5 ? ", …" : "")) but the tree has no database: it was lost. A new one would number their records again from 1. Restore \(root)/\(Layout.stateDirectory)/ from a backup, or run basket-sync -C \(root) init --tree --adopt to make the database and adopt every cart with its records")
@@ -109,49 +109,51 @@ final class Tree {
     /// changed) is refused, and any cart the id had is kept: a new cart would number its records
     /// again from 1. `adopting` (`init --adopt`) takes them into the new cart instead.
     func cartStore(_ id: String, create: Bool, readOnly: Bool = false, adopting: ((Store) throws(AgentError) -> Void)? = nil) throws(AgentError) -> Store {
-        let directory = "\(root)/\(id)"
-        let marker = "\(directory)/\(Layout.cartMarker)"
+        let shown = "\(root)/\(id)"
         guard Tree.isCartId(id) else {
             throw .usage("\(id): not a cart id (1 to 128 of A-Z a-z 0-9 . _ -, not starting with a dot)")
         }
-        if let info = Posix.info(directory, follow: false) {
-            guard info.kind == .directory else { throw .system(SystemError(path: directory, shape: info.kind.name, expectsDirectory: true)) }
-        } else {
+        if Posix.info(shown, follow: false) == nil {
             guard create, !readOnly else {
-                throw .missingInput("\(directory): no cart \(id) in the tree \(root); the host makes it (mkdir, then its cart), or basket-sync -C \(directory) push does")
+                throw .missingInput("\(shown): no cart \(id) in the tree \(root); the host makes it (mkdir, then its cart), or basket-sync -C \(shown) push does")
             }
-            try Posix.makeDirectoryTree(directory)
+            do throws(SystemError) { try Posix.makeDirectory(shown, mode: 0o755) } catch { throw .system(error) }
         }
+        // Everything in the folder from here on is reached through it as opened now.
+        let folder: CartFolder
+        do { folder = try CartFolder(shown) } catch { throw .system(error) }
+        let directory = folder.path
+        let marker = "\(directory)/\(Layout.cartMarker)"
         if Posix.info("\(directory)/\(Layout.stateDirectory)", follow: false) != nil {
-            throw .refused("\(directory): holds a sync directory of its own (\(Layout.stateDirectory)/) inside the tree \(root): one agent serves the whole tree. Move it out of the tree, or remove its \(Layout.stateDirectory)/ to make it a cart of the tree")
+            throw .refused("\(shown): holds a sync directory of its own (\(Layout.stateDirectory)/) inside the tree \(root): one agent serves the whole tree. Move it out of the tree, or remove its \(Layout.stateDirectory)/ to make it a cart of the tree")
         }
         let readMarker = { () -> String? in
             (try? Posix.readFile(marker, limit: 64)).flatMap { $0 }.map { String(decoding: $0, as: UTF8.self).trimmingSpaces }
         }
         if readOnly {
             guard let known = try database.withTransaction({ () throws(AgentError) in try database.cart(id) }), readMarker() == known.syncId else {
-                throw .missingInput("\(directory): cart \(id) is not adopted yet (the agent adopts it, or any command but status and wait: basket-sync -C \(directory) sync)")
+                throw .missingInput("\(shown): cart \(id) is not adopted yet (the agent adopts it, or any command but status and wait: basket-sync -C \(shown) sync)")
             }
-            return Store(database: database, cart: known.number, directory: directory, signalPath: marker)
+            return Store(database: database, cart: known.number, directory: shown, signalPath: "", folder: folder)
         }
         let store = try database.withTransaction { () throws(AgentError) in
             // Read under the database's lock: a process adopting the cart at the same time wrote
             // the marker before it committed.
             if let known = try database.cart(id), readMarker() == known.syncId {
-                return Store(database: database, cart: known.number, directory: directory, signalPath: marker)
+                return Store(database: database, cart: known.number, directory: shown, signalPath: "", folder: folder)
             }
             // A directory new to the tree, or made again (no marker, or another cart's). One that
             // holds records is not a new cart: refused before anything changes.
-            if adopting == nil, let refusal = Tree.refusal(directory, root: root) { throw .refused(refusal) }
+            if adopting == nil, let refusal = Tree.refusal(folder, root: root) { throw .refused(refusal) }
             // The old cart of this id, if any, ends with every row of it.
             if let known = try database.cart(id) { try database.removeCart(known.number) }
-            let (store, syncId) = try addCartRows(id, adopting: adopting)
+            let (store, syncId) = try addCartRows(id, folder: folder, adopting: adopting)
             do throws(SystemError) { try Posix.writeFileAtomically(marker, Array("\(syncId)\n".utf8), replacing: true) } catch { throw .system(error) }
             return store
         }
         // The cart is the tree's from here on, whatever its folders: a folder that cannot be made
         // is this cart's error (reported, retried), never a reason to forget it.
-        try Tree.makeInbox(directory)
+        try Tree.makeInbox(store)
         return store
     }
 
@@ -159,11 +161,11 @@ final class Tree {
     /// store, numbered after what its cart already claims (its records moved away, its marker
     /// lost: a recovery from no record); what it holds taken in — its records with `adopting`,
     /// else the events `cur/` shows taken. Its marker is the caller's to write.
-    private func addCartRows(_ id: String, adopting: ((Store) throws(AgentError) -> Void)?) throws(AgentError) -> (Store, String) {
-        let directory = "\(root)/\(id)"
+    private func addCartRows(_ id: String, folder: CartFolder, adopting: ((Store) throws(AgentError) -> Void)?) throws(AgentError) -> (Store, String) {
+        let directory = folder.path
         let syncId = Store.newSyncId()
         let number = try database.addCart(id, syncId: syncId, at: Date())
-        let store = Store(database: database, cart: number, directory: directory, signalPath: "\(directory)/\(Layout.cartMarker)")
+        let store = Store(database: database, cart: number, directory: folder.shown, signalPath: "", folder: folder)
         let (storeId, mode) = try defaultStore() ?? (nil, .standalone)
         var machine = SyncStateMachine(state: SyncState(syncId: syncId, storeId: storeId, mode: mode))
         _ = machine.recover(from: RecoveredRecords(cartClaim: Recovery.cartClaim(directory: directory)))
@@ -180,24 +182,25 @@ final class Tree {
     /// ``cartStore(_:create:)``, one by one.
     func adoptNew(_ ids: [String]) {
         guard let known = try? database.withTransaction({ () throws(AgentError) in try database.carts() }) else { return }
-        let fresh = ids.filter { id in
-            let directory = "\(root)/\(id)"
-            return known[id] == nil && Posix.info("\(directory)/\(Layout.cartMarker)", follow: false) == nil
-                && Posix.info("\(directory)/\(Layout.stateDirectory)", follow: false) == nil
-                && Posix.info(directory, follow: false)?.kind == .directory && Tree.refusal(directory, root: root) == nil
+        // Each folder opened once, never through a link: the checks and the marker go through it.
+        let fresh: [(id: String, folder: CartFolder)] = ids.compactMap { id in
+            guard known[id] == nil, let folder = try? CartFolder("\(root)/\(id)") else { return nil }
+            let plain = Posix.info("\(folder.path)/\(Layout.cartMarker)", follow: false) == nil
+                && Posix.info("\(folder.path)/\(Layout.stateDirectory)", follow: false) == nil && Tree.refusal(folder, root: root) == nil
+            return plain ? (id, folder) : nil
         }
         guard fresh.count > 1 else { return }
         var start = fresh.startIndex
         while start < fresh.endIndex {
             let chunk = fresh[start..<min(start + 500, fresh.endIndex)]
             start = chunk.endIndex
-            var made: [String] = []
+            var made: [Store] = []
             let adopted: Void? = try? database.withTransaction { () throws(AgentError) in
-                for id in chunk {
-                    let marker = "\(root)/\(id)/\(Layout.cartMarker)"
+                for (id, folder) in chunk {
+                    let marker = "\(folder.path)/\(Layout.cartMarker)"
                     // Adopted meanwhile by another process, or a marker put there since: one by one.
                     guard try database.cart(id) == nil, Posix.info(marker, follow: false) == nil else { continue }
-                    let (_, syncId) = try addCartRows(id, adopting: nil)
+                    let (store, syncId) = try addCartRows(id, folder: folder, adopting: nil)
                     do throws(SystemError) {
                         let fd = try Posix.open(marker, [.writeOnly, .create, .exclusive], mode: Posix.sharedFileMode)
                         defer { Posix.close(fd) }
@@ -205,7 +208,7 @@ final class Tree {
                     } catch {
                         throw .system(error)
                     }
-                    made.append(id)
+                    made.append(store)
                 }
                 // Every marker durable before the rows that name them commit.
                 if !made.isEmpty {
@@ -215,30 +218,42 @@ final class Tree {
             // A chunk that failed leaves markers its rolled-back rows do not know: they are
             // taken as made again, one by one, by cartStore.
             guard adopted != nil else { continue }
-            for id in made { try? Tree.makeInbox("\(root)/\(id)") }
+            for store in made { try? Tree.makeInbox(store) }
         }
     }
 
     /// Why a directory that is not a cart of the tree cannot become a new one: it holds records
     /// (a new cart would number them again from 1); nil when it holds none.
-    static func refusal(_ directory: String, root: String) -> String? {
-        let held = Integrity.recordsHeld(in: directory)
+    static func refusal(_ folder: CartFolder, root: String) -> String? {
+        let held = Integrity.recordsHeld(in: folder.path)
         guard !held.isEmpty else { return nil }
+        let directory = folder.shown
         return "\(directory): holds records (\(held.joined(separator: ", "))) but is not a cart of the tree \(root): copied or moved in, its \(Layout.cartMarker) lost or changed, or the tree's database lost it (restored from an older backup, its WAL deleted); a new cart would number its records again from 1. Put the directory back as it was (its marker with it) or restore \(root)/\(Layout.stateDirectory)/ from a backup; or run basket-sync -C \(directory) init --adopt to make it a cart that goes on after its records, or move its .jsonl files away to start it afresh"
     }
 
-    /// Makes a cart's inbox folders, never through a link (an inbox that is one leads out of the tree).
-    static func makeInbox(_ directory: String) throws(AgentError) {
-        var made: [String] = []
-        for folder in ["tmp", "new", "cur", "bad"] { made += try Posix.makeFolders(in: directory, "inbox/\(folder)") }
-        // In a tree set up with init --shared, the group delivers into the carts' inboxes too.
-        if !made.isEmpty { try Shared.shareCart(directory, root: Posix.dirname(of: directory)) }
+    /// ``refusal(_:root:)`` of the folder `ROOT/ID` (opened without following a link; nil when
+    /// it cannot be).
+    static func refusal(id: String, root: String) -> String? {
+        (try? CartFolder("\(root)/\(id)")).flatMap { refusal($0, root: root) }
     }
 
-    /// Whether the directory of cart `id` still holds the marker of cart `number`.
+    /// Makes a cart's inbox folders in its folder as pinned, never through a link (an inbox that
+    /// is one leads out of the tree).
+    static func makeInbox(_ store: Store) throws(AgentError) {
+        let store = try store.pinned()
+        var made: [String] = []
+        for folder in ["tmp", "new", "cur", "bad"] { made += try Posix.makeFolders(in: store.directory, "inbox/\(folder)") }
+        // In a tree set up with init --shared, the group delivers into the carts' inboxes too.
+        if !made.isEmpty, let folder = store.folder { try Shared.shareCart(folder.path, root: Posix.dirname(of: folder.shown)) }
+    }
+
+    /// Whether the directory of cart `id` still holds the marker of cart `number` (read through
+    /// the folder opened without following a link).
     func markerMatches(_ id: String, number: Int64) -> Bool {
         guard let known = try? database.withTransaction({ () throws(AgentError) in try database.cart(id) }), known.number == number,
-              let marker = (try? Posix.readFile("\(root)/\(id)/\(Layout.cartMarker)", limit: 64)).flatMap({ $0 }) else { return false }
+              let marker = try? Posix.withPinnedFolders(base: root, relative: "\(id)/\(Layout.cartMarker)", { (pinned) throws(AgentError) in
+                  try Posix.readFile(pinned, limit: 64)
+              }) ?? nil else { return false }
         return String(decoding: marker, as: UTF8.self).trimmingSpaces == known.syncId
     }
 

@@ -7,8 +7,11 @@ import BasketSyncWire
 /// (in the one exhaustive `switch` over ``SyncEffect``), commits, then appends the projections and
 /// logs. Shared by `watch` (through ``pass(_:)``) and every one-shot command.
 public final class SyncEngine {
-    /// The sync directory.
+    /// The sync directory, where its files are reached (a tree's cart: its folder as opened,
+    /// `/proc/self/fd/N/.`, never followed through a link).
     public let directory: String
+    /// The sync directory as people know it, for messages and the configuration.
+    public var shownDirectory: String { store.shownDirectory }
     /// The settings from `basket-sync.json`.
     public internal(set) var configuration: AgentConfiguration
     /// Whether the outbox synchronizer is registered (`--no-synchronizer` leaves it out).
@@ -58,6 +61,7 @@ public final class SyncEngine {
 
     /// The engine of the cart `store` holds, under `configuration`.
     init(store: Store, configuration: AgentConfiguration, isSynchronizerRegistered: Bool, logger: Logger) {
+        precondition(store.cart == 0 || store.folder != nil, "a tree's cart is served through its folder as opened")
         directory = store.directory
         self.isSynchronizerRegistered = isSynchronizerRegistered
         self.logger = logger
@@ -75,7 +79,7 @@ public final class SyncEngine {
 
     /// Reads `basket-sync.json` again (SIGHUP); on error keeps the settings in force.
     public func reloadConfiguration() throws(AgentError) {
-        configuration = try AgentConfiguration.load(directory: directory)
+        configuration = try AgentConfiguration.load(directory: shownDirectory)
     }
 
     /// The cart's path.
@@ -465,7 +469,7 @@ public final class SyncEngine {
         } catch {
             return error
         }
-        return .refused("\(directory): holds records (\(error.description)) written after the cart was made for it (copied or moved in): it is a directory new to the tree, given back. Run basket-sync -C \(directory) init --adopt to make it a cart that goes on after its records, or move its .jsonl files away to start it afresh")
+        return .refused("\(shownDirectory): holds records (\(error.description)) written after the cart was made for it (copied or moved in): it is a directory new to the tree, given back. Run basket-sync -C \(shownDirectory) init --adopt to make it a cart that goes on after its records, or move its .jsonl files away to start it afresh")
     }
 
     /// Refuses (74) when any JSON Lines file holds a whole record beyond the database (it was

@@ -93,7 +93,9 @@ extension Agent {
     }
 
     /// The engine of a cart, made on demand; only the most recently used are kept.
-    func engine(for cart: Cart) -> SyncEngine {
+    /// A tree cart's engine reaches its files through the cart's folder opened once, never
+    /// through a link (docs/spec.md §7): a folder swapped for one meanwhile is this cart's error.
+    func engine(for cart: Cart) throws(AgentError) -> SyncEngine {
         clock += 1
         cart.used = clock
         if let engine = engines[cart.id] { return engine }
@@ -104,7 +106,7 @@ extension Agent {
             collectUnflushed(engines.filter { (carts[$0.key]?.used ?? 0) < cutoff })
             engines = engines.filter { (carts[$0.key]?.used ?? 0) >= cutoff }
         }
-        let engine = SyncEngine(store: cart.store, configuration: configuration, isSynchronizerRegistered: isSynchronizerRegistered, logger: tree == nil ? logger : logger.tagged(cart: cart.id))
+        let engine = SyncEngine(store: try cart.store.pinned(), configuration: configuration, isSynchronizerRegistered: isSynchronizerRegistered, logger: tree == nil ? logger : logger.tagged(cart: cart.id))
         engine.logsActivity = true
         // In a tree, each cart's turn is bounded (docs/spec.md §7): one group of events.
         if tree != nil { engine.inboxBudget = Agent.inboxBudgetPerTurn }
@@ -118,10 +120,14 @@ extension Agent {
 
     /// Runs a pass on one cart; a failure is reported and retried later for that cart alone.
     func attempt(_ cart: Cart, _ scope: SyncEngine.PassScope, inboxSeen: [String] = []) {
-        let engine = engine(for: cart)
+        let engine: SyncEngine
+        do throws(AgentError) { engine = try self.engine(for: cart) } catch {
+            fail(cart, error, engine: nil)
+            return
+        }
         do {
             // A whole pass of a tree's cart (the start, a retry) makes what is missing of the inbox first.
-            if scope == .everything, tree != nil { try Tree.makeInbox(engine.directory) }
+            if scope == .everything, tree != nil { try Tree.makeInbox(engine.store) }
             let summary = try engine.pass(scope, inboxSeen: inboxSeen)
             cart.inboxLeft = scope.contains(.inbox) ? summary.inbox.left : cart.inboxLeft
             if scope == .everything { cart.retryDelay = 0.5 }
@@ -142,7 +148,7 @@ extension Agent {
     /// growing delay — except what is wrong with the whole of what the agent serves, which stops
     /// it: the database gone; for a sync directory, the directory gone or its database behind its
     /// files (retrying would only add reports to a database that is wrong).
-    func fail(_ cart: Cart, _ error: AgentError, engine: SyncEngine) {
+    func fail(_ cart: Cart, _ error: AgentError, engine: SyncEngine?) {
         switch error {
         case .databaseGone:
             fatal = error
@@ -156,14 +162,21 @@ extension Agent {
             break
         }
         // Not this cart any more (its rows given back, another taken on in its place): taken on again.
+        let logger = engine?.logger ?? (tree == nil ? logger : logger.tagged(cart: cart.id))
         if let tree, carts[cart.id] === cart, !tree.markerMatches(cart.id, number: cart.store.cart) {
-            engine.logger.log(.error, error.description)
+            logger.log(.error, error.description)
             takeOnAgain(cart.id)
             return
         }
-        engine.reportError(error)
+        if let engine { engine.reportError(error) } else {
+            // No engine (its folder could not be opened): kept for status all the same.
+            logger.log(.error, error.description)
+            _ = try? cart.store.withTransaction { () throws(AgentError) in
+                try cart.store.report(level: Logger.Level.error.rawValue, message: error.description, at: Date())
+            }
+        }
         cart.retryAt = Posix.monotonicSeconds() + cart.retryDelay
-        engine.logger.log(.info, "retrying in \(cart.retryDelay) s")
+        logger.log(.info, "retrying in \(cart.retryDelay) s")
         cart.retryDelay = min(cart.retryDelay * 2, 30)
     }
 

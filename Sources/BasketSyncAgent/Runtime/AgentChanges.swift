@@ -163,7 +163,7 @@ extension Agent {
         var current: [Cart] = []
         var bytes: Int64 = 0
         for cart in group {
-            let size = Posix.info(engine(for: cart).cartPath, follow: true)?.size ?? 0
+            let size = (try? engine(for: cart)).flatMap { Posix.info($0.cartPath, follow: true)?.size } ?? 0
             if !current.isEmpty, bytes + size > bound {
                 groups.append(current)
                 current = []
@@ -187,8 +187,8 @@ extension Agent {
                 reads = []
                 failed = []
                 for cart in group {
-                    let engine = engine(for: cart)
                     do throws(AgentError) {
+                        let engine = try engine(for: cart)
                         reads.append((cart, engine, try database.withSavepoint { () throws(AgentError) in try engine.readCartInTransaction() }))
                     } catch {
                         failed.append((cart, error))
@@ -212,6 +212,6 @@ extension Agent {
                 fail(cart, error, engine: engine)
             }
         }
-        for (cart, error) in failed { fail(cart, error, engine: engine(for: cart)) }
+        for (cart, error) in failed { fail(cart, error, engine: try? engine(for: cart)) }
     }
 }

@@ -33,8 +33,11 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
     /// The input contradicts what was recorded before (a payment retry that differs): 65.
     case conflict(String)
 
-    /// One sentence naming the file, what is wrong and what to do.
-    public var description: String {
+    /// One sentence naming the file, what is wrong and what to do (a pinned folder named as
+    /// people know it, never as `/proc/self/fd/N`).
+    public var description: String { PinnedNames.named(text) }
+
+    private var text: String {
         switch self {
         case let .system(error): return error.description
         case let .tooLarge(path, size, limit):

@@ -49,7 +49,7 @@ extension Agent {
     /// Notes what the flush made durable; a cart whose file had to be taken back is retried.
     private func endFlush(failures: [SystemError?]) {
         for (id, error) in flushing.finish(failures, logger: logger) {
-            if let cart = carts[id] { fail(cart, .system(error), engine: engine(for: cart)) }
+            if let cart = carts[id] { fail(cart, .system(error), engine: try? engine(for: cart)) }
         }
     }
 

@@ -73,6 +73,7 @@ public final class Logger: Sendable {
     /// is the JSON line of the record the message is about: the JSON format carries it whole.
     public func log(_ level: Level, _ message: String, record: [UInt8]? = nil, evenWhenQuiet: Bool = false) {
         if level == .info, isQuiet, !evenWhenQuiet { return }
+        let message = PinnedNames.named(message)
         let line: [UInt8]
         switch format {
         case .human:

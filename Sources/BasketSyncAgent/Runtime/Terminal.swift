@@ -29,7 +29,8 @@ public enum Terminal {
     /// Writes `text` and a newline (unless it ends with one), whole.
     public static func emit(_ text: String, to stream: Stream = .output) {
         // A message for people is one line: what it quotes cannot end it or forge another.
-        var bytes = Array((stream == .error ? JSONWriter.printable(text) : text).utf8)
+        // On standard error, a pinned folder is named as people know it.
+        var bytes = Array((stream == .error ? JSONWriter.printable(PinnedNames.named(text)) : text).utf8)
         if !text.hasSuffix("\n") { bytes.append(0x0A) }
         do {
             try Posix.writeAll(stream.rawValue, bytes, path: stream == .output ? "standard output" : "standard error")

@@ -16,6 +16,8 @@ public enum Workspace: Equatable, Sendable {
     /// Where `directory` stands: a tree's root, one of its carts (a subdirectory named as a cart
     /// id), or a sync directory of its own.
     public static func of(_ directory: String) -> Workspace {
+        // A cart's folder as opened (`/proc/self/fd/N/.`) is where it is known to be.
+        let directory = PinnedNames.named(directory)
         if AgentConfiguration.layoutIsTree(directory: directory) { return .treeRoot }
         let root = Posix.dirname(of: directory)
         let id = String(directory[directory.index(after: directory.lastIndex(of: "/") ?? directory.startIndex)...])

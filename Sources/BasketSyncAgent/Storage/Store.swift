@@ -3,8 +3,13 @@ import BasketSyncWire
 
 /// cart's files.
 package final class Store {
-    /// The sync directory (in a tree: the cart's directory).
+    /// The sync directory, where its files are reached (in a tree: the cart's folder as
+    /// opened, `/proc/self/fd/N/.`, once ``pinned()``).
     let directory: String
+    /// The cart's folder held open, in a tree, once ``pinned()``.
+    let folder: CartFolder?
+    /// The sync directory as people know it, for messages.
+    var shownDirectory: String { folder?.shown ?? directory }
     /// `.basket-sync/` of the sync directory or of the tree.
     var stateDirectory: String { database.stateDirectory }
     /// The database file.
@@ -72,12 +77,24 @@ package final class Store {
         }
     }
 
-    /// One cart's rows in `database` (nothing is read yet).
-    init(database: Database, cart: Int64, directory: String, signalPath: String) {
+    /// One cart's rows in `database` (nothing is read yet); its files reached in `directory`,
+    /// or in `folder` when given.
+    init(database: Database, cart: Int64, directory: String, signalPath: String, folder: CartFolder? = nil) {
         self.database = database
         self.cart = cart
-        self.directory = directory
-        self.signalPath = signalPath
+        self.directory = folder?.path ?? directory
+        self.folder = folder
+        self.signalPath = folder.map { "\($0.path)/\(Layout.cartMarker)" } ?? signalPath
+    }
+
+    /// The same cart with its files reached through its folder opened once without following a
+    /// link (docs/spec.md §7): a tree's cart, whose folder its owner may swap for a link. A sync
+    /// directory's cart, or one pinned already, is itself.
+    func pinned() throws(AgentError) -> Store {
+        guard cart != 0, folder == nil else { return self }
+        do { return Store(database: database, cart: cart, directory: directory, signalPath: signalPath, folder: try CartFolder(directory)) } catch {
+            throw .system(error)
+        }
     }
 
     /// Whether the cart has a state yet.

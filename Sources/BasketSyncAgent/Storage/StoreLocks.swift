@@ -108,7 +108,7 @@ extension Store {
         statement.bind(1, cart)
         statement.bind(2, Timestamp.text(at))
         statement.bind(3, level)
-        statement.bind(4, message)
+        statement.bind(4, PinnedNames.named(message))
         _ = try statement.step()
         // The last 1,000 of the cart are kept.
         let trim = try cached("DELETE FROM reports WHERE cart = ?1 AND n <= (SELECT n FROM reports WHERE cart = ?1 ORDER BY n DESC LIMIT 1 OFFSET 1000)")

@@ -91,6 +91,7 @@ extension Posix {
         }
         defer { close(fd) }
         let pinned = "/proc/self/fd/\(fd)"
+        PinnedNames.remember(fd, as: path)
         do { return try body("\(pinned)/\(last)") } catch {
             throw error.replacingPathPrefix(pinned, with: path)
         }
@@ -112,23 +113,33 @@ extension Posix {
         }
     }
 
-    /// Makes the folders `relative` names inside `base` (which must exist), one by one, never
-    /// through a link: a component that exists and is not a directory (a link to elsewhere, a
-    /// file) is refused before anything is made below it. Returns the folders made.
+    /// Makes the folders of `relative` under `base` that are missing (0755), one by one through
+    /// the folder above opened without following a link (`mkdirat`, then `openat` with
+    /// `O_NOFOLLOW`): a folder that is a link, or is swapped for one meanwhile, is refused, never
+    /// followed. Returns the folders made, as paths under `base`.
     @discardableResult
     package static func makeFolders(in base: String, _ relative: String) throws(AgentError) -> [String] {
-        var current = base
         var made: [String] = []
+        var fd: Int32
+        do { fd = try open(base, [.directory], follow: true) } catch { throw .system(error) }
+        defer { close(fd) }
+        var current = base
         for component in relative.split(separator: "/") {
             current += "/\(component)"
-            if let info = info(current, follow: false) {
-                guard info.kind == .directory else { throw .system(SystemError(path: current, shape: info.kind.name, expectsDirectory: true)) }
-                continue
+            let name = String(component)
+            if mkdirat(fd, name, 0o755) == 0 {
+                made.append(current)
+            } else if errno != EEXIST {
+                throw .system(.last("mkdir", current))
             }
-            do { try makeDirectory(current, mode: 0o755) } catch { throw .system(error) }
             // Made here, or by another process meanwhile: it must be a directory now, not a link.
-            guard info(current, follow: false)?.kind == .directory else { throw .system(SystemError(path: current, shape: info(current, follow: false)?.kind.name ?? "missing", expectsDirectory: true)) }
-            made.append(current)
+            let parent = fd
+            do { fd = try openFolder(named: name, in: parent, path: current) } catch {
+                fd = -1
+                close(parent)
+                throw .system(error)
+            }
+            close(parent)
         }
         return made
     }

@@ -33,8 +33,8 @@ public struct SystemError: Error, CustomStringConvertible, Equatable {
 
     /// A sentence naming the file, the failure and what to do.
     public var description: String {
-        if let shapeReason { return "\(path): \(shapeReason)" }
-        return "\(path): \(operation) failed: \(String(cString: strerror(code)))\(SystemError.advice(code))"
+        if let shapeReason { return PinnedNames.named("\(path): \(shapeReason)") }
+        return PinnedNames.named("\(path): \(operation) failed: \(String(cString: strerror(code)))\(SystemError.advice(code))")
     }
 
     /// Whether retrying later may succeed (disk full, busy, interrupted I/O).
