@@ -648,3 +648,74 @@ extension TreeTests {
         #expect(status.stdout.hasPrefix("tree \(playground.path): 3 carts") && status.stdout.contains("carts with an error: none"), "\(status.stdout)")
     }
 }
+
+extension TreeTests {
+    /// `sync` on a tree's root runs many carts' passes in one transaction; each cart must end as
+    /// its own pass alone would leave it. Two identical trees, made from a seed: carts with no
+    /// event, a few, more than one group of events, a bad event, a duplicate, a cart that
+    /// acknowledges, one that is broken, one missing, one whose outbox is a directory (its pass
+    /// fails). One tree by `sync` on its root, the other by `sync` on each cart: every cart's
+    /// records, filed and set-aside events, and outcome, the same.
+    @Test func aFirstPassOverManyCartsDoesWhatEachCartsOwnPassDoes() throws {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        let context = "seed \(seed) (replay: BASKET_SYNC_SEED=\(seed))"
+        let grouped = try tree(), alone = try tree()
+        var ids: [String] = []
+        for index in 0..<40 {
+            let id = String(format: "c%02d", index)
+            ids.append(id)
+            var files: [(String, String)] = []
+            let events = index == 7 ? 300 : Int(rng.next() % 4)
+            for event in 0..<events {
+                let name = "1764633600.M\(String(format: "%06d", event))P1Q\(event).test"
+                let quantity = Int(rng.next() % 3) + 1
+                let body = rng.next() % 9 == 0 ? "{not json" : "{\"id\":\"\(id)-e\(event % (rng.next() % 7 == 0 ? 1 : 1_000))\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"P\(rng.next() % 4)\",\"quantity\":\(quantity)}]}"
+                files.append(("inbox/new/\(name)", body))
+            }
+            switch rng.next() % 5 {
+            case 0: break  // no cart yet
+            case 1: files.append(("cart.json", "{\"products\":[{\"id\":\"P1\",\"quantity\":2}"))  // broken
+            case 2: files.append(("cart.json", cartJSON([("P\(rng.next() % 4)", Int(rng.next() % 5))], syncedThrough: Int(rng.next() % 3))))
+            default: files.append(("cart.json", cartJSON([("P0", 1), ("P2", Int(rng.next() % 4))], syncedThrough: 0)))
+            }
+            let broken = index == 13
+            for playground in [grouped, alone] {
+                try mkdir(playground, "\(id)/inbox/tmp")
+                try mkdir(playground, "\(id)/inbox/new")
+                for (path, text) in files { try playground.write("\(id)/\(path)", text) }
+                if broken { try mkdir(playground, "\(id)/outbox.jsonl") }
+            }
+        }
+        let root = try basketSync(["-C", grouped.path, "sync", "--json"])
+        var outcomes: [String: String] = [:]
+        for id in ids {
+            let run = try basketSync(["-C", alone.path + "/" + id, "sync"])
+            outcomes[id] = run.status == 0 || run.status == 65 ? "pass" : "failed"
+        }
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(root.stdout.utf8)) as? [String: Any], "\(context): \(root.stdout) \(root.stderr)")
+        let carts = (report["carts"] as? [[String: Any]]) ?? []
+        #expect(carts.count == ids.count, "\(context): every cart reported")
+        for cart in carts {
+            let id = cart["cart"] as? String ?? "?"
+            #expect((cart["error"] == nil ? "pass" : "failed") == outcomes[id], "\(context): \(id) \(cart)")
+        }
+        /// A record as a host reads it, without what differs between two runs (its id, its time).
+        func records(_ playground: Playground, _ path: String) -> [String] {
+            playground.records(path).map { record in
+                let kept = record.filter { $0.key != "id" && $0.key != "at" }
+                return String(decoding: (try? JSONSerialization.data(withJSONObject: kept, options: .sortedKeys)) ?? Data(), as: UTF8.self)
+            }
+        }
+        for id in ids {
+            for file in ["outbox.jsonl", "notifications.jsonl", "payments.jsonl"] where id != "c13" || file != "outbox.jsonl" {
+                #expect(records(grouped, "\(id)/\(file)") == records(alone, "\(id)/\(file)"), "\(context): \(id)/\(file)")
+            }
+            for folder in ["inbox/new", "inbox/cur", "inbox/bad"] {
+                #expect(grouped.names("\(id)/\(folder)") == alone.names("\(id)/\(folder)"), "\(context): \(id)/\(folder)")
+            }
+        }
+        #expect(grouped.names("c07/inbox/cur").count + grouped.names("c07/inbox/bad").filter { !$0.hasSuffix(".error") }.count == 300,
+                "\(context): more than one group of events, all taken or set aside")
+    }
+}

@@ -138,6 +138,7 @@ extension Commands {
         tree.adoptNew(ids)
         var together = FlushTogether()
         var held = 0  // carts whose lines (and folder) wait for the flush
+        let heldBound = max(64, min(1_024, Posix.raiseDescriptorLimit() / 4))
         /// A cart's failure: said, and kept on the cart's rows while the directory is still that
         /// cart's (not given back).
         func failed(_ id: String, _ error: AgentError) {
@@ -156,21 +157,86 @@ extension Commands {
                 if let index = summary.carts.firstIndex(where: { $0.id == id }) { summary.carts[index].outcome = .failure(.system(error)) }
             }
         }
-        for id in ids {
+        // The carts' passes in groups that share one transaction (one commit, one fsync), as
+        // many as hold at most `maxFileBytes` of events and carts together, 256 at most.
+        var group: [(id: String, engine: SyncEngine, pass: SyncEngine.GroupedPass)] = []
+        var groupBytes: Int64 = 0
+        var outcomes: [String: Result<SyncSummary, AgentError>] = [:]
+        var engines: [String: SyncEngine] = [:]
+        func runGroup() {
+            let passes = group
+            group = []
+            groupBytes = 0
+            var committed: [(id: String, engine: SyncEngine, pass: SyncEngine.GroupedPass)] = []
+            var alone: [(id: String, engine: SyncEngine)] = []
+            do throws(AgentError) {
+                try tree.database.withTransaction { () throws(AgentError) in
+                    (committed, alone) = ([], [])
+                    for (id, engine, pass) in passes {
+                        var pass = pass
+                        do throws(AgentError) {
+                            try engine.store.withSavepoint { () throws(AgentError) in try engine.groupedPassInTransaction(&pass) }
+                            committed.append((id, engine, pass))
+                        } catch {
+                            alone.append((id, engine))  // undone; its own pass says what is wrong
+                        }
+                    }
+                }
+            } catch {
+                // The commit itself failed: each cart's pass alone.
+                (committed, alone) = ([], passes.map { ($0.id, $0.engine) })
+            }
+            for (id, engine, pass) in committed {
+                do throws(AgentError) {
+                    let done = try engine.finishGroupedPass(pass)
+                    engine.signalCommit()
+                    outcomes[id] = .success(SyncSummary(cart: done.cart ?? .missing, inbox: done.inbox))
+                } catch {
+                    outcomes[id] = .failure(error)
+                }
+            }
+            for (id, engine) in alone {
+                do throws(AgentError) { outcomes[id] = .success(try pass(engine, flushingNow: false)) } catch { outcomes[id] = .failure(error) }
+            }
+        }
+        /// The outcomes so far, in the carts' order, their lines handed to the flush.
+        func report(_ done: ArraySlice<String>) {
+            for id in done {
+                guard let outcome = outcomes.removeValue(forKey: id) else { continue }
+                if let engine = engines.removeValue(forKey: id) {
+                    together.take(engine, cart: id)
+                    held += 1
+                }
+                switch outcome {
+                case let .success(pass): summary.carts.append((id, .success(pass)))
+                case let .failure(error):
+                    summary.carts.append((id, .failure(error)))
+                    failed(id, error)
+                }
+            }
+        }
+        var reported = ids.startIndex
+        for (index, id) in ids.enumerated() {
             do throws(AgentError) {
                 let engine = SyncEngine(store: try tree.cartStore(id, create: false), configuration: tree.configuration,
                                         isSynchronizerRegistered: isSynchronizerRegistered, logger: logger.tagged(cart: id))
-                let outcome = try pass(engine, flushingNow: false)
-                together.take(engine, cart: id)
-                held += 1
-                summary.carts.append((id, .success(outcome)))
+                engines[id] = engine
+                let pass = try engine.prepareGroupedPass()
+                let bytes = pass.bytes + (Posix.info(engine.cartPath, follow: true)?.size ?? 0)
+                if !group.isEmpty, groupBytes + bytes > Int64(tree.configuration.limits.maxFileBytes) { runGroup() }
+                group.append((id, engine, pass))
+                groupBytes += bytes
             } catch {
-                summary.carts.append((id, .failure(error)))
-                failed(id, error)
+                outcomes[id] = .failure(error)
             }
-            // A bound on what waits (and on what a power cut may make the next start write
-            // again), and on the carts' folders held open until their lines are flushed.
-            if together.entries.count >= 4_096 || held >= 256 { flush() }
+            if group.count >= 256 || index == ids.count - 1 {
+                if !group.isEmpty { runGroup() }
+                report(ids[reported...index])
+                reported = index + 1
+                // A bound on what waits (and on what a power cut may make the next start write
+                // again), and on the carts' folders held open until their lines are flushed.
+                if together.entries.count >= 4_096 || held >= heldBound { flush() }
+            }
         }
         flush()
         return summary

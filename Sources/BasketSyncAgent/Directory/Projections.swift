@@ -442,7 +442,8 @@ final class JSONLinesFile {
         guard let now = try? Posix.fileInfo(fd, path: flush.path), now.device == flush.given.device, now.inode == flush.given.inode,
               now.size > flush.sizeBefore else { return }
         try? Posix.truncate(fd, to: flush.sizeBefore, path: flush.path)
-        if let before = flush.givenBefore { try? saveGiven(before) }
+        // A file never given a record before (made by its first append) is given nothing now.
+        try? saveGiven(flush.givenBefore ?? AppendCursor(device: flush.given.device, inode: flush.given.inode, size: flush.sizeBefore, seq: 0, durable: 0))
     }
 
     /// What an fsync of a flush's file alone did.

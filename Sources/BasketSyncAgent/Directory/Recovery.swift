@@ -97,8 +97,8 @@ enum Recovery {
     /// The `syncedThrough` of the host's cart as it stands (nil when it has none, or no cart can
     /// be read): a new database numbers its records after it (``RecoveredRecords/hostClaim``), and
     /// a cart that has one, 0 included, is an acknowledging host's.
-    static func cartClaim(directory: String) -> UInt64? {
-        let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
+    static func cartClaim(directory: String, configuration: AgentConfiguration? = nil) -> UInt64? {
+        let configuration = configuration ?? (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
         return CartReader.claim(in: directory, configuration: configuration)
     }
 
@@ -108,9 +108,9 @@ enum Recovery {
     /// transfers among them landed, so a redelivery under a new event id is not landed again.
     /// Returns how many events it found: each made at most one outbox record.
     @discardableResult
-    static func learnTakenEvents(directory: String, into store: Store) throws(AgentError) -> UInt64 {
+    static func learnTakenEvents(directory: String, into store: Store, configuration: AgentConfiguration? = nil) throws(AgentError) -> UInt64 {
         let now = Date()
-        let events = takenEvents(directory: directory)
+        let events = takenEvents(directory: directory, configuration: configuration)
         for (name, event) in events {
             try store.recordInbox(id: event.id, file: name, outcome: "adopted from inbox/cur/", at: now, unlessKnown: true)
             try store.recordFiled(folder: "cur", name: name, at: now)
@@ -124,8 +124,10 @@ enum Recovery {
     /// The events in `inbox/cur/`, by their file names: regular files with one name only, read
     /// through the folder opened without following a link (a file unreadable as an event, or a
     /// hard link to a file elsewhere, is left alone unread; a cur/ that is a link is not read).
-    static func takenEvents(directory: String) -> [(name: String, event: InboxEvent)] {
-        let limits = ((try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()).limits
+    static func takenEvents(directory: String, configuration: AgentConfiguration? = nil) -> [(name: String, event: InboxEvent)] {
+        // No cur/ (a new cart): nothing was taken.
+        guard Posix.info("\(directory)/inbox/cur", follow: false) != nil else { return [] }
+        let limits = (configuration ?? (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()).limits
         guard let inbox = try? Inbox(directory: "\(directory)/inbox").pinned() else { return [] }
         // Its descriptors live as long as `inbox`: the folder is reached through them.
         return withExtendedLifetime(inbox) {

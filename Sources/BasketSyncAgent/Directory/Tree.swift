@@ -168,9 +168,9 @@ final class Tree {
         let store = Store(database: database, cart: number, directory: folder.shown, signalPath: "", folder: folder)
         let (storeId, mode) = try defaultStore() ?? (nil, .standalone)
         var machine = SyncStateMachine(state: SyncState(syncId: syncId, storeId: storeId, mode: mode))
-        _ = machine.recover(from: RecoveredRecords(cartClaim: Recovery.cartClaim(directory: directory)))
+        _ = machine.recover(from: RecoveredRecords(cartClaim: Recovery.cartClaim(directory: directory, configuration: configuration)))
         try store.saveState(machine.state)
-        if let adopting { try adopting(store) } else { try Recovery.learnTakenEvents(directory: directory, into: store) }
+        if let adopting { try adopting(store) } else { try Recovery.learnTakenEvents(directory: directory, into: store, configuration: configuration) }
         return (store, syncId)
     }
 
@@ -241,8 +241,7 @@ final class Tree {
     /// is one leads out of the tree).
     static func makeInbox(_ store: Store) throws(AgentError) {
         let store = try store.pinned()
-        var made: [String] = []
-        for folder in ["tmp", "new", "cur", "bad"] { made += try Posix.makeFolders(in: store.directory, "inbox/\(folder)") }
+        let made = try Posix.makeFolders(in: store.directory, "inbox", leaves: ["tmp", "new", "cur", "bad"])
         // In a tree set up with init --shared, the group delivers into the carts' inboxes too.
         if !made.isEmpty, let folder = store.folder { try Shared.shareCart(folder.path, root: Posix.dirname(of: folder.shown)) }
     }

@@ -21,7 +21,28 @@ extension SyncEngine {
     @discardableResult
     public func takeInbox(seen: [String] = []) throws(AgentError) -> InboxSummary {
         var summary = InboxSummary()
-        // The folders opened once for the pass: never followed if swapped for a link meanwhile.
+        let (inbox, waiting) = try openInbox(seen: seen, into: &summary)
+        // Group commit: the events of a group share one transaction (one database fsync) and one
+        // append per JSON Lines file, all before any of them is acknowledged.
+        var start = 0
+        while start < waiting.count {
+            // Between groups: SIGTERM stops the pass (each group is whole), a spent budget leaves
+            // the rest for the next turn.
+            if SignalPipe.stopRequested || inboxBudget.map({ start >= $0 }) == true {
+                inboxBacklog = waiting[start...]
+                summary.left = waiting.count - start
+                break
+            }
+            let group = waiting[start..<min(start + SyncEngine.inboxGroupSize, waiting.count)]
+            start += try takeGroup(group, from: inbox, into: &summary)
+        }
+        return summary
+    }
+
+    /// The inbox with its folders opened once for the pass (never followed if swapped for a link
+    /// meanwhile), and the entries waiting in `new/`, in delivery order (an earlier pass's backlog
+    /// first); a name no String can hold is set aside first.
+    func openInbox(seen: [String], into summary: inout InboxSummary) throws(AgentError) -> (Inbox, [String]) {
         let inbox: Inbox
         do { inbox = try self.inbox.pinned() } catch { throw .system(error) }
         // A name no String can hold could be neither read nor moved by name: set aside first.
@@ -45,21 +66,7 @@ extension SyncEngine {
             logger.log(.warning, unordered.count > 1 ? message + "; \(unordered.count - 1) more such pairs" : message)
             _ = try? store.withTransaction { () throws(AgentError) in try store.setNote(.orderUnknown, "\(Timestamp.text(Date()))\t\(message)") }
         }
-        // Group commit: the events of a group share one transaction (one database fsync) and one
-        // append per JSON Lines file (one fsync each), all before any of them is acknowledged.
-        var start = 0
-        while start < waiting.count {
-            // Between groups: SIGTERM stops the pass (each group is whole), a spent budget leaves
-            // the rest for the next turn.
-            if SignalPipe.stopRequested || inboxBudget.map({ start >= $0 }) == true {
-                inboxBacklog = waiting[start...]
-                summary.left = waiting.count - start
-                break
-            }
-            let group = waiting[start..<min(start + SyncEngine.inboxGroupSize, waiting.count)]
-            start += try takeGroup(group, from: inbox, into: &summary)
-        }
-        return summary
+        return (inbox, waiting)
     }
 
     /// The most events one transaction takes: a group holds the database's write lock for its
@@ -73,17 +80,42 @@ extension SyncEngine {
     /// A group also ends once the events read reach `maxFileBytes` together: its decoded events are
     /// held until the commit. Returns how many of `names` it went through.
     private func takeGroup(_ names: ArraySlice<String>, from inbox: Inbox, into summary: inout InboxSummary) throws(AgentError) -> Int {
+        let read = try readGroup(names, from: inbox, into: &summary)
+        guard !read.events.isEmpty else { return read.consumed }
+        let taken = try store.withTransaction { () throws(AgentError) in try takeGroupInTransaction(read) }
+        try finishGroup(read, taken, in: inbox, into: &summary)
+        return read.consumed
+    }
+
+    /// A group of inbox entries read and checked, waiting for its transaction.
+    struct InboxGroupRead {
         var events: [(name: String, path: String, event: InboxEvent)] = []
+        /// How many of the names given it went through (read, set aside, or gone).
         var consumed = 0
+        /// The bytes of the events read.
+        var bytes = 0
+    }
+
+    /// What the transaction did with each event of a group, for ``finishGroup(_:_:in:into:)``.
+    struct InboxGroupTaken {
+        enum Outcome { case taken(duplicate: Bool, sameFile: Bool), refused(AgentError) }
+        var outcomes: [Outcome] = []
+        var summaries: [StepSummary] = []
+    }
+
+    /// Reads and checks the entries of a group, in order, before its transaction: a bad one is
+    /// set aside (and counted); the group ends early once the events read reach `maxFileBytes`.
+    func readGroup(_ names: ArraySlice<String>, from inbox: Inbox, into summary: inout InboxSummary) throws(AgentError) -> InboxGroupRead {
+        var read = InboxGroupRead()
         var bytesRead = 0
         for name in names {
             if bytesRead >= configuration.limits.maxFileBytes { break }
-            consumed += 1
+            read.consumed += 1
             let path = inbox.shown(name)
             let bytes: [UInt8]
             do {
-                guard let read = try inbox.read(name, limit: configuration.limits.maxFileBytes) else { continue }
-                bytes = read
+                guard let found = try inbox.read(name, limit: configuration.limits.maxFileBytes) else { continue }
+                bytes = found
             } catch {
                 let error = inbox.shown(error)
                 // Too large, not a regular file (a link, a FIFO, a directory), or not readable by
@@ -97,34 +129,42 @@ extension SyncEngine {
                 continue
             }
             bytesRead += bytes.count
-            do { events.append((name, path, try decodeEvent(bytes, path: path))) } catch {
+            read.bytes = bytesRead
+            do { read.events.append((name, path, try decodeEvent(bytes, path: path))) } catch {
                 if try quarantine(name, error, in: inbox) { summary.bad += 1 }
             }
         }
-        guard !events.isEmpty else { return consumed }
-        enum Taken { case taken(duplicate: Bool, sameFile: Bool), refused(AgentError) }
-        var outcomes: [Taken] = []
-        var summaries: [StepSummary] = []
-        try store.withTransaction { () throws(AgentError) in try store.withStateSavedOnce { () throws(AgentError) in
-            outcomes = []
-            summaries = []
-            for entry in events {
+        return read
+    }
+
+    /// The events of a group taken inside the caller's transaction (the state saved once at its
+    /// end), each under a savepoint: one the library refuses is undone alone. Nothing is
+    /// appended, logged or acknowledged yet.
+    func takeGroupInTransaction(_ read: InboxGroupRead) throws(AgentError) -> InboxGroupTaken {
+        try store.withStateSavedOnce { () throws(AgentError) in
+            var taken = InboxGroupTaken()
+            for entry in read.events {
                 do throws(AgentError) {
                     let (duplicate, sameFile, step) = try store.withSavepoint { () throws(AgentError) in
                         try takeEvent(entry.event, name: entry.name, path: entry.path)
                     }
-                    outcomes.append(.taken(duplicate: duplicate, sameFile: sameFile))
-                    summaries.append(step)
+                    taken.outcomes.append(.taken(duplicate: duplicate, sameFile: sameFile))
+                    taken.summaries.append(step)
                 } catch {
                     guard case .badData = error else { throw error }
-                    outcomes.append(.refused(error))
+                    taken.outcomes.append(.refused(error))
                 }
             }
-        } }
-        // Committed: the files get the records (a duplicate's were committed before) before any ack.
-        try finish(summaries)
-        if outcomes.contains(where: { if case .taken(true, _) = $0 { true } else { false } }) { try publish(.outbox) }
-        for (entry, outcome) in zip(events, outcomes) {
+            return taken
+        }
+    }
+
+    /// Once the group's transaction committed: the files get the records (a duplicate's were
+    /// committed before), then each entry is acknowledged (moved to `cur/`) or set aside.
+    func finishGroup(_ read: InboxGroupRead, _ taken: InboxGroupTaken, in inbox: Inbox, into summary: inout InboxSummary) throws(AgentError) {
+        try finish(taken.summaries)
+        if taken.outcomes.contains(where: { if case .taken(true, _) = $0 { true } else { false } }) { try publish(.outbox) }
+        for (entry, outcome) in zip(read.events, taken.outcomes) {
             switch outcome {
             case let .refused(error):
                 if try quarantine(entry.name, error, in: inbox) { summary.bad += 1 }
@@ -149,7 +189,6 @@ extension SyncEngine {
                 _ = try? store.withTransaction { () throws(AgentError) in try store.recordFiled(folder: "cur", name: renamed, at: Date()) }
             }
         }
-        return consumed
     }
 
     /// Parses and validates an inbox event.

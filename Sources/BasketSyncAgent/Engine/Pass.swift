@@ -54,23 +54,34 @@ extension SyncEngine {
         }
         if scope.contains(.inbox) { summary.inbox = try takeInbox(seen: inboxSeen) }
         if scope.contains(.cart) { summary.cart = try takeCart() }
-        // Nothing to roll back before the next deadline (read again above when another process
-        // committed) — unless the wall clock was stepped since the windows were set: the step
-        // that expires them moves them first.
-        if scope.contains(.expire), let deadline = nextDeadline {
-            let due = try deadline <= Date() ? true : clockStepped()
-            if due { try expireWindows() }
-        }
-        retainQuietly()
         if scope == .everything {
-            // A whole pass went through: status says the errors before it are resolved. Written
-            // only when an error came after the last one written (a commit costs an fsync).
-            try store.withTransaction { () throws(AgentError) in
-                if let error = try store.reports(limit: 1, level: Logger.Level.error.rawValue).first, error.at >= (try store.note(.passOK) ?? "") {
-                    try store.setNote(.passOK, Timestamp.text(Date()))
-                }
-            }
+            try finishPass()
+        } else {
+            if scope.contains(.expire) { try expireIfDue() }
+            retainQuietly()
         }
         return summary
+    }
+
+    /// The end of a whole pass: the windows over rolled back, retention, and the pass noted as
+    /// gone through.
+    func finishPass() throws(AgentError) {
+        try expireIfDue()
+        retainQuietly()
+        // A whole pass went through: status says the errors before it are resolved. Written
+        // only when an error came after the last one written (a commit costs an fsync).
+        try store.withTransaction { () throws(AgentError) in
+            if let error = try store.reports(limit: 1, level: Logger.Level.error.rawValue).first, error.at >= (try store.note(.passOK) ?? "") {
+                try store.setNote(.passOK, Timestamp.text(Date()))
+            }
+        }
+    }
+
+    /// Rolls back the windows over. Nothing to roll back before the next deadline (read again
+    /// when another process committed) — unless the wall clock was stepped since the windows
+    /// were set: the step that expires them moves them first.
+    private func expireIfDue() throws(AgentError) {
+        guard let deadline = nextDeadline else { return }
+        if try deadline <= Date() ? true : clockStepped() { try expireWindows() }
     }
 }

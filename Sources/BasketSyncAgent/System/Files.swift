@@ -113,34 +113,36 @@ extension Posix {
         }
     }
 
-    /// Makes the folders of `relative` under `base` that are missing (0755), one by one through
-    /// the folder above opened without following a link (`mkdirat`, then `openat` with
-    /// `O_NOFOLLOW`): a folder that is a link, or is swapped for one meanwhile, is refused, never
-    /// followed. Returns the folders made, as paths under `base`.
+    /// Makes the folders of `relative` under `base` that are missing (0755), then each of
+    /// `leaves` in the last of them, one by one through the folder above opened without
+    /// following a link (`mkdirat`, then `openat` with `O_NOFOLLOW`): a folder that is a link, or
+    /// is swapped for one meanwhile, is refused, never followed. Returns the folders made, as
+    /// paths under `base`.
     @discardableResult
-    package static func makeFolders(in base: String, _ relative: String) throws(AgentError) -> [String] {
+    package static func makeFolders(in base: String, _ relative: String, leaves: [String] = []) throws(AgentError) -> [String] {
         var made: [String] = []
         var fd: Int32
         do { fd = try open(base, [.directory], follow: true) } catch { throw .system(error) }
         defer { close(fd) }
+        /// Makes `name` in `parent` unless it is there; opens it, never through a link.
+        func folder(_ name: String, in parent: Int32, path: String) throws(AgentError) -> Int32 {
+            if mkdirat(parent, name, 0o755) == 0 {
+                made.append(path)
+            } else if errno != EEXIST {
+                throw .system(.last("mkdir", path))
+            }
+            // Made here, or by another process meanwhile: it must be a directory now, not a link.
+            do { return try openFolder(named: name, in: parent, path: path) } catch { throw .system(error) }
+        }
         var current = base
         for component in relative.split(separator: "/") {
             current += "/\(component)"
-            let name = String(component)
-            if mkdirat(fd, name, 0o755) == 0 {
-                made.append(current)
-            } else if errno != EEXIST {
-                throw .system(.last("mkdir", current))
-            }
-            // Made here, or by another process meanwhile: it must be a directory now, not a link.
             let parent = fd
-            do { fd = try openFolder(named: name, in: parent, path: current) } catch {
-                fd = -1
-                close(parent)
-                throw .system(error)
-            }
-            close(parent)
+            defer { close(parent) }
+            fd = -1
+            fd = try folder(String(component), in: parent, path: current)
         }
+        for leaf in leaves { close(try folder(leaf, in: fd, path: "\(current)/\(leaf)")) }
         return made
     }
 

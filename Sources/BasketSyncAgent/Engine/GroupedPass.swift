@@ -1,0 +1,59 @@
+import BasketSync
+import BasketSyncWire
+
+extension SyncEngine {
+    /// A whole pass over one cart cut in three, so that the passes of many carts share one
+    /// transaction — one database commit and its fsync for all (`sync` on a tree's root): what is
+    /// read before the transaction, what is decided inside it, what is written once it committed.
+    /// The same steps as ``pass(_:inboxSeen:)``, in the same order (the inbox before the cart).
+    struct GroupedPass {
+        fileprivate let inbox: Inbox
+        fileprivate let waiting: [String]
+        fileprivate let read: InboxGroupRead
+        fileprivate var summary = PassSummary()
+        fileprivate var taken: InboxGroupTaken?
+        fileprivate var cart: CartRead?
+        /// What it holds in memory until its finish: its events, and at most its cart.
+        var bytes: Int64 { Int64(read.bytes) }
+    }
+
+    /// Before the group's transaction: the files caught up, the next deadline read, the first
+    /// group of waiting events read and checked.
+    func prepareGroupedPass() throws(AgentError) -> GroupedPass {
+        try learnDeadline()
+        try publishAll()
+        try refreshDeadline()
+        var summary = PassSummary()
+        let (inbox, waiting) = try openInbox(seen: [], into: &summary.inbox)
+        let read = try readGroup(waiting.prefix(SyncEngine.inboxGroupSize), from: inbox, into: &summary.inbox)
+        return GroupedPass(inbox: inbox, waiting: waiting, read: read, summary: summary)
+    }
+
+    /// Inside the group's transaction (under the caller's savepoint: a cart that fails is undone
+    /// alone): the events taken, then the cart read and run — unless more events wait than one
+    /// group, whose cart is read after all of them by ``finishGroupedPass(_:)``.
+    func groupedPassInTransaction(_ pass: inout GroupedPass) throws(AgentError) {
+        if !pass.read.events.isEmpty { pass.taken = try takeGroupInTransaction(pass.read) }
+        if pass.read.consumed == pass.waiting.count { pass.cart = try readCartInTransaction() }
+    }
+
+    /// Once the group's transaction committed: the appends and the acknowledgements, the rest of
+    /// the pass (more events than one group, then the cart, when there were), the windows over,
+    /// retention.
+    func finishGroupedPass(_ pass: GroupedPass) throws(AgentError) -> PassSummary {
+        var summary = pass.summary
+        if let taken = pass.taken { try finishGroup(pass.read, taken, in: pass.inbox, into: &summary.inbox) }
+        guard let cart = pass.cart else {
+            // The events beyond the first group, then the cart: a pass of its own.
+            let rest = try self.pass(.everything)
+            summary.inbox.taken += rest.inbox.taken
+            summary.inbox.duplicates += rest.inbox.duplicates
+            summary.inbox.bad += rest.inbox.bad
+            summary.cart = rest.cart
+            return summary
+        }
+        summary.cart = try finishCart(cart)
+        try finishPass()
+        return summary
+    }
+}
