@@ -719,3 +719,25 @@ extension TreeTests {
                 "\(context): more than one group of events, all taken or set aside")
     }
 }
+
+extension TreeTests {
+    /// However `-C` spells a cart of the tree (`ROOT/ID/.`, `ROOT/ID/inbox/..`, `ROOT/./ID/.`),
+    /// it is that cart, checked as `ROOT/ID` is: a cart folder that is a link (out of the tree,
+    /// or to another cart) is refused (73), and nothing is delivered through it.
+    @Test(arguments: ["c1/.", "c1/inbox/..", "./c1/.", "c1//", "c9/../c1"])
+    func everySpellingOfACartIsThatCart(spelling: String) throws {
+        let playground = try tree()
+        let outside = playground.path + "/../outside-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: outside + "/inbox/new", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: outside + "/inbox/tmp", withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: outside) }
+        #expect(try basketSync(["-C", playground.path + "/c2", "push", "A=+1"]).status == 0)
+        for (link, target) in [("c1", outside), ("c3", playground.path + "/c2")] {
+            try FileManager.default.createSymbolicLink(atPath: playground.path + "/" + link, withDestinationPath: target)
+            let run = try basketSync(["-C", playground.path + "/" + spelling.replacingOccurrences(of: "c1", with: link), "push", "B=+1"])
+            #expect(run.status == 73, "\(spelling) → \(link): \(run.status) \(run.stderr)")
+        }
+        #expect(playground.names("../" + URL(fileURLWithPath: outside).lastPathComponent + "/inbox/new").isEmpty, "\(spelling): delivered outside the tree")
+        #expect(playground.names("c2/inbox/new").count + playground.names("c2/inbox/cur").count == 1, "\(spelling): delivered into another cart")
+    }
+}

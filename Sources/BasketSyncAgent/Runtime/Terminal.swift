@@ -61,8 +61,24 @@ public enum Terminal {
         if !path.hasPrefix("/"), let cwd = Posix.currentDirectory() {
             path = path == "." ? cwd : "\(cwd)/\(path)"
         }
-        while path.count > 1 && path.hasSuffix("/") { path.removeLast() }
-        return path
+        return normalized(path)
+    }
+
+    /// `path` with its `.` and `..` components resolved by name, as the shell's `cd` does, and no
+    /// empty or trailing component: `ROOT/ID/.` or `ROOT/ID/inbox/..` names cart `ID` of the
+    /// tree, checked and opened as `ROOT/ID` is (never followed through a link), not a
+    /// directory reached through whatever `ID` is.
+    static func normalized(_ path: String) -> String {
+        var components: [Substring] = []
+        for component in path.split(separator: "/", omittingEmptySubsequences: true) {
+            switch component {
+            case ".": continue
+            case "..": if !components.isEmpty { components.removeLast() } else if !path.hasPrefix("/") { components.append(component) }
+            default: components.append(component)
+            }
+        }
+        let joined = components.joined(separator: "/")
+        return path.hasPrefix("/") ? "/" + joined : (joined.isEmpty ? "." : joined)
     }
 
     /// Makes `directory` the current one, as `git -C` does for the other paths of a command line.
