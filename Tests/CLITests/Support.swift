@@ -124,12 +124,19 @@ final class AgentProcess {
     let process = Child()
     let logURL: URL
 
-    init(directory: String, arguments: [String] = [], environment: [String: String] = [:], user: UInt32? = nil) throws {
+    /// `descriptors`: the agent runs with that limit of open files (`prlimit --nofile`).
+    init(directory: String, arguments: [String] = [], environment: [String: String] = [:], user: UInt32? = nil, descriptors: Int? = nil) throws {
         logURL = URL(fileURLWithPath: directory).appendingPathComponent("../agent-\(UUID().uuidString).log").standardized
         _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
         let command = asUser(user, ["-C", directory, "watch"] + arguments)
-        process.executableURL = command.executable.map { URL(fileURLWithPath: $0) } ?? binary
-        process.arguments = command.arguments
+        let executable = command.executable ?? binary.path
+        if let descriptors {
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/prlimit")
+            process.arguments = ["--nofile=\(descriptors):\(descriptors)", "--", executable] + command.arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: executable)
+            process.arguments = command.arguments
+        }
         if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
         process.standardOutput = FileHandle.nullDevice
         process.standardError = try FileHandle(forWritingTo: logURL)

@@ -138,7 +138,11 @@ extension Commands {
         tree.adoptNew(ids)
         var together = FlushTogether()
         var held = 0  // carts whose lines (and folder) wait for the flush
-        let heldBound = max(64, min(1_024, Posix.raiseDescriptorLimit() / 4))
+        // Descriptors: a group's carts hold their folder, files and inbox folders (9 each),
+        // the carts waiting for the flush their folder (1 each).
+        let descriptors = Posix.raiseDescriptorLimit()
+        let groupBound = max(8, min(256, (descriptors - 64) / 20))
+        let heldBound = max(16, min(1_024, (descriptors - 64) / 2))
         /// A cart's failure: said, and kept on the cart's rows while the directory is still that
         /// cart's (not given back).
         func failed(_ id: String, _ error: AgentError) {
@@ -158,7 +162,8 @@ extension Commands {
             }
         }
         // The carts' passes in groups that share one transaction (one commit, one fsync), as
-        // many as hold at most `maxFileBytes` of events and carts together, 256 at most.
+        // many as hold at most `maxFileBytes` of events and carts together, 256 at most (fewer
+        // when descriptors are few).
         var group: [(id: String, engine: SyncEngine, pass: SyncEngine.GroupedPass)] = []
         var groupBytes: Int64 = 0
         var outcomes: [String: Result<SyncSummary, AgentError>] = [:]
@@ -229,7 +234,7 @@ extension Commands {
             } catch {
                 outcomes[id] = .failure(error)
             }
-            if group.count >= 256 || index == ids.count - 1 {
+            if group.count >= groupBound || index == ids.count - 1 {
                 if !group.isEmpty { runGroup() }
                 report(ids[reported...index])
                 reported = index + 1

@@ -176,24 +176,27 @@ final class Tree {
 
     /// Adopts together the carts among `ids` that are plainly new — unknown to the tree, no
     /// marker, no records, no folder of basket-sync's own — as a first pass over many new carts
-    /// meets them: up to 500 in one transaction, their markers written without an fsync each
+    /// meets them: up to 128 in one transaction (their folders held open until it commits), their markers written without an fsync each
     /// and made durable together (one `syncfs`) before the commit, as ``cartStore(_:create:)``
     /// writes a marker before its commit. Anything else, and any cart that fails here, is left to
     /// ``cartStore(_:create:)``, one by one.
     func adoptNew(_ ids: [String]) {
         guard let known = try? database.withTransaction({ () throws(AgentError) in try database.carts() }) else { return }
-        // Each folder opened once, never through a link: the checks and the marker go through it.
-        let fresh: [(id: String, folder: CartFolder)] = ids.compactMap { id in
-            guard known[id] == nil, let folder = try? CartFolder("\(root)/\(id)") else { return nil }
-            let plain = Posix.info("\(folder.path)/\(Layout.cartMarker)", follow: false) == nil
-                && Posix.info("\(folder.path)/\(Layout.stateDirectory)", follow: false) == nil && Tree.refusal(folder, root: root) == nil
-            return plain ? (id, folder) : nil
-        }
-        guard fresh.count > 1 else { return }
-        var start = fresh.startIndex
-        while start < fresh.endIndex {
-            let chunk = fresh[start..<min(start + 500, fresh.endIndex)]
-            start = chunk.endIndex
+        let unknown = ids.filter { known[$0] == nil }
+        guard unknown.count > 1 else { return }
+        // In chunks: each chunk's folders are held open until its commit (a few descriptors).
+        var start = unknown.startIndex
+        while start < unknown.endIndex {
+            let slice = unknown[start..<min(start + 128, unknown.endIndex)]
+            start = slice.endIndex
+            // Each folder opened once, never through a link: the checks and the marker go through it.
+            let chunk: [(id: String, folder: CartFolder)] = slice.compactMap { id in
+                guard let folder = try? CartFolder("\(root)/\(id)") else { return nil }
+                let plain = Posix.info("\(folder.path)/\(Layout.cartMarker)", follow: false) == nil
+                    && Posix.info("\(folder.path)/\(Layout.stateDirectory)", follow: false) == nil && Tree.refusal(folder, root: root) == nil
+                return plain ? (id, folder) : nil
+            }
+            guard !chunk.isEmpty else { continue }
             var made: [Store] = []
             let adopted: Void? = try? database.withTransaction { () throws(AgentError) in
                 for (id, folder) in chunk {
@@ -247,12 +250,21 @@ final class Tree {
     }
 
     /// Whether the directory of cart `id` still holds the marker of cart `number` (read through
-    /// the folder opened without following a link).
+    /// the folder opened without following a link). A marker that cannot be read for a reason
+    /// of the moment (no descriptor left, an I/O error) is taken to match: only a marker read,
+    /// or a folder or marker that is not there (or not a folder, not a file), says otherwise.
     func markerMatches(_ id: String, number: Int64) -> Bool {
-        guard let known = try? database.withTransaction({ () throws(AgentError) in try database.cart(id) }), known.number == number,
-              let marker = try? Posix.withPinnedFolders(base: root, relative: "\(id)/\(Layout.cartMarker)", { (pinned) throws(AgentError) in
-                  try Posix.readFile(pinned, limit: 64)
-              }) ?? nil else { return false }
+        guard let known = try? database.withTransaction({ () throws(AgentError) in try database.cart(id) }), known.number == number else { return false }
+        let marker: [UInt8]?
+        do {
+            marker = try Posix.withPinnedFolders(base: root, relative: "\(id)/\(Layout.cartMarker)") { (pinned) throws(AgentError) in
+                try Posix.readFile(pinned, limit: 64)
+            }
+        } catch {
+            if case let .system(failure) = error, !failure.isMissing, !failure.isNotRegular { return true }
+            return false
+        }
+        guard let marker else { return false }
         return String(decoding: marker, as: UTF8.self).trimmingSpaces == known.syncId
     }
 

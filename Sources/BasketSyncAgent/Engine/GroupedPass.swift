@@ -7,7 +7,8 @@ extension SyncEngine {
     /// read before the transaction, what is decided inside it, what is written once it committed.
     /// The same steps as ``pass(_:inboxSeen:)``, in the same order (the inbox before the cart).
     struct GroupedPass {
-        fileprivate let inbox: Inbox
+        /// The inbox as pinned, held (five descriptors) only while events wait for their finish.
+        fileprivate let inbox: Inbox?
         fileprivate let waiting: [String]
         fileprivate let read: InboxGroupRead
         fileprivate var summary = PassSummary()
@@ -26,7 +27,7 @@ extension SyncEngine {
         var summary = PassSummary()
         let (inbox, waiting) = try openInbox(seen: [], into: &summary.inbox)
         let read = try readGroup(waiting.prefix(SyncEngine.inboxGroupSize), from: inbox, into: &summary.inbox)
-        return GroupedPass(inbox: inbox, waiting: waiting, read: read, summary: summary)
+        return GroupedPass(inbox: read.events.isEmpty ? nil : inbox, waiting: waiting, read: read, summary: summary)
     }
 
     /// Inside the group's transaction (under the caller's savepoint: a cart that fails is undone
@@ -42,7 +43,7 @@ extension SyncEngine {
     /// retention.
     func finishGroupedPass(_ pass: GroupedPass) throws(AgentError) -> PassSummary {
         var summary = pass.summary
-        if let taken = pass.taken { try finishGroup(pass.read, taken, in: pass.inbox, into: &summary.inbox) }
+        if let taken = pass.taken, let inbox = pass.inbox { try finishGroup(pass.read, taken, in: inbox, into: &summary.inbox) }
         guard let cart = pass.cart else {
             // The events beyond the first group, then the cart: a pass of its own.
             let rest = try self.pass(.everything)

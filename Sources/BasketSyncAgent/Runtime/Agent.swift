@@ -184,9 +184,11 @@ public final class Agent {
         lockFd = try Agent.takeLock(stateDirectory: database.markerDirectory) { pid in
             "\(root): another basket-sync watch (pid \(pid)) is already watching this \(tree == nil ? "directory" : "tree"); stop it first, or use basket-sync sync beside it"
         }
-        // Each engine kept holds its JSON Lines files open: at most 3 × enginesKept descriptors.
+        // Each engine kept holds its JSON Lines files and its cart's folder open, and the carts
+        // of engines gone hold their folders until their lines are flushed (at most half as
+        // many): at most 4.5 × enginesKept descriptors.
         let descriptors = Posix.raiseDescriptorLimit()
-        enginesKept = max(8, min(Agent.enginesKeptAtMost, (descriptors - 64) / 4))
+        enginesKept = max(8, min(Agent.enginesKeptAtMost, (descriptors - 64) * 2 / 9))
         let signals: SignalPipe
         let abrupt = logger.prebuiltWarning("stopping on signal: the step in hand did not end within a second; it is left as a killed process leaves it (nothing is acknowledged before it is durable), and the next start takes it up")
         SignalPipe.setAbruptStopLine(abrupt.line, fd: abrupt.fd)

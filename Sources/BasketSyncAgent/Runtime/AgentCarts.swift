@@ -10,7 +10,8 @@ extension Agent {
         do throws(AgentError) {
             let store: Store
             do throws(AgentError) {
-                store = try tree.cartStore(id, create: false)
+                // Kept for the cart's life: its folder is held open by its engine only.
+                store = try tree.cartStore(id, create: false).unpinned
             } catch {
                 // Adopted, but its folders could not be made: served all the same, its passes
                 // report what is wrong until it is fixed.
@@ -105,6 +106,10 @@ extension Agent {
             // The engines that go leave their lines not flushed yet to the next flush.
             collectUnflushed(engines.filter { (carts[$0.key]?.used ?? 0) < cutoff })
             engines = engines.filter { (carts[$0.key]?.used ?? 0) >= cutoff }
+            // Their carts' folders stay open until then: at most half as many as the engines
+            // kept (a start pass over thousands of carts would otherwise run out of descriptors).
+            let held = Set(unflushed.entries.map(\.cart)).union(flushing.entries.map(\.cart)).subtracting(engines.keys)
+            if held.count > enginesKept / 2 { flushEverything() }
         }
         let engine = SyncEngine(store: try cart.store.pinned(), configuration: configuration, isSynchronizerRegistered: isSynchronizerRegistered, logger: tree == nil ? logger : logger.tagged(cart: cart.id))
         engine.logsActivity = true

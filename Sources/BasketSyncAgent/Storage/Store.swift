@@ -87,6 +87,13 @@ package final class Store {
         self.signalPath = folder.map { "\($0.path)/\(Layout.cartMarker)" } ?? signalPath
     }
 
+    /// The same cart's rows without its folder held open: what the agent keeps for each of
+    /// thousands of carts (their engines pin the folder again, ``pinned()``).
+    var unpinned: Store {
+        guard let folder else { return self }
+        return Store(database: database, cart: cart, directory: folder.shown, signalPath: "")
+    }
+
     /// The same cart with its files reached through its folder opened once without following a
     /// link (docs/spec.md §7): a tree's cart, whose folder its owner may swap for a link. A sync
     /// directory's cart, or one pinned already, is itself.
