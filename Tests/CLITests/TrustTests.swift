@@ -295,3 +295,29 @@ struct Account {
         #expect(playground.records("shop/outbox.jsonl").compactMap { $0["seq"] as? Int } == [1, 2])
     }
 }
+
+extension TrustTests {
+    /// In a tree set up with `init --tree --shared`, the Mealz side's account (a member of the
+    /// group, not the tree's) delivers with `push` into a cart the agent's account made, and into
+    /// one that does not exist yet (it makes the folder and its delivery folders, open to the
+    /// group): the tree's `sync` takes both events, adopting the new cart.
+    @Test func theMealzSidePushesIntoASharedTree() throws {
+        let playground = try Playground()
+        defer { withExtendedLifetime(playground) {} }
+        chmod(playground.path, 0o755)
+        let root = playground.path + "/tree"
+        #expect(mkdir(root, 0o755) == 0 && chown(root, Account.agent.uid, Account.group) == 0)
+        let made = try Account.agent.basketSync(["-C", root, "init", "--tree", "--shared", String(Account.group)])
+        #expect(made.status == 0, "\(made.stderr)")
+        #expect(try Account.agent.basketSync(["-C", root + "/c1", "init"]).status == 0)
+        for id in ["c1", "c2"] {
+            let push = try Account.writer.basketSync(["-C", root + "/" + id, "push", "--id", "m-\(id)", "A=+1"])
+            #expect(push.status == 0, "\(id): \(push.status) \(push.stderr)")
+        }
+        let sync = try Account.agent.basketSync(["-C", root, "sync"])
+        #expect(sync.status == 0 && sync.stdout.contains("2 carts: ") && sync.stdout.contains("inbox: 2 taken"), "\(sync.stdout) \(sync.stderr)")
+        for id in ["c1", "c2"] {
+            #expect(playground.read("tree/\(id)/outbox.jsonl").contains("\"m-\(id)\""), "\(id): the Mealz side's event is taken")
+        }
+    }
+}

@@ -140,6 +140,23 @@ extension Commands {
             return Posix.isDirectory("\(folder)/inbox/new") && Posix.isDirectory("\(folder)/inbox/tmp") && Posix.exists(marker)
         }
         if made == true { return }
+        // Another account than the tree's (the Mealz side of a shared tree) may not adopt a cart:
+        // it makes the folder and its delivery folders, open to the group, and the agent (or
+        // the next command of the tree's account) takes the cart on as it takes a host's.
+        if Posix.unwritable("\(root)/\(Layout.stateDirectory)") != nil {
+            do throws(SystemError) { try Posix.makeDirectory(directory, mode: 0o770) } catch { throw .system(error) }
+            let folder: CartFolder
+            do { folder = try CartFolder(directory) } catch { throw .system(error) }
+            try Posix.makeFolders(in: folder.path, "inbox", leaves: ["tmp", "new"])
+            // Where the tree is shared, the group (the agent's account) writes them too.
+            if Shared.isShared(root), let group = Posix.info(root, follow: false)?.group {
+                try Shared.set(folder.path, group: group, mode: Shared.openMode)
+                try Shared.shareInbox(of: folder.path, group: group)
+                // The agent makes cur/ and bad/ in it.
+                try Shared.set("\(folder.path)/inbox", group: group, mode: 0o2770)
+            }
+            return
+        }
         _ = try Tree(root: root).cartStore(id, create: true)
     }
 }

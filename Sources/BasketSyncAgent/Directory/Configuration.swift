@@ -1,4 +1,5 @@
 import BasketSyncWire
+import Glibc
 
 extension AgentConfiguration {
     /// The settings that hold in `directory`: its `basket-sync.json`, or in a cart of a tree, the
@@ -11,12 +12,17 @@ extension AgentConfiguration {
     /// Reads `basket-sync.json` in `directory`; a missing file means every default. A file
     /// that is not basket-sync's own — owned by another account, writable by others, or in a
     /// directory others may rename it in — is refused (78), never read (docs/spec.md §7).
-    static func loadFile(directory: String) throws(AgentError) -> AgentConfiguration {
+    ///
+    /// `asItsOwner`: trusted as the directory's owner would trust it (owned by that account or
+    /// root, writable by nobody else) — how another account (the Mealz side's `push`) learns the
+    /// layout of a directory it delivers into, and nothing more.
+    static func loadFile(directory: String, asItsOwner: Bool = false) throws(AgentError) -> AgentConfiguration {
         let path = "\(directory)/\(fileName)"
         let bytes: [UInt8]
+        let account = asItsOwner ? (Posix.info(directory, follow: true)?.owner ?? geteuid()) : geteuid()
         do throws(AgentError) {
             guard let read = try Posix.readFileAndInfo(path, limit: maximumFileBytes) else { return AgentConfiguration() }
-            if let refusal = Trust.directoryRefusal(directory) ?? Trust.refusal(read.info, path: path, what: "the configuration") {
+            if let refusal = Trust.directoryRefusal(directory, as: account) ?? Trust.refusal(read.info, path: path, what: "the configuration", as: account) {
                 throw AgentError.notReady(refusal)
             }
             bytes = read.bytes

@@ -12,8 +12,7 @@ enum Trust {
     /// when it may): one sentence naming it, who owns it or may write it, and the command that
     /// fixes it. `what` says what it is ("the configuration"); `otherwise`, what to do with a
     /// file that is not basket-sync's.
-    static func refusal(_ info: FileInfo, path: String, what: String, otherwise: String = "otherwise remove it") -> String? {
-        let me = geteuid()
+    static func refusal(_ info: FileInfo, path: String, what: String, otherwise: String = "otherwise remove it", as me: UInt32 = geteuid()) -> String? {
         if info.owner != me, info.owner != 0 {
             return "\(path): \(what) is owned by \(account(info.owner)), not by the account basket-sync runs as (\(account(me))) nor root: whoever can write the directory may have put it there, and basket-sync uses its own files only. If it is basket-sync's, chown \(me) \(path); \(otherwise)"
         }
@@ -28,9 +27,8 @@ enum Trust {
     /// when it may): owned by another account than this one or root, or writable by others
     /// without the sticky bit (then anyone who may write it can rename their own file over
     /// basket-sync's).
-    static func directoryRefusal(_ directory: String) -> String? {
+    static func directoryRefusal(_ directory: String, as me: UInt32 = geteuid()) -> String? {
         guard let info = Posix.info(directory, follow: true), info.kind == .directory else { return nil }
-        let me = geteuid()
         if info.owner != me, info.owner != 0 {
             return "\(directory): the directory holding basket-sync's configuration and database is owned by \(account(info.owner)), not by the account basket-sync runs as (\(account(me))) nor root: its owner may replace them. Run basket-sync as that account, or chown \(me) \(directory)"
         }

@@ -47,7 +47,9 @@ extension Workspace {
     public static func check(_ directory: String) throws(AgentError) {
         let parent = Posix.dirname(of: directory)
         guard parent != directory, Posix.info("\(parent)/\(Layout.stateDirectory)", follow: false)?.kind == .directory else { return }
-        let configuration = try AgentConfiguration.loadFile(directory: parent)
+        // Its layout, as its owner's configuration says it (any account may need to know it:
+        // the Mealz side's push); whether this account may use it is the command's to say.
+        let configuration = try AgentConfiguration.loadFile(directory: parent, asItsOwner: true)
         let name = Posix.basename(of: directory)
         // A tree's root whose configuration lost its layout: said as such, not "not a sync directory".
         if !configuration.isTree, !Posix.exists("\(directory)/\(Layout.stateDirectory)"),
@@ -70,6 +72,6 @@ extension AgentConfiguration {
     /// Whether `directory/basket-sync.json` says `"layout": "tree"` (a file that cannot be read
     /// or parsed says nothing: the command that reads it reports it).
     static func layoutIsTree(directory: String) -> Bool {
-        (try? loadFile(directory: directory))?.isTree ?? false
+        (try? loadFile(directory: directory, asItsOwner: true))?.isTree ?? false
     }
 }
