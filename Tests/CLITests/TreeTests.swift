@@ -772,3 +772,42 @@ extension TreeTests {
         #expect(!agent.log.contains("Too many open files") && !agent.log.contains("names another cart"), "\(agent.log.prefix(800))")
     }
 }
+
+extension TreeTests {
+    /// A cart's `inbox/` replaced by a link out of the tree (its owner may): the agent watches
+    /// nothing through it — no inotify watch on a folder outside — and what is made out there
+    /// wakes nothing: the cart's error is said once per retry, not once per file.
+    @Test func anInboxLinkedOutOfTheTreeIsNeverWatched() async throws {
+        let playground = try tree()
+        let outside = playground.path + "/../outside-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: outside + "/new", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: outside + "/tmp", withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: outside) }
+        #expect(try basketSync(["-C", playground.path + "/c1", "init"]).status == 0)
+        try FileManager.default.removeItem(atPath: playground.path + "/c1/inbox")
+        try FileManager.default.createSymbolicLink(atPath: playground.path + "/c1/inbox", withDestinationPath: outside)
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        // The inodes the agent's inotify watches, from /proc: none of the outside folders.
+        let outsideInodes = try ["", "/new", "/tmp"].map { try #require(FileManager.default.attributesOfItem(atPath: outside + $0)[.systemFileNumber] as? Int) }
+        let fdinfo = ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(agent.process.processIdentifier)/fdinfo")) ?? []).flatMap { name in
+            ((try? String(contentsOfFile: "/proc/\(agent.process.processIdentifier)/fdinfo/\(name)", encoding: .utf8)) ?? "").split(separator: "\n")
+        }
+        let watched = fdinfo.compactMap { line -> Int? in
+            guard line.hasPrefix("inotify"), let field = line.split(separator: " ").first(where: { $0.hasPrefix("ino:") }) else { return nil }
+            return Int(field.dropFirst(4), radix: 16)
+        }
+        #expect(!watched.isEmpty, "the agent watches the tree")
+        #expect(Set(watched).isDisjoint(with: outsideInodes), "a folder outside the tree is watched: \(watched) vs \(outsideInodes)")
+        let before = agent.log.split(separator: "\n").count
+        for index in 0..<50 { try Data("x".utf8).write(to: URL(fileURLWithPath: outside + "/new/f\(index)")) }
+        // A cart change wakes the cart (its own folder is watched): its pass fails, said once.
+        try playground.write("c1/cart.json", cartJSON([("A", 1)], syncedThrough: 0))
+        try await eventually("the cart's failure is said") { agent.log.contains("inbox") && agent.log.split(separator: "\n").count > before }
+        for index in 0..<20 { try playground.write("c1/cart.json", cartJSON([("A", index)], syncedThrough: 0)); usleep(20_000) }
+        usleep(300_000)
+        let lines = agent.log.split(separator: "\n").count - before
+        #expect(agent.stop() == 0)
+        #expect(lines < 12, "one failure said per retry, not per wake-up: \(lines) lines\n\(agent.log.suffix(1500))")
+    }
+}

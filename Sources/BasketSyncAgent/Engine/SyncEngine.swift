@@ -298,7 +298,9 @@ public final class SyncEngine {
     }
 
     /// The wall clock less the boot clock, now: it changes only when the wall clock is stepped.
-    private static func clockOffset(_ now: Date) -> Double { now.timeIntervalSince1970 - Posix.bootSeconds() }
+    /// Both clocks read together, at one instant: a step that takes seconds (a large cart, a
+    /// loaded machine) is no step of the clock.
+    private static func clockOffset() -> Double { Date().timeIntervalSince1970 - Posix.bootSeconds() }
 
     /// A step of the wall clock since the pending batches' windows were set (on this boot): the
     /// windows move with it, so that a window lasts its seconds whatever the clock is set to
@@ -314,7 +316,7 @@ public final class SyncEngine {
         guard !state.pending.isEmpty, let text = try store.note(.clock) else { return nil }
         let fields = text.split(separator: " ")
         guard fields.count == 2, let offset = Double(fields[0]), String(fields[1]) == Posix.bootId else { return nil }
-        let step = clockOffset(now) - offset
+        let step = clockOffset() - offset
         guard abs(step) > 1 else { return nil }
         for index in state.pending.indices {
             state.pending[index].at.addTimeInterval(step)
@@ -328,14 +330,14 @@ public final class SyncEngine {
         guard let text = try store.withTransaction({ () throws(AgentError) in try store.note(.clock) }) else { return false }
         let fields = text.split(separator: " ")
         guard fields.count == 2, let offset = Double(fields[0]), String(fields[1]) == Posix.bootId else { return false }
-        return abs(Self.clockOffset(Date()) - offset) > 1
+        return abs(Self.clockOffset() - offset) > 1
     }
 
     /// Keeps the clock's offset beside pending batches (see ``followClockSteps(_:now:)``):
     /// written when batches are pending and it is missing, of another boot, or stepped.
     private func noteClock(_ pending: [PendingBatch], now: Date, stepped: Bool) throws(AgentError) {
         guard !pending.isEmpty else { return }
-        let offset = Self.clockOffset(now)
+        let offset = Self.clockOffset()
         if !stepped, let text = try store.note(.clock) {
             let fields = text.split(separator: " ")
             if fields.count == 2, let known = Double(fields[0]), String(fields[1]) == Posix.bootId, abs(known - offset) <= 1 { return }

@@ -25,6 +25,14 @@ public final class Agent {
         /// no wait of the agent), and the delay after that.
         var retryAt: Double? { didSet { timingChanged(self) } }
         var retryDelay = 0.5
+        /// The failure its retry waits on, and until when: the same one again meanwhile (a
+        /// wake-up's part of a pass, a retry brought forward) is neither logged nor kept again,
+        /// and the retry stays where the back-off put it.
+        var failure: String?
+        var quietUntil = 0.0
+        /// Whether a pass that went through brought this back-off step's retry forward already
+        /// (once per step: a cart changing all the time on a broken inbox logs nothing more).
+        var broughtForward = false
         /// The next pending-window deadline, as its last pass left it (monotonic seconds).
         var deadline: Double? { didSet { if deadline != oldValue { timingChanged(self) } } }
 

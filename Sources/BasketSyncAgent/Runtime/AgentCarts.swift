@@ -135,12 +135,16 @@ extension Agent {
             if scope == .everything, tree != nil { try Tree.makeInbox(engine.store) }
             let summary = try engine.pass(scope, inboxSeen: inboxSeen)
             cart.inboxLeft = scope.contains(.inbox) ? summary.inbox.left : cart.inboxLeft
-            if scope == .everything { cart.retryDelay = 0.5 }
+            if scope == .everything {
+                cart.retryDelay = 0.5
+                cart.failure = nil
+            }
             // A part of a pass went through while a retry waits (a fault lifted, a cart taken):
             // the whole pass is not left to the back-off, it runs now.
-            if scope != .everything, let due = cart.retryAt, due > Posix.monotonicSeconds() {
+            if scope != .everything, let due = cart.retryAt, due > Posix.monotonicSeconds(), !cart.broughtForward {
                 engine.logger.log(.info, "a pass went through: the retry is brought forward")
                 cart.retryAt = Posix.monotonicSeconds()
+                cart.broughtForward = true
             }
             cart.follow(engine)
         } catch {
@@ -168,6 +172,14 @@ extension Agent {
         }
         // Not this cart any more (its rows given back, another taken on in its place): taken on again.
         let logger = engine?.logger ?? (tree == nil ? logger : logger.tagged(cart: cart.id))
+        // The failure a waiting retry is for, again (events on a cart whose inbox is broken):
+        // said once per back-off step, never a log line per wake-up.
+        let now = Posix.monotonicSeconds()
+        if cart.failure == error.description, now < cart.quietUntil {
+            cart.retryAt = cart.quietUntil
+            return
+        }
+        cart.failure = error.description
         if let tree, carts[cart.id] === cart, !tree.markerMatches(cart.id, number: cart.store.cart) {
             logger.log(.error, error.description)
             takeOnAgain(cart.id)
@@ -180,7 +192,9 @@ extension Agent {
                 try cart.store.report(level: Logger.Level.error.rawValue, message: error.description, at: Date())
             }
         }
-        cart.retryAt = Posix.monotonicSeconds() + cart.retryDelay
+        cart.retryAt = now + cart.retryDelay
+        cart.quietUntil = now + cart.retryDelay
+        cart.broughtForward = false
         logger.log(.info, "retrying in \(cart.retryDelay) s")
         cart.retryDelay = min(cart.retryDelay * 2, 30)
     }

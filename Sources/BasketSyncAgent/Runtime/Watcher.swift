@@ -37,6 +37,9 @@ final class Watcher {
     private let inotify: Inotify
     /// A cart of a tree: its commits are signalled by its marker, not in `.basket-sync/`.
     private let isTreeCart: Bool
+    /// Where watches are placed from, never through a link: a tree's root (its cart's folder is
+    /// the owner's, who may swap it for one), or the sync directory itself.
+    private var base: String { isTreeCart ? Posix.dirname(of: directory) : directory }
     /// Where one-shot commands touch their commit signal (a sync directory's, not a tree cart's).
     private let signalDirectory: String
     /// The inotify descriptor, for the event loop to poll.
@@ -70,15 +73,15 @@ final class Watcher {
             throw .system(error)
         }
         // `new/` or `tmp/` made again (removed, replaced) under the agent is watched again.
-        try? inotify.watch("\(directory)/inbox", [.create, .movedTo, .onlyDirectory])
+        try? inotify.watch("\(directory)/inbox", [.create, .movedTo, .onlyDirectory], under: base)
         if !isTreeCart { try? inotify.watch(signalDirectory, [.closeWrite, .onlyDirectory]) }
     }
 
     private func watchInbox() throws(SystemError) {
-        try inotify.watch("\(directory)/inbox/new", [.movedTo, .closeWrite, .onlyDirectory])
+        try inotify.watch("\(directory)/inbox/new", [.movedTo, .closeWrite, .onlyDirectory], under: base)
         // A delivery by link() (Python's mailbox.Maildir) shows in new/ only as a creation; the
         // removal of its temporary file in tmp/ says it is complete, under the same name.
-        try inotify.watch("\(directory)/inbox/tmp", [.delete, .onlyDirectory])
+        try inotify.watch("\(directory)/inbox/tmp", [.delete, .onlyDirectory], under: base)
     }
 
     /// How many watches a sync directory (or a tree's cart) takes with the cart at `cart`: its
@@ -108,7 +111,7 @@ final class Watcher {
 
     /// Watches the sync directory itself (it must exist), then the rest of the way to the cart.
     private func watchCartPathOrThrow() throws(SystemError) {
-        try inotify.watch(directory, cartComponents.count > 1 ? Watcher.directoryMask : Watcher.cartDirectoryMask)
+        try inotify.watch(directory, cartComponents.count > 1 ? Watcher.directoryMask : Watcher.cartDirectoryMask, under: base)
         watchCartPath()
     }
 
@@ -119,10 +122,12 @@ final class Watcher {
     private func watchCartPath() {
         var path = directory
         for component in cartComponents.dropLast() {
-            guard (try? inotify.watch(path, Watcher.directoryMask)) != nil else { return }
+            guard (try? inotify.watch(path, Watcher.directoryMask, under: path == directory ? base : path)) != nil else { return }
             path += "/\(component)"
         }
-        try? inotify.watch(path, Watcher.cartDirectoryMask)
+        // The cart's folder never through a link; the way from it to the cart as configured
+        // (followSymlinks may let it pass through one).
+        try? inotify.watch(path, Watcher.cartDirectoryMask, under: path == directory ? base : path)
     }
 
     /// What a watched directory is for, from its path.
@@ -187,7 +192,7 @@ final class Watcher {
             }
             // inbox/ made again (removed whole, then made): watched again, with what it holds.
             if path == directory, name == "inbox", !mask.isDisjoint(with: [.create, .movedTo]) {
-                try? inotify.watch("\(directory)/inbox", [.create, .movedTo, .onlyDirectory])
+                try? inotify.watch("\(directory)/inbox", [.create, .movedTo, .onlyDirectory], under: base)
                 try? watchInbox()
                 changes.insert(.inbox)
                 return

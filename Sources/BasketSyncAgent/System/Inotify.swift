@@ -17,6 +17,7 @@ package struct InotifyMask: OptionSet, Hashable {
     package static let onlyDirectory = InotifyMask(rawValue: UInt32(IN_ONLYDIR))
     package static let ignored = InotifyMask(rawValue: UInt32(IN_IGNORED))
     package static let overflow = InotifyMask(rawValue: UInt32(IN_Q_OVERFLOW))
+    package static let dontFollow = InotifyMask(rawValue: UInt32(IN_DONT_FOLLOW))
 }
 
 /// One event read from the inotify descriptor.
@@ -67,6 +68,37 @@ package final class Inotify {
         }
     }
 
+    /// Watches `path`, a folder under `base`, never through a link: the folders between are
+    /// opened one by one without following one, and the last is watched with `IN_DONT_FOLLOW`
+    /// (a folder that is a link, or swapped for one meanwhile, is refused — never a watch out of
+    /// the directory). The watch is named `path` (with a trailing slash, as the library names a
+    /// directory), whatever it was reached through.
+    package func watch(_ path: String, _ mask: InotifyMask, under base: String) throws(SystemError) {
+        // The base itself is followed as named (the operator's directory may be a link).
+        guard path != base else { return try watch(path, mask) }
+        let mask = mask.union(.dontFollow)
+        guard path.hasPrefix(base + "/") else { return try watch(path, mask) }
+        let components = path.dropFirst(base.count + 1).split(separator: "/").map(String.init)
+        guard components.count > 1, let last = components.last else { return try watch(path, mask) }
+        var fd = try Posix.open(base, [.directory], follow: true)
+        var reached = base
+        for component in components.dropLast() {
+            reached += "/\(component)"
+            let parent = fd
+            defer { Posix.close(parent) }
+            fd = -1
+            fd = try Posix.openFolder(named: component, in: parent, path: reached)
+        }
+        defer { Posix.close(fd) }
+        // Placed here, not by the library: its records go by name, and this name is a descriptor's.
+        let watch = inotify_add_watch(self.fd, "/proc/self/fd/\(fd)/\(last)", mask.rawValue)
+        guard watch >= 0 else { throw .last("watch", path) }
+        aliases[watch] = path + "/"
+    }
+
+    /// The watches placed by ``watch(_:_:under:)``, by descriptor, with their names.
+    private var aliases: [Int32: String] = [:]
+
     /// Removes a watch, silently when the kernel already did (its directory was deleted; the
     /// library would print an error). The library's record of its path stays: it names a
     /// descriptor no event comes from any more.
@@ -74,13 +106,14 @@ package final class Inotify {
 
     /// The watch descriptor of a watched path; nil when it is not watched.
     package func watchDescriptor(_ path: String) -> Int32? {
+        if let alias = aliases.filter({ $0.value == path }).keys.max() { return alias }
         let watch = inotifytools_wd_from_filename(path)
         return watch > 0 ? watch : nil
     }
 
     /// The path a watch descriptor watches, as the library recorded it.
     package func path(of watch: Int32) -> String? {
-        inotifytools_filename_from_wd(watch).map { String(cString: $0) }
+        aliases[watch] ?? inotifytools_filename_from_wd(watch).map { String(cString: $0) }
     }
 
     /// Every event waiting on the descriptor; empty when none (it never blocks).
