@@ -429,7 +429,7 @@ public final class SyncEngine {
             logger.log(.warning, "\(file.path): cut a torn last line (\(outcome.truncatedBytes) bytes) left by a crash; its record is written again from the database")
         }
         if outcome.shrank {
-            logger.log(.warning, "\(file.path): shrank under basket-sync (logrotate's copytruncate?): truncating a file another process appends to loses what is written between the copy and the cut — rotate with logrotate's create or nocreate, or basket-sync's own \"rotate\"; the live files are made whole again by seq")
+            logger.log(.warning, "\(file.path): shrank under basket-sync (logrotate's copytruncate?): truncating a file another process appends to loses what is written between the copy and the cut — rotate with logrotate's create or nocreate, or basket-sync's own \"rotate\". What basket-sync can tell is missing after the newest rotated part is written again; a record appended between the copy and the cut may be in neither file (the database keeps it: basket-sync wait and apply still give it)")
         }
         if let (first, last) = outcome.reappended {
             logger.log(.warning, "\(file.path): records \(first)…\(last) had left the live files (the file basket-sync was writing was moved out of the rotated files — logrotate's create moving it aside to a .backup — or cut after a copy): written again here, so that the live files hold every record once")
