@@ -137,6 +137,8 @@ func run() throws(AgentError) -> Int32 {
 if CommandLine.arguments.contains("watch") { SignalPipe.hold() }
 Terminal.withoutBacktracer()
 // handle-payment's completion, under the supervisor that records its outcome (not a user command).
+// Before anything else: the process that started this one (see `wait`).
+_ = Posix.parentAtStart
 let arguments = CommandLine.arguments
 if arguments.count >= 6, arguments[1] == Commands.completionSupervisor, let seq = UInt64(arguments[4]), arguments[5] == "--", arguments.count > 6 {
     let logFormat = (try? AgentConfiguration.load(directory: arguments[2]).logFormat) ?? .human

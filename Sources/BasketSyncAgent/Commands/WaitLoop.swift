@@ -17,7 +17,9 @@ struct WaitLoop {
     /// At least this long between two looks (seconds): under a busy agent, the commits in
     /// between are seen by the next look.
     var minimumGap = 0.0
-    private let parent = getppid()
+    /// The process that started this one: read when it started, so that one gone before the
+    /// loop began is seen gone too.
+    private let parent = Posix.parentAtStart
 
     init(inotify: Inotify, path: String, pollMs: Int?, timeout: Double?, minimumGap: Double = 0) {
         self.inotify = inotify

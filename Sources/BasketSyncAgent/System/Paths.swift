@@ -18,6 +18,10 @@ extension Posix {
     }
 
     /// Seconds on the monotonic clock (never set back).
+    /// The parent of this process when it started (read first thing by `main`): a `wait`
+    /// whose parent is another one now was left by the process that started it.
+    package static let parentAtStart: pid_t = getppid()
+
     package static func monotonicSeconds() -> Double {
         var now = timespec()
         clock_gettime(CLOCK_MONOTONIC, &now)
