@@ -375,7 +375,7 @@ import Testing
         let agent = try AgentProcess(directory: root)
         try await agent.waitUntilWatching()
         try Self.swapping(cart, with: root + "/c1-link") {
-            for round in 1...25 {
+            for round in 1...12 {
                 _ = try basketSync(["-C", cart, "push", "--id", "e\(round)", "A=+1"])
                 _ = try basketSync(["-C", root, "sync"])
                 _ = try basketSync(["-C", cart, "sync"])

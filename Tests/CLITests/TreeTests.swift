@@ -743,30 +743,30 @@ extension TreeTests {
 }
 
 extension TreeTests {
-    /// Descriptors are bounded by the limit, not by the carts: with room for ~200 open files, a
-    /// tree of 400 carts (an event and a cart each) is taken by one `sync` on its root, then
+    /// Descriptors are bounded by the limit, not by the carts: with room for 150 open files, a
+    /// tree of 300 carts (an event and a cart each) is taken by one `sync` on its root, then
     /// served by an agent — each cart's folder is held open only while its engine is kept or
     /// its lines wait for their flush. Nothing fails for want of a descriptor, and a record
     /// pushed into the last cart arrives.
     @Test func aTreeOfManyCartsNeverRunsOutOfDescriptors() async throws {
         let playground = try tree()
-        let ids = (1...400).map { String(format: "c%03d", $0) }
+        let ids = (1...300).map { String(format: "c%03d", $0) }
         for id in ids {
             try mkdir(playground, "\(id)/inbox/tmp")
             try mkdir(playground, "\(id)/inbox/new")
             try playground.write("\(id)/inbox/new/1764633600.M1P1Q1.test", "{\"id\":\"\(id)-1\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\",\"quantity\":1}]}")
             try playground.write("\(id)/cart.json", cartJSON([("B", 1)], syncedThrough: 0))
         }
-        let limited = ["--nofile=200:200", "--", binary.path]
+        let limited = ["--nofile=150:150", "--", binary.path]
         let sync = try basketSync(limited + ["-C", playground.path, "sync"], executable: "/usr/bin/prlimit")
-        #expect(sync.status == 0 && sync.stdout.contains("400 carts: 400 taken") && !sync.stderr.contains("Too many open files"), "\(sync.stdout) \(sync.stderr.prefix(500))")
+        #expect(sync.status == 0 && sync.stdout.contains("300 carts: 300 taken") && !sync.stderr.contains("Too many open files"), "\(sync.stdout) \(sync.stderr.prefix(500))")
         // New events everywhere, then an agent with the same limit.
         for id in ids { try playground.write("\(id)/inbox/new/1764633601.M1P1Q2.test", "{\"id\":\"\(id)-2\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\",\"quantity\":1}]}") }
-        let agent = try AgentProcess(directory: playground.path, descriptors: 200)
+        let agent = try AgentProcess(directory: playground.path, descriptors: 150)
         try await agent.waitUntilWatching()
-        #expect(try basketSync(["-C", playground.path + "/c400", "push", "--id", "late", "C=+1"]).status == 0)
-        try await eventually("the pushed record arrives") { playground.read("c400/outbox.jsonl").contains("\"late\"") }
-        // Each cart's second event taken (c400 has the pushed one too).
+        #expect(try basketSync(["-C", playground.path + "/c300", "push", "--id", "late", "C=+1"]).status == 0)
+        try await eventually("the pushed record arrives") { playground.read("c300/outbox.jsonl").contains("\"late\"") }
+        // Each cart's second event taken (c300 has the pushed one too).
         try await eventually("every cart's second event is taken") { ids.allSatisfy { playground.names("\($0)/inbox/cur").count >= 2 } }
         #expect(agent.stop() == 0)
         #expect(!agent.log.contains("Too many open files") && !agent.log.contains("names another cart"), "\(agent.log.prefix(800))")
