@@ -94,10 +94,13 @@ package final class Inotify {
         let watch = inotify_add_watch(self.fd, "/proc/self/fd/\(fd)/\(last)", mask.rawValue)
         guard watch >= 0 else { throw .last("watch", path) }
         aliases[watch] = path + "/"
+        aliased[path + "/"] = watch
     }
 
-    /// The watches placed by ``watch(_:_:under:)``, by descriptor, with their names.
+    /// The watches placed by ``watch(_:_:under:)``, by descriptor, with their names; and the
+    /// latest by name.
     private var aliases: [Int32: String] = [:]
+    private var aliased: [String: Int32] = [:]
 
     /// Removes a watch, silently when the kernel already did (its directory was deleted; the
     /// library would print an error). The library's record of its path stays: it names a
@@ -106,7 +109,7 @@ package final class Inotify {
 
     /// The watch descriptor of a watched path; nil when it is not watched.
     package func watchDescriptor(_ path: String) -> Int32? {
-        if let alias = aliases.filter({ $0.value == path }).keys.max() { return alias }
+        if let alias = aliased[path] { return alias }
         let watch = inotifytools_wd_from_filename(path)
         return watch > 0 ? watch : nil
     }
