@@ -770,6 +770,24 @@ extension TreeTests {
         try await eventually("every cart's second event is taken") { ids.allSatisfy { playground.names("\($0)/inbox/cur").count >= 2 } }
         #expect(agent.stop() == 0)
         #expect(!agent.log.contains("Too many open files") && !agent.log.contains("names another cart"), "\(agent.log.prefix(800))")
+        // Room for a few dozen files only: still every cart, a few at a time.
+        for id in ids { try playground.write("\(id)/inbox/new/1764633602.M1P1Q3.test", "{\"id\":\"\(id)-3\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\",\"quantity\":1}]}") }
+        let tight = try basketSync(["--nofile=48:48", "--", binary.path, "-C", playground.path, "sync"], executable: "/usr/bin/prlimit")
+        #expect(tight.status == 0 && tight.stdout.contains("0 failed; inbox: 300 taken") && !tight.stderr.contains("Too many open files"), "\(tight.stdout) \(tight.stderr.prefix(500))")
+    }
+
+    /// A cart's error in `sync` on the root names that cart's own folder: its folder's descriptor
+    /// is another cart's by the time the summary is said, and the name is the one it had.
+    @Test func aCartsErrorNamesItsOwnFolder() throws {
+        let playground = try tree()
+        for id in ["a", "b", "c"] { try mealzLine(playground, id) }
+        try FileManager.default.removeItem(atPath: playground.path + "/a/inbox/bad")
+        try playground.write("a/inbox/bad", "not a folder")
+        let sync = try basketSync(["-C", playground.path, "sync", "--json"])
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(sync.stdout.utf8)) as? [String: Any], "\(sync.stdout) \(sync.stderr)")
+        let error = ((report["carts"] as? [[String: Any]]) ?? []).first { $0["cart"] as? String == "a" }?["error"] as? String
+        #expect(error?.hasPrefix(playground.path + "/a/inbox/bad:") == true, "\(error ?? "no error for a")")
+        #expect(sync.stderr.contains("cart a: error: \(playground.path)/a/inbox/bad:"), "\(sync.stderr)")
     }
 }
 

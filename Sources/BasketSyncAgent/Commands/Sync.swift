@@ -140,9 +140,9 @@ extension Commands {
         var held = 0  // carts whose lines (and folder) wait for the flush
         // Descriptors: a group's carts hold their folder, files and inbox folders (9 each),
         // the carts waiting for the flush their folder (1 each).
-        let descriptors = Posix.raiseDescriptorLimit()
-        let groupBound = max(8, min(256, (descriptors - 64) / 20))
-        let heldBound = max(16, min(1_024, (descriptors - 64) / 2))
+        let spare = Posix.raiseDescriptorLimit() - 32
+        let groupBound = max(1, min(256, spare / 20))
+        let heldBound = max(2, min(1_024, spare / 2))
         /// A cart's failure: said, and kept on the cart's rows while the directory is still that
         /// cart's (not given back).
         func failed(_ id: String, _ error: AgentError) {
@@ -158,7 +158,7 @@ extension Commands {
             together.openDevices()
             for (id, error) in together.finish(FlushTogether.syncAll(together.devices.map { ($0.fd, $0.path) }), logger: logger) {
                 failed(id, .system(error))
-                if let index = summary.carts.firstIndex(where: { $0.id == id }) { summary.carts[index].outcome = .failure(.system(error)) }
+                if let index = summary.carts.firstIndex(where: { $0.id == id }) { summary.carts[index].outcome = .failure(AgentError.system(error).named) }
             }
         }
         // The carts' passes in groups that share one transaction (one commit, one fsync), as
@@ -197,11 +197,11 @@ extension Commands {
                     engine.signalCommit()
                     outcomes[id] = .success(SyncSummary(cart: done.cart ?? .missing, inbox: done.inbox))
                 } catch {
-                    outcomes[id] = .failure(error)
+                    outcomes[id] = .failure(error.named)
                 }
             }
             for (id, engine) in alone {
-                do throws(AgentError) { outcomes[id] = .success(try pass(engine, flushingNow: false)) } catch { outcomes[id] = .failure(error) }
+                do throws(AgentError) { outcomes[id] = .success(try pass(engine, flushingNow: false)) } catch { outcomes[id] = .failure(error.named) }
             }
         }
         /// The outcomes so far, in the carts' order, their lines handed to the flush.
@@ -232,7 +232,7 @@ extension Commands {
                 group.append((id, engine, pass))
                 groupBytes += bytes
             } catch {
-                outcomes[id] = .failure(error)
+                outcomes[id] = .failure(error.named)
             }
             if group.count >= groupBound || index == ids.count - 1 {
                 if !group.isEmpty { runGroup() }

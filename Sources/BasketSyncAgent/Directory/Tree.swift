@@ -184,10 +184,12 @@ final class Tree {
         guard let known = try? database.withTransaction({ () throws(AgentError) in try database.carts() }) else { return }
         let unknown = ids.filter { known[$0] == nil }
         guard unknown.count > 1 else { return }
-        // In chunks: each chunk's folders are held open until its commit (a few descriptors).
+        // In chunks: each chunk's folders are held open until its commit (as many as the
+        // descriptor limit leaves room for, 128 at most).
+        let chunkSize = max(2, min(128, (Posix.raiseDescriptorLimit() - 32) / 2))
         var start = unknown.startIndex
         while start < unknown.endIndex {
-            let slice = unknown[start..<min(start + 128, unknown.endIndex)]
+            let slice = unknown[start..<min(start + chunkSize, unknown.endIndex)]
             start = slice.endIndex
             // Each folder opened once, never through a link: the checks and the marker go through it.
             let chunk: [(id: String, folder: CartFolder)] = slice.compactMap { id in

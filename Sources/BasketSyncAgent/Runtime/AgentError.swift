@@ -97,6 +97,32 @@ extension JSONProblem {
 }
 
 extension AgentError {
+    /// The same error with every pinned folder named as people know it now, while its
+    /// descriptor still is that folder: an error kept to be said later (a summary at the end of
+    /// `sync` on a tree's root) is named when it is kept.
+    var named: AgentError {
+        let n = PinnedNames.named
+        switch self {
+        case var .system(error):
+            error.path = n(error.path)
+            error.operation = n(error.operation)
+            return .system(error)
+        case let .tooLarge(path, size, limit): return .tooLarge(path: n(path), size: size, limit: limit)
+        case let .badData(path, line, column, reason): return .badData(path: n(path), line: line, column: column, reason: n(reason))
+        case let .configuration(path, line, column, reason): return .configuration(path: n(path), line: line, column: column, reason: n(reason))
+        case let .usage(message): return .usage(n(message))
+        case let .busy(message): return .busy(n(message))
+        case let .missingInput(message): return .missingInput(n(message))
+        case let .database(path, message): return .database(path: n(path), message: n(message))
+        case let .databaseGone(path): return .databaseGone(path: n(path))
+        case let .databaseBehind(path, fileSeq, databaseSeq): return .databaseBehind(path: n(path), fileSeq: fileSeq, databaseSeq: databaseSeq)
+        case let .directoryGone(path): return .directoryGone(path: n(path))
+        case let .refused(message): return .refused(n(message))
+        case let .notReady(message): return .notReady(n(message))
+        case let .conflict(message): return .conflict(n(message))
+        }
+    }
+
     /// The same error with a path that starts with `prefix` named from `replacement` instead
     /// (a pinned folder's /proc/self/fd path, named as the user knows it).
     func replacingPathPrefix(_ prefix: String, with replacement: String) -> AgentError {
