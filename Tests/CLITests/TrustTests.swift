@@ -318,6 +318,11 @@ extension TrustTests {
         #expect(sync.status == 0 && sync.stdout.contains("2 carts: ") && sync.stdout.contains("inbox: 2 taken"), "\(sync.stdout) \(sync.stderr)")
         for id in ["c1", "c2"] {
             #expect(playground.read("tree/\(id)/outbox.jsonl").contains("\"m-\(id)\""), "\(id): the Mealz side's event is taken")
+            #expect(playground.names("tree/\(id)/inbox/new").isEmpty && playground.names("tree/\(id)/inbox/cur").count == 1, "\(id): filed, not left in new/")
         }
+        // A bad delivery into the cart the Mealz side made is set aside in bad/, the agent's.
+        #expect(try Account.writer.shell("umask 007; printf '{not json' > \(root)/c2/inbox/tmp/x && mv \(root)/c2/inbox/tmp/x \(root)/c2/inbox/new/x").status == 0)
+        let again = try Account.agent.basketSync(["-C", root, "sync"])
+        #expect(again.stdout.contains("1 bad") && playground.names("tree/c2/inbox/new").isEmpty, "\(again.stdout) \(again.stderr)")
     }
 }

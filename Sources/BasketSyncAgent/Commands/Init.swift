@@ -148,12 +148,17 @@ extension Commands {
             let folder: CartFolder
             do { folder = try CartFolder(directory) } catch { throw .system(error) }
             try Posix.makeFolders(in: folder.path, "inbox", leaves: ["tmp", "new"])
-            // Where the tree is shared, the group (the agent's account) writes them too.
+            // Where the tree is shared, the group (the agent's account with it) writes them too:
+            // the agent makes cur/ and bad/ in inbox/ and moves deliveries out of new/, so
+            // neither is sticky (in a folder of this account's, a sticky bit would keep the
+            // agent from moving what this account delivered).
             if Shared.isShared(root), let group = Posix.info(root, follow: false)?.group {
                 try Shared.set(folder.path, group: group, mode: Shared.openMode)
-                try Shared.shareInbox(of: folder.path, group: group)
-                // The agent makes cur/ and bad/ in it.
-                try Shared.set("\(folder.path)/inbox", group: group, mode: 0o2770)
+                for inner in ["inbox", "inbox/tmp", "inbox/new"] {
+                    try Posix.withPinnedFolders(base: folder.path, relative: inner) { (pinned) throws(AgentError) in
+                        try Shared.set(pinned, group: group, mode: 0o2770)
+                    }
+                }
             }
             return
         }

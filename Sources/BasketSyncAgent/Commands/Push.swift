@@ -66,7 +66,8 @@ extension Commands {
         case .redirect: event = .redirectToCart
         }
         let pinned: Inbox
-        do { pinned = try inbox.pinned() } catch { throw .system(error) }
+        // A delivery makes nothing but its own file: bad/ is the agent's to make.
+        do { pinned = try inbox.pinned(makingBad: false) } catch { throw .system(error) }
         do { try pinned.deliver(EventFormat.encode(InboxEvent(id: eventId, event: event)), name: name) } catch {
             throw .system(pinned.shown(error))
         }

@@ -30,7 +30,9 @@ struct Inbox {
 
     /// The inbox with its folders opened one by one without following a link (`inbox/` from the
     /// sync directory, then each folder; `bad/` made when missing), for one pass or one delivery.
-    func pinned() throws(SystemError) -> Inbox {
+    /// `makingBad`: `bad/` made when missing (a pass sets entries aside there; a delivery by
+    /// another account must not make it: it would be that account's).
+    func pinned(makingBad: Bool = true) throws(SystemError) -> Inbox {
         try checkFolders()  // what is in the way, named (a FIFO, a file, a link)
         var copy = self
         let held = Descriptors()
@@ -42,7 +44,7 @@ struct Inbox {
             do { fd = try Posix.openFolder(named: name, in: base, path: shownFolder(name)) } catch {
                 guard error.isMissing else { throw error }
                 // Not made yet: reached by name (bad/ is made now when it can be, as before).
-                guard name == "bad", (try? Posix.makeDirectory("/proc/self/fd/\(base)/bad", mode: 0o755)) != nil else { continue }
+                guard name == "bad", makingBad, (try? Posix.makeDirectory("/proc/self/fd/\(base)/bad", mode: 0o755)) != nil else { continue }
                 fd = try Posix.openFolder(named: name, in: base, path: shownFolder(name))
             }
             held.fds.append(fd)
