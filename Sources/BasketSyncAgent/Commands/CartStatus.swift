@@ -111,7 +111,7 @@ public struct CartStatus {
             for note in [Note.cartRead, .cartTaken, .passOK, .inboxDuplicates, .orderUnknown] { notes[note] = try store.note(note) }
             var state = try store.loadState()
             // Pending windows as the next step will see them after a step of the wall clock.
-            _ = try SyncEngine.followClockSteps(&state, store: store, now: Date())
+            _ = try SyncEngine.followClockSteps(&state, store: store, offset: SyncEngine.clockOffset(Date()))
             // A cart of a tree that never set its own store follows the tree's default: shown as
             // its store now (its next pass takes it, as a payment's would).
             let ownNote = try store.note(.ownStore)

@@ -140,8 +140,11 @@ public final class SyncEngine {
         record: (StepSummary) throws(AgentError) -> Void = { _ in }
     ) throws(AgentError) -> StepSummary {
         let now = Date()
+        // The wall clock less the boot clock, read with `now` (one instant): the step decides
+        // and notes with this one reading, whatever the step's own work takes.
+        let offset = Self.clockOffset(now)
         var state = try store.loadState()
-        let clockStep = try followClockSteps(&state, now: now)
+        let clockStep = try Self.followClockSteps(&state, store: store, offset: offset)
         if let order, let seq = try store.orderSeq(order) { state.recordedOrders = [ExactID(order): seq] }
         if let transfer, try store.transferLanded(transfer) { state.landedTransfers = [ExactID(transfer)] }
         var machine = SyncStateMachine(
@@ -167,7 +170,7 @@ public final class SyncEngine {
         if let clockStep {
             summary.reports.append((.warning, "the wall clock was stepped by \(Int(clockStep.rounded())) s since the pending batches were made: their windows moved with it (a window lasts its seconds, whatever the clock is set to)"))
         }
-        try noteClock(machine.state.pending, now: now, stepped: clockStep != nil)
+        try noteClock(machine.state.pending, offset: offset, stepped: clockStep != nil)
         // The host cart (as large as the cart) is compared once; the rest of the state is small.
         let cartChanged = machine.state.hostCart != before.hostCart
         var rest = machine.state, restBefore = before
@@ -297,26 +300,22 @@ public final class SyncEngine {
         try store.setCartAtBatch(identity: identity, seq: seq)
     }
 
-    /// The wall clock less the boot clock, now: it changes only when the wall clock is stepped.
-    /// Both clocks read together, at one instant: a step that takes seconds (a large cart, a
-    /// loaded machine) is no step of the clock.
-    private static func clockOffset() -> Double { Date().timeIntervalSince1970 - Posix.bootSeconds() }
+    /// The wall clock less the boot clock: it changes only when the wall clock is stepped. Called
+    /// right after `now` is read, so that both clocks are read at one instant: a step that takes
+    /// seconds (a large cart, a loaded machine) is no step of the clock.
+    static func clockOffset(_ now: Date) -> Double { now.timeIntervalSince1970 - Posix.bootSeconds() }
 
     /// A step of the wall clock since the pending batches' windows were set (on this boot): the
     /// windows move with it, so that a window lasts its seconds whatever the clock is set to
     /// (set back, a window would stay open as long; set forward, it would close at once).
-    /// Returns the step, in seconds, when there was one.
-    private func followClockSteps(_ state: inout SyncState, now: Date) throws(AgentError) -> Double? {
-        try Self.followClockSteps(&state, store: store, now: now)
-    }
-
-    /// ``followClockSteps(_:now:)`` for `store`'s state inside the caller's transaction (`status`
-    /// shows the windows as the next step will see them).
-    static func followClockSteps(_ state: inout SyncState, store: Store, now: Date) throws(AgentError) -> Double? {
+    /// Returns the step, in seconds, when there was one. Inside the caller's transaction (`status`
+    /// shows the windows as the next step will see them). `offset`: ``clockOffset(_:)`` read at
+    /// one instant with the step's `now` — the same reading the step notes with.
+    static func followClockSteps(_ state: inout SyncState, store: Store, offset now: Double) throws(AgentError) -> Double? {
         guard !state.pending.isEmpty, let text = try store.note(.clock) else { return nil }
         let fields = text.split(separator: " ")
         guard fields.count == 2, let offset = Double(fields[0]), String(fields[1]) == Posix.bootId else { return nil }
-        let step = clockOffset() - offset
+        let step = now - offset
         guard abs(step) > 1 else { return nil }
         for index in state.pending.indices {
             state.pending[index].at.addTimeInterval(step)
@@ -330,14 +329,13 @@ public final class SyncEngine {
         guard let text = try store.withTransaction({ () throws(AgentError) in try store.note(.clock) }) else { return false }
         let fields = text.split(separator: " ")
         guard fields.count == 2, let offset = Double(fields[0]), String(fields[1]) == Posix.bootId else { return false }
-        return abs(Self.clockOffset() - offset) > 1
+        return abs(Self.clockOffset(Date()) - offset) > 1
     }
 
-    /// Keeps the clock's offset beside pending batches (see ``followClockSteps(_:now:)``):
+    /// Keeps the clock's offset beside pending batches (see ``followClockSteps(_:store:offset:)``):
     /// written when batches are pending and it is missing, of another boot, or stepped.
-    private func noteClock(_ pending: [PendingBatch], now: Date, stepped: Bool) throws(AgentError) {
+    private func noteClock(_ pending: [PendingBatch], offset: Double, stepped: Bool) throws(AgentError) {
         guard !pending.isEmpty else { return }
-        let offset = Self.clockOffset()
         if !stepped, let text = try store.note(.clock) {
             let fields = text.split(separator: " ")
             if fields.count == 2, let known = Double(fields[0]), String(fields[1]) == Posix.bootId, abs(known - offset) <= 1 { return }
