@@ -78,23 +78,20 @@ package final class Inotify {
         guard path != base else { return try watch(path, mask) }
         let mask = mask.union(.dontFollow)
         guard path.hasPrefix(base + "/") else { return try watch(path, mask) }
-        let components = path.dropFirst(base.count + 1).split(separator: "/").map(String.init)
-        guard components.count > 1, let last = components.last else { return try watch(path, mask) }
-        var fd = try Posix.open(base, [.directory], follow: true)
-        var reached = base
-        for component in components.dropLast() {
-            reached += "/\(component)"
-            let parent = fd
-            defer { Posix.close(parent) }
-            fd = -1
-            fd = try Posix.openFolder(named: component, in: parent, path: reached)
+        let relative = String(path.dropFirst(base.count + 1))
+        guard relative.contains("/") else { return try watch(path, mask) }
+        do throws(AgentError) {
+            // Placed here, not by the library: its records go by name, and this name is a descriptor's.
+            try Posix.withPinnedFolders(base: base, relative: relative) { (pinned) throws(AgentError) in
+                let watch = inotify_add_watch(fd, pinned, mask.rawValue)
+                guard watch >= 0 else { throw .system(.last("watch", path)) }
+                aliases[watch] = path + "/"
+                aliased[path + "/"] = watch
+            }
+        } catch {
+            guard case let .system(failure) = error else { throw SystemError(operation: "watch", path: path, code: EIO) }
+            throw failure
         }
-        defer { Posix.close(fd) }
-        // Placed here, not by the library: its records go by name, and this name is a descriptor's.
-        let watch = inotify_add_watch(self.fd, "/proc/self/fd/\(fd)/\(last)", mask.rawValue)
-        guard watch >= 0 else { throw .last("watch", path) }
-        aliases[watch] = path + "/"
-        aliased[path + "/"] = watch
     }
 
     /// The watches placed by ``watch(_:_:under:)``, by descriptor, with their names; and the
