@@ -122,8 +122,7 @@ int syncfs(int fd) {
 }
 int fdatasync(int fd) { return sync_call("fdatasync", fd); }
 
-// A path through a folder held open ("/proc/self/fd/N/name", how basket-sync reaches its
-// inbox folders) named by the folder's own path.
+// A path through a folder held open ("/proc/self/fd/N/name") named by the folder's own path.
 static void resolved(const char *path, char *out, size_t size) {
     int fd;
     int used = 0;
@@ -144,6 +143,32 @@ int rename(const char *from, const char *to) {
         char line[8300], source[4096], target[4096];
         resolved(from, source, sizeof source);
         resolved(to, target, sizeof target);
+        snprintf(line, sizeof line, "rename %s %s\n", source, target);
+        note(line);
+    }
+    return result;
+}
+
+// renameat names each side by the folder held open and the name in it (how basket-sync reaches
+// the files of a folder it opened once).
+static void resolved_at(int dirfd, const char *name, char *out, size_t size) {
+    if (dirfd == AT_FDCWD || name[0] == '/') {
+        resolved(name, out, size);
+        return;
+    }
+    char folder[4096];
+    path_of(dirfd, folder, sizeof folder);
+    snprintf(out, size, "%s/%s", folder, name);
+}
+
+int renameat(int fromfd, const char *from, int tofd, const char *to) {
+    static int (*real)(int, const char *, int, const char *);
+    if (!real) real = dlsym(RTLD_NEXT, "renameat");
+    int result = real(fromfd, from, tofd, to);
+    if (result == 0) {
+        char line[8300], source[4096], target[4096];
+        resolved_at(fromfd, from, source, sizeof source);
+        resolved_at(tofd, to, target, sizeof target);
         snprintf(line, sizeof line, "rename %s %s\n", source, target);
         note(line);
     }

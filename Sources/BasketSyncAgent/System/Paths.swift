@@ -63,10 +63,14 @@ extension Posix {
     /// leads to (`stat`); without, the link itself (`lstat`).
     package static func info(_ path: String, follow: Bool) -> FileInfo? {
         var info = stat()
-        return (follow ? stat(path, &info) : lstat(path, &info)) == 0 ? FileInfo(info) : nil
+        let (at, relative) = reached(path)
+        return fstatat(at, relative, &info, follow ? 0 : AT_SYMLINK_NOFOLLOW) == 0 ? FileInfo(info) : nil
     }
 
-    package static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
+    package static func exists(_ path: String) -> Bool {
+        let (at, relative) = reached(path)
+        return faccessat(at, relative, F_OK, 0) == 0
+    }
 
     /// Whether `name` names an entry of a folder and nothing else: one path component, not
     /// empty, neither `.` nor `..`, no `/` and no NUL. A name read from the database or a file is
@@ -77,14 +81,19 @@ extension Posix {
 
     package static func isDirectory(_ path: String) -> Bool {
         var info = stat()
-        return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
+        let (at, relative) = reached(path)
+        return fstatat(at, relative, &info, 0) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
     }
 
     package static func rename(_ from: String, _ to: String) throws(SystemError) {
-        if Glibc.rename(from, to) != 0 { throw .last("rename to \(to)", from) }
+        let (fromAt, fromRelative) = reached(from), (toAt, toRelative) = reached(to)
+        if renameat(fromAt, fromRelative, toAt, toRelative) != 0 { throw .last("rename to \(to)", from) }
     }
 
-    package static func unlink(_ path: String) { _ = Glibc.unlink(path) }
+    package static func unlink(_ path: String) {
+        let (at, relative) = reached(path)
+        _ = unlinkat(at, relative, 0)
+    }
 
     /// Gives the heap glibc keeps after freeing back to the system (`malloc_trim`): after a large
     /// cart, the resident memory falls back.
@@ -92,8 +101,9 @@ extension Posix {
 
     /// Removes a file, a link (not what it leads to) or an empty folder; false when nothing was removed.
     package static func remove(_ path: String) -> Bool {
-        if Glibc.unlink(path) == 0 { return true }
-        return (errno == EISDIR || errno == EPERM) && rmdir(path) == 0
+        let (at, relative) = reached(path)
+        if unlinkat(at, relative, 0) == 0 { return true }
+        return (errno == EISDIR || errno == EPERM) && unlinkat(at, relative, AT_REMOVEDIR) == 0
     }
 
     /// Removes `path` and, when it is a folder (not a link to one), everything in it; what cannot
@@ -106,7 +116,8 @@ extension Posix {
     }
 
     package static func makeDirectory(_ path: String, mode: UInt32) throws(SystemError) {
-        if mkdir(path, mode_t(mode)) != 0, errno != EEXIST { throw .last("mkdir", path) }
+        let (at, relative) = reached(path)
+        if mkdirat(at, relative, mode_t(mode)) != 0, errno != EEXIST { throw .last("mkdir", path) }
     }
 
     /// Creates the file if it is missing and closes it: the close is an inotify event.
@@ -204,7 +215,10 @@ extension Posix {
     package static func renameRaw(in directory: String, _ name: [UInt8], to target: String) throws(SystemError) {
         let path = Array(directory.utf8) + [0x2F] + name + [0]
         let result = path.withUnsafeBufferPointer { buffer in
-            buffer.withMemoryRebound(to: CChar.self) { Glibc.rename($0.baseAddress!, target) }
+            buffer.withMemoryRebound(to: CChar.self) { (name) in
+                let (at, relative) = reached(target)
+                return renameat(AT_FDCWD, name.baseAddress!, at, relative)
+            }
         }
         if result != 0 { throw .last("rename to \(target)", directory + "/" + shownBytes(name)) }
     }

@@ -42,6 +42,25 @@ package enum PinnedNames {
     }
 }
 
+extension Posix {
+    /// Where a path is reached by the `*at` calls: `/proc/self/fd/N/./REST` (a pinned folder's
+    /// file) as the descriptor `N` and `REST` — the same file, without the kernel walking
+    /// `/proc` to find the folder again — any other path as it is, from the working directory.
+    static func reached(_ path: String) -> (directory: Int32, relative: String) {
+        let prefix = "/proc/self/fd/"
+        guard path.hasPrefix(prefix) else { return (AT_FDCWD, path) }
+        var rest = Substring(path).dropFirst(prefix.utf8.count)
+        let digits = rest.prefix { $0 >= "0" && $0 <= "9" }
+        guard !digits.isEmpty, digits.count < 10, let fd = Int32(digits) else { return (AT_FDCWD, path) }
+        rest = rest.dropFirst(digits.count)
+        guard rest.first == "/" else { return (AT_FDCWD, path) }  // the link itself, or not a folder's path
+        while rest.hasPrefix("/./") { rest = rest.dropFirst(2) }
+        rest = rest.dropFirst()
+        if rest.isEmpty { return (fd, ".") }
+        return (fd, String(rest))
+    }
+}
+
 /// A cart folder of a tree opened once, without following a link: every file basket-sync
 /// makes, writes or reads in it is reached through ``path`` (`/proc/self/fd/N/.`), so that a
 /// folder swapped for a link while basket-sync works is never followed out of the tree

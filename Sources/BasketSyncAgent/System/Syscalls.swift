@@ -139,7 +139,8 @@ package enum Posix {
     /// and refused with an error that says what it is.
     package static func open(_ path: String, _ options: OpenOptions, mode: UInt32 = sharedFileMode, follow: Bool = false) throws(SystemError) -> Int32 {
         let flags = options.rawValue | O_CLOEXEC | O_NONBLOCK | (follow ? 0 : O_NOFOLLOW)
-        let fd = retrying { Glibc.open(path, flags, mode_t(mode)) }
+        let (at, relative) = reached(path)
+        let fd = retrying { Glibc.openat(at, relative, flags, mode_t(mode)) }
         if fd < 0 {
             if errno == ELOOP, !follow { throw SystemError(path: path, shape: FileInfo.Kind.symbolicLink.name, expectsDirectory: options.contains(.directory)) }
             if errno == ENXIO { throw SystemError(path: path, shape: FileInfo.Kind.fifo.name + " or a socket") }
