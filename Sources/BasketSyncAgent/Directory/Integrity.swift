@@ -49,9 +49,11 @@ enum Integrity {
             }
             return nil
         }
-        var found = ownBeyond(liveFile, path)
+        // A live file that is not there holds nothing (its rotated parts are still read).
+        let live = Posix.info(path, follow: false) != nil
+        var found = live ? ownBeyond(liveFile, path) : nil
         var foundIn = path
-        var newerFirst = (liveFile.firstSeq(), projection.fileName)
+        var newerFirst = (live ? liveFile.firstSeq() : nil, projection.fileName)
         for part in JSONLinesFile.rotatedParts(of: path) {
             let partFile = JSONLinesFile(path: part)
             if let seq = ownBeyond(partFile, part) {
