@@ -9,21 +9,7 @@ import TestSupport
 /// taken again; `inbox/cur/` and `inbox/bad/` emptied of old files; the database shrinks back.
 @Suite struct RetentionTests {
     /// Rows of a read-only query on the sync directory's database, each column as text.
-    func query(_ playground: Playground, _ sql: String) -> [[String]] {
-        var handle: OpaquePointer?
-        guard sqlite3_open_v2(playground.path + "/.basket-sync/state.db", &handle, SQLITE_OPEN_READONLY, nil) == SQLITE_OK else { return [] }
-        defer { sqlite3_close(handle) }
-        var statement: OpaquePointer?
-        guard sqlite3_prepare_v2(handle, sql, -1, &statement, nil) == SQLITE_OK else { return [] }
-        defer { sqlite3_finalize(statement) }
-        var rows: [[String]] = []
-        while sqlite3_step(statement) == SQLITE_ROW {
-            rows.append((0..<sqlite3_column_count(statement)).map { column in
-                sqlite3_column_text(statement, column).map { String(cString: $0) } ?? ""
-            })
-        }
-        return rows
-    }
+    func query(_ playground: Playground, _ sql: String) -> [[String]] { playground.databaseRows(sql) }
 
     func seqs(_ playground: Playground, _ table: String) -> [Int] {
         query(playground, "SELECT seq FROM \(table) ORDER BY seq").compactMap { Int($0[0]) }

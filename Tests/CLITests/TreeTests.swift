@@ -715,6 +715,18 @@ extension TreeTests {
                 #expect(grouped.names("\(id)/\(folder)") == alone.names("\(id)/\(folder)"), "\(context): \(id)/\(folder)")
             }
         }
+        // What each file was given is written down as the file is (the notes of a group are
+        // written together): the next pass finds every file as given, with nothing to read back.
+        let notes = grouped.databaseRows("SELECT carts.id, meta.key, meta.value FROM meta JOIN carts ON carts.n = meta.cart WHERE meta.key LIKE 'given.%'")
+        for id in ids where outcomes[id] == "pass" {
+            for projection in ["outbox", "notifications", "payments"] {
+                let fields = notes.first { $0[0] == id && $0[1] == "given.\(projection)" }.map { $0[2].split(separator: " ").map(String.init) } ?? []
+                let file = try FileManager.default.attributesOfItem(atPath: "\(grouped.path)/\(id)/\(projection).jsonl")
+                let lastSeq = grouped.records("\(id)/\(projection).jsonl").last.flatMap { $0["seq"] as? Int } ?? 0
+                #expect(fields.count >= 4 && fields[1] == "\(file[.systemFileNumber] as? Int ?? -1)" && fields[2] == "\(file[.size] as? Int ?? -1)" && fields[3] == "\(lastSeq)",
+                        "\(context): \(id)/\(projection).jsonl given \(fields), the file \(file[.systemFileNumber] ?? "?") of \(file[.size] ?? "?") bytes ending at record \(lastSeq)")
+            }
+        }
         #expect(grouped.names("c07/inbox/cur").count + grouped.names("c07/inbox/bad").filter { !$0.hasSuffix(".error") }.count == 300,
                 "\(context): more than one group of events, all taken or set aside")
     }

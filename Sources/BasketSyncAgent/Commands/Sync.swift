@@ -203,6 +203,7 @@ extension Commands {
             for (id, engine) in alone {
                 do throws(AgentError) { outcomes[id] = .success(try pass(engine, flushingNow: false)) } catch { outcomes[id] = .failure(error.named) }
             }
+            tree.database.writeGivenWaiting()
         }
         /// The outcomes so far, in the carts' order, their lines handed to the flush.
         func report(_ done: ArraySlice<String>) {
@@ -221,6 +222,8 @@ extension Commands {
             }
         }
         var reported = ids.startIndex
+        // What the carts' files were given: noted in one commit a group, not one each.
+        tree.database.deferringGiven { () -> Void in
         for (index, id) in ids.enumerated() {
             do throws(AgentError) {
                 let engine = SyncEngine(store: try tree.cartStore(id, create: false), configuration: tree.configuration,
@@ -242,6 +245,7 @@ extension Commands {
                 // again), and on the carts' folders held open until their lines are flushed.
                 if together.entries.count >= 4_096 || held >= heldBound { flush() }
             }
+        }
         }
         flush()
         return summary

@@ -131,10 +131,17 @@ final class Tree {
             (try? Posix.readFile(marker, limit: 64)).flatMap { $0 }.map { String(decoding: $0, as: UTF8.self).trimmingSpaces }
         }
         if readOnly {
-            guard let known = try database.withTransaction({ () throws(AgentError) in try database.cart(id) }), readMarker() == known.syncId else {
+            guard let known = try database.withReadTransaction({ () throws(AgentError) in try database.cart(id) }), readMarker() == known.syncId else {
                 throw .missingInput("\(shown): cart \(id) is not adopted yet (the agent adopts it, or any command but status and wait: basket-sync -C \(shown) sync)")
             }
             return Store(database: database, cart: known.number, directory: shown, signalPath: "", folder: folder)
+        }
+        // A cart known and marked as it: read without the write lock (committed rows and a
+        // marker written before their commit say the same under it).
+        if let known = try database.withReadTransaction({ () throws(AgentError) in try database.cart(id) }), readMarker() == known.syncId {
+            let store = Store(database: database, cart: known.number, directory: shown, signalPath: "", folder: folder)
+            try Tree.makeInbox(store)
+            return store
         }
         let store = try database.withTransaction { () throws(AgentError) in
             // Read under the database's lock: a process adopting the cart at the same time wrote
@@ -176,51 +183,57 @@ final class Tree {
 
     /// Adopts together the carts among `ids` that are plainly new — unknown to the tree, no
     /// marker, no records, no folder of basket-sync's own — as a first pass over many new carts
-    /// meets them: up to 128 in one transaction (their folders held open until it commits), their markers written without an fsync each
+    /// meets them: up to 1,024 in one transaction, their markers written without an fsync each
     /// and made durable together (one `syncfs`) before the commit, as ``cartStore(_:create:)``
     /// writes a marker before its commit. Anything else, and any cart that fails here, is left to
     /// ``cartStore(_:create:)``, one by one.
     func adoptNew(_ ids: [String]) {
-        guard let known = try? database.withTransaction({ () throws(AgentError) in try database.carts() }) else { return }
+        guard let known = try? database.withReadTransaction({ () throws(AgentError) in try database.carts() }) else { return }
         let unknown = ids.filter { known[$0] == nil }
         guard unknown.count > 1 else { return }
-        // In chunks: each chunk's folders are held open until its commit (as many as the
-        // descriptor limit leaves room for, 128 at most).
-        let chunkSize = max(2, min(128, (Posix.raiseDescriptorLimit() - 32) / 2))
+        // Up to 1,024 carts a commit (one syncfs makes their markers durable), their folders
+        // opened 128 at a time at most (fewer when the descriptor limit is low): each part's
+        // folders are let go once its markers are written.
+        let partSize = max(2, min(128, (Posix.raiseDescriptorLimit() - 32) / 2))
         var start = unknown.startIndex
         while start < unknown.endIndex {
-            let slice = unknown[start..<min(start + chunkSize, unknown.endIndex)]
+            let slice = unknown[start..<min(start + 1_024, unknown.endIndex)]
             start = slice.endIndex
-            // Each folder opened once, never through a link: the checks and the marker go through it.
-            let chunk: [(id: String, folder: CartFolder)] = slice.compactMap { id in
-                guard let folder = try? CartFolder("\(root)/\(id)") else { return nil }
-                let plain = Posix.info("\(folder.path)/\(Layout.cartMarker)", follow: false) == nil
-                    && Posix.info("\(folder.path)/\(Layout.stateDirectory)", follow: false) == nil && Tree.refusal(folder, root: root) == nil
-                return plain ? (id, folder) : nil
-            }
-            guard !chunk.isEmpty else { continue }
             var made: [Store] = []
             let adopted: Void? = try? database.withTransaction { () throws(AgentError) in
-                for (id, folder) in chunk {
-                    let marker = "\(folder.path)/\(Layout.cartMarker)"
-                    // Adopted meanwhile by another process, or a marker put there since: one by one.
-                    guard try database.cart(id) == nil, Posix.info(marker, follow: false) == nil else { continue }
-                    let (store, syncId) = try addCartRows(id, folder: folder, adopting: nil)
-                    do throws(SystemError) {
-                        let fd = try Posix.open(marker, [.writeOnly, .create, .exclusive], mode: Posix.sharedFileMode)
-                        defer { Posix.close(fd) }
-                        try Posix.writeAll(fd, Array("\(syncId)\n".utf8), at: 0, path: marker)
-                    } catch {
-                        throw .system(error)
+                made = []
+                var next = slice.startIndex
+                while next < slice.endIndex {
+                    let part = slice[next..<min(next + partSize, slice.endIndex)]
+                    next = part.endIndex
+                    // Each folder opened once, never through a link: the checks and the marker go through it.
+                    let chunk: [(id: String, folder: CartFolder)] = part.compactMap { id in
+                        guard let folder = try? CartFolder("\(root)/\(id)") else { return nil }
+                        let plain = Posix.info("\(folder.path)/\(Layout.cartMarker)", follow: false) == nil
+                            && Posix.info("\(folder.path)/\(Layout.stateDirectory)", follow: false) == nil && Tree.refusal(folder, root: root) == nil
+                        return plain ? (id, folder) : nil
                     }
-                    made.append(store)
+                    for (id, folder) in chunk {
+                        let marker = "\(folder.path)/\(Layout.cartMarker)"
+                        // Adopted meanwhile by another process, or a marker put there since: one by one.
+                        guard try database.cart(id) == nil, Posix.info(marker, follow: false) == nil else { continue }
+                        let (store, syncId) = try addCartRows(id, folder: folder, adopting: nil)
+                        do throws(SystemError) {
+                            let fd = try Posix.open(marker, [.writeOnly, .create, .exclusive], mode: Posix.sharedFileMode)
+                            defer { Posix.close(fd) }
+                            try Posix.writeAll(fd, Array("\(syncId)\n".utf8), at: 0, path: marker)
+                        } catch {
+                            throw .system(error)
+                        }
+                        made.append(store.unpinned)
+                    }
                 }
                 // Every marker durable before the rows that name them commit.
                 if !made.isEmpty {
                     do throws(SystemError) { try Posix.syncFileSystem(of: root) } catch { throw .system(error) }
                 }
             }
-            // A chunk that failed leaves markers its rolled-back rows do not know: they are
+            // A commit that failed leaves markers its rolled-back rows do not know: they are
             // taken as made again, one by one, by cartStore.
             guard adopted != nil else { continue }
             for store in made { try? Tree.makeInbox(store) }
@@ -256,7 +269,7 @@ final class Tree {
     /// of the moment (no descriptor left, an I/O error) is taken to match: only a marker read,
     /// or a folder or marker that is not there (or not a folder, not a file), says otherwise.
     func markerMatches(_ id: String, number: Int64) -> Bool {
-        guard let known = try? database.withTransaction({ () throws(AgentError) in try database.cart(id) }), known.number == number else { return false }
+        guard let known = try? database.withReadTransaction({ () throws(AgentError) in try database.cart(id) }), known.number == number else { return false }
         let marker: [UInt8]?
         do {
             marker = try Posix.withPinnedFolders(base: root, relative: "\(id)/\(Layout.cartMarker)") { (pinned) throws(AgentError) in

@@ -514,7 +514,7 @@ public final class SyncEngine {
 
     /// Reads the next pending-window deadline again, as committed by any process.
     public func refreshDeadline() throws(AgentError) {
-        nextDeadline = try store.withTransaction { () throws(AgentError) in try store.nextDeadline() }
+        nextDeadline = try store.database.withReadTransaction { () throws(AgentError) in try store.nextDeadline() }
     }
 
     /// The state as committed now.
