@@ -217,15 +217,20 @@ final class Tree {
                         let marker = "\(folder.path)/\(Layout.cartMarker)"
                         // Adopted meanwhile by another process, or a marker put there since: one by one.
                         guard try database.cart(id) == nil, Posix.info(marker, follow: false) == nil else { continue }
-                        let (store, syncId) = try addCartRows(id, folder: folder, adopting: nil)
-                        do throws(SystemError) {
-                            let fd = try Posix.open(marker, [.writeOnly, .create, .exclusive], mode: Posix.sharedFileMode)
-                            defer { Posix.close(fd) }
-                            try Posix.writeAll(fd, Array("\(syncId)\n".utf8), at: 0, path: marker)
-                        } catch {
-                            throw .system(error)
+                        // A cart that fails here (a folder it cannot write in) is undone alone and
+                        // left to cartStore, which says why; the others go on.
+                        let store: Store? = try? database.withSavepoint { () throws(AgentError) -> Store in
+                            let (store, syncId) = try addCartRows(id, folder: folder, adopting: nil)
+                            do throws(SystemError) {
+                                let fd = try Posix.open(marker, [.writeOnly, .create, .exclusive], mode: Posix.sharedFileMode)
+                                defer { Posix.close(fd) }
+                                try Posix.writeAll(fd, Array("\(syncId)\n".utf8), at: 0, path: marker)
+                            } catch {
+                                throw .system(error)
+                            }
+                            return store
                         }
-                        made.append(store.unpinned)
+                        if let store { made.append(store.unpinned) }
                     }
                 }
                 // Every marker durable before the rows that name them commit.
