@@ -203,7 +203,6 @@ extension Commands {
             for (id, engine) in alone {
                 do throws(AgentError) { outcomes[id] = .success(try pass(engine, flushingNow: false)) } catch { outcomes[id] = .failure(error.named) }
             }
-            tree.database.writeGivenWaiting()
         }
         /// The outcomes so far, in the carts' order, their lines handed to the flush.
         func report(_ done: ArraySlice<String>) {
@@ -222,8 +221,6 @@ extension Commands {
             }
         }
         var reported = ids.startIndex
-        // What the carts' files were given: noted in one commit a group, not one each.
-        tree.database.deferringGiven { () -> Void in
         for (index, id) in ids.enumerated() {
             do throws(AgentError) {
                 let engine = SyncEngine(store: try tree.cartStore(id, create: false), configuration: tree.configuration,
@@ -245,7 +242,6 @@ extension Commands {
                 // again), and on the carts' folders held open until their lines are flushed.
                 if together.entries.count >= 4_096 || held >= heldBound { flush() }
             }
-        }
         }
         flush()
         return summary

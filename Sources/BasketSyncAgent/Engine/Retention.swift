@@ -43,8 +43,7 @@ extension SyncEngine {
             let outbox = try store.loadState().outboxRetention
             for projection in Projection.allCases {
                 // Below what the file was given, and below the last record.
-                // As committed: a note still waiting to be written is not yet what a crash keeps.
-                let bound = min(try store.committedGiven(projection)?.seq ?? 0, try store.lastSeq(projection))
+                let bound = min(try store.given(projection)?.seq ?? 0, try store.lastSeq(projection))
                 let removed = try store.removeRecords(projection, below: bound, keeping: projection == .outbox ? outbox.unechoed : [], activeSince: cutoff, limit: limit) { seq, line in
                     guard let at = RecordFormat.at(ofLine: line), at < cutoff else { return false }
                     return projection != .outbox || outbox.mayRemove(seq)

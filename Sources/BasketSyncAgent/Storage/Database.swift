@@ -29,9 +29,6 @@ final class Database {
     /// one may hold what it undid.
     private(set) var rollbacks = 0
     private var statements: [String: SQLiteConnection.Statement] = [:]
-    /// What files were given, noted by this process and not written yet (see
-    /// ``deferringGiven(_:)``); nil when each note is written at once.
-    var givenWaiting: [GivenKey: AppendCursor]?
 
     /// The layout this version writes: 2 keeps the ids of orders and transfers in tables, and the
     /// host cart beside the state, not in it; 3 gives every row its cart (a tree of carts).
@@ -240,37 +237,6 @@ final class Database {
         }
     }
 
-    /// Runs `body` with the notes of what files were given kept in memory, written together by
-    /// ``writeGivenWaiting()`` (and when `body` ends) in one transaction instead of one each:
-    /// many carts passed in a row (`sync` on a tree's root). A note is a hint that a crash may
-    /// take back at no cost — the next catch-up reads the file's end and goes by `seq` — so
-    /// keeping it a moment longer changes nothing but the count of commits.
-    func deferringGiven(_ body: () -> Void) {
-        givenWaiting = [:]
-        body()
-        writeGivenWaiting()
-        givenWaiting = nil
-    }
-
-    /// Writes the notes waiting (see ``deferringGiven(_:)``) in one transaction without an fsync
-    /// of its own; lost when it fails, as a crash would lose them.
-    func writeGivenWaiting() {
-        guard let waiting = givenWaiting, !waiting.isEmpty else { return }
-        givenWaiting = [:]
-        try? connection.execute("PRAGMA synchronous=NORMAL")
-        defer { try? connection.execute("PRAGMA synchronous=FULL") }
-        _ = try? withTransaction { () throws(AgentError) in
-            let statement = try cached("INSERT INTO meta(cart, key, value) VALUES(?, ?, ?) ON CONFLICT(cart, key) DO UPDATE SET value = excluded.value")
-            for (key, given) in waiting.sorted(by: { ($0.key.cart, $0.key.projection.rawValue) < ($1.key.cart, $1.key.projection.rawValue) }) {
-                defer { statement.reset() }
-                statement.bind(1, key.cart)
-                statement.bind(2, MetaKey.given(key.projection).text)
-                statement.bind(3, Array(given.text.utf8))
-                _ = try statement.step()
-            }
-        }
-    }
-
     /// Runs `body`, which only reads, in one deferred transaction: a snapshot of the database as
     /// committed, without taking the write lock (and so without waiting for a writer).
     func withReadTransaction<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
@@ -367,7 +333,6 @@ final class Database {
 
     /// Ends cart `number`: every row of it goes (in the caller's transaction).
     func removeCart(_ number: Int64) throws(AgentError) {
-        givenWaiting = givenWaiting?.filter { $0.key.cart != number }
         for table in Table.allCases where table.holdsCartRows {
             let statement = try cached("DELETE FROM \(table.rawValue) WHERE cart = ?")
             defer { statement.reset() }
@@ -383,9 +348,3 @@ final class Database {
 
 /// The rows of one cart in the ``Database``: its library state, every record of the three
 /// projections, the inbox ids already taken, and the reports. The single source of truth of the
-
-/// Which cart's file a note of what it was given is about.
-struct GivenKey: Hashable {
-    let cart: Int64
-    let projection: Projection
-}

@@ -86,15 +86,8 @@ extension Store {
 
     // MARK: What the JSON Lines files were given
 
-    /// What a JSON Lines file was given, as last remembered (by this process, when its note
-    /// waits to be written with others: see ``Database/deferringGiven(_:)``).
+    /// What a JSON Lines file was given, as last remembered.
     func given(_ projection: Projection) throws(AgentError) -> AppendCursor? {
-        if let waiting = database.givenWaiting?[GivenKey(cart: cart, projection: projection)] { return waiting }
-        return try committedGiven(projection)
-    }
-
-    /// What a JSON Lines file was given, as the database holds it.
-    func committedGiven(_ projection: Projection) throws(AgentError) -> AppendCursor? {
         guard let blob = try metaBlob(.given(projection)) else { return nil }
         return AppendCursor(text: String(decoding: blob, as: UTF8.self))
     }
@@ -103,26 +96,18 @@ extension Store {
     /// record through `seq`, as no file in particular: the next catch-up reads the file's end (a
     /// torn tail is cut), and a file that no longer holds them (rotated away) starts after them.
     func adoptGiven(_ projection: Projection, seq: UInt64) throws(AgentError) {
-        database.givenWaiting?[GivenKey(cart: cart, projection: projection)] = nil
         try setMeta(.given(projection), Array("0 0 0 \(seq)".utf8))
     }
 
     /// Remembers what a file was given. Written without its own fsync (`synchronous=NORMAL`): the
     /// next commit makes it durable; a crash before loses only this note, and the file's own last
     /// record line says the same.
-    /// While notes are deferred, it waits to be written with the others.
     func setGiven(_ projection: Projection, _ given: AppendCursor) throws(AgentError) {
-        if database.givenWaiting != nil {
-            database.givenWaiting![GivenKey(cart: cart, projection: projection)] = given
-            return
-        }
         try withQuickTransaction { () throws(AgentError) in try noteGiven(projection, given) }
     }
 
-    /// Remembers what a file was given, inside the caller's transaction (a note of it waiting is
-    /// replaced: this one was made from it).
+    /// Remembers what a file was given, inside the caller's transaction.
     func noteGiven(_ projection: Projection, _ given: AppendCursor) throws(AgentError) {
-        database.givenWaiting?[GivenKey(cart: cart, projection: projection)] = nil
         try setMeta(.given(projection), Array(given.text.utf8))
     }
 
