@@ -22,18 +22,34 @@ extension SyncEngine {
     /// group of waiting events read and checked.
     func prepareGroupedPass() throws(AgentError) -> GroupedPass {
         try learnDeadline()
-        try publishAll()
-        try refreshDeadline()
-        var summary = PassSummary()
-        let (inbox, waiting) = try openInbox(seen: [], into: &summary.inbox)
-        let read = try readGroup(waiting.prefix(SyncEngine.inboxGroupSize), from: inbox, into: &summary.inbox)
-        return GroupedPass(inbox: read.events.isEmpty ? nil : inbox, waiting: waiting, read: read, summary: summary)
+        // A new cart's files, made empty here, are noted in the group's transaction rather than
+        // in a commit each.
+        emptyNotes = [:]
+        do {
+            try publishAll()
+            if emptyNotes?.isEmpty ?? true { emptyNotes = nil }
+            try refreshDeadline()
+            var summary = PassSummary()
+            let (inbox, waiting) = try openInbox(seen: [], into: &summary.inbox)
+            let read = try readGroup(waiting.prefix(SyncEngine.inboxGroupSize), from: inbox, into: &summary.inbox)
+            return GroupedPass(inbox: read.events.isEmpty ? nil : inbox, waiting: waiting, read: read, summary: summary)
+        } catch {
+            emptyNotes = nil  // its files are noted by the next catch-up, as for a new file
+            throw error
+        }
     }
 
     /// Inside the group's transaction (under the caller's savepoint: a cart that fails is undone
     /// alone): the events taken, then the cart read and run — unless more events wait than one
     /// group, whose cart is read after all of them by ``finishGroupedPass(_:)``.
     func groupedPassInTransaction(_ pass: inout GroupedPass) throws(AgentError) {
+        // Only where no note is yet: one written meanwhile by another process is newer. A note
+        // of an empty file given nothing says what no note says (start after record 0), so one
+        // lost with this transaction costs nothing.
+        if let notes = emptyNotes {
+            emptyNotes = nil
+            for (projection, given) in notes { try store.noteGivenUnlessNoted(projection, given) }
+        }
         if !pass.read.events.isEmpty { pass.taken = try takeGroupInTransaction(pass.read) }
         if pass.read.consumed == pass.waiting.count { pass.cart = try readCartInTransaction() }
     }

@@ -49,6 +49,9 @@ public final class SyncEngine {
     /// The entries a budget left waiting, in delivery order: the next pass goes on with them
     /// before listing `new/` again.
     var inboxBacklog: ArraySlice<String> = []
+    /// The notes of files given nothing, empty, kept for the group's transaction while a grouped
+    /// pass is prepared (nil otherwise).
+    var emptyNotes: [Projection: AppendCursor]?
 
     /// Opens the sync directory's database (creating it when `create`) and reads the configuration.
     /// In a cart of a tree (`-C ROOT/ID`), the tree's database and settings; `makeCart` makes the
@@ -411,7 +414,11 @@ public final class SyncEngine {
         return try file.catchUp(
             lock: { () throws(AgentError) in try store.lock(Layout.projectionsLock) },
             loadGiven: { () throws(AgentError) in try store.given(projection) },
-            saveGiven: { (given) throws(AgentError) in try store.setGiven(projection, given) },
+            saveGiven: { (given) throws(AgentError) in
+                // A file given nothing, empty: its note waits for the group's transaction when
+                // one is coming (see ``GroupedPass``).
+                if emptyNotes != nil, given.seq == 0, given.size == 0 { emptyNotes![projection] = given } else { try store.setGiven(projection, given) }
+            },
             lastDatabaseSeq: { () throws(AgentError) in try store.lastSeq(projection) },
             recordAt: { (seq) throws(AgentError) in try store.line(projection, seq: seq) },
             isRecord: { line in

@@ -111,6 +111,17 @@ extension Store {
         try setMeta(.given(projection), Array(given.text.utf8))
     }
 
+    /// Remembers what a file was given, inside the caller's transaction, unless a note of it is
+    /// there already.
+    func noteGivenUnlessNoted(_ projection: Projection, _ given: AppendCursor) throws(AgentError) {
+        let statement = try cached("INSERT INTO meta(cart, key, value) VALUES(?, ?, ?) ON CONFLICT(cart, key) DO NOTHING")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, MetaKey.given(projection).text)
+        statement.bind(3, Array(given.text.utf8))
+        _ = try statement.step()
+    }
+
     /// A transaction whose commit has no fsync of its own (`synchronous=NORMAL`): durable with the
     /// next commit that has one. For notes that a crash may take back at no cost.
     func withQuickTransaction<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
