@@ -715,8 +715,9 @@ extension TreeTests {
                 #expect(grouped.names("\(id)/\(folder)") == alone.names("\(id)/\(folder)"), "\(context): \(id)/\(folder)")
             }
         }
-        // What each file was given is written down as the file is (the notes of a group are
-        // written together): the next pass finds every file as given, with nothing to read back.
+        // What each file was given is written down as the file is (a new cart's empty files
+        // noted in the group's transaction): the next pass finds every file as given, with
+        // nothing to read back.
         let notes = grouped.databaseRows("SELECT carts.id, meta.key, meta.value FROM meta JOIN carts ON carts.n = meta.cart WHERE meta.key LIKE 'given.%'")
         for id in ids where outcomes[id] == "pass" {
             for projection in ["outbox", "notifications", "payments"] {

@@ -130,33 +130,34 @@ final class Tree {
         let readMarker = { () -> String? in
             (try? Posix.readFile(marker, limit: 64)).flatMap { $0 }.map { String(decoding: $0, as: UTF8.self).trimmingSpaces }
         }
-        if readOnly {
-            guard let known = try database.withReadTransaction({ () throws(AgentError) in try database.cart(id) }), readMarker() == known.syncId else {
-                throw .missingInput("\(shown): cart \(id) is not adopted yet (the agent adopts it, or any command but status and wait: basket-sync -C \(shown) sync)")
-            }
-            return Store(database: database, cart: known.number, directory: shown, signalPath: "", folder: folder)
-        }
         // A cart known and marked as it: read without the write lock (committed rows and a
         // marker written before their commit say the same under it).
-        if let known = try database.withReadTransaction({ () throws(AgentError) in try database.cart(id) }), readMarker() == known.syncId {
-            let store = Store(database: database, cart: known.number, directory: shown, signalPath: "", folder: folder)
-            try Tree.makeInbox(store)
-            return store
-        }
-        let store = try database.withTransaction { () throws(AgentError) in
-            // Read under the database's lock: a process adopting the cart at the same time wrote
-            // the marker before it committed.
-            if let known = try database.cart(id), readMarker() == known.syncId {
-                return Store(database: database, cart: known.number, directory: shown, signalPath: "", folder: folder)
+        let marked = try database.withReadTransaction { () throws(AgentError) in try database.cart(id) }.flatMap { readMarker() == $0.syncId ? $0 : nil }
+        if readOnly {
+            guard let marked else {
+                throw .missingInput("\(shown): cart \(id) is not adopted yet (the agent adopts it, or any command but status and wait: basket-sync -C \(shown) sync)")
             }
-            // A directory new to the tree, or made again (no marker, or another cart's). One that
-            // holds records is not a new cart: refused before anything changes.
-            if adopting == nil, let refusal = Tree.refusal(folder, root: root) { throw .refused(refusal) }
-            // The old cart of this id, if any, ends with every row of it.
-            if let known = try database.cart(id) { try database.removeCart(known.number) }
-            let (store, syncId) = try addCartRows(id, folder: folder, adopting: adopting)
-            do throws(SystemError) { try Posix.writeFileAtomically(marker, Array("\(syncId)\n".utf8), replacing: true) } catch { throw .system(error) }
-            return store
+            return Store(database: database, cart: marked.number, directory: shown, signalPath: "", folder: folder)
+        }
+        let store: Store
+        if let marked {
+            store = Store(database: database, cart: marked.number, directory: shown, signalPath: "", folder: folder)
+        } else {
+            store = try database.withTransaction { () throws(AgentError) in
+                // Read under the database's lock: a process adopting the cart at the same time wrote
+                // the marker before it committed.
+                if let known = try database.cart(id), readMarker() == known.syncId {
+                    return Store(database: database, cart: known.number, directory: shown, signalPath: "", folder: folder)
+                }
+                // A directory new to the tree, or made again (no marker, or another cart's). One that
+                // holds records is not a new cart: refused before anything changes.
+                if adopting == nil, let refusal = Tree.refusal(folder, root: root) { throw .refused(refusal) }
+                // The old cart of this id, if any, ends with every row of it.
+                if let known = try database.cart(id) { try database.removeCart(known.number) }
+                let (store, syncId) = try addCartRows(id, folder: folder, adopting: adopting)
+                do throws(SystemError) { try Posix.writeFileAtomically(marker, Array("\(syncId)\n".utf8), replacing: true) } catch { throw .system(error) }
+                return store
+            }
         }
         // The cart is the tree's from here on, whatever its folders: a folder that cannot be made
         // is this cart's error (reported, retried), never a reason to forget it.

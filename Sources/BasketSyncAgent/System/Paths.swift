@@ -17,11 +17,11 @@ extension Posix {
         return nil
     }
 
-    /// Seconds on the monotonic clock (never set back).
     /// The parent of this process when it started (read first thing by `main`): a `wait`
     /// whose parent is another one now was left by the process that started it.
     package static let parentAtStart: pid_t = getppid()
 
+    /// Seconds on the monotonic clock (never set back).
     package static func monotonicSeconds() -> Double {
         var now = timespec()
         clock_gettime(CLOCK_MONOTONIC, &now)
