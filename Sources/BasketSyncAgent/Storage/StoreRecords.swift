@@ -67,7 +67,9 @@ extension Store {
     /// The last seq that existed when the cart version `identity` (nil: no cart) appeared: a
     /// version already on disk when record N was committed was written before it (N − 1); any
     /// other appeared after every record (`lastSeq`). What that version can acknowledge or echo.
-    func writtenThrough(cart identity: FileIdentity?, lastSeq: UInt64, showsTheCartTaken: Bool) throws(AgentError) -> UInt64 {
+    /// `showsTheCartTaken` (a tally of the whole cart) is asked only when the times alone cannot
+    /// tell.
+    func writtenThrough(cart identity: FileIdentity?, lastSeq: UInt64, showsTheCartTaken: @autoclosure () -> Bool) throws(AgentError) -> UInt64 {
         guard let observed = try cartAtBatch() else { return lastSeq }
         // The same version: device, inode, size and both times. Only the change time moved (a
         // chmod, a chown, a new hard link — or a write in place that kept the modification time
@@ -75,7 +77,7 @@ extension Store {
         // the lines last taken, a new one when it does not.
         let same = observed.identity == identity || observed.identity.map { old in
             identity.map { $0.device == old.device && $0.inode == old.inode && $0.size == old.size && $0.modified == old.modified } ?? false
-        } == true && showsTheCartTaken
+        } == true && showsTheCartTaken()
         return same ? min(observed.seq - 1, lastSeq) : lastSeq
     }
 
