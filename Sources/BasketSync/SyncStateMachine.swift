@@ -156,7 +156,20 @@ public struct SyncStateMachine: Sendable {
         _ products: [RetailerProduct], syncedThrough: UInt64?, outboxSeqWhenWritten: UInt64? = nil, at now: Date
     ) throws(SyncInputError) -> [SyncEffect] {
         let cart = try products.validatedAbsolute()
-        return step(at: now) { $0.takeCart(cart, syncedThrough: syncedThrough, echoableThrough: outboxSeqWhenWritten, at: now) }
+        // Lines at 0 are not kept (most carts have none: the tally is taken as it is).
+        let summed = cart.quantities.values.contains(0) ? cart.quantities.filter { $0.value > 0 } : cart.quantities
+        return step(at: now) { $0.takeCart(summed, ids: cart.order, syncedThrough: syncedThrough, echoableThrough: outboxSeqWhenWritten, at: now) }
+    }
+
+    /// ``retailerBasketChanged(_:syncedThrough:outboxSeqWhenWritten:at:)`` for lines whose sums
+    /// are known already: an agent reading a large cart by its changed lines keeps the sums from
+    /// one version to the next instead of adding up every line again. `summed` must be what the
+    /// lines add up to per id, the ids at 0 left out, and the lines valid (ids not empty,
+    /// quantities not negative) — as a cart reader that refuses anything else gives them.
+    package mutating func retailerBasketChanged(
+        lines: [RetailerProduct], summed: [ExactID: Int], syncedThrough: UInt64?, outboxSeqWhenWritten: UInt64?, at now: Date
+    ) -> [SyncEffect] {
+        step(at: now) { $0.takeCart(summed, ids: lines.lazy.map { ExactID($0.id) }, syncedThrough: syncedThrough, echoableThrough: outboxSeqWhenWritten, at: now) }
     }
 
     /// The reference host (`basket-sync apply`) applied the outbox through `seq` and wrote it in
@@ -378,7 +391,11 @@ public struct SyncStateMachine: Sendable {
         return (kept, clamped)
     }
 
-    private mutating func takeCart(_ cart: ProductTally, syncedThrough: UInt64?, echoableThrough: UInt64?, at now: Date) -> [SyncEffect] {
+    /// Takes the host cart `newCart` (quantities by id, none at 0), whose lines have the ids
+    /// `ids` in file order (an id may come again).
+    private mutating func takeCart(
+        _ newCart: [ExactID: Int], ids: some Sequence<ExactID>, syncedThrough: UInt64?, echoableThrough: UInt64?, at now: Date
+    ) -> [SyncEffect] {
         var effects: [SyncEffect] = []
         // A cart written before a batch existed cannot echo it (a legacy host's cart may already
         // hold what the batch adds).
@@ -387,8 +404,6 @@ public struct SyncStateMachine: Sendable {
         // was behind it, applied or skipped — none of them can come late any more.
         let passed = state.echoedAhead ?? 0
         let previousCart = state.hostCart ?? [:]
-        // Lines at 0 are not kept (most carts have none: the tally is taken as it is).
-        let newCart = cart.quantities.values.contains(0) ? cart.quantities.filter { $0.value > 0 } : cart.quantities
         state.hostCart = newCart
 
         let settleCount: Int
@@ -445,13 +460,24 @@ public struct SyncStateMachine: Sendable {
             if room > 0 { state.shareFollowedAhead[id, default: 0] += min(quantity - inCart, room) }
         }
 
+        // The Mealz lines in the order they first appear in the cart. Few (the usual case), they
+        // are found along the cart by comparing bytes — cheaper than hashing every line of a
+        // large cart — and the walk ends once each is found.
         let related = mealzRelatedIds
-        // Few Mealz lines (the usual case) are found along the cart by comparing bytes, which is
-        // cheaper than hashing every line of a large cart.
-        let few = related.count <= 16 ? Array(related) : nil
-        let list = cart.order.compactMap { id -> RetailerProduct? in
-            guard few?.contains(id) ?? related.contains(id), let quantity = newCart[id] else { return nil }
-            return RetailerProduct(id: id.string, quantity: quantity)
+        var list: [RetailerProduct] = []
+        if related.count <= 16 {
+            var left = Array(related).filter { newCart[$0] != nil }
+            for id in ids {
+                if left.isEmpty { break }
+                guard let index = left.firstIndex(of: id) else { continue }
+                left.remove(at: index)
+                list.append(RetailerProduct(id: id.string, quantity: newCart[id]!))
+            }
+        } else {
+            var listed: Set<ExactID> = []
+            for id in ids where related.contains(id) && listed.insert(id).inserted {
+                if let quantity = newCart[id] { list.append(RetailerProduct(id: id.string, quantity: quantity)) }
+            }
         }
         let listMap = Dictionary(uniqueKeysWithValues: list.map { (ExactID($0.id), $0.quantity) })
         if state.lastNotified != listMap || state.lastNotifiedSyncedThrough != state.hostSyncedThrough {

@@ -1,4 +1,5 @@
 import BasketSync
+import Glibc
 
 /// The fast path of ``CartFormat/decode(_:keys:limits:)``: one pass over the bytes straight into
 /// the cart's lines, with no JSON tree — what a large cart (100,000 lines) needs.
@@ -16,6 +17,61 @@ package enum CartStream {
             var reader = Reader(bytes: buffer, keys: KeyBytes(keys), limits: limits)
             return reader.cart()
         }
+    }
+
+    /// The cart, read knowing the version before (`previous`, what the last read of this cart
+    /// kept): a line whose bytes are those of a line of that version, where the lines still
+    /// follow each other as they did, is that line, without being parsed again. The cart is what
+    /// ``decode(_:keys:limits:)`` reads (a line object's parse depends on its bytes, the keys
+    /// and the limits alone), with what the next read needs and the lines that changed: the
+    /// lines of `previous` no longer there, the lines that are new (nil without a usable
+    /// `previous`). Nil when the tree decoder must read it.
+    package static func decode(_ bytes: [UInt8], keys: CartKeys, limits: InputLimits, after previous: CartLayout?) -> (cart: HostCart, layout: CartLayout, change: LineChange?)? {
+        guard bytes.count < Int(UInt32.max) else { return nil }
+        func read(after previous: Reader.Previous?) -> (cart: HostCart, layout: CartLayout, change: LineChange?)? {
+            bytes.withUnsafeBufferPointer { buffer in
+                var reader = Reader(bytes: buffer, keys: KeyBytes(keys), limits: limits)
+                reader.laysOut = true
+                reader.previous = previous
+                guard let cart = reader.cart() else { return nil }
+                // The lines of the version before after the last one matched are gone.
+                if let previous, reader.next < previous.lines.count { reader.change.removed.append(contentsOf: previous.lines[reader.next...]) }
+                let layout = CartLayout(bytes: bytes, lines: cart.products, starts: reader.starts, ends: reader.ends, keys: keys, limits: limits)
+                return (cart, layout, previous == nil ? nil : reader.change)
+            }
+        }
+        guard let previous, previous.keys == keys, previous.limits == limits else { return read(after: nil) }
+        return previous.bytes.withUnsafeBufferPointer { before in
+            previous.lines.withUnsafeBufferPointer { lines in
+                previous.starts.withUnsafeBufferPointer { starts in
+                    previous.ends.withUnsafeBufferPointer { ends in
+                        read(after: Reader.Previous(bytes: before, lines: lines, starts: starts, ends: ends))
+                    }
+                }
+            }
+        }
+    }
+
+    /// What a read of a cart keeps for the next: its bytes, where each line object lies in
+    /// them, its lines, and the keys and limits it was read with.
+    package struct CartLayout: Sendable {
+        /// The bytes read.
+        package let bytes: [UInt8]
+        /// The lines, in file order.
+        package let lines: [RetailerProduct]
+        let starts: [UInt32]
+        let ends: [UInt32]
+        let keys: CartKeys
+        let limits: InputLimits
+    }
+
+    /// The lines of the version before that are gone, and the lines that are new (a line whose
+    /// quantity changed is one of each).
+    package struct LineChange: Sendable {
+        /// Lines of the version before no longer in the cart.
+        package var removed: [RetailerProduct] = []
+        /// Lines not in the version before, or not where they were.
+        package var added: [RetailerProduct] = []
     }
 
     /// The key names as bytes, compared without making strings.
@@ -38,6 +94,49 @@ package enum CartStream {
         let keys: KeyBytes
         let limits: InputLimits
         var index = 0
+        /// Whether the read notes where each line lies (``CartLayout``).
+        var laysOut = false
+        var starts: [UInt32] = []
+        var ends: [UInt32] = []
+        /// The version before, when the read goes by it.
+        var previous: Previous?
+        /// The next line of the version before not yet matched or passed.
+        var next = 0
+        var change = LineChange()
+
+        /// The version before, as the read looks at it (no reference counted on each line).
+        struct Previous {
+            let bytes: UnsafeBufferPointer<UInt8>
+            let lines: UnsafeBufferPointer<RetailerProduct>
+            let starts: UnsafeBufferPointer<UInt32>
+            let ends: UnsafeBufferPointer<UInt32>
+        }
+
+        /// How many lines of the version before are looked at past the next one for the line at
+        /// `index` (a line removed, or a few), before it is read as a new line.
+        static let lookahead = 8
+
+        /// The line of the version before whose bytes are those at `index`, taken as it was: the
+        /// next one, or one of the few after it (those passed are gone). Nil when none is.
+        mutating func matchedLine() -> RetailerProduct? {
+            guard let previous else { return nil }
+            let last = min(previous.lines.count, next + 1 + Self.lookahead)
+            var candidate = next
+            while candidate < last {
+                let start = Int(previous.starts[candidate])
+                let count = Int(previous.ends[candidate]) - start
+                if index + count <= bytes.count, memcmp(bytes.baseAddress! + index, previous.bytes.baseAddress! + start, count) == 0 {
+                    if candidate > next { change.removed.append(contentsOf: previous.lines[next..<candidate]) }
+                    next = candidate + 1
+                    starts.append(UInt32(index))
+                    index += count
+                    ends.append(UInt32(index))
+                    return previous.lines[candidate]
+                }
+                candidate += 1
+            }
+            return nil
+        }
 
         init(bytes: UnsafeBufferPointer<UInt8>, keys: KeyBytes, limits: InputLimits) {
             self.bytes = bytes
@@ -97,6 +196,10 @@ package enum CartStream {
             index += 1
             var products: [RetailerProduct] = []
             products.reserveCapacity(bytes.count / 32)
+            if laysOut {
+                starts.reserveCapacity(bytes.count / 32)
+                ends.reserveCapacity(bytes.count / 32)
+            }
             skipSpace()
             if peek(UInt8(ascii: "]")) {
                 index += 1
@@ -104,8 +207,21 @@ package enum CartStream {
             }
             while true {
                 skipSpace()
-                guard let product = line() else { return nil }
-                products.append(product)
+                if laysOut {
+                    if let same = matchedLine() {
+                        products.append(same)
+                    } else {
+                        let start = index
+                        guard let product = line() else { return nil }
+                        products.append(product)
+                        starts.append(UInt32(start))
+                        ends.append(UInt32(index))
+                        if previous != nil { change.added.append(product) }
+                    }
+                } else {
+                    guard let product = line() else { return nil }
+                    products.append(product)
+                }
                 skipSpace()
                 if peek(UInt8(ascii: ",")) { index += 1; continue }
                 guard peek(UInt8(ascii: "]")) else { return nil }

@@ -198,3 +198,50 @@ extension EngineTests {
         #expect(directory.lines("outbox.jsonl").count == 1)
     }
 }
+
+extension EngineTests {
+    /// A large cart is read by its changed lines and its host cart saved as its changes (the
+    /// whole cart written again once they are many): after every version the host cart is what
+    /// the contract says — per id, the sum of its lines' quantities, the ids at 0 left out — in
+    /// the engine and in an engine opened afresh on the database. Seeded versions: quantities
+    /// changed, lines added, removed, written twice or at 0, and now and then most lines at once.
+    @Test func aLargeCartReadByItsChangesKeepsTheHostCartTheLinesAddUpTo() throws {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        let directory = try Directory()
+        let sync = try engine(directory)
+        var lines: [(id: String, quantity: Int)] = (0..<3_000).map { ("sku-\($0 % 2_600)", Int.random(in: 0...9, using: &rng)) }
+        func model() -> [ExactID: Int] {
+            var sums: [ExactID: Int] = [:]
+            for line in lines { sums[ExactID(line.id), default: 0] += line.quantity }
+            return sums.filter { $0.value > 0 }
+        }
+        var savedAsChanges = 0, savedWhole = 0
+        for round in 0..<40 {
+            if round > 0 {
+                for _ in 0..<Int.random(in: 1...6, using: &rng) {
+                    let at = Int.random(in: 0..<lines.count, using: &rng)
+                    switch Int.random(in: 0..<6, using: &rng) {
+                    case 0: lines[at].quantity = Int.random(in: 0...9, using: &rng)
+                    case 1: lines.insert(("new-\(Int.random(in: 0...50, using: &rng))", Int.random(in: 0...9, using: &rng)), at: at)
+                    case 2: lines.remove(at: at)
+                    case 3: lines.insert(lines[at], at: Int.random(in: 0..<lines.count, using: &rng))
+                    case 4: lines[at].quantity = 0
+                    default: if Int.random(in: 0..<4, using: &rng) == 0 { for index in lines.indices where Bool.random(using: &rng) { lines[index].quantity = Int.random(in: 0...9, using: &rng) } }
+                    }
+                }
+            }
+            let text = "{\"products\": [" + lines.map { "{\"id\": \"\($0.id)\", \"quantity\": \($0.quantity)}" }.joined(separator: ",\n") + "]}"
+            try directory.write("cart.json.tmp", text)
+            #expect(rename("\(directory.path)/cart.json.tmp", "\(directory.path)/cart.json") == 0)
+            #expect(try sync.takeCart() != .missing)
+            #expect(try sync.currentState().hostCart == model(), "seed \(seed) round \(round)")
+            if try sync.store.metaBlob(.hostCartChanges) != nil { savedAsChanges += 1 } else { savedWhole += 1 }
+            if round % 8 == 7 {
+                #expect(try engine(directory).currentState().hostCart == model(), "seed \(seed) round \(round): the host cart read back from the database")
+            }
+        }
+        #expect(sync.largeCart != nil, "the cart was not read by its changes")
+        #expect(savedAsChanges > 10 && savedWhole > 0, "seed \(seed): \(savedAsChanges) versions saved as changes, \(savedWhole) whole")
+    }
+}

@@ -129,3 +129,125 @@ extension CartStreamTests {
         #expect(throws: JSONProblem.self) { try StateFormat.decodeQuantities([0x01, 0x05, 0x61]) }
     }
 }
+
+/// Reading a cart by the version before (its lines matched by their bytes) against reading it
+/// whole: seeded versions of a cart, each made from the one before by a few edits a host makes
+/// (a quantity changed, a line added, removed, moved or written twice, the spacing between lines,
+/// `syncedThrough`, another field) and sometimes a broken byte or other keys or limits. Each
+/// version reads exactly as a whole read does (or both give up), and the lines said removed and
+/// added turn the version before's lines into this version's, as a multiset.
+@Suite struct CartStreamByChangesTests {
+    static let rounds = Knobs.value("BASKET_SYNC_ROUNDS", default: 3_000) / 10
+
+    struct Version {
+        var lines: [String]
+        var separators: [String]
+        var syncedThrough: String?
+        var syncedFirst: Bool
+    }
+
+    static var otherKeys: CartKeys {
+        var keys = CartKeys()
+        (keys.products, keys.id, keys.quantity, keys.syncedThrough) = ("lignes", "sku", "qté", "vu")
+        return keys
+    }
+
+    static func line(_ rng: inout SplitMix64, keys: CartKeys) -> String {
+        let ids = ["sku-1", "sku-2", "A", "café", "cafe\u{301}", "é-ü", "😀", "x", "Z9", "sku-1 "]
+        let id = CartStreamTests.quoted(ids[Int.random(in: 0..<ids.count, using: &rng)] + String(Int.random(in: 0...30, using: &rng)))
+        var fields = ["\(CartStreamTests.quoted(keys.id)): \(id)", "\(CartStreamTests.quoted(keys.quantity)): \(Int.random(in: 0...5, using: &rng) == 0 ? 0 : Int.random(in: 1...40, using: &rng))"]
+        if Int.random(in: 0..<3, using: &rng) == 0 {
+            // Mostly what a host writes; now and then what the one-pass reader leaves to the tree decoder.
+            let label = Int.random(in: 0..<400, using: &rng) == 0 ? CartStreamTests.scalar(&rng) : ["\"Milk 1 L\"", "1.25", "true", "null"][Int.random(in: 0..<4, using: &rng)]
+            fields.append("\"label\": \(label)")
+        }
+        fields.shuffle(using: &rng)
+        return "{" + fields.joined(separator: Bool.random(using: &rng) ? ", " : ",") + "}"
+    }
+
+    static func separator(_ rng: inout SplitMix64) -> String { [",", ", ", ",\n  ", " ,"][Int.random(in: 0..<4, using: &rng)] }
+
+    static func render(_ version: Version, keys: CartKeys) -> [UInt8] {
+        var array = "["
+        for (index, line) in version.lines.enumerated() { array += (index == 0 ? "" : version.separators[index]) + line }
+        array += "]"
+        var members = ["\(CartStreamTests.quoted(keys.products)): \(array)"]
+        if let synced = version.syncedThrough {
+            let member = "\(CartStreamTests.quoted(keys.syncedThrough)): \(synced)"
+            if version.syncedFirst { members.insert(member, at: 0) } else { members.append(member) }
+        }
+        return Array(("{" + members.joined(separator: ", ") + "}").utf8)
+    }
+
+    static func edit(_ version: inout Version, _ rng: inout SplitMix64, keys: CartKeys) {
+        for _ in 0..<Int.random(in: 1...4, using: &rng) {
+            let count = version.lines.count
+            let at = Int.random(in: 0...max(0, count - 1), using: &rng)
+            switch Int.random(in: 0..<9, using: &rng) {
+            case 0 where count > 0: version.lines[at] = line(&rng, keys: keys)
+            case 1:
+                let position = Int.random(in: 0...count, using: &rng)
+                version.lines.insert(line(&rng, keys: keys), at: position)
+                version.separators.insert(separator(&rng), at: position)
+            case 2 where count > 0:
+                let run = min(count - at, Int.random(in: 1...12, using: &rng))
+                version.lines.removeSubrange(at..<at + run)
+                version.separators.removeSubrange(at..<at + run)
+            case 3 where count > 1:
+                let moved = version.lines.remove(at: at)
+                version.lines.insert(moved, at: Int.random(in: 0..<count, using: &rng))
+            case 4 where count > 0:
+                version.lines.insert(version.lines[at], at: Int.random(in: 0...count, using: &rng))
+                version.separators.insert(separator(&rng), at: 0)
+            case 5 where count > 0: version.separators[at] = separator(&rng)
+            case 6: version.syncedThrough = [nil, "null", String(Int.random(in: 0...99, using: &rng)), String(Int.random(in: 0...99, using: &rng)), "-1"][Int.random(in: 0..<5, using: &rng)]
+            case 7: version.syncedFirst.toggle()
+            default: break
+            }
+        }
+    }
+
+    @Test func aVersionReadByTheOneBeforeReadsAsAWholeRead() {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        var kept: CartStream.CartLayout?
+        var keys = CartKeys()
+        var limits = InputLimits()
+        var version = Version(lines: [], separators: [], syncedThrough: "1", syncedFirst: false)
+        for _ in 0..<Int.random(in: 50...200, using: &rng) {
+            version.lines.append(Self.line(&rng, keys: keys))
+            version.separators.append(Self.separator(&rng))
+        }
+        var byChanges = 0
+        for round in 0..<Self.rounds {
+            // Other keys now and then; a tighter limit for one version.
+            if Int.random(in: 0..<40, using: &rng) == 0 {
+                keys = keys == CartKeys() ? Self.otherKeys : CartKeys()
+                version.lines = version.lines.map { _ in Self.line(&rng, keys: keys) }
+            }
+            limits.maxIdBytes = Int.random(in: 0..<40, using: &rng) == 0 ? 6 : InputLimits().maxIdBytes
+            Self.edit(&version, &rng, keys: keys)
+            var bytes = Self.render(version, keys: keys)
+            if Int.random(in: 0..<15, using: &rng) == 0 {
+                bytes[Int.random(in: 0..<bytes.count, using: &rng)] = [0x22, 0x5C, 0x2C, 0x7D, 0x00, 0xFF][Int.random(in: 0..<6, using: &rng)]
+            }
+            let whole = CartStream.decode(bytes, keys: keys, limits: limits)
+            let read = CartStream.decode(bytes, keys: keys, limits: limits, after: kept)
+            let text = String(decoding: bytes, as: UTF8.self)
+            #expect(read?.cart == whole, "seed \(seed) round \(round): \(text)")
+            guard let read else { continue }
+            if let change = read.change, let before = kept {
+                byChanges += 1
+                var lines: [RetailerProduct: Int] = [:]
+                for line in before.lines { lines[line, default: 0] += 1 }
+                for line in change.removed { lines[line, default: 0] -= 1 }
+                for line in change.added { lines[line, default: 0] += 1 }
+                var expected: [RetailerProduct: Int] = [:]
+                for line in read.cart.products { expected[line, default: 0] += 1 }
+                #expect(lines.filter { $0.value != 0 } == expected, "seed \(seed) round \(round): the changed lines do not make this version's lines: \(text)")
+            }
+            kept = read.layout
+        }
+        #expect(byChanges > Self.rounds / 2, "seed \(seed): only \(byChanges) of \(Self.rounds) versions were read by the one before")
+    }
+}

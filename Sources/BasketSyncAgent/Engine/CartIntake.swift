@@ -58,16 +58,40 @@ extension SyncEngine {
                 (bytes, identity) = (newBytes, newIdentity)
             }
             let cart: HostCart
-            do throws(AgentError) { cart = try decodeCart(bytes, path: path) } catch {
-                read.rejected = (error, bytes)
-                return []
+            // A large cart is read by its changed lines, and summed from the version before.
+            var large: (layout: CartStream.CartLayout, summed: (sums: [ExactID: Int], touched: [ExactID])?)?
+            if bytes.count >= Self.largeCartBytes,
+               let laidOut = CartStream.decode(bytes, keys: configuration.keys, limits: configuration.limits, after: largeCart?.layout) {
+                cart = laidOut.cart
+                large = (laidOut.layout, nil)
+                if let change = laidOut.change, let before = largeCart?.sums,
+                   configuration.limits.maxQuantity <= Int.max / (max(laidOut.layout.lines.count, largeCart!.layout.lines.count) + 1) {
+                    large!.summed = Self.summed(before, change)
+                }
+            } else {
+                do throws(AgentError) { cart = try decodeCart(bytes, path: path) } catch {
+                    read.rejected = (error, bytes)
+                    return []
+                }
             }
             // A cart that has not changed since a record was made was written before it.
             let writtenBefore = try store.writtenThrough(cart: identity, lastSeq: machine.state.lastOutboxSeq, showsTheCartTaken: machine.state.showsTheCartTaken(cart.products))
             read.taken = bytes
+            if let large, let summed = large.summed {
+                // Whether the host cart changed is known from the changed lines when the state's
+                // host cart is the one the version before added up to (the same storage: no walk).
+                let known = machine.state.hostCart == largeCart?.sums
+                largeCart = (large.layout, summed.sums)
+                let effects = machine.retailerBasketChanged(
+                    lines: cart.products, summed: summed.sums, syncedThrough: cart.syncedThrough, outboxSeqWhenWritten: writtenBefore, at: now)
+                hostCartTouched = known ? summed.touched : nil
+                return effects
+            }
             do throws(SyncInputError) {
-                return try machine.retailerBasketChanged(
+                let effects = try machine.retailerBasketChanged(
                     cart.products, syncedThrough: cart.syncedThrough, outboxSeqWhenWritten: writtenBefore, at: now)
+                largeCart = large.map { ($0.layout, machine.state.hostCart ?? [:]) }
+                return effects
             } catch {
                 throw AgentError.badData(path: path, line: 1, column: 1, reason: error.description)
             }
@@ -102,6 +126,28 @@ extension SyncEngine {
             return read.changed ? .taken : .unchanged
         }
         return read.outcome
+    }
+
+    /// The size from which a cart is read by its changed lines (``CartStream``): below it, a
+    /// whole read costs little and nothing is kept.
+    static let largeCartBytes = 64 * 1024
+
+    /// `sums` (what the lines of the version before add up to per id, none at 0) with the
+    /// lines that changed, and the ids whose sum moved; nil when a sum would go below 0 (the
+    /// sums were not those of the version before).
+    static func summed(_ sums: [ExactID: Int], _ change: CartStream.LineChange) -> (sums: [ExactID: Int], touched: [ExactID])? {
+        var net: [ExactID: Int] = [:]
+        for line in change.removed { net[ExactID(line.id), default: 0] -= line.quantity }
+        for line in change.added { net[ExactID(line.id), default: 0] += line.quantity }
+        var result = sums
+        var touched: [ExactID] = []
+        for (id, delta) in net where delta != 0 {
+            let value = (result[id] ?? 0) + delta
+            guard value >= 0 else { return nil }
+            result[id] = value == 0 ? nil : value
+            touched.append(id)
+        }
+        return (result, touched)
     }
 
     /// Parses and validates a cart with the configured key names and limits.

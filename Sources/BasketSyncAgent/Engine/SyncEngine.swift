@@ -32,6 +32,12 @@ public final class SyncEngine {
     /// What the last step's machine left to spare the next one work, and the database's count
     /// of rollbacks then: a step rolled back since leaves it unused.
     private var machineMemo: (memo: SyncStateMachine.Memo, rollbacks: Int)?
+    /// A large cart as last read, and what its lines add up to per id (none at 0): the next
+    /// version is read by its changed lines and summed from these (``CartStream``).
+    var largeCart: (layout: CartStream.CartLayout, sums: [ExactID: Int])?
+    /// The ids whose quantity the step's cart changed in the host cart, when the cart's step
+    /// knows them from the changed lines (nil: the step compares the whole host cart).
+    var hostCartTouched: [ExactID]?
 
     /// Reads the next deadline from the database unless this engine learnt it already (inside
     /// the caller's transaction, or on its own).
@@ -143,6 +149,7 @@ public final class SyncEngine {
         record: (StepSummary) throws(AgentError) -> Void = { _ in }
     ) throws(AgentError) -> StepSummary {
         let now = Date()
+        hostCartTouched = nil
         // The wall clock less the boot clock, read with `now` (one instant): the step decides
         // and notes with this one reading, whatever the step's own work takes.
         let offset = Self.clockOffset(now)
@@ -175,7 +182,9 @@ public final class SyncEngine {
         }
         try noteClock(machine.state.pending, offset: offset, stepped: clockStep != nil)
         // The host cart (as large as the cart) is compared once; the rest of the state is small.
-        let cartChanged = machine.state.hostCart != before.hostCart
+        let touched = hostCartTouched
+        hostCartTouched = nil
+        let cartChanged = touched.map { !$0.isEmpty } ?? (machine.state.hostCart != before.hostCart)
         var rest = machine.state, restBefore = before
         rest.hostCart = nil
         restBefore.hostCart = nil
@@ -184,7 +193,7 @@ public final class SyncEngine {
         if let record = summary.outbox.first { try observeCart(atBatch: record.seq) }
         for report in summary.reports { try store.report(level: report.level.rawValue, message: report.message, at: now) }
         try record(summary)
-        if summary.stateChanged { try store.saveState(machine.state, hostCartChanged: cartChanged) }
+        if summary.stateChanged { try store.saveState(machine.state, hostCartChanged: cartChanged, hostCartTouched: touched) }
         nextDeadline = deadline
         return summary
     }

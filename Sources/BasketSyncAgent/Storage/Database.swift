@@ -31,8 +31,13 @@ final class Database {
     private var statements: [String: SQLiteConnection.Statement] = [:]
 
     /// The layout this version writes: 2 keeps the ids of orders and transfers in tables, and the
-    /// host cart beside the state, not in it; 3 gives every row its cart (a tree of carts).
-    static let schemaVersion: Int64 = 3
+    /// host cart beside the state, not in it; 3 gives every row its cart (a tree of carts); 4
+    /// keeps the host cart's latest changes beside it (``MetaKey/hostCartChanges``), which a
+    /// version before would not read.
+    static let schemaVersion: Int64 = 4
+    /// The oldest layout read as it is by a reader (`status`): 3 differs from 4 only by a key it
+    /// never holds.
+    static let oldestReadable: Int64 = 3
 
     /// Opens the database of `directory` (a sync directory or a tree's root), creating
     /// `.basket-sync/` (0700) and the file when `create` is set. `readOnly` opens it for reading
@@ -108,7 +113,7 @@ final class Database {
             throw .database(path: databasePath, message: "written by a newer basket-sync (database layout \(version), this one knows up to \(Database.schemaVersion)); run that version, or restore .basket-sync/ from a backup made by this one")
         }
         if readOnly {
-            if version < Database.schemaVersion, try connection.scalar("SELECT COUNT(*) FROM sqlite_master WHERE name = 'meta'") != 0 {
+            if version < Database.oldestReadable, try connection.scalar("SELECT COUNT(*) FROM sqlite_master WHERE name = 'meta'") != 0 {
                 throw .database(path: databasePath, message: "\(Database.olderLayout) (database layout \(version)); run any other command once (basket-sync sync) to bring it up to date, then this one")
             }
             if elsewhere != nil, try connection.scalar("SELECT COUNT(*) FROM sqlite_master WHERE name = 'meta'") != 0 { try checkServes() }

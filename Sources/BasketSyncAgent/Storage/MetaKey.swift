@@ -5,8 +5,11 @@ enum MetaKey: Hashable, Sendable {
     case state
     /// The pending batches' rows, kept beside the state so that a step rewrites only what changed.
     case pendingRows
-    /// The host cart as last taken, in its compact binary form.
+    /// The host cart as last taken, in its compact binary form — with the changes below.
     case hostCart
+    /// The host cart's changes since ``hostCart`` was written, in the same form (a quantity of 0:
+    /// the id is gone): a large cart whose few lines changed writes these, not the whole cart.
+    case hostCartChanges
     /// The next pending-window deadline.
     case deadline
     /// The identity of the cart file when the last batch was made, and that batch's seq.
@@ -24,6 +27,7 @@ enum MetaKey: Hashable, Sendable {
         case .state: return "state"
         case .pendingRows: return "pendingRows"
         case .hostCart: return "hostCart"
+        case .hostCartChanges: return "hostCartChanges"
         case .deadline: return "deadline"
         case .cartAtBatch: return "cartAtBatch"
         case let .given(projection): return "given.\(projection.rawValue)"

@@ -217,6 +217,7 @@ package final class Store {
                 : "the database has no state (emptied, or not basket-sync's) while the files hold records (\(held.joined(separator: ", "))): move it aside (mv \(stateDirectory) \(stateDirectory).damaged) and run basket-sync init --adopt to make it again from the files, or restore \(Layout.stateDirectory)/ from a backup")
         }
         let hostCart = try metaBlob(.hostCart)
+        let hostCartChanges = try metaBlob(.hostCartChanges)
         // The pending batches are rows of their own once a state was saved by this version.
         var rows: [[UInt8]]?
         if try metaBlob(.pendingRows) != nil {
@@ -238,9 +239,17 @@ package final class Store {
             // A state written before schema 2 carries the cart (and the ids) itself.
             if let hostCart {
                 state.hostCart = try StateFormat.decodeQuantities(hostCart)
+                let changes = try hostCartChanges.flatMap(StateFormat.decodeQuantities) ?? [:]
+                if !changes.isEmpty {
+                    var cart = state.hostCart ?? [:]
+                    for (id, quantity) in changes { cart[id] = quantity == 0 ? nil : quantity }
+                    state.hostCart = cart
+                }
                 savedHostCart = .some(state.hostCart)
+                savedCartChanges = changes
             } else {
                 savedHostCart = nil
+                savedCartChanges = nil
             }
             cachedState = state
             cachedDataVersion = version
@@ -319,16 +328,23 @@ package final class Store {
         savedPending = batches
     }
 
+    /// How many changes of the host cart are always saved as changes (more: up to an eighth of
+    /// the cart), before the whole cart is written again.
+    static let fewCartChanges = 256
+
     /// The host cart as saved beside the state, to write it again only when it changed; nil
     /// when not known to be saved there.
     private var savedHostCart: [ExactID: Int]??
+    /// The changes saved beside the host cart (``MetaKey/hostCartChanges``), when known.
+    private var savedCartChanges: [ExactID: Int]?
 
     /// Saves the state: ids of orders and transfers it holds go to their tables (kept), the host
     /// cart is written only when it changed, the rest — bounded by the cart's Mealz lines and the
     /// pending batches — as one blob.
     /// `hostCartChanged` is what the caller knows from comparing with the state it loaded (nil:
-    /// compared here).
-    func saveState(_ state: SyncState, hostCartChanged: Bool? = nil) throws(AgentError) {
+    /// compared here); `hostCartTouched`, the ids whose quantity may differ from that state's
+    /// (nil: any): the host cart is then saved as its changes while they stay few.
+    func saveState(_ state: SyncState, hostCartChanged: Bool? = nil, hostCartTouched: [ExactID]? = nil) throws(AgentError) {
         let at = Timestamp.text(Date())
         for (order, seq) in state.recordedOrders { try recordOrder(order.string, seq: seq, at: at) }
         for transfer in state.landedTransfers { try recordTransfer(transfer.string, at: at) }
@@ -343,8 +359,19 @@ package final class Store {
         blob.hostCart = nil
         try savePending(state.pending)
         blob.pending = []
-        if savedHostCart == nil || cachedRollbacks != database.rollbacks || (hostCartChanged ?? (savedHostCart! != state.hostCart)) {
-            try setMeta(.hostCart, state.hostCart.map(StateFormat.encodeQuantities) ?? Array("null".utf8))
+        let known = savedHostCart != nil && cachedRollbacks == database.rollbacks
+        if !known || (hostCartChanged ?? (savedHostCart! != state.hostCart)) {
+            if known, (savedHostCart ?? nil) != nil, let hostCartTouched, let saved = savedCartChanges, let cart = state.hostCart,
+               saved.count + hostCartTouched.count <= max(Self.fewCartChanges, cart.count / 8) {
+                var changes = saved
+                for id in hostCartTouched { changes[id] = cart[id] ?? 0 }
+                try setMeta(.hostCartChanges, StateFormat.encodeQuantities(changes))
+                savedCartChanges = changes
+            } else {
+                try setMeta(.hostCart, state.hostCart.map(StateFormat.encodeQuantities) ?? Array("null".utf8))
+                if savedCartChanges?.isEmpty != true { try deleteMeta(.hostCartChanges) }
+                savedCartChanges = [:]
+            }
         }
         try setMeta(.state, StateFormat.encode(blob))
         // Beside it, the next deadline: read without decoding the state (a start over many carts).
