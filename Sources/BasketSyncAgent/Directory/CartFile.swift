@@ -45,7 +45,7 @@ struct CartReader {
         }
 
         init?(text: String) {
-            let numbers = text.split(separator: " ").compactMap { Int64($0) }
+            let numbers = text.fields(UInt8(ascii: " ")).compactMap { Int64($0) }
             guard numbers.count == 6, let identity = FileIdentity(numbers: numbers.dropLast()) else { return nil }
             self.identity = identity
             readAt = numbers[5]

@@ -53,7 +53,7 @@ struct AppendCursor: Equatable {
 
     /// A cursor read back (one written before `durable` existed was fsynced: durable through `seq`).
     init?(text: String) {
-        let fields = text.split(separator: " ")
+        let fields = text.fields(UInt8(ascii: " "))
         let numbers = fields.prefix(5).compactMap { UInt64($0) }
         guard fields.count == 4 || fields.count == 6, numbers.count == min(fields.count, 5) else { return nil }
         self.init(device: numbers[0], inode: numbers[1], size: Int64(numbers[2]), seq: numbers[3],

@@ -310,7 +310,7 @@ final class Tree {
     static func defaultStore(_ database: Database) throws(AgentError) -> (String, SyncMode)? {
         let root = database.rootRows
         guard let text = try root.note(.defaultStore) else { return nil }
-        let parts = text.split(separator: "\t", omittingEmptySubsequences: false)
+        let parts = text.fields(UInt8(ascii: "\t"), omittingEmpty: false)
         guard parts.count == 2, let mode = SyncMode(rawValue: String(parts[1])) else { return nil }
         return (String(parts[0]), mode)
     }

@@ -325,7 +325,7 @@ public final class SyncEngine {
     /// one instant with the step's `now` — the same reading the step notes with.
     static func followClockSteps(_ state: inout SyncState, store: Store, offset now: Double) throws(AgentError) -> Double? {
         guard !state.pending.isEmpty, let text = try store.note(.clock) else { return nil }
-        let fields = text.split(separator: " ")
+        let fields = text.fields(UInt8(ascii: " "))
         guard fields.count == 2, let offset = Double(fields[0]), String(fields[1]) == Posix.bootId else { return nil }
         let step = now - offset
         guard abs(step) > 1 else { return nil }
@@ -339,7 +339,7 @@ public final class SyncEngine {
     /// Whether the wall clock was stepped since the pending batches' windows were set (on this boot).
     func clockStepped() throws(AgentError) -> Bool {
         guard let text = try store.withTransaction({ () throws(AgentError) in try store.note(.clock) }) else { return false }
-        let fields = text.split(separator: " ")
+        let fields = text.fields(UInt8(ascii: " "))
         guard fields.count == 2, let offset = Double(fields[0]), String(fields[1]) == Posix.bootId else { return false }
         return abs(Self.clockOffset(Date()) - offset) > 1
     }
@@ -349,7 +349,7 @@ public final class SyncEngine {
     private func noteClock(_ pending: [PendingBatch], offset: Double, stepped: Bool) throws(AgentError) {
         guard !pending.isEmpty else { return }
         if !stepped, let text = try store.note(.clock) {
-            let fields = text.split(separator: " ")
+            let fields = text.fields(UInt8(ascii: " "))
             if fields.count == 2, let known = Double(fields[0]), String(fields[1]) == Posix.bootId, abs(known - offset) <= 1 { return }
         }
         try store.setNote(.clock, "\(offset) \(Posix.bootId)")

@@ -112,7 +112,8 @@ final class Watcher {
     /// Watches the sync directory itself (it must exist), then the rest of the way to the cart.
     private func watchCartPathOrThrow() throws(SystemError) {
         try inotify.watch(directory, cartComponents.count > 1 ? Watcher.directoryMask : Watcher.cartDirectoryMask, under: base)
-        watchCartPath()
+        // A cart in the directory itself (the usual case) has no folder below to watch.
+        if cartComponents.count > 1 { watchCartPath() }
     }
 
     /// The cart's own directory (creations too: an `inbox/` made again is watched again).

@@ -59,7 +59,7 @@ extension Store {
     /// identity was written before that batch, and cannot echo it.
     func cartAtBatch() throws(AgentError) -> (identity: FileIdentity?, seq: UInt64)? {
         guard let blob = try metaBlob(.cartAtBatch) else { return nil }
-        let numbers = String(decoding: blob, as: UTF8.self).split(separator: " ").compactMap { Int64($0) }
+        let numbers = String(decoding: blob, as: UTF8.self).fields(UInt8(ascii: " ")).compactMap { Int64($0) }
         guard let seq = numbers.first, seq > 0 else { return nil }
         return (FileIdentity(numbers: numbers.dropFirst()), UInt64(seq))
     }

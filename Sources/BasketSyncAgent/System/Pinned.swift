@@ -8,6 +8,16 @@ import Synchronization
 package enum PinnedNames {
     private static let names = Mutex<[Int32: String]>([:])
     private static let prefix = "/proc/self/fd/"
+    private static let prefixBytes = Array(prefix.utf8)
+
+    /// Where ``prefix`` starts in `bytes` at `from` or after; nil when it is not there.
+    private static func prefixStart(in bytes: UnsafeBufferPointer<UInt8>, from: Int) -> Int? {
+        guard bytes.count >= prefixBytes.count, from <= bytes.count - prefixBytes.count else { return nil }
+        for start in from...(bytes.count - prefixBytes.count) where bytes[start] == 0x2F {
+            if prefixBytes.indices.allSatisfy({ bytes[start + $0] == prefixBytes[$0] }) { return start }
+        }
+        return nil
+    }
 
     /// `/proc/self/fd/fd` is the folder people know as `name` (itself named through earlier pins).
     static func remember(_ fd: Int32, as name: String) {
@@ -18,27 +28,36 @@ package enum PinnedNames {
     /// `text` with every pinned folder's `/proc/self/fd/N` (and `/proc/self/fd/N/.`) named as
     /// people know it.
     package static func named(_ text: String) -> String {
-        guard text.utf8.contains(UInt8(ascii: "/")), text.contains(prefix) else { return text }
-        let known = names.withLock { $0 }
-        guard !known.isEmpty else { return text }
-        var result = ""
-        var rest = Substring(text)
-        while let range = rest.range(of: prefix) {
-            result += rest[..<range.lowerBound]
-            var after = rest[range.upperBound...]
-            let digits = after.prefix { $0.isASCII && $0.isNumber }
-            guard let fd = Int32(digits), let name = known[fd] else {
-                result += rest[range]
-                rest = after
-                continue
+        var copy = text
+        return copy.withUTF8 { bytes in
+            // By bytes: it runs for every folder opened, and a Unicode-aware search cost
+            // thousands of instructions a call.
+            guard var match = prefixStart(in: bytes, from: 0) else { return text }
+            let known = names.withLock { $0 }
+            guard !known.isEmpty else { return text }
+            var result: [UInt8] = []
+            result.reserveCapacity(bytes.count + 64)
+            var position = 0
+            while true {
+                var index = match + prefixBytes.count
+                var end = index
+                while end < bytes.count, bytes[end] >= 0x30, bytes[end] <= 0x39 { end += 1 }
+                if let fd = Int32(String(decoding: UnsafeBufferPointer(rebasing: bytes[index..<end]), as: UTF8.self)), let name = known[fd] {
+                    result.append(contentsOf: bytes[position..<match])
+                    result.append(contentsOf: name.utf8)
+                    index = end
+                    // "/." that is a whole component: the folder itself.
+                    if index + 1 < bytes.count, bytes[index] == 0x2F, bytes[index + 1] == 0x2E, index + 2 == bytes.count || bytes[index + 2] == 0x2F { index += 2 }
+                } else {
+                    result.append(contentsOf: bytes[position..<index])
+                }
+                position = index
+                guard let next = prefixStart(in: bytes, from: index) else { break }
+                match = next
             }
-            after = after.dropFirst(digits.count)
-            // "/." that is a whole component: the folder itself.
-            if after.hasPrefix("/."), after.dropFirst(2).first.map({ $0 == "/" }) ?? true { after = after.dropFirst(2) }
-            result += name
-            rest = after
+            result.append(contentsOf: bytes[position...])
+            return String(decoding: result, as: UTF8.self)
         }
-        return result + rest
     }
 }
 
@@ -47,17 +66,24 @@ extension Posix {
     /// file) as the descriptor `N` and `REST` — the same file, without the kernel walking
     /// `/proc` to find the folder again — any other path as it is, from the working directory.
     static func reached(_ path: String) -> (directory: Int32, relative: String) {
-        let prefix = "/proc/self/fd/"
-        guard path.hasPrefix(prefix) else { return (AT_FDCWD, path) }
-        var rest = Substring(path).dropFirst(prefix.utf8.count)
-        let digits = rest.prefix { $0 >= "0" && $0 <= "9" }
-        guard !digits.isEmpty, digits.count < 10, let fd = Int32(digits) else { return (AT_FDCWD, path) }
-        rest = rest.dropFirst(digits.count)
-        guard rest.first == "/" else { return (AT_FDCWD, path) }  // the link itself, or not a folder's path
-        while rest.hasPrefix("/./") { rest = rest.dropFirst(2) }
-        rest = rest.dropFirst()
-        if rest.isEmpty { return (fd, ".") }
-        return (fd, String(rest))
+        let prefix = "/proc/self/fd/".utf8
+        guard path.utf8.starts(with: prefix) else { return (AT_FDCWD, path) }
+        var copy = path
+        return copy.withUTF8 { bytes in
+            var index = prefix.count
+            var fd: Int32 = 0
+            while index < bytes.count, bytes[index] >= 0x30, bytes[index] <= 0x39, index - prefix.count < 10 {
+                fd = fd &* 10 &+ Int32(bytes[index] - 0x30)
+                index += 1
+            }
+            let digits = index - prefix.count
+            // The link itself, not a folder's path, or not a descriptor.
+            guard digits > 0, digits < 10, index < bytes.count, bytes[index] == 0x2F else { return (AT_FDCWD, path) }
+            while index + 2 < bytes.count, bytes[index + 1] == 0x2E, bytes[index + 2] == 0x2F { index += 2 }
+            index += 1
+            if index >= bytes.count { return (fd, ".") }
+            return (fd, String(decoding: UnsafeBufferPointer(rebasing: bytes[index...]), as: UTF8.self))
+        }
     }
 }
 
