@@ -41,6 +41,52 @@ import Testing
         #expect(playground.records("outbox.jsonl").count == 1)
     }
 
+    /// A cart that appears as something no writer closes — a hard link, a symbolic link, a FIFO,
+    /// a folder — is read at once and refused as what it is (the agent says why, `status` shows
+    /// it), as a one-shot `sync` refuses it; then a cart written as usual is taken again.
+    @Test(arguments: ["hard link", "symbolic link", "FIFO", "folder"])
+    func aCartThatAppearsAsALinkIsRefusedAtOnce(shape: String) async throws {
+        let playground = try Playground()
+        let agent = try await started(playground)
+        try await mealzLineNotified(playground)
+        let cart = playground.path + "/cart.json"
+        let elsewhere = playground.path + "/../elsewhere-\(UUID().uuidString).json"
+        try Data(cartJSON([("A", 3)], syncedThrough: 1).utf8).write(to: URL(fileURLWithPath: elsewhere))
+        defer { try? FileManager.default.removeItem(atPath: elsewhere) }
+        try FileManager.default.removeItem(atPath: cart)
+        switch shape {
+        case "hard link": #expect(link(elsewhere, cart) == 0)
+        case "symbolic link": try FileManager.default.createSymbolicLink(atPath: cart, withDestinationPath: elsewhere)
+        case "FIFO": #expect(mkfifo(cart, 0o644) == 0)
+        default: try FileManager.default.createDirectory(atPath: cart, withIntermediateDirectories: false)
+        }
+        try await eventually("the agent says the cart is refused") { agent.log.contains("cart rejected: ") }
+        #expect(lastNotification(playground) == ["A": 1], "nothing taken from the \(shape)")
+        let status = try basketSync(["-C", playground.path, "status"])
+        #expect(status.stdout.contains("rejected"), "\(status.stdout)")
+        try? FileManager.default.removeItem(atPath: cart)
+        try playground.writeAtomically("cart.json", cartJSON([("A", 2)], syncedThrough: 1))
+        try await eventually("a cart written as usual is taken") { lastNotification(playground) == ["A": 2] }
+        #expect(agent.stop() == 0)
+    }
+
+    /// The host writes its cart again, the same bytes: a version of its own, taken as a one-shot
+    /// `sync` takes it — a line made Mealz's since (a push) is notified at its quantity in the
+    /// cart, the same line as `sync` writes beside the agent.
+    @Test func theSameCartWrittenAgainIsTakenAsANewVersion() async throws {
+        let playground = try Playground()
+        let agent = try await started(playground)
+        let cart = cartJSON([("keep", 1), ("X", 1)], syncedThrough: 0)
+        try playground.writeAtomically("cart.json", cart)
+        try await eventually("the first cart is notified (no Mealz line yet)") { playground.records("notifications.jsonl").count == 1 }
+        #expect(lastNotification(playground) == [:])
+        _ = try basketSync(["-C", playground.path, "push", "--id", "e1", "X=+1"])
+        try await eventually("the delta is in the outbox") { playground.records("outbox.jsonl").count == 1 }
+        try playground.writeAtomically("cart.json", cart)
+        try await eventually("the cart written again is notified with X") { lastNotification(playground) == ["X": 1] }
+        #expect(agent.stop() == 0)
+    }
+
     /// The agent's own appends do not wake it: it keeps its JSON Lines files open, so no
     /// close-after-write of theirs reaches the directory it watches. A watch of the test's own sees
     /// every close-after-write in the sync directory while events and carts go through.

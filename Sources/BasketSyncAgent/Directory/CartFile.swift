@@ -17,8 +17,10 @@ struct CartReader {
         case new([UInt8], identity: FileIdentity)
     }
 
-    /// The bytes of the last cart version read (taken or rejected), to skip an unchanged one.
+    /// The bytes of the last cart version read (taken or rejected), to report a rejection once;
+    /// with the identity of the last one taken, to skip reading that version again.
     private var lastBytes: [UInt8]?
+    private var lastIdentity: FileIdentity?
 
     /// The version a process read last and found valid (as the database remembers it): its
     /// identity, and when it was read (ns since the epoch).
@@ -94,7 +96,9 @@ struct CartReader {
         do { try CartReader.refuseHardLink(read.info, path: path, followSymlinks: configuration.followSymlinks) } catch {
             return .unreadable(error, bytes: [])
         }
-        return read.bytes == lastBytes ? .unchanged : .new(read.bytes, identity: read.info.identity)
+        // The same bytes in another file (the host wrote its cart again) are a version of their
+        // own, as a one-shot command takes them: what is Mealz's in them may have changed since.
+        return read.bytes == lastBytes && read.info.identity == lastIdentity ? .unchanged : .new(read.bytes, identity: read.info.identity)
     }
 
     /// A cart with other names (a hard link) may be a file elsewhere (docs/spec.md §7): rejected unless
@@ -126,9 +130,10 @@ struct CartReader {
     static func identity(_ path: String) -> FileIdentity? { Posix.info(path, follow: true)?.identity }
 
     /// Remembers the version just taken or rejected; whether it is a new rejection worth reporting.
-    mutating func remember(_ bytes: [UInt8], rejected: Bool) -> Bool {
+    mutating func remember(_ bytes: [UInt8], identity: FileIdentity? = nil, rejected: Bool) -> Bool {
         let isNew = bytes != lastBytes || bytes.isEmpty
         lastBytes = bytes.isEmpty ? nil : bytes
+        lastIdentity = rejected ? nil : identity
         return rejected && isNew
     }
 }

@@ -31,6 +31,7 @@ extension SyncEngine {
         var outcome = CartOutcome.unchanged
         var rejected: (AgentError, [UInt8])?
         var taken: [UInt8]?
+        var takenIdentity: FileIdentity?
         var changed = false
         var summary = StepSummary()
     }
@@ -77,6 +78,7 @@ extension SyncEngine {
             // A cart that has not changed since a record was made was written before it.
             let writtenBefore = try store.writtenThrough(cart: identity, lastSeq: machine.state.lastOutboxSeq, showsTheCartTaken: machine.state.showsTheCartTaken(cart.products))
             read.taken = bytes
+            read.takenIdentity = identity
             if let large, let summed = large.summed {
                 // Whether the host cart changed is known from the changed lines when the state's
                 // host cart is the one the version before added up to (the same storage: no walk).
@@ -120,7 +122,7 @@ extension SyncEngine {
             return .rejected(error)
         }
         if let taken = read.taken {
-            _ = cartReader.remember(taken, rejected: false)
+            _ = cartReader.remember(taken, identity: read.takenIdentity, rejected: false)
             // A large cart's parse freed megabytes: given back, the agent's resident memory falls back.
             if taken.count > 1 << 20 { Posix.releaseFreedMemory() }
             return read.changed ? .taken : .unchanged

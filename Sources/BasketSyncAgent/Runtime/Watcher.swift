@@ -3,8 +3,8 @@
 /// what changed. It owns the process's one inotify instance, on the event loop's thread.
 ///
 /// It watches directories, never files, so that a cart replaced by a rename, deleted or
-/// re-created is seen; it reacts to close-after-write and rename-into-place only, so that a
-/// partial write is never read. It finds what an event is about from its watch descriptor, never
+/// re-created is seen; it reacts to close-after-write and rename-into-place (and to a cart that
+/// appears as anything but a file being written), so that a partial write is never read. It finds what an event is about from its watch descriptor, never
 /// from a file name, so that the stale entries the library keeps after `IN_IGNORED` (a directory
 /// deleted and re-created) are never used.
 final class Watcher {
@@ -205,7 +205,14 @@ final class Watcher {
             }
             guard name == next else { return }
             if isLast {
-                if !mask.isDisjoint(with: [.closeWrite, .movedTo, .delete, .movedFrom]) { changes.insert(.cart) }
+                if !mask.isDisjoint(with: [.closeWrite, .movedTo, .delete, .movedFrom]) {
+                    changes.insert(.cart)
+                } else if mask.contains(.create), let info = Posix.info("\(path)/\(name)", follow: false), info.kind != .regular || info.links > 1 {
+                    // A cart that appears as a link (symbolic or hard), a FIFO or a folder is
+                    // never closed after a write: read at once (and refused as what it is). A
+                    // file being written is read when it is closed.
+                    changes.insert(.cart)
+                }
             } else if !mask.isDisjoint(with: [.create, .movedTo]) {
                 // A directory on the way to the cart came (back): watch it, and read the cart.
                 watchCartPath()
