@@ -563,6 +563,7 @@ import Testing
         }
         #expect(playground.names("sync/inbox/bad").contains("leak"))
         #expect(playground.read("sync/inbox/bad/leak.error").contains("has 2 names (a hard link"), "\(playground.read("sync/inbox/bad/leak.error"))")
+        #expect(playground.read("sync/inbox/bad/leak.error").hasPrefix(dir + "/inbox/bad/leak: "), "it names the file where it lies now: \(playground.read("sync/inbox/bad/leak.error"))")
         #expect(!playground.read("sync/inbox/bad/leak.error").contains("s3cr3t"))
         #expect(playground.records("sync/outbox.jsonl").compactMap { $0["source"] as? String } == ["linked"], "the link() delivery is taken")
         let status = try basketSync(["-C", dir, "status", "--json"])

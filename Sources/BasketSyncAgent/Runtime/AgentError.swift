@@ -135,6 +135,8 @@ extension AgentError {
             return .system(error)
         case let .tooLarge(path, size, limit): return .tooLarge(path: renamed(path), size: size, limit: limit)
         case let .badData(path, line, column, reason): return .badData(path: renamed(path), line: line, column: column, reason: reason)
+        // A refusal starts with the path it is about.
+        case let .refused(message): return .refused(renamed(message))
         default: return self
         }
     }
