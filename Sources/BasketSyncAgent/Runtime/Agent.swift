@@ -49,6 +49,8 @@ public final class Agent {
         var used = 0
         /// Inbox entries its last pass left waiting (its budget spent): taken on the next turn.
         var inboxLeft = 0
+        /// Its inbox folders were just made (taken on): its first whole pass need not make them.
+        var inboxJustMade = false
 
         init(id: String, store: Store, watcher: Watcher?, poller: Poller?, timingChanged: @escaping (Cart) -> Void) {
             self.id = id

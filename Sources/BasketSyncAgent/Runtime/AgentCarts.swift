@@ -9,9 +9,11 @@ extension Agent {
         let directory = "\(tree.root)/\(id)"
         do throws(AgentError) {
             let store: Store
+            var inboxMade = false
             do throws(AgentError) {
                 // Kept for the cart's life: its folder is held open by its engine only.
                 store = try tree.cartStore(id, create: false).unpinned
+                inboxMade = true  // cartStore made what was missing of the inbox
             } catch {
                 // Adopted, but its folders could not be made: served all the same, its passes
                 // report what is wrong until it is fixed.
@@ -40,7 +42,9 @@ extension Agent {
                 }
             }
             let poller = watcher == nil ? Poller(directory: directory, cart: configuration.cart, isTreeCart: true) : nil
-            serve(Cart(id: id, store: store, watcher: watcher, poller: poller) { [unowned self] in self.timingChanged($0) })
+            let cart = Cart(id: id, store: store, watcher: watcher, poller: poller) { [unowned self] in self.timingChanged($0) }
+            cart.inboxJustMade = inboxMade
+            serve(cart)
         } catch {
             switch error {
             case let .system(failure) where failure.isMissing:
@@ -132,7 +136,8 @@ extension Agent {
         }
         do {
             // A whole pass of a tree's cart (the start, a retry) makes what is missing of the inbox first.
-            if scope == .everything, tree != nil { try Tree.makeInbox(engine.store) }
+            if scope == .everything, tree != nil, !cart.inboxJustMade { try Tree.makeInbox(engine.store) }
+            cart.inboxJustMade = false
             let summary = try engine.pass(scope, inboxSeen: inboxSeen)
             cart.inboxLeft = scope.contains(.inbox) ? summary.inbox.left : cart.inboxLeft
             if scope == .everything {
