@@ -231,7 +231,11 @@ extension EngineTests {
                     }
                 }
             }
-            let text = "{\"products\": [" + lines.map { "{\"id\": \"\($0.id)\", \"quantity\": \($0.quantity)}" }.joined(separator: ",\n") + "]}"
+            // For a few versions, a line whose id is written with an escape: the one-pass reader
+            // leaves that cart to the tree decoder, and the next version is read whole again.
+            if round == 20 { lines.insert(("escA", 2), at: lines.count / 2) }
+            if round == 24, let index = lines.firstIndex(where: { $0.id == "escA" }) { lines.remove(at: index) }
+            let text = "{\"products\": [" + lines.map { "{\"id\": \"\($0.id == "escA" ? "esc\\u0041" : $0.id)\", \"quantity\": \($0.quantity)}" }.joined(separator: ",\n") + "]}"
             try directory.write("cart.json.tmp", text)
             #expect(rename("\(directory.path)/cart.json.tmp", "\(directory.path)/cart.json") == 0)
             #expect(try sync.takeCart() != .missing)

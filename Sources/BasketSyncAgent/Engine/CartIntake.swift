@@ -70,7 +70,8 @@ extension SyncEngine {
                     large!.summed = Self.summed(before, change)
                 }
             } else {
-                do throws(AgentError) { cart = try decodeCart(bytes, path: path) } catch {
+                // A large cart the one-pass reader gave up on goes to the tree decoder alone.
+                do throws(AgentError) { cart = try decodeCart(bytes, path: path, onePassTried: bytes.count >= Self.largeCartBytes) } catch {
                     read.rejected = (error, bytes)
                     return []
                 }
@@ -152,9 +153,13 @@ extension SyncEngine {
         return (result, touched)
     }
 
-    /// Parses and validates a cart with the configured key names and limits.
-    func decodeCart(_ bytes: [UInt8], path: String) throws(AgentError) -> HostCart {
-        do { return try CartFormat.decode(bytes, keys: configuration.keys, limits: configuration.limits) } catch {
+    /// Parses and validates a cart with the configured key names and limits; with
+    /// `onePassTried`, by the tree decoder alone (the one-pass reader gave up on it already).
+    func decodeCart(_ bytes: [UInt8], path: String, onePassTried: Bool = false) throws(AgentError) -> HostCart {
+        do {
+            if onePassTried { return try CartDocument(bytes, keys: configuration.keys, limits: configuration.limits).cart }
+            return try CartFormat.decode(bytes, keys: configuration.keys, limits: configuration.limits)
+        } catch {
             throw error.badData(path: path, bytes: bytes)
         }
     }
