@@ -341,3 +341,44 @@ extension PollingTests {
         #expect(agent.stop() == 0)
     }
 }
+
+extension PollingTests {
+    /// A one-shot command that commits on a tree cart touches the cart's marker, then the tree's
+    /// commit signal: a polling agent looks at every marker only when that signal changed (each
+    /// marker otherwise in its turn), so the signal must come after the marker, for each way a
+    /// command commits — one cart, a tree's `sync` in groups, a cart given a store, a payment.
+    @Test(arguments: ["payment-started", "sync-root", "sync-cart", "set-store"])
+    func aOneShotCommitOnATreeCartTouchesItsMarkerThenTheTreeSignal(command: String) throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init", "--tree"]).status == 0)
+        for id in ["c1", "c2"] {
+            try FileManager.default.createDirectory(at: playground.url(id), withIntermediateDirectories: true)
+            try playground.writeAtomically("\(id)/cart.json", cartJSON([("X", 1)]))
+        }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        try playground.writeAtomically("c1/cart.json", cartJSON([("X", 2)]))
+        let marker = playground.path + "/c1/.basket-sync-cart", signal = playground.path + "/.basket-sync/committed"
+        // Both set in the past, so that each touch shows.
+        #expect(FileManager.default.createFile(atPath: signal, contents: nil))
+        for path in [marker, signal] {
+            var old = [timespec(tv_sec: 1_577_836_800, tv_nsec: 0), timespec(tv_sec: 1_577_836_800, tv_nsec: 0)]
+            #expect(utimensat(AT_FDCWD, path, &old, 0) == 0)
+        }
+        let arguments: [String] = switch command {
+        case "payment-started": ["-C", playground.path + "/c1", "payment-started", "--total", "1.00"]
+        case "sync-root": ["-C", playground.path, "sync"]
+        case "sync-cart": ["-C", playground.path + "/c1", "sync"]
+        default: ["-C", playground.path + "/c1", "set-store", "s1"]
+        }
+        let run = try basketSync(arguments)
+        #expect(run.status == 0, "\(run.stderr)")
+        func modified(_ path: String) -> Int64 {
+            var info = stat()
+            guard stat(path, &info) == 0 else { return 0 }
+            return Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+        }
+        let (markerTime, signalTime) = (modified(marker), modified(signal))
+        #expect(markerTime > 1_577_836_800_000_000_000, "\(command): the marker is touched")
+        #expect(signalTime >= markerTime, "\(command): the tree's signal is touched after the marker (\(signalTime) < \(markerTime))")
+    }
+}

@@ -194,12 +194,13 @@ extension Commands {
             for (id, engine, pass) in committed {
                 do throws(AgentError) {
                     let done = try engine.finishGroupedPass(pass)
-                    engine.signalCommit()
+                    engine.signalCommitLeavingTheTree()
                     outcomes[id] = .success(SyncSummary(cart: done.cart ?? .missing, inbox: done.inbox))
                 } catch {
                     outcomes[id] = .failure(error.named)
                 }
             }
+            if !committed.isEmpty { tree.database.signalCommit() }
             for (id, engine) in alone {
                 do throws(AgentError) { outcomes[id] = .success(try pass(engine, flushingNow: false)) } catch { outcomes[id] = .failure(error.named) }
             }

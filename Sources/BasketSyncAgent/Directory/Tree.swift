@@ -158,6 +158,8 @@ final class Tree {
                 do throws(SystemError) { try Posix.writeFileAtomically(marker, Array("\(syncId)\n".utf8), replacing: true) } catch { throw .system(error) }
                 return store
             }
+            // A marker written anew: an agent polling the cart looks at it.
+            database.signalCommit()
         }
         // The cart is the tree's from here on, whatever its folders: a folder that cannot be made
         // is this cart's error (reported, retried), never a reason to forget it.

@@ -482,6 +482,7 @@ public final class SyncEngine {
         do {
             try store.withTransaction { () throws(AgentError) in try store.database.removeCart(store.cart) }
             Posix.unlink(store.signalPath)
+            store.database.signalCommit()
         } catch {
             return error
         }
@@ -556,4 +557,8 @@ public final class SyncEngine {
 
     /// Tells a running agent that this process committed.
     public func signalCommit() { store.signalCommit() }
+
+    /// Tells a running agent that this process committed, a tree's commit signal left to the
+    /// caller (``Store/signalCommit(tellingTheTree:)``).
+    func signalCommitLeavingTheTree() { store.signalCommit(tellingTheTree: false) }
 }

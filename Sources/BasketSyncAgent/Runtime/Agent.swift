@@ -74,6 +74,8 @@ public final class Agent {
     var carts: [String: Cart] = [:]
     /// How many carts are polled, kept as carts come and go (each wake-up asks: it must not count).
     var polledCarts = 0
+    /// The polled carts, in the order the looks take them: made again when carts come or go.
+    var polledList: [Cart]?
     /// Whether the start is over: from then on the watch note follows the carts as they come and go.
     var started = false
     /// When the heartbeat note was last written (monotonic seconds).
@@ -121,6 +123,11 @@ public final class Agent {
     /// A tree root's identity at the last look (a polled root is listed when it changed).
     var rootIdentity: FileIdentity?
     var rootUnsettledUntil = 0.0
+    /// A tree's root opened once, where its polled carts' looks start (made with the first).
+    var pollRoot: PollRoot?
+    /// The tree's commit signal at the last look, and until when it is taken as changed.
+    var treeSignal: FileInfo?
+    var treeSignalUnsettledUntil = 0.0
     /// The markers of the directories refused until `init --adopt`, at the last look (polled root).
     var waitingMarkers: [String: FileIdentity?] = [:]
 
@@ -390,6 +397,7 @@ public final class Agent {
     /// Serves `cart` from now on, and runs a whole pass on it.
     func serve(_ cart: Cart) {
         carts[cart.id] = cart
+        polledList = nil
         if cart.poller != nil { polledCarts += 1 }
         if started { recordWatch() }
         waiting[cart.id] = nil

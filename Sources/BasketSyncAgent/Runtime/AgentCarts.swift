@@ -41,7 +41,8 @@ extension Agent {
                     logger.log(.warning, "cart \(id): the inotify watch limit is reached (sysctl fs.inotify.max_user_watches): this cart and those made after it are polled every \(rootChoice.intervalMs) ms")
                 }
             }
-            let poller = watcher == nil ? Poller(directory: directory, cart: configuration.cart, isTreeCart: true) : nil
+            if watcher == nil, pollRoot == nil { pollRoot = PollRoot(tree.root) }
+            let poller = watcher == nil ? Poller(directory: directory, cart: configuration.cart, isTreeCart: true, root: pollRoot) : nil
             let cart = Cart(id: id, store: store, watcher: watcher, poller: poller) { [unowned self] in self.timingChanged($0) }
             cart.inboxJustMade = inboxMade
             serve(cart)
@@ -65,6 +66,7 @@ extension Agent {
     func takeOnAgain(_ id: String) {
         if carts[id]?.poller != nil { polledCarts -= 1 }
         carts[id] = nil
+        polledList = nil
         engines[id] = nil
         timed[id] = nil
         logger.log(.info, "cart \(id): its marker names another cart now: taken on again")
@@ -80,6 +82,7 @@ extension Agent {
         // like it (a stray name in the root) must never take a cart's history.
         if Posix.info("\(tree.root)/\(id)", follow: false)?.kind == .directory, tree.markerMatches(id, number: cart.store.cart) { return }
         carts[id] = nil
+        polledList = nil
         if cart.poller != nil { polledCarts -= 1 }
         if started { recordWatch() }
         timed[id] = nil

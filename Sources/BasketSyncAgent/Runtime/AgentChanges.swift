@@ -92,14 +92,28 @@ extension Agent {
                 for id in ids.sorted() where carts[id] == nil && waiting[id] == nil { takeOn(id) }
             }
         }
+        // One-shot commands touch the tree's commit signal after a cart's marker: while it
+        // changed (and settles), every polled cart's marker is looked at; else each in its turn.
+        let now = Posix.monotonicSeconds()
+        var treeSignalled = true
+        if let tree, let pollRoot {
+            pollRoot.refresh()
+            let signal = Posix.info(tree.database.commitSignalPath, follow: false)
+            if signal != treeSignal {
+                treeSignal = signal
+                treeSignalUnsettledUntil = now + Poller.settleSeconds
+            }
+            treeSignalled = now < treeSignalUnsettledUntil
+        }
         var changes: [String: (kinds: Set<Watcher.Change>, delivered: [String])] = [:]
         var order: [String] = []
-        for (id, cart) in carts {
-            guard let poller = cart.poller else { continue }
-            let seen = poller.changes(onlyFresh: cart.retryAt != nil)
+        let polled = polledList ?? carts.values.filter { $0.poller != nil }.sorted { $0.id < $1.id }
+        polledList = polled
+        for cart in polled {
+            let seen = cart.poller!.changes(onlyFresh: cart.retryAt != nil, now: now, treeSignalled: treeSignalled)
             if !seen.kinds.isEmpty {
-                changes[id] = seen
-                order.append(id)
+                changes[cart.id] = seen
+                order.append(cart.id)
             }
         }
         // A directory refused until init --adopt: its marker written again is looked for too.

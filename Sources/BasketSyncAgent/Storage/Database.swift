@@ -18,6 +18,16 @@ final class Database {
     /// machines) and `database-id`, which database serves it.
     let markerDirectory: String
     let connection: SQLiteConnection
+    /// The file one-shot commands touch once they committed, which a running agent watches
+    /// (inotify) or looks at (polled): a sync directory's only signal; in a tree, touched after
+    /// the cart's marker (each cart's own signal), so that a polling agent looks at the markers
+    /// only when it changed.
+    var commitSignalPath: String { "\(stateDirectory)/\(Layout.commitSignal)" }
+
+    /// Tells a running agent that this process committed (see ``commitSignalPath``).
+    func signalCommit() {
+        Posix.touch(commitSignalPath, mode: 0o600)
+    }
     /// Opened for reading only: transactions are deferred, nothing is written.
     let readOnly: Bool
     /// The database file, and which file it was when opened (device, inode).

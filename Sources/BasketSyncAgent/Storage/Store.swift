@@ -42,7 +42,7 @@ package final class Store {
             _ = try Store(directory: directory, create: false)
             database = try Database(directory: directory, create: create, readOnly: readOnly, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
         }
-        self.init(database: database, cart: 0, directory: directory, signalPath: "\(database.stateDirectory)/\(Layout.commitSignal)")
+        self.init(database: database, cart: 0, directory: directory, signalPath: database.commitSignalPath)
         if readOnly {
             if try database.withTransaction({ () throws(AgentError) in try database.isTree() }) {
                 // A configuration that does not parse is its own error, with its place.

@@ -130,9 +130,12 @@ extension Store {
 
     // MARK: Waking the agent
 
-    /// Tells a running agent that this process committed: closing a written file in
-    /// `.basket-sync/` is an inotify event it watches for.
-    func signalCommit() {
+    /// Tells a running agent that this process committed: a sync directory's commit signal, a
+    /// tree cart's marker then the tree's commit signal (a polling agent looks at the markers
+    /// when that changed). `tellingTheTree: false` leaves the tree's to the caller, which
+    /// signals many carts' commits and touches it once after them.
+    func signalCommit(tellingTheTree: Bool = true) {
         Posix.touch(signalPath, mode: 0o600)
+        if cart != 0, tellingTheTree { database.signalCommit() }
     }
 }

@@ -67,6 +67,35 @@ extension Posix {
         return fstatat(at, relative, &info, follow ? 0 : AT_SYMLINK_NOFOLLOW) == 0 ? FileInfo(info) : nil
     }
 
+    /// What `relative` — a path kept as a C string, reached from the folder `at` — is, as
+    /// ``info(_:follow:)`` says it, without making a C string each call (a poller's looks).
+    package static func info(at: Int32, _ relative: [CChar], follow: Bool) -> FileInfo? {
+        var info = stat()
+        return relative.withUnsafeBufferPointer { fstatat(at, $0.baseAddress!, &info, follow ? 0 : AT_SYMLINK_NOFOLLOW) } == 0 ? FileInfo(info) : nil
+    }
+
+    /// Where `path` is reached from by the `*at` calls (a pinned folder's descriptor or the
+    /// working directory) and the rest of it as a C string: kept by what stats the same paths
+    /// again and again.
+    package static func reachedAsCString(_ path: String) -> (at: Int32, relative: [CChar]) {
+        let (at, relative) = reached(path)
+        return (at, Array(relative.utf8CString))
+    }
+
+    /// A folder opened only to reach files from it (`O_PATH`), following links as its path
+    /// does, and what it is; nil when it cannot be opened or is no folder.
+    package static func openFolderPath(_ path: String) -> (fd: Int32, info: FileInfo)? {
+        let openPath: Int32 = 0o10000000  // O_PATH, which Glibc's module does not export
+        let fd = retrying { Glibc.open(path, openPath | O_DIRECTORY | O_CLOEXEC) }
+        guard fd >= 0 else { return nil }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else {
+            close(fd)
+            return nil
+        }
+        return (fd, FileInfo(info))
+    }
+
     package static func exists(_ path: String) -> Bool {
         let (at, relative) = reached(path)
         return faccessat(at, relative, F_OK, 0) == 0
