@@ -69,11 +69,15 @@ extension SyncEngine {
         try expireIfDue()
         retainQuietly()
         // A whole pass went through: status says the errors before it are resolved. Written
-        // only when an error came after the last one written (a commit costs an fsync).
+        // only when an error came after the last one written (a commit costs an fsync) — asked
+        // first without the write lock (most passes have nothing to write), then again under it.
+        func errorSinceLastOK() throws(AgentError) -> Bool {
+            guard let error = try store.reports(limit: 1, level: Logger.Level.error.rawValue).first else { return false }
+            return error.at >= (try store.note(.passOK) ?? "")
+        }
+        guard try store.database.withReadTransaction(errorSinceLastOK) else { return }
         try store.withTransaction { () throws(AgentError) in
-            if let error = try store.reports(limit: 1, level: Logger.Level.error.rawValue).first, error.at >= (try store.note(.passOK) ?? "") {
-                try store.setNote(.passOK, Timestamp.text(Date()))
-            }
+            if try errorSinceLastOK() { try store.setNote(.passOK, Timestamp.text(Date())) }
         }
     }
 

@@ -68,20 +68,26 @@ final class Watcher {
             try watchCartPathOrThrow()
             // A cart of a tree is served even when its inbox cannot be watched yet: its passes
             // report what is wrong, and the inbox is watched once it is fixed (below).
-            do throws(SystemError) { try watchInbox() } catch { if !isTreeCart { throw error } }
+            // `inbox/` itself is watched so that `new/` or `tmp/` made again (removed, replaced)
+            // under the agent is watched again.
+            do throws(SystemError) {
+                _ = try inotify.watch("\(directory)/inbox", [.create, .movedTo, .onlyDirectory], leaves: Watcher.inboxLeaves, under: base)
+            } catch {
+                if !isTreeCart { throw error }
+            }
         } catch {
             throw .system(error)
         }
-        // `new/` or `tmp/` made again (removed, replaced) under the agent is watched again.
-        try? inotify.watch("\(directory)/inbox", [.create, .movedTo, .onlyDirectory], under: base)
         if !isTreeCart { try? inotify.watch(signalDirectory, [.closeWrite, .onlyDirectory]) }
     }
 
+    /// What is watched in `inbox/`. A delivery by link() (Python's mailbox.Maildir) shows in
+    /// new/ only as a creation; the removal of its temporary file in tmp/ says it is complete,
+    /// under the same name.
+    private static let inboxLeaves: [(name: String, mask: InotifyMask)] = [("new", [.movedTo, .closeWrite, .onlyDirectory]), ("tmp", [.delete, .onlyDirectory])]
+
     private func watchInbox() throws(SystemError) {
-        try inotify.watch("\(directory)/inbox/new", [.movedTo, .closeWrite, .onlyDirectory], under: base)
-        // A delivery by link() (Python's mailbox.Maildir) shows in new/ only as a creation; the
-        // removal of its temporary file in tmp/ says it is complete, under the same name.
-        try inotify.watch("\(directory)/inbox/tmp", [.delete, .onlyDirectory], under: base)
+        for leaf in Watcher.inboxLeaves { try inotify.watch("\(directory)/inbox/\(leaf.name)", leaf.mask, under: base) }
     }
 
     /// How many watches a sync directory (or a tree's cart) takes with the cart at `cart`: its
