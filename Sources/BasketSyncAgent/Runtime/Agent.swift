@@ -376,6 +376,9 @@ public final class Agent {
             if SignalPipe.stopRequested { break }
             takeOn(id)
         }
+        // The start's passes made and freed a few engines' worth of memory per cart: given back
+        // to the system, the agent's resident memory is what it keeps.
+        Posix.releaseFreedMemory()
     }
 
     /// The line that says the start pass is over.

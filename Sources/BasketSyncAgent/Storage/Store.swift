@@ -20,12 +20,26 @@ package final class Store {
     /// The file touched after a commit, so that a running agent wakes without polling.
     let signalPath: String
     var connection: SQLiteConnection { database.connection }
-    private var cachedState: SyncState?
+    private var cachedState: SyncState? {
+        get { cachedStateHeld?.value }
+        set { cachedStateHeld = newValue.map(Held.init) }
+    }
     private var cachedDataVersion: Int64 = -1
     private var cachedRollbacks = -1
     /// Inside ``withStateSavedOnce(_:)``: the state the group's steps saved so far, written once
     /// at the group's end (nil until a step saved one).
-    private var unsavedState: SyncState?
+    private var unsavedState: SyncState? {
+        get { unsavedStateHeld?.value }
+        set { unsavedStateHeld = newValue.map(Held.init) }
+    }
+    /// The two states above, held out of line: a store is kept for each of thousands of carts,
+    /// and a state inline is hundreds of bytes each.
+    private final class Held<Value> {
+        let value: Value
+        init(_ value: Value) { self.value = value }
+    }
+    private var cachedStateHeld: Held<SyncState>?
+    private var unsavedStateHeld: Held<SyncState>?
     private var defersState = false
 
 
