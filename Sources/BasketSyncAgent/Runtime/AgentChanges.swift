@@ -169,16 +169,20 @@ extension Agent {
     }
 
     /// The carts of one wake-up cut into groups whose cart files hold at most `maxFileBytes`
-    /// together (by their sizes now; a cart over it is a group of its own): a group's versions
-    /// are all held in memory until its commit, as the inbox's groups are bounded by bytes.
+    /// together (by their sizes now; a cart over it is a group of its own), and at most half as
+    /// many as the engines kept: a group's versions are all held in memory until its commit, as
+    /// the inbox's groups are bounded by bytes, and its engines until its end.
     func boundedGroups(_ group: [Cart]) -> [[Cart]] {
         let bound = Int64(configuration.limits.maxFileBytes)
         var groups: [[Cart]] = []
         var current: [Cart] = []
         var bytes: Int64 = 0
         for cart in group {
-            let size = (try? engine(for: cart)).flatMap { Posix.info($0.cartPath, follow: true)?.size } ?? 0
-            if !current.isEmpty, bytes + size > bound {
+            // By the cart's path, not its engine: making one for each cart of a large wake-up
+            // would let go of those made for its first carts.
+            let size = Posix.info("\(cart.store.directory)/\(configuration.cart)", follow: true)?.size ?? 0
+            // At most half the engines kept: a group's engines are not let go before its end.
+            if !current.isEmpty, bytes + size > bound || current.count >= max(1, enginesKept / 2) {
                 groups.append(current)
                 current = []
                 bytes = 0
@@ -226,6 +230,10 @@ extension Agent {
                 fail(cart, error, engine: engine)
             }
         }
+        // An engine let go meanwhile (the engines kept made room for the group's later carts)
+        // leaves its lines to the flush, as every engine let go does: dropped with them, it
+        // would fsync them itself, on this thread.
+        collectUnflushed(reads.filter { engines[$0.cart.id] !== $0.engine }.map { (key: $0.cart.id, value: $0.engine) })
         for (cart, error) in failed { fail(cart, error, engine: try? engine(for: cart)) }
     }
 }
