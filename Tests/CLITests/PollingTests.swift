@@ -382,3 +382,31 @@ extension PollingTests {
         #expect(signalTime >= markerTime, "\(command): the tree's signal is touched after the marker (\(signalTime) < \(markerTime))")
     }
 }
+
+extension PollingTests {
+    /// A polled tree cart whose folder is removed and made again between two looks: the first
+    /// thing the agent does on it is to end the old cart (or take the folder on anew), never a
+    /// pass of the old cart on the new folder.
+    @Test func aPolledCartFolderMadeAgainBetweenTwoLooksIsSeenAtTheNextLook() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init", "--tree"]).status == 0)
+        for id in ["c1", "c2"] {
+            try FileManager.default.createDirectory(at: playground.url(id), withIntermediateDirectories: true)
+            try playground.writeAtomically("\(id)/cart.json", cartJSON([("X", 1)]))
+        }
+        // Looks far apart (a marker's own turn comes every eight looks).
+        let agent = try AgentProcess(directory: playground.path, arguments: ["--poll=400"])
+        try await agent.waitUntilWatching()
+        try await eventually("the cart is taken") { playground.records("c1/notifications.jsonl").count == 1 }
+        kill(agent.process.processIdentifier, SIGSTOP)
+        try FileManager.default.removeItem(at: playground.url("c1"))
+        try FileManager.default.createDirectory(at: playground.url("c1"), withIntermediateDirectories: true)
+        try playground.writeAtomically("c1/cart.json", cartJSON([("X", 2)]))
+        let before = agent.log.count
+        kill(agent.process.processIdentifier, SIGCONT)
+        try await eventually("the agent acts on c1 again") { agent.log.dropFirst(before).contains("cart c1:") }
+        let first = agent.log.dropFirst(before).split(separator: "\n").first { $0.contains("cart c1:") }.map(String.init) ?? ""
+        #expect(first.contains("its marker names another cart now") || first.contains("its directory was removed"), "the first thing done on the new folder: \(first)\n\(agent.log)")
+        #expect(agent.stop() == 0)
+    }
+}

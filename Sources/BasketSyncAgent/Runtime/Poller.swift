@@ -139,7 +139,8 @@ final class Poller {
     }
 
     /// Two `stat`s a look for a tree cart whose cart is a file (the cart, `inbox/new/`), the
-    /// marker's when due; its folder is looked at only when something is missing or changed — a
+    /// marker's when due; its folder and its marker are looked at when something is missing or
+    /// changed — a
     /// folder swapped for a link or another folder is the root's to see (its listing, or inotify
     /// on it), as any cart coming or going.
     private func look(onlyFresh: Bool = false, now: Double = Posix.monotonicSeconds(), markerDue: Bool = true) -> Set<Watcher.Change> {
@@ -161,8 +162,8 @@ final class Poller {
             }
             return !onlyFresh && now < looked.until
         }
-        let looksAtSignal = !isTreeCart || markerDue || now < signal.until
-        let signalNow = looksAtSignal ? Posix.info(at: paths.signalAt, paths.signal, follow: false) : signal.seen
+        var looksAtSignal = !isTreeCart || markerDue || now < signal.until
+        var signalNow = looksAtSignal ? Posix.info(at: paths.signalAt, paths.signal, follow: false) : signal.seen
         // The cart as a name, and what a link there points to (followSymlinks). A cart that
         // changed is taken once it stood still for one interval: a host writing in place, in more
         // than one write, is never read half-written (inotify waits for the close; a look cannot).
@@ -175,6 +176,12 @@ final class Poller {
             if Posix.info(at: paths.at, directoryPath, follow: false)?.kind != .directory
                 || !isTreeCart && Posix.info(at: paths.at, stateDirectory, follow: false)?.kind != .directory {
                 return [.directoryGone]
+            }
+            // Something in the folder changed: its marker too is looked at now (a folder removed
+            // and made again between two looks has none, or another cart's).
+            if !looksAtSignal {
+                looksAtSignal = true
+                signalNow = Posix.info(at: paths.signalAt, paths.signal, follow: false)
             }
         }
         let fresh = cart.seen != name || cartFollowed.seen != followed
