@@ -387,7 +387,7 @@ extension PollingTests {
     /// A polled tree cart whose folder is removed and made again between two looks: the first
     /// thing the agent does on it is to end the old cart (or take the folder on anew), never a
     /// pass of the old cart on the new folder.
-    @Test func aPolledCartFolderMadeAgainBetweenTwoLooksIsSeenAtTheNextLook() async throws {
+    @Test func aPolledCartFolderMadeAgainBetweenTwoLooksEndsTheOldCartFirst() async throws {
         let playground = try Playground()
         #expect(try basketSync(["-C", playground.path, "init", "--tree"]).status == 0)
         for id in ["c1", "c2"] {
