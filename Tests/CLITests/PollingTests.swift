@@ -406,7 +406,7 @@ extension PollingTests {
         kill(agent.process.processIdentifier, SIGCONT)
         try await eventually("the agent acts on c1 again") { agent.log.dropFirst(before).contains("cart c1:") }
         let first = agent.log.dropFirst(before).split(separator: "\n").first { $0.contains("cart c1:") }.map(String.init) ?? ""
-        #expect(first.contains("its marker names another cart now") || first.contains("its directory was removed"), "the first thing done on the new folder: \(first)\n\(agent.log)")
+        #expect(first.contains("its marker .basket-sync-cart is gone") || first.contains("its directory was removed"), "the first thing done on the new folder: \(first)\n\(agent.log)")
         #expect(agent.stop() == 0)
     }
 }

@@ -432,9 +432,49 @@ import TestSupport
         try await eventually("the event in the new inbox is taken") { playground.records("a/outbox.jsonl").count == 4 }
         // A marker overwritten: the agent no longer serves the cart as it was.
         try playground.write("a/.basket-sync-cart", "ffffffffffffffff\n")
-        try await eventually("the agent takes the cart as it is now") { agent.log.contains("cart a: its marker names another cart now") }
+        try await eventually("the agent takes the cart as it is now") { agent.log.contains("cart a: its marker .basket-sync-cart names another sync directory now") }
         let sync = try basketSync(["-C", playground.path + "/a", "sync"])
         #expect(sync.status == 73 && sync.stderr.contains("holds records"), "\(sync.stderr)")
+        #expect(agent.stop() == 0)
+    }
+
+    /// A marker lost under the agent (removed, emptied, a link or a directory in its place) is
+    /// said as lost, never as another cart's, and the agent writes nothing into the directory
+    /// (it may be on its way out) until a command takes it on: `sync` refuses it while it holds
+    /// records, `init --adopt` makes it a cart the agent serves again.
+    @Test(arguments: ["removed", "emptied", "directory", "link"])
+    func aMarkerLostUnderTheAgentIsSaidAsLostAndWaitsForACommand(shape: String) async throws {
+        let playground = try tree()
+        try mkdir(playground, "b")
+        for id in ["a", "b"] { try mealzLine(playground, id) }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        let marker = playground.path + "/a/.basket-sync-cart"
+        let staged = playground.path + "/staged"
+        switch shape {
+        case "emptied": try playground.write("a/.basket-sync-cart", "")
+        case "directory":
+            try mkdir(playground, "staged")
+            #expect(unlink(marker) == 0 && rename(staged, marker) == 0)
+        case "link": #expect(symlink("../b/.basket-sync-cart", staged) == 0 && rename(staged, marker) == 0)
+        default: #expect(unlink(marker) == 0)
+        }
+        try await eventually("\(shape): the agent says the marker is gone") { agent.log.contains("cart a: its marker .basket-sync-cart is gone") }
+        #expect(!agent.log.contains("names another"), "\(shape): \(agent.log)")
+        #expect(!agent.log.contains("cart a: taken on again"), "\(shape): \(agent.log)")
+        // Not served: a new cart version is not notified, and nothing is written into it.
+        try playground.writeAtomically("a/cart.json", cartJSON([("A", 3)]))
+        let sync = try basketSync(["-C", playground.path + "/a", "sync"])
+        #expect(sync.status == 73 && sync.stderr.contains("holds records"), "\(shape): \(sync.stderr)")
+        #expect(playground.records("a/notifications.jsonl").isEmpty, "\(shape)")
+        // Adopted: served again, its records going on.
+        for path in [marker] where shape == "directory" { try FileManager.default.removeItem(atPath: path) }
+        for path in [marker] where shape == "link" { #expect(unlink(path) == 0) }
+        let adopted = try basketSync(["-C", playground.path + "/a", "init", "--adopt"])
+        #expect(adopted.status == 0, "\(shape): \(adopted.stdout)\(adopted.stderr)")
+        try playground.writeAtomically("a/cart.json", cartJSON([("A", 4)]))
+        try await eventually("\(shape): the adopted cart is served") { playground.records("a/notifications.jsonl").count == 1 }
         #expect(agent.stop() == 0)
     }
 

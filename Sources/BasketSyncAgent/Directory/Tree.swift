@@ -276,19 +276,36 @@ final class Tree {
     /// the folder opened without following a link). A marker that cannot be read for a reason
     /// of the moment (no descriptor left, an I/O error) is taken to match: only a marker read,
     /// or a folder or marker that is not there (or not a folder, not a file), says otherwise.
-    func markerMatches(_ id: String, number: Int64) -> Bool {
-        guard let known = try? database.withReadTransaction({ () throws(AgentError) in try database.cart(id) }), known.number == number else { return false }
+    func markerMatches(_ id: String, number: Int64) -> Bool { markerState(id, number: number) == .matches }
+
+    /// What the marker of cart `id` says of the cart numbered `number`, as a log line can say it.
+    enum MarkerState: Equatable {
+        /// The marker names this cart (or could not be read for a passing reason: kept).
+        case matches
+        /// The database knows `id` no more, or as another cart (given back, adopted again).
+        case replacedInDatabase
+        /// No marker, or something else than a regular file in its place.
+        case lost
+        /// A marker that names another sync directory (copied or written over).
+        case namesAnother
+    }
+
+    /// The state of cart `id`'s marker for the cart numbered `number` (see `markerMatches`).
+    func markerState(_ id: String, number: Int64) -> MarkerState {
+        guard let known = try? database.withReadTransaction({ () throws(AgentError) in try database.cart(id) }), known.number == number else { return .replacedInDatabase }
         let marker: [UInt8]?
         do {
             marker = try Posix.withPinnedFolders(base: root, relative: "\(id)/\(Layout.cartMarker)") { (pinned) throws(AgentError) in
                 try Posix.readFile(pinned, limit: 64)
             }
         } catch {
-            if case let .system(failure) = error, !failure.isMissing, !failure.isNotRegular { return true }
-            return false
+            if case let .system(failure) = error, !failure.isMissing, !failure.isNotRegular { return .matches }
+            return .lost
         }
-        guard let marker else { return false }
-        return String(decoding: marker, as: UTF8.self).trimmingSpaces == known.syncId
+        guard let marker else { return .lost }
+        let named = String(decoding: marker, as: UTF8.self).trimmingSpaces
+        if named == known.syncId { return .matches }
+        return named.isEmpty ? .lost : .namesAnother
     }
 
     /// Ends the carts the database holds whose directory is gone; returns their ids.

@@ -90,6 +90,9 @@ public final class Agent {
     /// A tree's directories that could not be taken on (refused: they hold records new to the
     /// tree), watched for their marker: `init --adopt` writing it has them served.
     var waiting: [String: Watcher] = [:]
+    /// Among them, the carts served until their marker was lost, with their numbers: their
+    /// rows go when their directory goes.
+    var lostCarts: [String: Int64] = [:]
     /// The carts with a retry or a deadline ahead: a wake-up looks at those, not at every cart.
     var timed: [String: Cart] = [:]
     var engines: [String: SyncEngine] = [:]
@@ -404,6 +407,7 @@ public final class Agent {
         if cart.poller != nil { polledCarts += 1 }
         if started { recordWatch() }
         waiting[cart.id] = nil
+        lostCarts[cart.id] = nil
         attempt(cart, .everything)
     }
 

@@ -61,22 +61,48 @@ extension Agent {
     }
 
     /// The cart of `id` is no longer the one the agent serves (adopted by init --adopt, its
-    /// marker overwritten or lost, given back as new): forgotten, then taken on as it is now. Its
-    /// watches stay: the new watcher shares them.
-    func takeOnAgain(_ id: String) {
+    /// marker overwritten or lost, given back as new): forgotten, then taken on as it is now —
+    /// except a cart whose marker is lost: nothing is written into a directory that may be going
+    /// (`rm -r` takes the marker among the first), so it waits, watched for its marker, until a
+    /// command takes it on (`sync`, `init --adopt`) or the directory is made again. Its watches
+    /// stay: the new watcher shares them.
+    func takeOnAgain(_ id: String, because state: Tree.MarkerState) {
+        let number = carts[id]?.store.cart
         if carts[id]?.poller != nil { polledCarts -= 1 }
         carts[id] = nil
         polledList = nil
         engines[id] = nil
         timed[id] = nil
-        logger.log(.info, "cart \(id): its marker names another cart now: taken on again")
+        // Said as it is: why it is no longer served, then whether it is served again (taking it
+        // on can refuse it, and says why).
+        switch state {
+        case .matches, .replacedInDatabase:
+            logger.log(.info, "cart \(id): the tree's database holds another cart under this name now")
+        case .namesAnother:
+            logger.log(.warning, "cart \(id): its marker \(Layout.cartMarker) names another sync directory now")
+        case .lost:
+            let directory = "\(tree?.root ?? root)/\(id)"
+            logger.log(.warning, "cart \(id): its marker \(Layout.cartMarker) is gone (removed, emptied, or not a regular file any more): the cart is not served until a command takes the directory on (basket-sync -C \(directory) sync; init --adopt where it holds records) or it is made again")
+            if let inotify, waiting[id] == nil, Posix.info(directory, follow: false)?.kind == .directory {
+                waiting[id] = try? Watcher(directory: directory, cart: configuration.cart, inotify: inotify, isTreeCart: true)
+            }
+            lostCarts[id] = number
+            // Gone meanwhile (the marker went first of a removal seen later): ended now.
+            end(id)
+            return
+        }
         takeOn(id)
+        if carts[id] != nil { logger.log(.info, "cart \(id): taken on again as it is now") }
     }
 
     /// Ends cart `id`: its directory is gone (or made again): its rows go, its watches too.
     func end(_ id: String) {
         guard let tree else { return }
-        if Posix.info("\(tree.root)/\(id)", follow: false)?.kind != .directory { waiting[id] = nil }
+        if Posix.info("\(tree.root)/\(id)", follow: false)?.kind != .directory {
+            waiting[id] = nil
+            // A cart not served since its marker was lost: its rows go with its directory.
+            if carts[id] == nil, let number = lostCarts.removeValue(forKey: id) { removeRows(id, number: number) }
+        }
         guard let cart = carts[id] else { return }
         // Only a cart whose directory is gone (or another's now) ends: an event that only looks
         // like it (a stray name in the root) must never take a cart's history.
@@ -88,9 +114,15 @@ extension Agent {
         timed[id] = nil
         engines[id] = nil
         cart.watcher?.removeWatches()
+        removeRows(id, number: cart.store.cart)
+    }
+
+    /// The rows of cart `id` numbered `number` removed: its directory is gone.
+    private func removeRows(_ id: String, number: Int64) {
+        guard let tree else { return }
         do {
             try tree.database.withTransaction { () throws(AgentError) in
-                if let known = try tree.database.cart(id), known.number == cart.store.cart {
+                if let known = try tree.database.cart(id), known.number == number {
                     try tree.database.removeCart(known.number)
                 }
             }
@@ -188,9 +220,9 @@ extension Agent {
             return
         }
         cart.failure = error.description
-        if let tree, carts[cart.id] === cart, !tree.markerMatches(cart.id, number: cart.store.cart) {
+        if let tree, carts[cart.id] === cart, case let state = tree.markerState(cart.id, number: cart.store.cart), state != .matches {
             logger.log(.error, error.description)
-            takeOnAgain(cart.id)
+            takeOnAgain(cart.id, because: state)
             return
         }
         if let engine { engine.reportError(error) } else {

@@ -148,10 +148,10 @@ extension Agent {
             }
             // The marker touched: still this cart's? (init --adopt, a marker overwritten or lost
             // make it another, or none.)
-            if let tree, kinds.contains(.commit), !tree.markerMatches(id, number: cart.store.cart) {
+            if let tree, kinds.contains(.commit), case let state = tree.markerState(id, number: cart.store.cart), state != .matches {
                 // Its directory gone, the marker with it: the cart ended (seen by its poller
-                // before the root's listing); else another cart's now.
-                if Posix.info("\(tree.root)/\(id)", follow: false)?.kind != .directory { end(id) } else { takeOnAgain(id) }
+                // before the root's listing); else another cart's now, or none.
+                if Posix.info("\(tree.root)/\(id)", follow: false)?.kind != .directory { end(id) } else { takeOnAgain(id, because: state) }
                 continue
             }
             var scope: SyncEngine.PassScope = []

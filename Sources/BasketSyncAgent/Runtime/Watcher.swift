@@ -204,8 +204,10 @@ final class Watcher {
                 changes.insert(.inbox)
                 return
             }
-            // A one-shot command committed for this cart of a tree: it touched the marker.
-            if isTreeCart, path == directory, name == Layout.cartMarker, !mask.isDisjoint(with: [.closeWrite, .movedTo]) {
+            // A one-shot command committed for this cart of a tree: it touched the marker. Any
+            // other change of the marker's name (removed, renamed, a link or a directory made in
+            // its place) is looked at the same way, as a poller sees it: still this cart's?
+            if isTreeCart, path == directory, name == Layout.cartMarker, !mask.isDisjoint(with: [.closeWrite, .movedTo, .create, .delete, .movedFrom]) {
                 changes.insert(.commit)
                 return
             }
