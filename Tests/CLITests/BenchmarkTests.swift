@@ -4,7 +4,7 @@ import Testing
 /// The benchmark runs and reports; no timing is asserted here (speed is the benchmark's to show).
 @Suite struct BenchmarkTests {
     @Test func theQuickSettingProducesEveryTable() throws {
-        let bench = binary.deletingLastPathComponent().appendingPathComponent("basket-sync-bench").path
+        let bench = buildDirectory.appendingPathComponent("basket-sync-bench").path
         let run = try basketSync(["--quick"], executable: bench)
         #expect(run.status == 0, "\(run.stderr)")
         for heading in ["### Cart renamed → notification line written, its record durable (50-line cart)", "### Inbox event renamed into new/ → outbox line written, its record durable",
@@ -23,7 +23,7 @@ extension BenchmarkTests {
     /// on, and reports sizes at ten points; with rotation the JSON Lines files stay within
     /// (keep + 1) × maxBytes each, whatever N (no timing asserted).
     @Test func theSoakSettingReportsTenPointsAndBoundedFiles() throws {
-        let bench = binary.deletingLastPathComponent().appendingPathComponent("basket-sync-bench").path
+        let bench = buildDirectory.appendingPathComponent("basket-sync-bench").path
         let run = try basketSync(["--soak", "200", "--retention-seconds", "0.5", "--rotate-bytes", "8000"], executable: bench)
         #expect(run.status == 0, "\(run.stderr)")
         #expect(run.stdout.contains("## basket-sync soak: 200 events and 200 cart versions"))
@@ -41,7 +41,7 @@ extension BenchmarkTests {
     /// `--tree --quick` runs every phase of the tree benchmark over a few carts (no timing asserted):
     /// the first pass, the start, idle, single changes, a load, the polled tree, the disk probe.
     @Test func theTreeSettingRunsEveryPhase() throws {
-        let bench = binary.deletingLastPathComponent().appendingPathComponent("basket-sync-bench").path
+        let bench = buildDirectory.appendingPathComponent("basket-sync-bench").path
         let run = try basketSync(["--tree", "--quick", "--carts", "20"], executable: bench)
         #expect(run.status == 0, "\(run.stderr)")
         for line in ["## basket-sync benchmark: a tree of 20 carts", "- first pass over 20 new carts",

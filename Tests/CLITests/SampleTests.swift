@@ -417,7 +417,7 @@ import Testing
     }
 
     @Test func swiftHost() throws {
-        let run = try sample(binary.deletingLastPathComponent().appendingPathComponent("swift-host-sample").path)
+        let run = try sample(buildDirectory.appendingPathComponent("swift-host-sample").path)
         #expect(run.status == 0, "\(run.stderr)")
         #expect(run.stdout.contains("host cart:    bread=1 pasta=2 tomato=2\nMealz's view: pasta=2 tomato=2\nconverged\n"))
         #expect(run.stdout.contains("paid: order-7; the next cart starts Mealz basket 2"))

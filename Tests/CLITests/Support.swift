@@ -51,10 +51,16 @@ struct Run {
     var stderr: String
 }
 
-/// The built `basket-sync`, beside the test bundle.
+/// The folder of the test bundle, where the package's products are built.
+let buildDirectory = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+
+/// The built `basket-sync`, beside the test bundle; or the one `BASKET_SYNC_TEST_BINARY` names
+/// (CI tests the static binary the package ships, built with optimizations).
 let binary: URL = {
-    let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-    return executable.deletingLastPathComponent().appendingPathComponent("basket-sync")
+    if let named = ProcessInfo.processInfo.environment["BASKET_SYNC_TEST_BINARY"], !named.isEmpty {
+        return URL(fileURLWithPath: named)
+    }
+    return buildDirectory.appendingPathComponent("basket-sync")
 }()
 
 /// Starts `basket-sync` with arguments, its output and errors in pipes.
