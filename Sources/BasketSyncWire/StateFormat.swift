@@ -51,6 +51,13 @@ package enum StateFormat {
         return writer.bytes
     }
 
+    /// The counter of `name`, nil for a name none has.
+    static func counterField(_ name: String) -> WritableKeyPath<SyncCounters, UInt64>? {
+        counterFieldsByName[name]
+    }
+    // Key paths are not Sendable; this map is made once and never changed.
+    nonisolated(unsafe) private static let counterFieldsByName = Dictionary(uniqueKeysWithValues: counterFields.map { ($0.0, $0.1) })
+
     /// Every counter and its name: one list for the writer and the reader.
     private static var counterFields: [(String, WritableKeyPath<SyncCounters, UInt64>)] {
         [("updateBaskets", \.updateBaskets), ("redirects", \.redirects), ("notifications", \.notifications),
@@ -156,8 +163,15 @@ package enum StateFormat {
         return batches[0]
     }
 
-    /// Reads a state written by ``encode(_:)`` (or by `JSONEncoder`).
+    /// Reads a state written by ``encode(_:)`` (or by `JSONEncoder`): in one pass where it can
+    /// (``StateFastReader``), else through the tree of nodes, which says what is wrong and where.
     package static func decode(_ bytes: [UInt8]) throws(JSONProblem) -> SyncState {
+        if let state = StateFastReader.read(bytes) { return state }
+        return try decodeTree(bytes)
+    }
+
+    /// Reads a state through the tree of nodes (every form ``decode(_:)`` takes).
+    package static func decodeTree(_ bytes: [UInt8]) throws(JSONProblem) -> SyncState {
         let root = try JSONParser.parse(bytes)
         let object = StateReader(node: root)
         var state = SyncState(syncId: try object.string("syncId"))

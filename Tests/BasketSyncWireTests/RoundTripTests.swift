@@ -231,10 +231,62 @@ import TestSupport
             }
             let state = machine.state
             #expect(try StateFormat.decode(StateFormat.encode(state)) == state, "seed \(seed)")
+            // The one-pass reader answers for what the writer wrote, an id with an escape aside
+            // (left to the tree decoder), and answers the same.
+            let encoded = StateFormat.encode(state)
+            if !encoded.contains(UInt8(ascii: "\\")) { #expect(StateFastReader.read(encoded) == state, "seed \(seed)") }
+            #expect(try StateFormat.decodeTree(encoded) == state, "seed \(seed)")
             // What the library's Codable writes reads back here (a host that saved the state with
             // JSONEncoder can hand it to the agent), and through JSONDecoder, canonical pairs kept.
             #expect(try StateFormat.decode(Array(JSONEncoder().encode(state))) == state, "seed \(seed)")
             #expect(try JSONDecoder().decode(SyncState.self, from: JSONEncoder().encode(state)) == state, "seed \(seed)")
         }
+    }
+
+    /// The one-pass state reader against the tree decoder, on states damaged at random (a byte
+    /// cut, doubled or replaced by one JSON gives a meaning to; spaces put between tokens):
+    /// wherever the one-pass reader answers, the tree decoder reads the same state — it never
+    /// takes what the tree decoder would refuse, nor reads it otherwise.
+    @Test func theOnePassStateReaderAnswersOnlyAsTheTreeDecoderDoes() throws {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        let significant = Array("{}[]:,\"\\ -+.0123456789eEnull".utf8)
+        var answered = 0
+        for round in 0..<Self.rounds {
+            var machine = SyncStateMachine(state: SyncState(syncId: Self.id(&rng)), isSynchronizerRegistered: true)
+            var now = Date(timeIntervalSinceReferenceDate: Double.random(in: 0...1e9, using: &rng))
+            for _ in 0..<Int.random(in: 0...12, using: &rng) {
+                now = now.addingTimeInterval(Double.random(in: 0...6, using: &rng))
+                switch Int.random(in: 0..<4, using: &rng) {
+                case 0: _ = try? machine.receive(.basketDelta(Self.lines(&rng, signed: true)), source: Self.id(&rng), at: now)
+                case 1: _ = try? machine.retailerBasketChanged(Self.lines(&rng, signed: false), syncedThrough: Bool.random(using: &rng) ? machine.state.lastOutboxSeq : nil, at: now)
+                case 2: _ = try? machine.handlePayment(totalPrice: Money("1.50")!, productList: Self.lines(&rng, signed: false), orderId: Self.id(&rng), at: now)
+                default: _ = machine.expireWindows(at: now)
+                }
+            }
+            var bytes = StateFormat.encode(machine.state)
+            for _ in 0..<Int.random(in: 1...2, using: &rng) {
+                let at = Int.random(in: 0..<bytes.count, using: &rng)
+                let digits = UInt8(ascii: "0")...UInt8(ascii: "9")
+                switch Int.random(in: 0..<6, using: &rng) {
+                case 0: bytes.remove(at: at)
+                case 1: bytes.insert(bytes[at], at: at)
+                case 2: bytes[at] = significant.randomElement(using: &rng)!
+                case 3:
+                    // A digit changed (a leading zero, an overflow, a seq another than it was).
+                    if let digit = (at..<bytes.count).first(where: { digits.contains(bytes[$0]) }) { bytes[digit] = Bool.random(using: &rng) ? UInt8(ascii: "0") : UInt8.random(in: digits, using: &rng) }
+                default:
+                    if let boundary = (at..<bytes.count).first(where: { [UInt8(ascii: ","), UInt8(ascii: ":")].contains(bytes[$0]) }) {
+                        bytes.insert([0x20, 0x0A, 0x09].randomElement(using: &rng)!, at: boundary + Int.random(in: 0...1, using: &rng))
+                    }
+                }
+            }
+            guard let fast = StateFastReader.read(bytes) else { continue }
+            answered += 1
+            let tree = try? StateFormat.decodeTree(bytes)
+            #expect(tree == fast, "seed \(seed), round \(round): \(String(decoding: bytes, as: UTF8.self))")
+        }
+        // Not a vacuous comparison: many damaged states still read (a digit changed, a space).
+        #expect(answered > Self.rounds / 50, "seed \(seed): only \(answered) answered")
     }
 }
