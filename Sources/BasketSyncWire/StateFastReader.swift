@@ -36,7 +36,7 @@ package struct StateFastReader {
         var state = SyncState(syncId: "")
         var seen: Set<String> = []
         let ok = object { (reader, key) -> Bool in
-            guard seen.insert(key).inserted else { return false }
+            guard Self.isPlain(key), seen.insert(key).inserted else { return false }
             switch key {
             case "syncId": guard let value = reader.string() else { return false }; state.syncId = value
             case "lastOutboxSeq": guard let value = reader.unsigned() else { return false }; state.lastOutboxSeq = value
@@ -78,7 +78,7 @@ package struct StateFastReader {
             case "counters":
                 var counted: Set<String> = []
                 return reader.object { (reader, name) -> Bool in
-                    guard counted.insert(name).inserted, let field = StateFormat.counterField(name), let value = reader.unsigned() else { return false }
+                    guard Self.isPlain(name), counted.insert(name).inserted, let field = StateFormat.counterField(name), let value = reader.unsigned() else { return false }
                     state.counters[keyPath: field] = value
                     return true
                 }
@@ -92,10 +92,10 @@ package struct StateFastReader {
 
     private mutating func quantities() -> [ExactID: Int]? {
         var map: [ExactID: Int] = [:]
-        var keys: Set<String> = []
         let ok = object { (reader, id) -> Bool in
-            // A repeated id: the tree decoder keeps the last one said; left to it.
-            guard keys.insert(id).inserted, let quantity = reader.integer() else { return false }
+            // Ids are exact (`K` and the Kelvin sign are two); a repeated one: the last one
+            // said, as the tree decoder reads it.
+            guard let quantity = reader.integer() else { return false }
             map[ExactID(id)] = quantity
             return true
         }
@@ -109,7 +109,7 @@ package struct StateFastReader {
             var products: [RetailerProduct]?
             var keys: Set<String> = []
             let ok = reader.object { (reader, key) -> Bool in
-                guard keys.insert(key).inserted else { return false }
+                guard Self.isPlain(key), keys.insert(key).inserted else { return false }
                 switch key {
                 case "seq": seq = reader.unsigned(); return seq != nil
                 case "at": at = reader.seconds(); return at != nil
@@ -120,7 +120,7 @@ package struct StateFastReader {
                         var id: String?, quantity: Int?
                         var fields: Set<String> = []
                         let ok = reader.object { (reader, field) -> Bool in
-                            guard fields.insert(field).inserted else { return false }
+                            guard Self.isPlain(field), fields.insert(field).inserted else { return false }
                             switch field {
                             case "id": id = reader.string(); return id != nil
                             case "quantity": quantity = reader.integer(); return quantity != nil
@@ -142,6 +142,10 @@ package struct StateFastReader {
         }
         return ok ? batches : nil
     }
+
+    /// A key of the state's own (ASCII): compared as `String`s are, as its bytes are (the tree
+    /// decoder compares keys byte for byte; a key with another byte is left to it).
+    private static func isPlain(_ key: String) -> Bool { key.utf8.allSatisfy { $0 < 0x80 } }
 
     // MARK: JSON, the part the state uses
 

@@ -212,24 +212,29 @@ import TestSupport
         }
     }
 
+    /// A state made by up to `steps` random inputs to the library's state machine.
+    static func drivenState(_ rng: inout SplitMix64, steps: Int) -> SyncState {
+        var machine = SyncStateMachine(state: SyncState(syncId: Self.id(&rng)), isSynchronizerRegistered: true)
+        var now = Date(timeIntervalSinceReferenceDate: Double.random(in: 0...1e9, using: &rng))
+        for _ in 0..<Int.random(in: 0...steps, using: &rng) {
+            now = now.addingTimeInterval(Double.random(in: 0...6, using: &rng))
+            switch Int.random(in: 0..<6, using: &rng) {
+            case 0: _ = try? machine.receive(.basketDelta(Self.lines(&rng, signed: true)), source: Self.id(&rng), at: now)
+            case 1: _ = try? machine.receive(.basketTransfer(Self.lines(&rng, signed: false), transferId: Self.id(&rng)), source: nil, at: now)
+            case 2: _ = try? machine.retailerBasketChanged(Self.lines(&rng, signed: false), syncedThrough: Bool.random(using: &rng) ? machine.state.lastOutboxSeq : nil, at: now)
+            case 3: _ = machine.setSelectedStore(externalId: Self.id(&rng), mode: .retailer, at: now)
+            case 4: _ = try? machine.handlePayment(totalPrice: Money("1.50")!, productList: Self.lines(&rng, signed: false), orderId: Self.id(&rng), at: now)
+            default: _ = machine.expireWindows(at: now)
+            }
+        }
+        return machine.state
+    }
+
     @Test func statesRandomlyDriven() throws {
         let seed = Knobs.seed
         var rng = SplitMix64(seed: seed)
         for _ in 0..<Self.rounds / 5 {
-            var machine = SyncStateMachine(state: SyncState(syncId: Self.id(&rng)), isSynchronizerRegistered: true)
-            var now = Date(timeIntervalSinceReferenceDate: Double.random(in: 0...1e9, using: &rng))
-            for _ in 0..<Int.random(in: 0...30, using: &rng) {
-                now = now.addingTimeInterval(Double.random(in: 0...6, using: &rng))
-                switch Int.random(in: 0..<6, using: &rng) {
-                case 0: _ = try? machine.receive(.basketDelta(Self.lines(&rng, signed: true)), source: Self.id(&rng), at: now)
-                case 1: _ = try? machine.receive(.basketTransfer(Self.lines(&rng, signed: false), transferId: Self.id(&rng)), source: nil, at: now)
-                case 2: _ = try? machine.retailerBasketChanged(Self.lines(&rng, signed: false), syncedThrough: Bool.random(using: &rng) ? machine.state.lastOutboxSeq : nil, at: now)
-                case 3: _ = machine.setSelectedStore(externalId: Self.id(&rng), mode: .retailer, at: now)
-                case 4: _ = try? machine.handlePayment(totalPrice: Money("1.50")!, productList: Self.lines(&rng, signed: false), orderId: Self.id(&rng), at: now)
-                default: _ = machine.expireWindows(at: now)
-                }
-            }
-            let state = machine.state
+            let state = Self.drivenState(&rng, steps: 30)
             #expect(try StateFormat.decode(StateFormat.encode(state)) == state, "seed \(seed)")
             // The one-pass reader answers for what the writer wrote, an id with an escape aside
             // (left to the tree decoder), and answers the same.
@@ -253,18 +258,7 @@ import TestSupport
         let significant = Array("{}[]:,\"\\ -+.0123456789eEnull".utf8)
         var answered = 0
         for round in 0..<Self.rounds {
-            var machine = SyncStateMachine(state: SyncState(syncId: Self.id(&rng)), isSynchronizerRegistered: true)
-            var now = Date(timeIntervalSinceReferenceDate: Double.random(in: 0...1e9, using: &rng))
-            for _ in 0..<Int.random(in: 0...12, using: &rng) {
-                now = now.addingTimeInterval(Double.random(in: 0...6, using: &rng))
-                switch Int.random(in: 0..<4, using: &rng) {
-                case 0: _ = try? machine.receive(.basketDelta(Self.lines(&rng, signed: true)), source: Self.id(&rng), at: now)
-                case 1: _ = try? machine.retailerBasketChanged(Self.lines(&rng, signed: false), syncedThrough: Bool.random(using: &rng) ? machine.state.lastOutboxSeq : nil, at: now)
-                case 2: _ = try? machine.handlePayment(totalPrice: Money("1.50")!, productList: Self.lines(&rng, signed: false), orderId: Self.id(&rng), at: now)
-                default: _ = machine.expireWindows(at: now)
-                }
-            }
-            var bytes = StateFormat.encode(machine.state)
+            var bytes = StateFormat.encode(Self.drivenState(&rng, steps: 12))
             for _ in 0..<Int.random(in: 1...2, using: &rng) {
                 let at = Int.random(in: 0..<bytes.count, using: &rng)
                 let digits = UInt8(ascii: "0")...UInt8(ascii: "9")
