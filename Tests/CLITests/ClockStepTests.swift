@@ -23,9 +23,11 @@ import Testing
                 "LD_PRELOAD": FaultTests.shim, "FAULTSHIM_CLOCK": playground.path + "/clock-step",
             ])
             try await agent.waitUntilWatching()
+            // Read before the push: the window opens after it, so the time from here to the
+            // rollback is at least the window however late the test sees the batch's line.
+            let pushed = ProcessInfo.processInfo.systemUptime
             #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
             try await eventually("the batch is sent") { playground.records("outbox.jsonl").count == 1 }
-            let sent = ProcessInfo.processInfo.systemUptime
             try playground.write("clock-step", String(step))
             if cartAfterStep {
                 // A cart that does not echo the batch wakes the agent at once, on the stepped clock.
@@ -33,7 +35,7 @@ import Testing
                 try await eventually("the cart is read") { playground.records("notifications.jsonl").count == 1 }
             }
             try await eventually("the window closes", timeout: window + 60) { agent.log.contains("batch #1 rolled back") }
-            let lasted = ProcessInfo.processInfo.systemUptime - sent
+            let lasted = ProcessInfo.processInfo.systemUptime - pushed
             #expect(agent.stop() == 0)
             guard agent.log.contains("the wall clock was stepped by \(step) s") else {
                 if attempt == 4 { Issue.record("step \(step): never seen while the batch was pending, even with a \(window) s window:\n\(agent.log)") }
