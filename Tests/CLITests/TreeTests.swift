@@ -830,6 +830,32 @@ extension TreeTests {
         #expect(tight.status == 0 && tight.stdout.contains("0 failed; inbox: 300 taken") && !tight.stderr.contains("Too many open files"), "\(tight.stdout) \(tight.stderr.prefix(500))")
     }
 
+    /// Lines waiting for their flush hold their carts' folders open, so past a bound the agent
+    /// flushes before it opens more: never inside a group's commit, where the note of what the
+    /// flush made durable cannot be written. With room for 150 files and no flush due for an
+    /// hour, 200 carts changed while the agent is stopped come in one wake-up: every cart is
+    /// notified, and nothing is said to have failed.
+    @Test func manyCartsChangedInOneWakeUpFlushOutsideTheirGroupsCommit() async throws {
+        let playground = try tree()
+        let ids = (1...200).map { String(format: "c%03d", $0) }
+        for id in ids {
+            try mkdir(playground, "\(id)/inbox/tmp")
+            try mkdir(playground, "\(id)/inbox/new")
+            try playground.write("\(id)/inbox/new/1764633600.M1P1Q1.test", "{\"id\":\"\(id)-1\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\",\"quantity\":1}]}")
+            try playground.write("\(id)/cart.json", cartJSON([("A", 1)], syncedThrough: 1))
+        }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        #expect(ids.allSatisfy { notified(playground, $0).count == 1 })
+        let agent = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_FLUSH_SECONDS": "3600"], descriptors: 150)
+        try await agent.waitUntilWatching()
+        kill(agent.process.processIdentifier, SIGSTOP)
+        for id in ids { try playground.writeAtomically("\(id)/cart.json", cartJSON([("A", 2)], syncedThrough: 1)) }
+        kill(agent.process.processIdentifier, SIGCONT)
+        try await eventually("every cart is notified again") { ids.allSatisfy { notified(playground, $0).count == 2 } }
+        #expect(agent.stop() == 0)
+        #expect(!agent.log.contains("failed") && !agent.log.contains("error"), "\(agent.log.prefix(1500))")
+    }
+
     /// A cart's error in `sync` on the root names that cart's own folder: its folder's descriptor
     /// is another cart's by the time the summary is said, and the name is the one it had.
     @Test func aCartsErrorNamesItsOwnFolder() throws {

@@ -200,13 +200,20 @@ extension Agent {
     func takeCarts(_ group: [Cart]) {
         var reads: [(cart: Cart, engine: SyncEngine, read: SyncEngine.CartRead)] = []
         var failed: [(cart: Cart, error: AgentError)] = []
+        // The group's engines are made before its transaction: making one may first end a flush
+        // (the folders its lines hold open are bounded), which notes what it made durable in a
+        // transaction of its own and must not hold the database's lock while it waits.
+        var engaged: [(cart: Cart, engine: SyncEngine)] = []
+        for cart in group {
+            do throws(AgentError) { engaged.append((cart, try engine(for: cart))) } catch { failed.append((cart, error)) }
+        }
+        let unengaged = failed
         do throws(AgentError) {
             try database.withTransaction { () throws(AgentError) in
                 reads = []
-                failed = []
-                for cart in group {
+                failed = unengaged
+                for (cart, engine) in engaged {
                     do throws(AgentError) {
-                        let engine = try engine(for: cart)
                         reads.append((cart, engine, try database.withSavepoint { () throws(AgentError) in try engine.readCartInTransaction() }))
                     } catch {
                         failed.append((cart, error))

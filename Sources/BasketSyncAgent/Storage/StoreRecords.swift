@@ -125,8 +125,11 @@ extension Store {
     }
 
     /// A transaction whose commit has no fsync of its own (`synchronous=NORMAL`): durable with the
-    /// next commit that has one. For notes that a crash may take back at no cost.
+    /// next commit that has one. For notes that a crash may take back at no cost. Inside a
+    /// transaction already, the notes go with it (SQLite changes neither the safety level nor
+    /// the transaction there).
     func withQuickTransaction<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
+        if connection.inTransaction { return try body() }
         try connection.execute("PRAGMA synchronous=NORMAL")
         defer { try? connection.execute("PRAGMA synchronous=FULL") }
         return try withTransaction(body)

@@ -73,6 +73,9 @@ final class SQLiteConnection {
 
     func setBusyTimeout(milliseconds: Int32) { sqlite3_busy_timeout(handle, milliseconds) }
 
+    /// Whether a transaction is open on this connection.
+    var inTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
+
     /// A prepared statement, kept for reuse.
     final class Statement {
         fileprivate let handle: OpaquePointer
