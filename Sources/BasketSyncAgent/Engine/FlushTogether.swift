@@ -16,12 +16,17 @@ struct FlushTogether {
     }
 
     var entries: [Entry] = []
+    /// The stores the entries hold, each with its cart's folder open (an engine's, kept or not).
+    private(set) var stores = Set<ObjectIdentifier>()
     /// A descriptor on each file system the entries are on (see ``openDevices()``).
     private(set) var devices: [(device: UInt64, fd: Int32, path: String)] = []
 
     /// Takes `engine`'s lines not flushed yet.
     mutating func take(_ engine: SyncEngine, cart: String) {
-        for (projection, flush) in engine.takeUnflushed() { entries.append(Entry(cart: cart, store: engine.store, projection: projection, flush: flush)) }
+        for (projection, flush) in engine.takeUnflushed() {
+            entries.append(Entry(cart: cart, store: engine.store, projection: projection, flush: flush))
+            stores.insert(ObjectIdentifier(engine.store))
+        }
     }
 
     /// Opens one descriptor on each file system the entries are on: the folder of one of its
@@ -47,6 +52,7 @@ struct FlushTogether {
             for device in devices { Posix.close(device.fd) }
             devices = []
             entries = []
+            stores = []
         }
         let synced = Set(zip(devices, failures).compactMap { $0.1 == nil ? $0.0.device : nil })
         var failed: [(cart: String, error: SystemError)] = []

@@ -115,6 +115,12 @@ public final class Agent {
     /// when the descriptor limit is low.
     static let enginesKeptAtMost = 256
     var enginesKept = 8
+    /// The carts whose lines wait for their flush without an engine kept, each holding its
+    /// folder open: past this many, the agent flushes before it makes another engine (a wait
+    /// for the disk on the loop). Half the descriptors the engines leave, at least half as many
+    /// as the engines kept, at most ``heldFoldersAtMost``.
+    var heldFolders = 4
+    static let heldFoldersAtMost = 8192
 
     /// `--poll[=MS]`, which wins over the configuration's `watch`.
     let watchOverride: WatchChoice.Override?
@@ -204,11 +210,14 @@ public final class Agent {
         lockFd = try Agent.takeLock(stateDirectory: database.markerDirectory) { pid in
             "\(root): another basket-sync watch (pid \(pid)) is already watching this \(tree == nil ? "directory" : "tree"); stop it first, or use basket-sync sync beside it"
         }
-        // Each engine kept holds its JSON Lines files and its cart's folder open, and the carts
-        // of engines gone hold their folders until their lines are flushed (at most half as
-        // many): at most 4.5 × enginesKept descriptors.
+        // Each engine kept holds its JSON Lines files and its cart's folder open (4 descriptors),
+        // and the carts of engines gone hold their folders until their lines are flushed: under
+        // a tight limit at most half as many as the engines (4.5 × enginesKept descriptors in
+        // all); under a roomy one, half of what the engines leave, so that a load over many
+        // carts does not wait for the disk every few hundred changes.
         let descriptors = Posix.raiseDescriptorLimit()
         enginesKept = max(8, min(Agent.enginesKeptAtMost, (descriptors - 64) * 2 / 9))
+        heldFolders = max(enginesKept / 2, min(Agent.heldFoldersAtMost, (descriptors - 64 - 4 * enginesKept) / 2))
         let signals: SignalPipe
         let abrupt = logger.prebuiltWarning("stopping on signal: the step in hand did not end within a second; it is left as a killed process leaves it (nothing is acknowledged before it is durable), and the next start takes it up")
         SignalPipe.setAbruptStopLine(abrupt.line, fd: abrupt.fd)

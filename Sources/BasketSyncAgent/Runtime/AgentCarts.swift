@@ -145,10 +145,11 @@ extension Agent {
             // The engines that go leave their lines not flushed yet to the next flush.
             collectUnflushed(engines.filter { (carts[$0.key]?.used ?? 0) < cutoff })
             engines = engines.filter { (carts[$0.key]?.used ?? 0) >= cutoff }
-            // Their carts' folders stay open until then: at most half as many as the engines
+            // Their carts' folders stay open until then: at most `heldFolders` beside the engines
             // kept (a start pass over thousands of carts would otherwise run out of descriptors).
-            let held = Set(unflushed.entries.map(\.cart)).union(flushing.entries.map(\.cart)).subtracting(engines.keys)
-            if held.count > enginesKept / 2 { flushEverything() }
+            // Counted without a walk over the lines waiting: a kept engine's folder among them
+            // counts twice, which only flushes sooner.
+            if unflushed.stores.count + flushing.stores.count > heldFolders { flushEverything() }
         }
         let engine = SyncEngine(store: try cart.store.pinned(), configuration: configuration, isSynchronizerRegistered: isSynchronizerRegistered, logger: tree == nil ? logger : logger.tagged(cart: cart.id))
         engine.logsActivity = true
