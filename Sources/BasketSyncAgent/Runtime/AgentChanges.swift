@@ -10,7 +10,6 @@ extension Agent {
         do { events = try inotify.events() } catch { throw .system(error) }
         var changes: [String: (kinds: Set<Watcher.Change>, delivered: [String])] = [:]
         var order: [String] = []
-        let rootPrefix = root + "/"
         for event in events {
             if event.mask.contains(.overflow) || event.watch < 0 {
                 logger.log(.warning, "the inotify queue overflowed: reading everything again")
@@ -36,8 +35,13 @@ extension Agent {
                 continue
             }
             guard let watched = inotify.path(of: event.watch) else { continue }
-            let path = watched.hasSuffix("/") ? String(watched.dropLast()) : watched
-            if path == tree.root {
+            // Which cart, from the watched path's bytes (a trailing slash, as the library names a
+            // directory, left out): the root's own events, or the first name under it.
+            var path = watched.utf8[...]
+            if path.last == UInt8(ascii: "/") { path = path.dropLast() }
+            guard path.starts(with: tree.root.utf8) else { continue }
+            let below = path.dropFirst(tree.root.utf8.count)
+            if below.isEmpty {
                 if !event.mask.isDisjoint(with: [.deleteSelf, .moveSelf]) {
                     fatal = .directoryGone(path: tree.root)
                     return
@@ -57,8 +61,8 @@ extension Agent {
                 }
                 continue
             }
-            guard path.hasPrefix(rootPrefix) else { continue }
-            let id = String(path.dropFirst(rootPrefix.count).prefix { $0 != "/" })
+            guard below.first == UInt8(ascii: "/") else { continue }
+            let id = String(decoding: below.dropFirst().prefix { $0 != UInt8(ascii: "/") }, as: UTF8.self)
             guard let cart = carts[id] else {
                 if waiting[id] != nil, event.name == Layout.cartMarker, !order.contains(id) {
                     changes[id] = ([.commit], [])
@@ -68,8 +72,9 @@ extension Agent {
             }
             guard let watcher = cart.watcher else { continue }
             if changes[id] == nil { order.append(id) }
-            var entry = changes[id] ?? ([], [])
-            watcher.handle(event, into: &entry.kinds, delivered: &entry.delivered)
+            // Taken out while it changes: a copy left in the dictionary would be copied again.
+            var entry = changes.removeValue(forKey: id) ?? ([], [])
+            watcher.handle(event, watched: watched, into: &entry.kinds, delivered: &entry.delivered)
             changes[id] = entry
         }
         take(changes, order: order)

@@ -137,20 +137,30 @@ final class Watcher {
         try? inotify.watch(path, Watcher.cartDirectoryMask, under: path == directory ? base : path)
     }
 
-    /// What a watched directory is for, from its path.
+    /// What a watched directory is for, from its path (a trailing slash, as the library names
+    /// a directory, is left out). Compared as bytes, without a string made: it runs for every
+    /// event.
     private func role(of watchedPath: String) -> Role? {
-        let path = watchedPath.hasSuffix("/") ? String(watchedPath.dropLast()) : watchedPath
-        if path == "\(directory)/inbox/new" || path == "\(directory)/inbox/tmp" { return .inbox }
-        if path == "\(directory)/inbox" { return .inboxParent }
-        if path == signalDirectory { return .state }
-        var cartDirectory = directory
-        for (index, component) in cartComponents.enumerated() {
-            if path == cartDirectory {
-                return .cartPath(path: path, next: component, isLast: index == cartComponents.count - 1)
-            }
-            cartDirectory += "/\(component)"
+        var path = watchedPath.utf8[...]
+        if path.last == UInt8(ascii: "/") { path = path.dropLast() }
+        let own = directory.utf8
+        guard path.starts(with: own) else {
+            return path.elementsEqual(signalDirectory.utf8) ? .state : nil
         }
-        return nil
+        let rest = path.dropFirst(own.count)
+        if rest.isEmpty {
+            // The sync directory (or the tree cart's folder): the first directory on the way to the cart.
+            return cartComponents.first.map { .cartPath(path: directory, next: $0, isLast: cartComponents.count == 1) }
+        }
+        if rest.elementsEqual("/inbox/new".utf8) || rest.elementsEqual("/inbox/tmp".utf8) { return .inbox }
+        if rest.elementsEqual("/inbox".utf8) { return .inboxParent }
+        if path.elementsEqual(signalDirectory.utf8) { return .state }
+        // A directory further on the way to the cart ("cart" with folders in it).
+        guard cartComponents.count > 1, rest.first == UInt8(ascii: "/") else { return nil }
+        let components = rest.dropFirst().split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
+        guard components.count < cartComponents.count,
+              zip(components, cartComponents).allSatisfy({ $0.elementsEqual($1.utf8) }) else { return nil }
+        return .cartPath(path: String(decoding: path, as: UTF8.self), next: cartComponents[components.count], isLast: components.count == cartComponents.count - 1)
     }
 
     /// Reads every event waiting on the descriptor (it does not block) and says what changed,
@@ -167,22 +177,23 @@ final class Watcher {
     }
 
     /// Says what one event changed, and the name it delivered into `inbox/new/`, if any.
-    func handle(_ event: InotifyEvent, into changes: inout Set<Change>, delivered: inout [String]) {
-        handle(event, into: &changes)
-        if !event.name.isEmpty, !event.mask.isDisjoint(with: [.movedTo, .closeWrite, .delete]),
-           let watched = inotify.path(of: event.watch), case .inbox = role(of: watched) {
-            delivered.append(event.name)
-        }
-    }
-
-    private func handle(_ event: InotifyEvent, into changes: inout Set<Change>) {
+    /// `watched`: the path of the event's watch, when the caller looked it up already.
+    func handle(_ event: InotifyEvent, watched: String? = nil, into changes: inout Set<Change>, delivered: inout [String]) {
         let mask = event.mask
-        let name = event.name
         if mask.contains(.overflow) || event.watch < 0 {
             changes.insert(.overflow)
             return
         }
-        guard !mask.contains(.ignored), let watched = inotify.path(of: event.watch), let role = role(of: watched) else { return }
+        guard !mask.contains(.ignored), let watched = watched ?? inotify.path(of: event.watch), let role = role(of: watched) else { return }
+        handle(event, role: role, into: &changes)
+        if case .inbox = role, !event.name.isEmpty, !mask.isDisjoint(with: [.movedTo, .closeWrite, .delete]) {
+            delivered.append(event.name)
+        }
+    }
+
+    private func handle(_ event: InotifyEvent, role: Role, into changes: inout Set<Change>) {
+        let mask = event.mask
+        let name = event.name
         switch role {
         case let .cartPath(path, next, isLast):
             if !mask.isDisjoint(with: [.deleteSelf, .moveSelf]) {
