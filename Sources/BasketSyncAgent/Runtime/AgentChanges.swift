@@ -39,7 +39,7 @@ extension Agent {
             // directory, left out): the root's own events, or the first name under it.
             var path = watched.utf8[...]
             if path.last == UInt8(ascii: "/") { path = path.dropLast() }
-            guard path.starts(with: tree.root.utf8) else { continue }
+            guard path.hasBytePrefix(tree.root.utf8) else { continue }
             let below = path.dropFirst(tree.root.utf8.count)
             if below.isEmpty {
                 if !event.mask.isDisjoint(with: [.deleteSelf, .moveSelf]) {

@@ -144,17 +144,17 @@ final class Watcher {
         var path = watchedPath.utf8[...]
         if path.last == UInt8(ascii: "/") { path = path.dropLast() }
         let own = directory.utf8
-        guard path.starts(with: own) else {
-            return path.elementsEqual(signalDirectory.utf8) ? .state : nil
+        guard path.hasBytePrefix(own) else {
+            return path.isBytes(signalDirectory.utf8) ? .state : nil
         }
         let rest = path.dropFirst(own.count)
         if rest.isEmpty {
             // The sync directory (or the tree cart's folder): the first directory on the way to the cart.
             return cartComponents.first.map { .cartPath(path: directory, next: $0, isLast: cartComponents.count == 1) }
         }
-        if rest.elementsEqual("/inbox/new".utf8) || rest.elementsEqual("/inbox/tmp".utf8) { return .inbox }
-        if rest.elementsEqual("/inbox".utf8) { return .inboxParent }
-        if path.elementsEqual(signalDirectory.utf8) { return .state }
+        if rest.isBytes("/inbox/new".utf8) || rest.isBytes("/inbox/tmp".utf8) { return .inbox }
+        if rest.isBytes("/inbox".utf8) { return .inboxParent }
+        if path.isBytes(signalDirectory.utf8) { return .state }
         // A directory further on the way to the cart ("cart" with folders in it).
         guard cartComponents.count > 1, rest.first == UInt8(ascii: "/") else { return nil }
         let components = rest.dropFirst().split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)

@@ -445,3 +445,22 @@ extension Posix {
 private extension String {
     func leftPadded(_ width: Int) -> String { String(repeating: "0", count: max(0, width - count)) + self }
 }
+
+extension Substring.UTF8View {
+    /// Whether these bytes begin with `prefix`'s: one `memcmp` where both are contiguous (a
+    /// native string's are), which the generic `starts(with:)` is not (it runs for every
+    /// inotify event).
+    func hasBytePrefix(_ prefix: String.UTF8View) -> Bool {
+        guard count >= prefix.count else { return false }
+        let compared: Bool?? = withContiguousStorageIfAvailable { mine in
+            prefix.withContiguousStorageIfAvailable { theirs in
+                theirs.isEmpty || memcmp(mine.baseAddress!, theirs.baseAddress!, theirs.count) == 0
+            }
+        }
+        if let compared, let compared { return compared }
+        return starts(with: prefix)
+    }
+
+    /// Whether these bytes are `other`'s, compared as ``hasBytePrefix(_:)`` does.
+    func isBytes(_ other: String.UTF8View) -> Bool { count == other.count && hasBytePrefix(other) }
+}
