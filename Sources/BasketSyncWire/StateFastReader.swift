@@ -76,9 +76,8 @@ package struct StateFastReader {
                     return true
                 }
             case "counters":
-                var counted: Set<String> = []
-                return reader.object { (reader, name) -> Bool in
-                    guard Self.isPlain(name), counted.insert(name).inserted, let field = StateFormat.counterField(name), let value = reader.unsigned() else { return false }
+                return reader.record { (reader, name) -> Bool in
+                    guard let field = StateFormat.counterField(name), let value = reader.unsigned() else { return false }
                     state.counters[keyPath: field] = value
                     return true
                 }
@@ -107,9 +106,7 @@ package struct StateFastReader {
         let ok = array { reader -> Bool in
             var seq: UInt64?, at: Date?, deadline: Date?
             var products: [RetailerProduct]?
-            var keys: Set<String> = []
-            let ok = reader.object { (reader, key) -> Bool in
-                guard Self.isPlain(key), keys.insert(key).inserted else { return false }
+            let ok = reader.record { (reader, key) -> Bool in
                 switch key {
                 case "seq": seq = reader.unsigned(); return seq != nil
                 case "at": at = reader.seconds(); return at != nil
@@ -118,9 +115,7 @@ package struct StateFastReader {
                     var lines: [RetailerProduct] = []
                     let ok = reader.array { reader -> Bool in
                         var id: String?, quantity: Int?
-                        var fields: Set<String> = []
-                        let ok = reader.object { (reader, field) -> Bool in
-                            guard Self.isPlain(field), fields.insert(field).inserted else { return false }
+                        let ok = reader.record { (reader, field) -> Bool in
                             switch field {
                             case "id": id = reader.string(); return id != nil
                             case "quantity": quantity = reader.integer(); return quantity != nil
@@ -168,6 +163,13 @@ package struct StateFastReader {
             guard let key = string(), take(UInt8(ascii: ":")), member(&self, key) else { return false }
         } while take(UInt8(ascii: ","))
         return take(UInt8(ascii: "}"))
+    }
+
+    /// An object of named fields, each key ASCII and said once (a repeated or other key is the
+    /// tree decoder's to judge: false gives up); `member` as in ``object(_:)``.
+    private mutating func record(_ member: (inout StateFastReader, String) -> Bool) -> Bool {
+        var seen: Set<String> = []
+        return object { (reader, key) -> Bool in Self.isPlain(key) && seen.insert(key).inserted && member(&reader, key) }
     }
 
     /// An array: `element` reads each element; false gives up.

@@ -23,6 +23,19 @@ import TestSupport
         #expect(try basketSync(["-C", "\(playground.path)/\(id)", "push", "A=+\(quantity)"]).status == 0)
     }
 
+    /// Cart directories c001… (`count` of them), each with an event A+1 waiting in its inbox
+    /// (id "ID-1") and `cart` as its cart; their ids.
+    func cartsWithAnEvent(_ playground: Playground, count: Int, cart: String) throws -> [String] {
+        let ids = (1...count).map { String(format: "c%03d", $0) }
+        for id in ids {
+            try mkdir(playground, "\(id)/inbox/tmp")
+            try mkdir(playground, "\(id)/inbox/new")
+            try playground.write("\(id)/inbox/new/1764633600.M1P1Q1.test", "{\"id\":\"\(id)-1\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\",\"quantity\":1}]}")
+            try playground.write("\(id)/cart.json", cart)
+        }
+        return ids
+    }
+
     func notified(_ playground: Playground, _ id: String) -> [[String: Any]] {
         playground.records("\(id)/notifications.jsonl")
     }
@@ -804,13 +817,7 @@ extension TreeTests {
     /// pushed into the last cart arrives.
     @Test func aTreeOfManyCartsNeverRunsOutOfDescriptors() async throws {
         let playground = try tree()
-        let ids = (1...300).map { String(format: "c%03d", $0) }
-        for id in ids {
-            try mkdir(playground, "\(id)/inbox/tmp")
-            try mkdir(playground, "\(id)/inbox/new")
-            try playground.write("\(id)/inbox/new/1764633600.M1P1Q1.test", "{\"id\":\"\(id)-1\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\",\"quantity\":1}]}")
-            try playground.write("\(id)/cart.json", cartJSON([("B", 1)], syncedThrough: 0))
-        }
+        let ids = try cartsWithAnEvent(playground, count: 300, cart: cartJSON([("B", 1)], syncedThrough: 0))
         let limited = ["--nofile=150:150", "--", binary.path]
         let sync = try basketSync(limited + ["-C", playground.path, "sync"], executable: "/usr/bin/prlimit")
         #expect(sync.status == 0 && sync.stdout.contains("300 carts: 300 taken") && !sync.stderr.contains("Too many open files"), "\(sync.stdout) \(sync.stderr.prefix(500))")
@@ -837,13 +844,7 @@ extension TreeTests {
     /// notified, and nothing is said to have failed.
     @Test func manyCartsChangedInOneWakeUpFlushOutsideTheirGroupsCommit() async throws {
         let playground = try tree()
-        let ids = (1...200).map { String(format: "c%03d", $0) }
-        for id in ids {
-            try mkdir(playground, "\(id)/inbox/tmp")
-            try mkdir(playground, "\(id)/inbox/new")
-            try playground.write("\(id)/inbox/new/1764633600.M1P1Q1.test", "{\"id\":\"\(id)-1\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\",\"quantity\":1}]}")
-            try playground.write("\(id)/cart.json", cartJSON([("A", 1)], syncedThrough: 1))
-        }
+        let ids = try cartsWithAnEvent(playground, count: 200, cart: cartJSON([("A", 1)], syncedThrough: 1))
         #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
         #expect(ids.allSatisfy { notified(playground, $0).count == 1 })
         let agent = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_FLUSH_SECONDS": "3600"], descriptors: 150)
