@@ -410,3 +410,32 @@ extension PollingTests {
         #expect(agent.stop() == 0)
     }
 }
+
+extension PollingTests {
+    /// A polled tree cart whose folder is renamed away whole (its marker and files with it) and
+    /// another folder made under its name between two looks: the agent looks at the folder the
+    /// name gives now, not at the one it held open — it sees the cart's marker gone there.
+    @Test func aPolledCartFolderRenamedAwayIsLookedAtUnderItsName() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init", "--tree"]).status == 0)
+        for id in ["c1", "c2"] {
+            try FileManager.default.createDirectory(at: playground.url(id), withIntermediateDirectories: true)
+            try playground.writeAtomically("\(id)/cart.json", cartJSON([("X", 1)]))
+        }
+        let agent = try AgentProcess(directory: playground.path, arguments: ["--poll=400"])
+        try await agent.waitUntilWatching()
+        try await eventually("the cart is taken") { playground.records("c1/notifications.jsonl").count == 1 }
+        kill(agent.process.processIdentifier, SIGSTOP)
+        #expect(rename(playground.url("c1").path, playground.url("kept").path) == 0)
+        try FileManager.default.createDirectory(at: playground.url("c1"), withIntermediateDirectories: true)
+        try playground.writeAtomically("c1/cart.json", cartJSON([("X", 2)]))
+        let before = agent.log.count
+        kill(agent.process.processIdentifier, SIGCONT)
+        try await eventually("the agent acts on c1 again") { agent.log.dropFirst(before).contains("cart c1:") }
+        let first = agent.log.dropFirst(before).split(separator: "\n").first { $0.contains("cart c1:") }.map(String.init) ?? ""
+        #expect(first.contains("its marker .basket-sync-cart is gone") || first.contains("its directory was removed"), "the first thing done on the new folder: \(first)\n\(agent.log)")
+        // The folder renamed away keeps what it had: nothing of the new folder's cart went there.
+        #expect(playground.records("kept/notifications.jsonl").count == 1, "\(agent.log)")
+        #expect(agent.stop() == 0)
+    }
+}

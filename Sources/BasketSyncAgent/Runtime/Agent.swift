@@ -134,6 +134,9 @@ public final class Agent {
     var rootUnsettledUntil = 0.0
     /// A tree's root opened once, where its polled carts' looks start (made with the first).
     var pollRoot: PollRoot?
+    /// How many polled carts' folders may be held open (``PollRoot``): what the engines and the
+    /// folders waiting for their flush leave of the descriptors, less a reserve.
+    var pollFolders = 0
     /// The tree's commit signal at the last look, and until when it is taken as changed.
     var treeSignal: FileInfo?
     var treeSignalUnsettledUntil = 0.0
@@ -218,6 +221,7 @@ public final class Agent {
         let descriptors = Posix.raiseDescriptorLimit()
         enginesKept = max(8, min(Agent.enginesKeptAtMost, (descriptors - 64) * 2 / 9))
         heldFolders = max(enginesKept / 2, min(Agent.heldFoldersAtMost, (descriptors - 64 - 4 * enginesKept) / 2))
+        pollFolders = max(0, descriptors - 64 - 4 * enginesKept - heldFolders - 256)
         let signals: SignalPipe
         let abrupt = logger.prebuiltWarning("stopping on signal: the step in hand did not end within a second; it is left as a killed process leaves it (nothing is acknowledged before it is durable), and the next start takes it up")
         SignalPipe.setAbruptStopLine(abrupt.line, fd: abrupt.fd)

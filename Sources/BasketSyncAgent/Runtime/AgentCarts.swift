@@ -41,7 +41,7 @@ extension Agent {
                     logger.log(.warning, "cart \(id): the inotify watch limit is reached (sysctl fs.inotify.max_user_watches): this cart and those made after it are polled every \(rootChoice.intervalMs) ms")
                 }
             }
-            if watcher == nil, pollRoot == nil { pollRoot = PollRoot(tree.root) }
+            if watcher == nil, pollRoot == nil { pollRoot = PollRoot(tree.root, folders: pollFolders) }
             let poller = watcher == nil ? Poller(directory: directory, cart: configuration.cart, isTreeCart: true, root: pollRoot) : nil
             let cart = Cart(id: id, store: store, watcher: watcher, poller: poller) { [unowned self] in self.timingChanged($0) }
             cart.inboxJustMade = inboxMade

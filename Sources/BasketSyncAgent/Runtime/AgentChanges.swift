@@ -13,6 +13,7 @@ extension Agent {
         for event in events {
             if event.mask.contains(.overflow) || event.watch < 0 {
                 logger.log(.warning, "the inotify queue overflowed: reading everything again")
+                for cart in carts.values { cart.poller?.checkFolder() }
                 for id in (try? tree?.cartDirectories()) ?? [] where carts[id] == nil { takeOn(id) }
                 // Every cart, those with events already read in this wake-up too: what the queue
                 // lost may be theirs.
@@ -82,11 +83,13 @@ extension Agent {
 
     /// One look at what is polled: a tree's carts (when its root is polled), then each polled cart.
     func look() {
+        var rootChanged = false
         if let tree, rootChoice.polls {
             let now = Posix.monotonicSeconds()
             let identity = Posix.info(tree.root, follow: false)?.identity
             if identity != rootIdentity { rootUnsettledUntil = now + Poller.settleSeconds }
             if identity != rootIdentity || now < rootUnsettledUntil + Double(rootChoice.intervalMs) / 1000 {
+                rootChanged = true
                 rootIdentity = identity
                 guard Posix.info(tree.root, follow: false)?.kind == .directory, Posix.info(tree.database.stateDirectory, follow: false)?.kind == .directory else {
                     fatal = .directoryGone(path: tree.root)
@@ -103,6 +106,8 @@ extension Agent {
         var treeSignalled = true
         if let tree, let pollRoot {
             pollRoot.refresh()
+            // What the root's names give may have changed: each cart's folder held is checked.
+            if rootChanged { for cart in carts.values { cart.poller?.checkFolder() } }
             let signal = Posix.info(tree.database.commitSignalPath, follow: false)
             if signal != treeSignal {
                 treeSignal = signal

@@ -74,6 +74,18 @@ extension Posix {
         return relative.withUnsafeBufferPointer { fstatat(at, $0.baseAddress!, &info, follow ? 0 : AT_SYMLINK_NOFOLLOW) } == 0 ? FileInfo(info) : nil
     }
 
+    /// A C string of `text` made once for calls that use it again and again, freed by ``freeCString(_:)``.
+    package static func cString(_ text: String) -> UnsafeMutablePointer<CChar> { strdup(text) }
+
+    /// Frees what ``cString(_:)`` made.
+    package static func freeCString(_ string: UnsafeMutablePointer<CChar>) { Glibc.free(string) }
+
+    /// What `relative`, from the folder `at`, is; nil when it cannot be stat'ed.
+    package static func info(at: Int32, _ relative: UnsafePointer<CChar>, follow: Bool) -> FileInfo? {
+        var info = stat()
+        return fstatat(at, relative, &info, follow ? 0 : AT_SYMLINK_NOFOLLOW) == 0 ? FileInfo(info) : nil
+    }
+
     /// Where `path` is reached from by the `*at` calls (a pinned folder's descriptor or the
     /// working directory) and the rest of it as a C string: kept by what stats the same paths
     /// again and again.
@@ -87,6 +99,20 @@ extension Posix {
     package static func openFolderPath(_ path: String) -> (fd: Int32, info: FileInfo)? {
         let openPath: Int32 = 0o10000000  // O_PATH, which Glibc's module does not export
         let fd = retrying { Glibc.open(path, openPath | O_DIRECTORY | O_CLOEXEC) }
+        guard fd >= 0 else { return nil }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else {
+            close(fd)
+            return nil
+        }
+        return (fd, FileInfo(info))
+    }
+
+    /// A folder named `name` under the folder `at`, opened only to reach files from it
+    /// (`O_PATH`), a link there not followed; nil when it cannot be opened or is no folder.
+    package static func openFolderPath(at: Int32, _ name: String) -> (fd: Int32, info: FileInfo)? {
+        let openPath: Int32 = 0o10000000  // O_PATH, which Glibc's module does not export
+        let fd = retrying { openat(at, name, openPath | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
         guard fd >= 0 else { return nil }
         var info = stat()
         guard fstat(fd, &info) == 0 else {
