@@ -1,3 +1,4 @@
+import CSQLite
 import Foundation
 import Testing
 
@@ -70,6 +71,42 @@ import Testing
         } else {
             Issue.record("no deadline: \(status.stdout)")
         }
+    }
+
+    /// After a reboot, a start notes this boot's clock for the pending batches of a cart that
+    /// did not change (a start takes no step on such a cart otherwise): a step of the wall clock
+    /// afterwards is then followed, and a 600 s window is not closed by the clock set forward an
+    /// hour. Without the note, the step could not be told from time passing.
+    @Test func aStartAfterARebootNotesTheClockOfACartThatDidNotChange() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.write("basket-sync.json", #"{"pendingTimeoutSeconds": 600}"#)
+        try playground.writeAtomically("cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        // Read well after it was written: the cart is then known as certainly that version.
+        let written = try FileManager.default.attributesOfItem(atPath: playground.path + "/cart.json")[.modificationDate] as? Date ?? Date()
+        try await eventually("a second passed since the cart was written") { Date().timeIntervalSince(written) > 1.2 }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        // The database as a boot before this one left it: the clock noted under another boot's id.
+        let noted = playground.databaseRows("SELECT CAST(value AS TEXT) FROM meta WHERE key = 'note.clock'").first?.first ?? ""
+        let offset = noted.split(separator: " ").first.map(String.init) ?? ""
+        #expect(!offset.isEmpty, "the clock is noted beside a pending batch: \(noted)")
+        var handle: OpaquePointer?
+        #expect(sqlite3_open(playground.path + "/.basket-sync/state.db", &handle) == SQLITE_OK)
+        let sql = "UPDATE meta SET value = CAST('\(offset) 00000000-0000-4000-8000-000000000000' AS BLOB) WHERE key = 'note.clock'"
+        #expect(sqlite3_exec(handle, sql, nil, nil, nil) == SQLITE_OK && sqlite3_changes(handle) == 1, "\(sql)")
+        sqlite3_close(handle)
+        try playground.write("clock-step", "0")
+        let agent = try AgentProcess(directory: playground.path, environment: [
+            "LD_PRELOAD": FaultTests.shim, "FAULTSHIM_CLOCK": playground.path + "/clock-step",
+        ])
+        try await agent.waitUntilWatching()
+        try playground.write("clock-step", "3600")
+        // A cart that does not echo the batch wakes the agent on the stepped clock.
+        try playground.writeAtomically("cart.json", cartJSON([("X", 2)], syncedThrough: 0))
+        try await eventually("the step is followed") { agent.log.contains("the wall clock was stepped by 3600 s") }
+        #expect(!agent.log.contains("rolled back"), "the window closed by a step of the clock:\n\(agent.log)")
+        #expect(agent.stop() == 0)
     }
 }
 

@@ -535,6 +535,28 @@ import TestSupport
         #expect(playground.records("a/payments.jsonl").last?["storeId"] as? String == "shop-1")
     }
 
+    /// A start takes the tree's default store into a cart that never set its own, though the
+    /// cart did not change since it was last read (a start takes no step on a cart with nothing
+    /// else to do: the default is something to do).
+    @Test func aStartTakesTheRootsStoreIntoACartThatDidNotChange() async throws {
+        let playground = try tree()
+        try mkdir(playground, "a")
+        try playground.writeAtomically("a/cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        try mealzLine(playground, "a")
+        // Read well after it was written: the cart is then known as certainly that version.
+        let written = try FileManager.default.attributesOfItem(atPath: playground.path + "/a/cart.json")[.modificationDate] as? Date ?? Date()
+        try await eventually("a second passed since the cart was written") { Date().timeIntervalSince(written) > 1.2 }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "set-store", "shop-1", "--mode", "retailer"]).status == 0)
+        let state = "SELECT CAST(value AS TEXT) FROM meta WHERE key = 'state' AND cart = (SELECT n FROM carts WHERE id = 'a')"
+        #expect(playground.databaseRows(state).first?.first?.contains("\"storeId\":\"shop-1\"") == false, "not taken before a step")
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        let kept = playground.databaseRows(state).first?.first ?? ""
+        #expect(kept.contains("\"storeId\":\"shop-1\"") && kept.contains("\"mode\":\"retailer\""), "\(kept)")
+        #expect(agent.stop() == 0)
+    }
+
     /// `wait` on the root lists the carts with records after their host's progress, one JSON
     /// line each, and blocks (one process) until there is one; `apply` on the root serves each.
     @Test func waitAndApplyOnTheRootServeEveryCart() async throws {

@@ -33,7 +33,13 @@ struct Inbox {
     /// `makingBad`: `bad/` made when missing (a pass sets entries aside there; a delivery by
     /// another account must not make it: it would be that account's).
     func pinned(makingBad: Bool = true) throws(SystemError) -> Inbox {
-        try checkFolders()  // what is in the way, named (a FIFO, a file, a link)
+        do { return try pinning(makingBad: makingBad) } catch {
+            try checkFolders()  // what is in the way, named (a FIFO, a file, a link)
+            throw error
+        }
+    }
+
+    private func pinning(makingBad: Bool) throws(SystemError) -> Inbox {
         var copy = self
         let held = Descriptors()
         // `open` and `openat` refuse a link swapped in after the check (O_NOFOLLOW).
@@ -101,13 +107,23 @@ struct Inbox {
     /// same change time and a name without a delivery time on either side (docs/spec.md §4 rule 6: ordered by
     /// name, and reported, since only Maildir names tell two deliveries of one clock tick apart).
     func waitingInOrder(seen: [String] = []) throws(SystemError) -> (names: [String], unordered: [(String, String)]) {
+        waitingInOrder(seen: seen, listed: try listNew().names)
+    }
+
+    /// `new/` read once: its names, and those no `String` can hold (``setAside(_:)``); empty
+    /// when it is not made yet.
+    func listNew() throws(SystemError) -> (names: [String], unnamable: [[UInt8]]) {
         if pins.isEmpty { try checkFolders() }  // pinned, the folders were opened without following
-        let new = folder("new")
-        let names: [String]
-        do { names = try Posix.entries(of: new + "/.").filter { !$0.hasPrefix(".") } } catch {
+        do { return try Posix.listing(of: folder("new") + "/.") } catch {
             if error.isMissing { return ([], []) }  // not made yet: nothing waits
             throw error
         }
+    }
+
+    /// ``waitingInOrder(seen:)`` of the names `new/` was found to hold (``listNew()``).
+    func waitingInOrder(seen: [String], listed: [String]) -> (names: [String], unordered: [(String, String)]) {
+        let new = folder("new")
+        let names = listed.filter { !$0.hasPrefix(".") }
         // Names compare byte for byte: `café` in NFC and in NFD are two deliveries.
         let present = Set(names.map { ExactID($0) })
         var order = [String]()
@@ -237,13 +253,13 @@ struct Inbox {
         return base
     }
 
-    /// Sets aside the entries of `new/` whose names are not UTF-8 (no `String` can name them, so
+    /// Sets aside the entries of `new/` whose names are not UTF-8, as ``listNew()`` found them (no `String` can name them, so
     /// they could be neither read nor moved by name): each goes to `bad/` under a name of its own
     /// with a `.error` beside it. Returns each one's name as shown and its name in `bad/`.
-    func setAsideUnnamable() -> [(shown: String, moved: String)] {
+    func setAside(_ unnamable: [[UInt8]]) -> [(shown: String, moved: String)] {
         let new = folder("new")
         var moved: [(shown: String, moved: String)] = []
-        for name in Posix.nonUTF8Names(in: new + "/.") {
+        for name in unnamable {
             let shown = "\(shownFolder("new"))/\(Posix.shownBytes(name))"
             let base = "renamed.\(Posix.randomName())"
             let message = Array("\(shown): the name is not UTF-8; set aside as bad/\(base). Deliver the event again under a UTF-8 name.\n".utf8)

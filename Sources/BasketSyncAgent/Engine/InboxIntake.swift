@@ -45,19 +45,26 @@ extension SyncEngine {
     func openInbox(seen: [String], into summary: inout InboxSummary) throws(AgentError) -> (Inbox, [String]) {
         let inbox: Inbox
         do { inbox = try self.inbox.pinned() } catch { throw .system(error) }
+        // `new/` read once: a listing that fails is this pass's error, unless an earlier pass's
+        // listing is still being taken.
+        let fromBacklog = !inboxBacklog.isEmpty && inboxBudget != nil
+        var listed: (names: [String], unnamable: [[UInt8]]) = ([], [])
+        do { listed = try inbox.listNew() } catch {
+            if !fromBacklog { throw .system(inbox.shown(error)) }
+        }
         // A name no String can hold could be neither read nor moved by name: set aside first.
-        for entry in inbox.setAsideUnnamable() {
+        for entry in inbox.setAside(listed.unnamable) {
             summary.bad += 1
             reportError(.badData(path: entry.shown, line: 1, column: 1, reason: "the name is not UTF-8; set aside as inbox/bad/\(entry.moved): deliver the event again under a UTF-8 name"))
             _ = try? store.withTransaction { () throws(AgentError) in try store.recordFiled(folder: "bad", name: entry.moved, at: Date()) }
         }
         let waiting: [String]
         var unordered: [(String, String)] = []
-        if !inboxBacklog.isEmpty, inboxBudget != nil {
+        if fromBacklog {
             // Listed, and ordered, by an earlier pass whose budget was spent.
             waiting = Array(inboxBacklog)
         } else {
-            do { (waiting, unordered) = try inbox.waitingInOrder(seen: seen) } catch { throw .system(inbox.shown(error)) }
+            (waiting, unordered) = inbox.waitingInOrder(seen: seen, listed: listed.names)
         }
         inboxBacklog = []
         // Two deliveries of one clock tick, one without a Maildir name: taken in the order said.

@@ -348,11 +348,17 @@ public final class SyncEngine {
     /// written when batches are pending and it is missing, of another boot, or stepped.
     private func noteClock(_ pending: [PendingBatch], offset: Double, stepped: Bool) throws(AgentError) {
         guard !pending.isEmpty else { return }
-        if !stepped, let text = try store.note(.clock) {
-            let fields = text.fields(UInt8(ascii: " "))
-            if fields.count == 2, let known = Double(fields[0]), String(fields[1]) == Posix.bootId, abs(known - offset) <= 1 { return }
-        }
+        if !stepped, try clockNoted(offset: offset) { return }
         try store.setNote(.clock, "\(offset) \(Posix.bootId)")
+    }
+
+    /// Whether the clock's offset kept is this boot's and the wall clock was not stepped since
+    /// (`offset`: ``clockOffset(_:)`` now): a step has nothing to move or note.
+    func clockNoted(offset: Double) throws(AgentError) -> Bool {
+        guard let text = try store.note(.clock) else { return false }
+        let fields = text.fields(UInt8(ascii: " "))
+        guard fields.count == 2, let known = Double(fields[0]), String(fields[1]) == Posix.bootId else { return false }
+        return abs(known - offset) <= 1
     }
 
     /// Whether a file has appends not flushed yet.

@@ -219,10 +219,10 @@ final class Database {
 
     /// Runs `body` in one IMMEDIATE transaction: committed when it returns, rolled back when it throws.
     func withTransaction<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
-        try connection.execute(readOnly ? "BEGIN" : "BEGIN IMMEDIATE")
+        try run(readOnly ? "BEGIN" : "BEGIN IMMEDIATE")
         // Under the lock: the file this connection writes must still be the database at its path.
         if Posix.info(databasePath, follow: false)?.identity.isSameFile(as: databaseIdentity) != true {
-            try? connection.execute("ROLLBACK")
+            try? run("ROLLBACK")
             throw .databaseGone(path: databasePath)
         }
         // Its write-ahead log and shared memory too: SQLite deletes them only when the last
@@ -233,7 +233,7 @@ final class Database {
                 let now = Posix.info(path, follow: false)?.identity
                 if let seen = companionIdentities[index] {
                     if now?.isSameFile(as: seen) != true {
-                        try? connection.execute("ROLLBACK")
+                        try? run("ROLLBACK")
                         throw .databaseGone(path: path)
                     }
                 } else if let now {
@@ -243,10 +243,10 @@ final class Database {
         }
         do {
             let result = try body()
-            try connection.execute("COMMIT")
+            try run("COMMIT")
             return result
         } catch {
-            try? connection.execute("ROLLBACK")
+            try? run("ROLLBACK")
             rollbacks += 1
             throw error
         }
@@ -255,29 +255,37 @@ final class Database {
     /// Runs `body`, which only reads, in one deferred transaction: a snapshot of the database as
     /// committed, without taking the write lock (and so without waiting for a writer).
     func withReadTransaction<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
-        try connection.execute("BEGIN")
+        try run("BEGIN")
         if Posix.info(databasePath, follow: false)?.identity.isSameFile(as: databaseIdentity) != true {
-            try? connection.execute("ROLLBACK")
+            try? run("ROLLBACK")
             throw .databaseGone(path: databasePath)
         }
-        defer { try? connection.execute("COMMIT") }
+        defer { try? run("COMMIT") }
         return try body()
     }
 
     /// Runs `body` inside the caller's transaction under a savepoint: undone alone when it throws
     /// (one input of a group that fails does not undo the others).
     func withSavepoint<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
-        try connection.execute("SAVEPOINT step")
+        try run("SAVEPOINT step")
         do {
             let result = try body()
-            try connection.execute("RELEASE step")
+            try run("RELEASE step")
             return result
         } catch {
-            try? connection.execute("ROLLBACK TO step")
-            try? connection.execute("RELEASE step")
+            try? run("ROLLBACK TO step")
+            try? run("RELEASE step")
             rollbacks += 1
             throw error
         }
+    }
+
+    /// Runs a statement that returns no rows from the statements kept: `BEGIN`, `COMMIT` and
+    /// their kin are parsed once, not at every transaction.
+    private func run(_ sql: String) throws(AgentError) {
+        let statement = try cached(sql)
+        defer { statement.reset() }
+        _ = try statement.step()
     }
 
     /// A prepared statement kept for the life of the connection.

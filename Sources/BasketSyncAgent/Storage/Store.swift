@@ -215,6 +215,14 @@ package final class Store {
     /// A prepared statement kept for the life of the connection.
     func cached(_ sql: String) throws(AgentError) -> SQLiteConnection.Statement { try database.cached(sql) }
 
+    /// Whether the cart has pending batches kept as rows (the layout ``MetaKey/pendingRows`` marks).
+    func hasPendingRows() throws(AgentError) -> Bool {
+        let statement = try cached("SELECT 1 FROM pending WHERE cart = ? LIMIT 1")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        return try statement.step()
+    }
+
     /// The library state, read again only when another process committed since (`data_version`).
     /// Its `recordedOrders` and `landedTransfers` are empty: those ids live in tables (see
     /// ``orderSeq(_:)``, ``transferLanded(_:)``); the host cart is kept beside it.

@@ -119,10 +119,13 @@ extension Store {
 
     /// The latest reports, newest first.
     func reports(limit: Int, level: String? = nil) throws(AgentError) -> [(at: String, level: String, message: String)] {
-        let filter = level == nil ? "" : " AND level = ?"
-        let statement = try connection.prepare("SELECT at, level, message FROM reports WHERE cart = ?\(filter) ORDER BY n DESC LIMIT \(limit)")
+        let statement = try cached(level == nil
+            ? "SELECT at, level, message FROM reports WHERE cart = ?1 ORDER BY n DESC LIMIT ?2"
+            : "SELECT at, level, message FROM reports WHERE cart = ?1 AND level = ?3 ORDER BY n DESC LIMIT ?2")
+        defer { statement.reset() }
         statement.bind(1, cart)
-        if let level { statement.bind(2, level) }
+        statement.bind(2, Int64(limit))
+        if let level { statement.bind(3, level) }
         var result: [(at: String, level: String, message: String)] = []
         while try statement.step() { result.append((statement.text(0), statement.text(1), statement.text(2))) }
         return result

@@ -250,20 +250,29 @@ extension Posix {
         return names(in: directory)
     }
 
-    /// The names in a directory that are not UTF-8, as bytes (a `String` cannot name them: they
-    /// are set aside by ``renameRaw(in:_:to:)``); empty when it cannot be read.
-    package static func nonUTF8Names(in path: String) -> [[UInt8]] {
-        guard let directory = opendir(path) else { return [] }
+    /// The entries of a directory read once: the names that are UTF-8, sorted, and as bytes
+    /// those that are not (a `String` cannot name them: they are set aside by
+    /// ``renameRaw(in:_:to:)``).
+    package static func listing(of path: String) throws(SystemError) -> (names: [String], unnamable: [[UInt8]]) {
+        let fd = try open(path, [.directory])
+        guard let directory = fdopendir(fd) else {
+            let error = SystemError.last("opendir", path)
+            close(fd)
+            throw error
+        }
         defer { closedir(directory) }
         let nameOffset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
-        var names: [[UInt8]] = []
+        var names: [String] = []
+        var unnamable: [[UInt8]] = []
         while let entry = readdir(directory) {
             let pointer = UnsafeRawPointer(entry).advanced(by: nameOffset).assumingMemoryBound(to: CChar.self)
-            if String(validatingCString: pointer) == nil {
-                names.append(Array(UnsafeBufferPointer(start: UnsafeRawPointer(pointer).assumingMemoryBound(to: UInt8.self), count: strlen(pointer))))
+            if let name = String(validatingCString: pointer) {
+                if name != "." && name != ".." { names.append(name) }
+            } else {
+                unnamable.append(Array(UnsafeBufferPointer(start: UnsafeRawPointer(pointer).assumingMemoryBound(to: UInt8.self), count: strlen(pointer))))
             }
         }
-        return names
+        return (names.sorted(), unnamable)
     }
 
     /// Renames the entry named by the bytes `name` in `directory` to `target` (never following a link).
