@@ -20,8 +20,14 @@ extension SyncEngine {
     /// The file is read inside the step's transaction, under the database's write lock: a pass
     /// that waited for the lock reads the version in place then, so an older cart is never
     /// committed after a newer one another process took.
+    /// `askingFirst`: whether the cart is certainly as last read, with nothing else for a step
+    /// to do, is asked first in a read of the database (no write lock): a whole pass mostly finds
+    /// it so.
     @discardableResult
-    public func takeCart() throws(AgentError) -> CartOutcome {
+    public func takeCart(askingFirst: Bool = false) throws(AgentError) -> CartOutcome {
+        if askingFirst, try store.database.withReadTransaction({ () throws(AgentError) in try certainlyAsLastReadWithNothingToStep(cartPath) }) {
+            return .unchanged
+        }
         let read = try store.withTransaction { () throws(AgentError) in try readCartInTransaction() }
         return try finishCart(read)
     }

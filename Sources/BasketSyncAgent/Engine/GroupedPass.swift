@@ -21,14 +21,12 @@ extension SyncEngine {
     /// Before the group's transaction: the files caught up, the next deadline read, the first
     /// group of waiting events read and checked.
     func prepareGroupedPass() throws(AgentError) -> GroupedPass {
-        try learnDeadline()
         // A new cart's files, made empty here, are noted in the group's transaction rather than
         // in a commit each.
         emptyNotes = [:]
         do {
-            try publishAll()
+            try publishAll(readingDeadline: true)
             if emptyNotes?.isEmpty ?? true { emptyNotes = nil }
-            try refreshDeadline()
             var summary = PassSummary()
             let (inbox, waiting) = try openInbox(seen: [], into: &summary.inbox)
             let read = try readGroup(waiting.prefix(SyncEngine.inboxGroupSize), from: inbox, into: &summary.inbox)

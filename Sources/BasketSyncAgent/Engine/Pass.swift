@@ -46,14 +46,16 @@ extension SyncEngine {
     public func pass(_ scope: PassScope = .everything, inboxSeen: [String] = []) throws(AgentError) -> PassSummary {
         var summary = PassSummary()
         // A new engine (a tree's cart whose engine was dropped) reads its deadline first: a pass
-        // that makes no step must not leave the cart without the deadline it has.
-        try learnDeadline()
+        // that makes no step must not leave the cart without the deadline it has. Publishing
+        // reads it again, as committed by any process, in its own read of the database.
         if scope.contains(.publish) {
-            try publishAll()
-            try refreshDeadline()
+            try publishAll(readingDeadline: true)
+        } else {
+            try learnDeadline()
         }
         if scope.contains(.inbox) { summary.inbox = try takeInbox(seen: inboxSeen) }
-        if scope.contains(.cart) { summary.cart = try takeCart() }
+        // A whole pass mostly finds the cart as it last read it: asked first without the write lock.
+        if scope.contains(.cart) { summary.cart = try takeCart(askingFirst: scope == .everything) }
         if scope == .everything {
             try finishPass()
         } else {

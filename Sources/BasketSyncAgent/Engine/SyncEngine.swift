@@ -470,16 +470,20 @@ public final class SyncEngine {
     }
 
     /// Catches every JSON Lines file up with the database (at start, and after another process committed).
-    public func publishAll() throws(AgentError) {
+    /// `readingDeadline`: the next pending-window deadline read again in the same read of the
+    /// database (a pass's own: ``refreshDeadline()`` without a transaction of its own).
+    public func publishAll(readingDeadline: Bool = false) throws(AgentError) {
         // The common case (a start, a commit signal): every file as it was given and given the
         // database's last record — judged from one read of the database (each statement alone
         // would take and let go SQLite's read lock: twelve of them a cart). A file caught up holds
         // nothing beyond the database, so neither check has more to do.
-        let known = try store.database.withReadTransaction { () throws(AgentError) -> [(AppendCursor?, UInt64)] in
+        let (known, deadline) = try store.database.withReadTransaction { () throws(AgentError) -> ([(AppendCursor?, UInt64)], Date?) in
+            let deadline = readingDeadline ? try store.nextDeadline() : nil
             var known: [(AppendCursor?, UInt64)] = []
             for projection in Projection.allCases { known.append((try store.given(projection), try store.lastSeq(projection))) }
-            return known
+            return (known, deadline)
         }
+        if readingDeadline { nextDeadline = deadline }
         var caughtUp = true
         for (projection, (given, lastSeq)) in zip(Projection.allCases, known) {
             let file = files[projection]!

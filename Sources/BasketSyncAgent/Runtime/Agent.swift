@@ -25,6 +25,9 @@ public final class Agent {
         /// no wait of the agent), and the delay after that.
         var retryAt: Double? { didSet { timingChanged(self) } }
         var retryDelay = 0.5
+        /// The cart's store with its folder as taking the cart on opened it, handed to the
+        /// cart's first engine (made at once, by its first pass) rather than opened again.
+        var firstPin: Store?
         /// The failure its retry waits on, and until when: the same one again meanwhile (a
         /// wake-up's part of a pass, a retry brought forward) is neither logged nor kept again,
         /// and the retry stays where the back-off put it.

@@ -9,10 +9,12 @@ extension Agent {
         let directory = "\(tree.root)/\(id)"
         do throws(AgentError) {
             let store: Store
+            var pinned: Store?
             var inboxMade = false
             do throws(AgentError) {
                 // Kept for the cart's life: its folder is held open by its engine only.
-                store = try tree.cartStore(id, create: false).unpinned
+                pinned = try tree.cartStore(id, create: false)
+                store = pinned!.unpinned
                 inboxMade = true  // cartStore made what was missing of the inbox
             } catch {
                 // Adopted, but its folders could not be made: served all the same, its passes
@@ -45,7 +47,9 @@ extension Agent {
             let poller = watcher == nil ? Poller(directory: directory, cart: configuration.cart, isTreeCart: true, root: pollRoot) : nil
             let cart = Cart(id: id, store: store, watcher: watcher, poller: poller) { [unowned self] in self.timingChanged($0) }
             cart.inboxJustMade = inboxMade
+            cart.firstPin = pinned
             serve(cart)
+            cart.firstPin = nil
         } catch {
             switch error {
             case let .system(failure) where failure.isMissing:
@@ -151,7 +155,10 @@ extension Agent {
             // counts twice, which only flushes sooner.
             if unflushed.stores.count + flushing.stores.count > heldFolders { flushEverything() }
         }
-        let engine = SyncEngine(store: try cart.store.pinned(), configuration: configuration, isSynchronizerRegistered: isSynchronizerRegistered, logger: tree == nil ? logger : logger.tagged(cart: cart.id))
+        let pinned: Store
+        if let first = cart.firstPin { pinned = first } else { pinned = try cart.store.pinned() }
+        cart.firstPin = nil
+        let engine = SyncEngine(store: pinned, configuration: configuration, isSynchronizerRegistered: isSynchronizerRegistered, logger: tree == nil ? logger : logger.tagged(cart: cart.id))
         engine.logsActivity = true
         // In a tree, each cart's turn is bounded (docs/spec.md §7): one group of events.
         if tree != nil { engine.inboxBudget = Agent.inboxBudgetPerTurn }

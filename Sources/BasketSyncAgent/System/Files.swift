@@ -13,13 +13,12 @@ extension Posix {
         let fd: Int32
         let info: FileInfo
         do {
-            fd = try open(path, .readOnly, follow: follow)
+            (fd, info) = try openWithInfo(path, .readOnly, follow: follow)
         } catch {
             if error.isMissing { return nil }
             throw .system(error)
         }
         defer { close(fd) }
-        do { info = try fileInfo(fd, path: path) } catch { throw .system(error) }
         let expected = Int(info.size)
         if expected > limit { throw .tooLarge(path: path, size: expected, limit: limit) }
         return (try readToEnd(fd, path: path, limit: limit, expected: expected), info)
@@ -122,10 +121,19 @@ extension Posix {
     package static func makeFolders(in base: String, _ relative: String, leaves: [String] = []) throws(AgentError) -> [String] {
         var made: [String] = []
         var fd: Int32
-        do { fd = try open(base, [.directory], follow: true) } catch { throw .system(error) }
-        defer { close(fd) }
+        // A pinned folder (`/proc/self/fd/N/.`) is its descriptor, held by its owner: not opened again.
+        let (at, rest) = reached(base)
+        var borrowed = at != AT_FDCWD && rest == "."
+        if borrowed {
+            fd = at
+        } else {
+            do { fd = try open(base, [.directory], follow: true) } catch { throw .system(error) }
+        }
+        defer { if !borrowed { close(fd) } }
         /// Makes `name` in `parent` unless it is there; opens it, never through a link.
         func folder(_ name: String, in parent: Int32, path: String) throws(AgentError) -> Int32 {
+            // There already (the common case): opened, without a mkdir that fails.
+            if let there = try? openFolder(named: name, in: parent, path: path) { return there }
             if mkdirat(parent, name, 0o755) == 0 {
                 made.append(path)
             } else if errno != EEXIST {
@@ -138,8 +146,10 @@ extension Posix {
         for component in relative.split(separator: "/") {
             current += "/\(component)"
             let parent = fd
-            defer { close(parent) }
+            let parentBorrowed = borrowed
+            defer { if !parentBorrowed { close(parent) } }
             fd = -1
+            borrowed = false
             fd = try folder(String(component), in: parent, path: current)
         }
         for leaf in leaves {

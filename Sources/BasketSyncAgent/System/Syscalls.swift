@@ -140,6 +140,12 @@ package enum Posix {
     /// only a regular file (a directory with `.directory`) is returned, anything else is closed
     /// and refused with an error that says what it is.
     package static func open(_ path: String, _ options: OpenOptions, mode: UInt32 = sharedFileMode, follow: Bool = false) throws(SystemError) -> Int32 {
+        try openWithInfo(path, options, mode: mode, follow: follow).fd
+    }
+
+    /// ``open(_:_:mode:follow:)``, and what the descriptor opened is (its `fstat`, which the
+    /// check of its kind read).
+    package static func openWithInfo(_ path: String, _ options: OpenOptions, mode: UInt32 = sharedFileMode, follow: Bool = false) throws(SystemError) -> (fd: Int32, info: FileInfo) {
         let flags = options.rawValue | O_CLOEXEC | O_NONBLOCK | (follow ? 0 : O_NOFOLLOW)
         let (at, relative) = reached(path)
         let fd = retrying { Glibc.openat(at, relative, flags, mode_t(mode)) }
@@ -150,16 +156,16 @@ package enum Posix {
             throw .last("open", path)
         }
         let expected: FileInfo.Kind = options.contains(.directory) ? .directory : .regular
-        let kind: FileInfo.Kind
-        do { kind = try fileInfo(fd, path: path).kind } catch {
+        let info: FileInfo
+        do { info = try fileInfo(fd, path: path) } catch {
             close(fd)
             throw error
         }
-        guard kind == expected else {
+        guard info.kind == expected else {
             close(fd)
-            throw SystemError(path: path, shape: kind.name, expectsDirectory: expected == .directory)
+            throw SystemError(path: path, shape: info.kind.name, expectsDirectory: expected == .directory)
         }
-        return fd
+        return (fd, info)
     }
 
     package static func close(_ fd: Int32) { _ = Glibc.close(fd) }
