@@ -41,3 +41,10 @@ static inline int basket_sync_wait_unreaped(int pid) {
 // whole file system at once — many small files made durable together.
 int syncfs(int fd);
 static inline int basket_sync_syncfs(int fd) { return syncfs(fd); }
+
+// getdents64(2), which glibc wraps only under _GNU_SOURCE and Swift cannot call through variadic
+// syscall(2): a directory's entries read straight into `buffer` (linux_dirent64 records), without
+// the fstat and fcntl calls fdopendir(3) makes first.
+static inline long basket_sync_getdents64(int fd, void *buffer, unsigned long size) {
+    return syscall(SYS_getdents64, fd, buffer, size);
+}

@@ -254,22 +254,37 @@ extension Posix {
     /// those that are not (a `String` cannot name them: they are set aside by
     /// ``renameRaw(in:_:to:)``).
     package static func listing(of path: String) throws(SystemError) -> (names: [String], unnamable: [[UInt8]]) {
-        let fd = try open(path, [.directory])
-        guard let directory = fdopendir(fd) else {
-            let error = SystemError.last("opendir", path)
-            close(fd)
-            throw error
-        }
-        defer { closedir(directory) }
-        let nameOffset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
+        // Opened as a directory (O_DIRECTORY: no fstat needed), read by getdents64 itself.
+        let (at, relative) = reached(path)
+        var fd = retrying { Glibc.openat(at, relative, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW) }
+        // Not a directory, a link, missing: said as any open says it.
+        if fd < 0 { fd = try open(path, [.directory]) }
+        defer { close(fd) }
         var names: [String] = []
         var unnamable: [[UInt8]] = []
-        while let entry = readdir(directory) {
-            let pointer = UnsafeRawPointer(entry).advanced(by: nameOffset).assumingMemoryBound(to: CChar.self)
-            if let name = String(validatingCString: pointer) {
-                if name != "." && name != ".." { names.append(name) }
-            } else {
-                unnamable.append(Array(UnsafeBufferPointer(start: UnsafeRawPointer(pointer).assumingMemoryBound(to: UInt8.self), count: strlen(pointer))))
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 32_768, alignment: 8)
+        defer { buffer.deallocate() }
+        while true {
+            let count = basket_sync_getdents64(fd, buffer.baseAddress, UInt(buffer.count))
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw .last("getdents64", path)
+            }
+            if count == 0 { break }
+            // linux_dirent64: inode (8 bytes), offset (8), record length (2), type (1), the name (NUL-ended).
+            var offset = 0
+            while offset + 19 < count {
+                let length = Int(buffer.loadUnaligned(fromByteOffset: offset + 16, as: UInt16.self))
+                guard length > 19, offset + length <= count else { break }
+                let start = buffer.baseAddress!.advanced(by: offset + 19).assumingMemoryBound(to: UInt8.self)
+                let bytes = UnsafeBufferPointer(start: start, count: strnlen(UnsafeRawPointer(start).assumingMemoryBound(to: CChar.self), length - 19))
+                offset += length
+                if bytes.count == 1 && bytes[0] == 0x2E || bytes.count == 2 && bytes[0] == 0x2E && bytes[1] == 0x2E { continue }
+                if let name = String(validating: bytes, as: UTF8.self) {
+                    names.append(name)
+                } else {
+                    unnamable.append(Array(bytes))
+                }
             }
         }
         return (names.sorted(), unnamable)
