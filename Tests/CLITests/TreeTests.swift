@@ -224,6 +224,36 @@ import TestSupport
         #expect(fits.stop() == 0)
     }
 
+    /// Watches refused for want of them (other programs of this user hold the rest: the shim's
+    /// FAULTSHIM_WATCHES) at any point of a cart's four — after its folder, after its inbox —
+    /// leave no cart half watched: the cart whose watches could not all be placed, and every one
+    /// after it, are polled and served; the log names the sysctl, not a full disk. With no watch
+    /// at all, the whole tree is polled.
+    @Test(arguments: [0, 1, 1 + 4 + 1, 1 + 4 + 2, 1 + 4 + 3, 1 + 4 * 2 + 2])
+    func watchesRefusedAtAnyPointLeaveNoCartHalfWatched(watches: Int) async throws {
+        let playground = try tree()
+        let settings = playground.read("basket-sync.json").replacingOccurrences(of: "\"pollIntervalMs\": 1000", with: "\"pollIntervalMs\": 50")
+        try playground.writeAtomically("basket-sync.json", settings)
+        let ids = ["a", "b", "c", "d"]
+        for id in ids { try mkdir(playground, id) }
+        let agent = try AgentProcess(directory: playground.path, environment: [
+            "LD_PRELOAD": FaultTests.shim, "FAULTSHIM_WATCHES": String(watches), "BASKET_SYNC_WATCH_MODE": "",
+        ])
+        try await agent.waitUntilWatching()
+        #expect(agent.log.contains("the inotify watch limit is reached") && agent.log.contains("fs.inotify.max_user_watches"), "watches \(watches): \(agent.log)")
+        #expect(!agent.log.contains("disk space"), "watches \(watches): \(agent.log)")
+        // Each cart's inbox takes an event, and its cart a version: whether watched or polled.
+        for (index, id) in ids.enumerated() {
+            try mealzLine(playground, id, quantity: index + 1)
+            try playground.writeAtomically("\(id)/cart.json", cartJSON([("X", index + 1)]))
+        }
+        for id in ids {
+            try await eventually("watches \(watches): cart \(id)'s event reaches its outbox") { playground.records("\(id)/outbox.jsonl").count == 1 }
+            try await eventually("watches \(watches): cart \(id) is notified") { notified(playground, id).count >= 1 }
+        }
+        #expect(agent.stop() == 0)
+    }
+
     /// The engines of a tree's carts are kept for the recently used only; a cart whose engine was
     /// dropped keeps its pending window, and the agent rolls it back on time (a new engine reads
     /// the deadline, else the window would be forgotten). The descriptor limit

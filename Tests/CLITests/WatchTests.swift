@@ -70,6 +70,28 @@ import Testing
         #expect(agent.stop() == 0)
     }
 
+    /// Watches refused for want of them (other programs of this user hold the rest: the shim's
+    /// FAULTSHIM_WATCHES) at any point of the directory's five leave it polled, not half watched
+    /// and not stopped: events, cart versions and other processes' commits are all seen; the
+    /// log names the sysctl, not a full disk.
+    @Test(arguments: [0, 1, 2, 3, 4])
+    func watchesRefusedAtAnyPointLeaveTheDirectoryPolled(watches: Int) async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.write("basket-sync.json", #"{"watch": {"mode": "auto", "pollIntervalMs": 50}}"#)
+        let agent = try AgentProcess(directory: playground.path, environment: [
+            "LD_PRELOAD": FaultTests.shim, "FAULTSHIM_WATCHES": String(watches), "BASKET_SYNC_WATCH_MODE": "",
+        ])
+        try await agent.waitUntilWatching()
+        #expect(agent.log.contains("the inotify watch limit is reached") && agent.log.contains("polled every 50 ms"), "watches \(watches): \(agent.log)")
+        #expect(!agent.log.contains("disk space"), "watches \(watches): \(agent.log)")
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        try await eventually("watches \(watches): the event reaches the outbox") { playground.records("outbox.jsonl").count == 1 }
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1)], syncedThrough: 1))
+        try await eventually("watches \(watches): the cart is notified") { playground.records("notifications.jsonl").count == 1 }
+        #expect(agent.stop() == 0)
+    }
+
     /// The host writes its cart again, the same bytes: a version of its own, taken as a one-shot
     /// `sync` takes it — a line made Mealz's since (a push) is notified at its quantity in the
     /// cart, the same line as `sync` writes beside the agent.

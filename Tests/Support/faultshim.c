@@ -11,6 +11,9 @@
 // FAULTSHIM_CLOCK=FILE the wall clock (CLOCK_REALTIME, gettimeofday) is stepped by the seconds
 //                      FILE holds, read at each call (a clock set back or forward under a running
 //                      process); the monotonic and boot clocks are left alone.
+// FAULTSHIM_WATCHES=N  inotify_add_watch fails with ENOSPC once this process holds N watches, as
+//                      when other programs of the same user hold the rest of
+//                      fs.inotify.max_user_watches (the sysctl itself is the whole machine's).
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -18,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
@@ -202,4 +206,38 @@ int gettimeofday(struct timeval *restrict time, void *restrict zone) {
     int result = real(time, zone);
     if (result == 0 && time) time->tv_sec += clock_step();
     return result;
+}
+
+// The watch descriptors this process holds (a descriptor given again for a watched inode is one).
+static unsigned char held_watch[1 << 20];
+static int held_watches;
+
+int inotify_add_watch(int fd, const char *path, uint32_t mask) {
+    static int (*real)(int, const char *, uint32_t);
+    if (!real) real = dlsym(RTLD_NEXT, "inotify_add_watch");
+    const char *limit = getenv("FAULTSHIM_WATCHES");
+    if (limit && held_watches >= atoi(limit)) {
+        // A watch already held is only changed: that needs no new one.
+        int existing = real(fd, path, mask | IN_MASK_ADD);
+        if (existing >= 0 && existing < (1 << 20) && held_watch[existing]) return real(fd, path, mask);
+        if (existing >= 0 && existing < (1 << 20)) inotify_rm_watch(fd, existing);
+        errno = ENOSPC;
+        return -1;
+    }
+    int result = real(fd, path, mask);
+    if (result >= 0 && result < (1 << 20) && !held_watch[result]) {
+        held_watch[result] = 1;
+        held_watches++;
+    }
+    return result;
+}
+
+int inotify_rm_watch(int fd, int watch) {
+    static int (*real)(int, int);
+    if (!real) real = dlsym(RTLD_NEXT, "inotify_rm_watch");
+    if (watch >= 0 && watch < (1 << 20) && held_watch[watch]) {
+        held_watch[watch] = 0;
+        held_watches--;
+    }
+    return real(fd, watch);
 }

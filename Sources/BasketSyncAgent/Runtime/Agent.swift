@@ -354,7 +354,13 @@ public final class Agent {
             let inotify: Inotify
             do { inotify = try Inotify(path: root) } catch { throw .system(error) }
             self.inotify = inotify
-            watcher = try Watcher(directory: root, cart: configuration.cart, inotify: inotify, isTreeCart: false, databaseDirectory: database.stateDirectory)
+            do throws(AgentError) {
+                watcher = try Watcher(directory: root, cart: configuration.cart, inotify: inotify, isTreeCart: false, databaseDirectory: database.stateDirectory)
+            } catch {
+                // No watch left (other programs of this user hold them): polled, and said why.
+                guard case let .system(failure) = error, failure.isWatchLimit else { throw error }
+                pollForWantOfWatches(root)
+            }
         }
         let poller = watcher == nil ? Poller(directory: root, cart: configuration.cart, isTreeCart: false, databaseDirectory: database.stateDirectory) : nil
         serve(Cart(id: Agent.directoryCart, store: engines[Agent.directoryCart]!.store, watcher: watcher, poller: poller) { [unowned self] in self.timingChanged($0) })
@@ -364,9 +370,14 @@ public final class Agent {
     /// down ended, every cart served.
     private func startTree(_ tree: Tree) throws(AgentError) {
         let inotify: Inotify
-        do {
+        var rootWatched = true
+        do throws(SystemError) {
             inotify = try Inotify(path: tree.root)
-            try inotify.watch(tree.root, [.create, .movedTo, .delete, .movedFrom, .deleteSelf, .moveSelf, .onlyDirectory])
+            do throws(SystemError) { try inotify.watch(tree.root, [.create, .movedTo, .delete, .movedFrom, .deleteSelf, .moveSelf, .onlyDirectory]) } catch {
+                // No watch left (other programs of this user hold them): the tree is polled.
+                guard error.isWatchLimit else { throw error }
+                rootWatched = false
+            }
         } catch {
             throw .system(error)
         }
@@ -376,6 +387,7 @@ public final class Agent {
         let needed = 1 + ids.count * perCart
         let (limit, systemLimit) = Agent.watchLimit()
         rootChoice = try WatchChoice.decide(directory: tree.root, cart: configuration.cart, settings: configuration.watch, override: watchOverride)
+        if !rootWatched, !rootChoice.polls { pollForWantOfWatches(tree.root) }
         looks.restart(intervalMs: rootChoice.intervalMs)
         rootIdentity = Posix.info(tree.root, follow: false)?.identity
         if rootChoice.polls {
@@ -398,6 +410,12 @@ public final class Agent {
         // The start's passes made and freed a few engines' worth of memory per cart: given back
         // to the system, the agent's resident memory is what it keeps.
         Posix.releaseFreedMemory()
+    }
+
+    /// The root polled from the start, every cart with it: not one inotify watch could be placed.
+    private func pollForWantOfWatches(_ directory: String) {
+        rootChoice = WatchChoice(polls: true, intervalMs: rootChoice.intervalMs, reason: "no inotify watch left")
+        logger.log(.warning, "\(directory): \(SystemError.watchLimitReached); polled every \(rootChoice.intervalMs) ms meanwhile (a restart watches it again)")
     }
 
     /// The line that says the start pass is over.

@@ -38,9 +38,9 @@ extension Agent {
                     if watchesLeft != Int.max { watchesLeft -= perCart }
                 } catch {
                     // The watch limit reached (other watchers on the machine): polled instead.
-                    guard case let .system(failure) = error, failure.isNoSpace else { throw error }
+                    guard case let .system(failure) = error, failure.isWatchLimit else { throw error }
                     watchesLeft = 0
-                    logger.log(.warning, "cart \(id): the inotify watch limit is reached (sysctl fs.inotify.max_user_watches): this cart and those made after it are polled every \(rootChoice.intervalMs) ms")
+                    logger.log(.warning, "cart \(id): \(SystemError.watchLimitReached): this cart and those made after it are polled every \(rootChoice.intervalMs) ms")
                 }
             }
             if watcher == nil, pollRoot == nil { pollRoot = PollRoot(tree.root, folders: pollFolders) }

@@ -67,18 +67,29 @@ final class Watcher {
         do throws(SystemError) {
             try watchCartPathOrThrow()
             // A cart of a tree is served even when its inbox cannot be watched yet: its passes
-            // report what is wrong, and the inbox is watched once it is fixed (below).
+            // report what is wrong, and the inbox is watched once it is fixed (below) — but not
+            // for want of watches: a cart whose watches cannot all be placed is polled, and
+            // what was placed is given back.
             // `inbox/` itself is watched so that `new/` or `tmp/` made again (removed, replaced)
             // under the agent is watched again.
             do throws(SystemError) {
                 _ = try inotify.watch("\(directory)/inbox", [.create, .movedTo, .onlyDirectory], leaves: Watcher.inboxLeaves, under: base)
             } catch {
-                if !isTreeCart { throw error }
+                if !isTreeCart || error.isWatchLimit { throw error }
             }
         } catch {
+            if error.isWatchLimit { removeWatches() }
             throw .system(error)
         }
-        if !isTreeCart { try? inotify.watch(signalDirectory, [.closeWrite, .onlyDirectory]) }
+        if !isTreeCart {
+            do throws(SystemError) { try inotify.watch(signalDirectory, [.closeWrite, .onlyDirectory]) } catch {
+                // Without it, other processes' commits would go unseen: polled instead.
+                if error.isWatchLimit {
+                    removeWatches()
+                    throw .system(error)
+                }
+            }
+        }
     }
 
     /// What is watched in `inbox/`. A delivery by link() (Python's mailbox.Maildir) shows in

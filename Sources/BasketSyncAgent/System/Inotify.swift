@@ -111,12 +111,15 @@ package final class Inotify {
                 let pinnedFolder = Posix.dirname(of: pinned)
                 // The descriptor's link leads to the folder as opened, whatever its name is now.
                 let watch = inotify_add_watch(fd, pinnedFolder, mask.rawValue)
+                var failure: SystemError?
                 if watch >= 0 {
                     aliases[watch] = folder + "/"
                     aliased[folder + "/"] = watch
                     folderWatched = true
+                } else if errno == ENOSPC {
+                    // No watch left: said, as a leaf's failure is (the caller polls instead).
+                    failure = .last("watch", folder)
                 }
-                var failure: SystemError?
                 for leaf in leaves {
                     let path = "\(folder)/\(leaf.name)"
                     let watch = inotify_add_watch(fd, "\(pinnedFolder)/\(leaf.name)", leaf.mask.union(.dontFollow).rawValue)

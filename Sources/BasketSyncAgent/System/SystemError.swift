@@ -34,8 +34,16 @@ public struct SystemError: Error, CustomStringConvertible, Equatable {
     /// A sentence naming the file, the failure and what to do.
     public var description: String {
         if let shapeReason { return PinnedNames.named("\(path): \(shapeReason)") }
+        if operation == "watch", code == ENOSPC { return PinnedNames.named("\(path): watch failed: \(SystemError.watchLimitReached)") }
         return PinnedNames.named("\(path): \(operation) failed: \(String(cString: strerror(code)))\(SystemError.advice(code))")
     }
+
+    /// What `inotify_add_watch`'s ENOSPC means: the watches of this user are all taken (a disk
+    /// is not full).
+    static let watchLimitReached = "the inotify watch limit is reached (other programs of this user hold the rest); raise it (sysctl fs.inotify.max_user_watches, and in /etc/sysctl.d/ to keep it)"
+
+    /// Whether this is `inotify_add_watch` refused for want of watches.
+    var isWatchLimit: Bool { operation == "watch" && code == ENOSPC }
 
     /// Whether retrying later may succeed (disk full, busy, interrupted I/O).
     public var isTemporary: Bool { [ENOSPC, EDQUOT, EAGAIN, EBUSY, EIO, EINTR, ENOMEM, EMFILE, ENFILE].contains(code) }
@@ -61,8 +69,6 @@ extension SystemError {
     /// Permission denied (the file's owner and mode say no).
     var isPermissionDenied: Bool { code == EACCES || code == EPERM }
 
-    /// No space left: on a disk, or (from `inotify_add_watch`) the watch limit reached.
-    var isNoSpace: Bool { code == ENOSPC }
 
     /// The path is not a regular file (a symbolic link, a FIFO, a directory, a device, a socket).
     var isNotRegular: Bool { shape != nil }
