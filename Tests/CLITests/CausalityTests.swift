@@ -192,6 +192,33 @@ import Testing
         #expect(try cartLines(playground) == ["A": 3])
     }
 
+    /// The same bytes are the same version, whatever their times or inode: a cart written before
+    /// record 2, stamped again (`touch`), or copied with its times (`cp -p`, then renamed over)
+    /// or without them, does not acknowledge record 2 unapplied — `apply` applies it.
+    @Test(arguments: ["touch", "copy keeping its times", "copy"])
+    func aCartWithTheBytesOfAnOldVersionIsThatVersion(how: String) throws {
+        let playground = try counterRunAhead()
+        try run(playground, ["push", "--id", "e2", "A=+2"])
+        try run(playground, ["sync"])
+        let path = playground.path + "/cart.json"
+        switch how {
+        case "touch":
+            #expect(utimensat(AT_FDCWD, path, nil, 0) == 0)
+        default:
+            let before = try FileManager.default.attributesOfItem(atPath: path)
+            let copy = playground.path + "/.cart.copy"
+            #expect(FileManager.default.createFile(atPath: copy, contents: Data(playground.read("cart.json").utf8)))
+            if how == "copy keeping its times", let modified = before[.modificationDate] as? Date {
+                try FileManager.default.setAttributes([.modificationDate: modified], ofItemAtPath: copy)
+            }
+            #expect(rename(copy, path) == 0)
+        }
+        try run(playground, ["sync"])
+        let applied = try run(playground, ["apply", "--json"])
+        #expect(applied.stdout.contains("\"applied\":[2]"), "\(how): \(applied.stdout)")
+        #expect(try cartLines(playground) == ["A": 3], "\(how)")
+    }
+
     /// After a lost database, `init --adopt` checks the cart's claim by causality too (by the
     /// records' times and the cart's last write): a cart written before record 2 that claims it
     /// does not acknowledge it, and apply applies it.

@@ -38,6 +38,8 @@ extension SyncEngine {
         var rejected: (AgentError, [UInt8])?
         var taken: [UInt8]?
         var takenIdentity: FileIdentity?
+        /// ``CartReader/contentHash(_:)`` of the bytes taken.
+        var takenHash: Int64?
         var changed = false
         var summary = StepSummary()
     }
@@ -84,7 +86,9 @@ extension SyncEngine {
                 }
             }
             // A cart that has not changed since a record was made was written before it.
-            let writtenBefore = try store.writtenThrough(cart: identity, lastSeq: machine.state.lastOutboxSeq, showsTheCartTaken: machine.state.showsTheCartTaken(cart.products))
+            let hash = CartReader.contentHash(bytes)
+            read.takenHash = hash
+            let writtenBefore = try store.writtenThrough(cart: identity, bytesHash: hash, lastSeq: machine.state.lastOutboxSeq, showsTheCartTaken: machine.state.showsTheCartTaken(cart.products))
             read.taken = bytes
             read.takenIdentity = identity
             if let large, let summed = large.summed {
@@ -114,7 +118,7 @@ extension SyncEngine {
                 read.changed = summary.stateChanged || summary.notified != nil
                 try store.setNote(.cartRead, "\(at)\t\(read.changed ? "taken" : "unchanged")\t")
                 // The version now known: a start finds it unchanged without reading it.
-                if let identity { try store.setNote(.cartSeen, CartReader.Seen(identity: identity, readAt: readAt).text) }
+                if let identity { try store.setNote(.cartSeen, CartReader.Seen(identity: identity, readAt: readAt, bytesHash: read.takenHash).text) }
                 if read.changed { try store.setNote(.cartTaken, "\(at)\t\(summary.notified.map { "notified #\($0)" } ?? "no new notification")\t") }
             }
         })

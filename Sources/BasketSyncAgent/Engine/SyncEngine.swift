@@ -309,7 +309,10 @@ public final class SyncEngine {
         let identity = CartReader.identity(cartPath)
         if let observed = try store.cartAtBatch(), observed.identity == identity { return }
         if let identity, identity.mayChangeUnseen(nowNanoseconds: Int64(Date().timeIntervalSince1970 * 1e9)) { return }
-        try store.setCartAtBatch(identity: identity, seq: seq)
+        // The version last read, when it is the one on disk: its bytes' hash, so that the same
+        // bytes under another inode or other times are known as this version.
+        let seen = try store.note(.cartSeen).flatMap(CartReader.Seen.init(text:))
+        try store.setCartAtBatch(identity: identity, seq: seq, bytesHash: seen?.identity == identity ? seen?.bytesHash : nil)
     }
 
     /// The wall clock less the boot clock: it changes only when the wall clock is stepped. Called

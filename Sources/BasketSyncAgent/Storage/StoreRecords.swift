@@ -57,11 +57,12 @@ extension Store {
     /// Which version of the cart file existed when a batch was made: `identity` (nil: no cart)
     /// and the first batch seq made while that version stood. A cart read later with the same
     /// identity was written before that batch, and cannot echo it.
-    func cartAtBatch() throws(AgentError) -> (identity: FileIdentity?, seq: UInt64)? {
+    func cartAtBatch() throws(AgentError) -> (identity: FileIdentity?, seq: UInt64, bytesHash: Int64?)? {
         guard let blob = try metaBlob(.cartAtBatch) else { return nil }
         let numbers = String(decoding: blob, as: UTF8.self).fields(UInt8(ascii: " ")).compactMap { Int64($0) }
         guard let seq = numbers.first, seq > 0 else { return nil }
-        return (FileIdentity(numbers: numbers.dropFirst()), UInt64(seq))
+        // The seq, the identity (five numbers), then the bytes' hash when it was known.
+        return (FileIdentity(numbers: numbers.dropFirst().prefix(5)), UInt64(seq), numbers.count == 7 ? numbers[6] : nil)
     }
 
     /// The last seq that existed when the cart version `identity` (nil: no cart) appeared: a
@@ -69,8 +70,11 @@ extension Store {
     /// other appeared after every record (`lastSeq`). What that version can acknowledge or echo.
     /// `showsTheCartTaken` (a tally of the whole cart) is asked only when the times alone cannot
     /// tell.
-    func writtenThrough(cart identity: FileIdentity?, lastSeq: UInt64, showsTheCartTaken: @autoclosure () -> Bool) throws(AgentError) -> UInt64 {
+    /// `bytesHash`: ``CartReader/contentHash(_:)`` of the version's bytes — the same bytes as the
+    /// version on disk when the record was made are that version, whatever its times or inode.
+    func writtenThrough(cart identity: FileIdentity?, bytesHash: @autoclosure () -> Int64?, lastSeq: UInt64, showsTheCartTaken: @autoclosure () -> Bool) throws(AgentError) -> UInt64 {
         guard let observed = try cartAtBatch() else { return lastSeq }
+        if let kept = observed.bytesHash, observed.identity != identity, bytesHash() == kept { return min(observed.seq - 1, lastSeq) }
         // The same version: device, inode, size and both times. Only the change time moved (a
         // chmod, a chown, a new hard link — or a write in place that kept the modification time
         // and the size: `touch -r`, a copy keeping times): the same version when the cart shows
@@ -81,8 +85,9 @@ extension Store {
         return same ? min(observed.seq - 1, lastSeq) : lastSeq
     }
 
-    func setCartAtBatch(identity: FileIdentity?, seq: UInt64) throws(AgentError) {
-        let text = ([Int64(seq)] + (identity?.numbers ?? [])).map(String.init).joined(separator: " ")
+    func setCartAtBatch(identity: FileIdentity?, seq: UInt64, bytesHash: Int64? = nil) throws(AgentError) {
+        let hash = identity != nil ? bytesHash.map { [$0] } ?? [] : []
+        let text = ([Int64(seq)] + (identity?.numbers ?? []) + hash).map(String.init).joined(separator: " ")
         try setMeta(.cartAtBatch, Array(text.utf8))
     }
 
