@@ -487,6 +487,37 @@ import Testing
         #expect(mode == 0o600)
     }
 
+    /// `followSymlinks: true` follows a link only to what its own owner owns: another account's
+    /// link (here `nobody`'s, as a member of the directory's group would plant) to root's private
+    /// file, or to a folder of root's on the way, is refused — the file never read, `apply` never
+    /// writing it; the same file linked by its owner is followed.
+    @Test(arguments: ["cart", "folder"]) func aLinkIsFollowedOnlyToWhatItsOwnerOwns(link: String) throws {
+        let playground = try Playground()
+        let dir = playground.path + "/sync"
+        _ = try basketSync(["-C", dir, "init"])
+        let settings = link == "cart" ? #"{"followSymlinks": true}"# : #"{"followSymlinks": true, "cart": "host/cart.json"}"#
+        try playground.write("sync/basket-sync.json", settings)
+        try FileManager.default.createDirectory(atPath: playground.path + "/private", withIntermediateDirectories: false)
+        chmod(playground.path + "/private", 0o700)
+        let secret = cartJSON([("X", 1)], syncedThrough: 0)
+        try playground.write("private/cart.json", secret)
+        chmod(playground.path + "/private/cart.json", 0o600)
+        let (linkPath, target) = link == "cart" ? (dir + "/cart.json", playground.path + "/private/cart.json") : (dir + "/host", playground.path + "/private")
+        try FileManager.default.createSymbolicLink(atPath: linkPath, withDestinationPath: target)
+        #expect(lchown(linkPath, 65534, 65534) == 0)
+        _ = try basketSync(["-C", dir, "push", "A=+2"])
+        let sync = try basketSync(["-C", dir, "sync"])
+        #expect(sync.stderr.contains("a link is followed only to what its own owner owns"), "\(link): \(sync.stderr)")
+        #expect(playground.records("sync/notifications.jsonl").isEmpty, "\(link): the file was read")
+        let apply = try basketSync(["-C", dir, "apply"])
+        #expect(apply.status == 65 && apply.stderr.contains("uid 65534"), "\(link): \(apply)")
+        #expect(playground.read("private/cart.json") == secret, "\(link): written through another account's link")
+        // Its owner's link to it is followed.
+        #expect(lchown(linkPath, 0, 0) == 0)
+        #expect(try basketSync(["-C", dir, "sync"]).status == 0)
+        #expect(playground.records("sync/notifications.jsonl").count == 1, "\(link): the owner's link is followed")
+    }
+
     /// The `.error` file of a quarantined event is made under a name nobody can guess: a link
     /// planted under a predictable name is never written through (nor one planted as its
     /// `.error`: a name bad/ holds sends the event under a name of its own).

@@ -81,6 +81,9 @@ extension Commands {
         if configuration.followSymlinks, let own = CartReader.ownFile(behind: cartPath, directory: directory) {
             throw .badData(path: cartPath, line: 1, column: 1, reason: "the cart leads to \(own), one of basket-sync's own files; apply writes only the host's cart")
         }
+        if configuration.followSymlinks, let refusal = CartReader.foreignLink(behind: cartPath, directory: String(cartPath.dropLast(configuration.cart.utf8.count + 1))) {
+            throw .badData(path: cartPath, line: 1, column: 1, reason: refusal)
+        }
         if !configuration.followSymlinks, let link = Posix.linkOnTheWay(from: directory, to: configuration.cart) {
             throw .badData(path: cartPath, line: 1, column: 1, reason: "the way to the cart passes through a symbolic link (\(link)); set \"followSymlinks\": true in basket-sync.json to follow it")
         }

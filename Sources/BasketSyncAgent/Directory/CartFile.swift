@@ -94,6 +94,9 @@ struct CartReader {
         if configuration.followSymlinks, let own = CartReader.ownFile(behind: path, directory: String(path.dropLast(configuration.cart.utf8.count + 1))) {
             return .unreadable(.badData(path: path, line: 1, column: 1, reason: "the cart leads to \(own), one of basket-sync's own files; the cart must be the host's file"), bytes: [])
         }
+        if configuration.followSymlinks, let refusal = CartReader.foreignLink(behind: path, directory: String(path.dropLast(configuration.cart.utf8.count + 1))) {
+            return .unreadable(.badData(path: path, line: 1, column: 1, reason: refusal), bytes: [])
+        }
         let read: (bytes: [UInt8], info: FileInfo)
         do {
             let limit = configuration.limits.maxFileBytes
@@ -146,6 +149,25 @@ struct CartReader {
             where target == "\(base)/\(name)" { return name }
         for folder in [Layout.stateDirectory, "inbox"] where target.hasPrefix("\(base)/\(folder)/") || target == "\(base)/\(folder)" {
             return "\(folder)/"
+        }
+        return nil
+    }
+
+    /// Why a cart followed through links (`followSymlinks`) is refused, if it is: a link on its way
+    /// — the cart itself, or a folder — that leads to what its own owner does not own (another
+    /// account's file, which that account may not even read; as the kernel's protected_symlinks).
+    /// A link of root's or of the account basket-sync runs as is followed anywhere.
+    static func foreignLink(behind cartPath: String, directory: String) -> String? {
+        guard cartPath.hasPrefix(directory + "/") else { return nil }
+        var path = directory
+        for component in cartPath.dropFirst(directory.count + 1).split(separator: "/") {
+            path += "/\(component)"
+            guard let link = Posix.info(path, follow: false), link.kind == .symbolicLink else { continue }
+            guard link.owner != 0, link.owner != Posix.userId else { continue }
+            guard let target = Posix.info(path, follow: true) else { continue }
+            if target.owner != link.owner {
+                return "the link \(path) (uid \(link.owner)) leads to a file of uid \(target.owner): a link is followed only to what its own owner owns (or made by root or by uid \(Posix.userId), basket-sync's); make the cart a file of the host's, or the link the target's owner's"
+            }
         }
         return nil
     }
