@@ -45,7 +45,11 @@ package final class SignalPipe {
                 if number == SIGTERM || number == SIGINT {
                     // Within a second, whatever the step in hand: then as a killed process (every
                     // step is safe to cut anywhere: nothing is acknowledged before it is durable).
-                    if stopSignalled == 0 { alarm(1) }
+                    // Cut at 0.9 s, so that the line said and the exit also fit in the second.
+                    if stopSignalled == 0 {
+                        var cut = itimerval(it_interval: timeval(), it_value: timeval(tv_sec: 0, tv_usec: 900_000))
+                        setitimer(__itimer_which_t(ITIMER_REAL.rawValue), &cut, nil)
+                    }
                     stopSignalled = 1
                 }
                 var byte = UInt8(truncatingIfNeeded: number)
