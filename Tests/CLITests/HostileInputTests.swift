@@ -324,10 +324,12 @@ import Testing
         }
     }
 
-    func push(_ playground: Playground, _ id: String) throws {
+    @discardableResult
+    func push(_ playground: Playground, _ id: String) throws -> Run {
         #expect(try basketSync(["-C", playground.path, "push", "--id", id, "A=+1"]).status == 0)
         let sync = try basketSync(["-C", playground.path, "sync"])
         #expect(sync.status == 0 || sync.status == 65, "\(sync.stderr)")
+        return sync
     }
 
     enum Interference: String, CaseIterable {
@@ -363,12 +365,17 @@ import Testing
         try push(playground, "e2")
         #expect(seqs(playground) == [1, 2])
         try interference.apply(to: playground.path + "/outbox.jsonl")
-        try push(playground, "e3")
-        let expected: [Int] = [.foreignLine, .blankLine].contains(interference) ? [1, 2, 3] : [3]
+        let third = try push(playground, "e3")
+        let foreign = [.foreignLine, .blankLine].contains(interference)
+        let expected: [Int] = foreign ? [1, 2, 3] : [3]
         #expect(seqs(playground) == expected, "\(interference.rawValue): \(playground.read("outbox.jsonl"))")
         if interference == .foreignLine { #expect(playground.read("outbox.jsonl").contains("the host's own line"), "left alone") }
-        try push(playground, "e4")
+        // Lines that are not records are left alone and said, once.
+        let said = "outbox.jsonl: its last line is not a record of basket-sync"
+        #expect(third.stderr.contains(said) == foreign, "\(interference.rawValue): \(third.stderr)")
+        let fourth = try push(playground, "e4")
         #expect(seqs(playground) == expected + [4])
+        #expect(!fourth.stderr.contains(said), "\(interference.rawValue): said again: \(fourth.stderr)")
     }
 
     /// A database that lost commits the files hold (restored from an older backup, its WAL

@@ -467,8 +467,10 @@ public final class SyncEngine {
                 logger.log(.warning, "\(file.path): could not be rotated (\(rotated)); it grows until the next append tries again")
             }
         }
-        if outcome.foreignTail, outcome.appended > 0 {
-            logger.log(.warning, "\(file.path): its last line is not a record of basket-sync; left alone, the next records follow it")
+        // Said when found, whether or not a record follows at once: the file is then known as it
+        // is, and the lines are not looked at again.
+        if outcome.foreignTail {
+            logger.log(.warning, "\(file.path): its last line is not a record of basket-sync (a blank, or a line another program wrote); left alone, the next records follow it")
         }
     }
 
