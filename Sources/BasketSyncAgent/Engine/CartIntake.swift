@@ -46,10 +46,13 @@ extension SyncEngine {
 
     /// The part of ``takeCart()`` inside the caller's transaction: reads the cart, runs it on the
     /// machine, stores what it made. Nothing is logged or appended yet.
-    func readCartInTransaction() throws(AgentError) -> CartRead {
+    /// `askingFirst`: whether the cart is certainly as last read, with nothing else for a step to
+    /// do, is asked first (a pass over many carts, most of them unchanged); a cart known to have
+    /// changed (a wake-up's, `apply`'s) goes straight to its step.
+    func readCartInTransaction(askingFirst: Bool = false) throws(AgentError) -> CartRead {
         let path = cartPath
         var read = CartRead()
-        if try certainlyAsLastReadWithNothingToStep(path) { return read }
+        if askingFirst, try certainlyAsLastReadWithNothingToStep(path) { return read }
         var readAt: Int64 = 0
         var identity: FileIdentity?
         read.summary = try stepInTransaction({ (machine, now) throws(AgentError) in
@@ -141,7 +144,7 @@ extension SyncEngine {
         return try clockNoted(offset: Self.clockOffset(Date()))
     }
 
-    /// After the transaction of ``readCartInTransaction()`` committed: the logs and the appends,
+    /// After the transaction of ``readCartInTransaction(askingFirst:)`` committed: the logs and the appends,
     /// then what the reader remembers.
     func finishCart(_ read: CartRead) throws(AgentError) -> CartOutcome {
         try finish([read.summary])

@@ -49,7 +49,7 @@ extension SyncEngine {
             for (projection, given) in notes { try store.noteGivenUnlessNoted(projection, given) }
         }
         if !pass.read.events.isEmpty { pass.taken = try takeGroupInTransaction(pass.read) }
-        if pass.read.consumed == pass.waiting.count { pass.cart = try readCartInTransaction() }
+        if pass.read.consumed == pass.waiting.count { pass.cart = try readCartInTransaction(askingFirst: true) }
     }
 
     /// Once the group's transaction committed: the appends and the acknowledgements, the rest of
