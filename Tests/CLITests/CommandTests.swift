@@ -1,6 +1,25 @@
 import Foundation
 import Testing
 
+    /// A cart is the host's cart as the configuration reads it: one read under other keys is read
+    /// again once the keys change, though its file did not (by `sync`, as by the agent's start).
+    @Test func aCartIsReadAgainWhenTheKeysChange() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        try playground.writeAtomically("cart.json", #"{"products":[{"id":"A","quantity":1,"qty":3}],"syncedThrough":1}"#)
+        // Read well after it was written: the cart is then known as certainly that version.
+        let written = try FileManager.default.attributesOfItem(atPath: playground.path + "/cart.json")[.modificationDate] as? Date ?? Date()
+        try await eventually("a second passed since the cart was written") { Date().timeIntervalSince(written) > 1.2 }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        #expect((playground.records("notifications.jsonl").last?["products"] as? [[String: Any]])?.first?["quantity"] as? Int == 1)
+        let settings = playground.read("basket-sync.json").replacingOccurrences(of: "\"quantity\": \"quantity\"", with: "\"quantity\": \"qty\"")
+        #expect(settings.contains("\"quantity\": \"qty\""), "the keys setting as init writes it")
+        try playground.writeAtomically("basket-sync.json", settings)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        #expect((playground.records("notifications.jsonl").last?["products"] as? [[String: Any]])?.first?["quantity"] as? Int == 3, "\(playground.read("notifications.jsonl"))")
+    }
+
 /// The one-shot commands as a user runs them: stdout, stderr and the exit code.
 @Suite struct CommandTests {
     @Test func versionAndHelp() throws {

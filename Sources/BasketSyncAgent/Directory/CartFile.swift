@@ -29,6 +29,9 @@ struct CartReader {
         var readAt: Int64
         /// ``CartReader/contentHash(_:)`` of the bytes read (nil in a note kept before it was).
         var bytesHash: Int64?
+        /// ``CartReader/readingHash(_:)`` of the configuration it was read under: the same file
+        /// read under other keys or limits is another reading (nil in an older note: read again).
+        var readAs: Int64?
 
         /// A change time more than this before the read: a later write has a later change time
         /// (the kernel's clock ticks in milliseconds; a write in the same tick keeps it).
@@ -36,25 +39,30 @@ struct CartReader {
 
         /// Whether the file now is certainly the version seen: same device, inode, size, times,
         /// and read well after its last change, so that no write since can hide behind them.
-        func isCertainlySame(as info: FileInfo) -> Bool {
-            info.identity == identity && readAt - info.changed >= Seen.margin
+        func isCertainlySame(as info: FileInfo, readAs configuration: AgentConfiguration) -> Bool {
+            info.identity == identity && readAt - info.changed >= Seen.margin && readAs == CartReader.readingHash(configuration)
         }
 
         /// As kept in the database.
-        var text: String { (identity.numbers + [readAt] + (bytesHash.map { [$0] } ?? [])).map(String.init).joined(separator: " ") }
+        var text: String {
+            let tail: [Int64] = readAs.map { [bytesHash ?? 0, $0] } ?? bytesHash.map { [$0] } ?? []
+            return (identity.numbers + [readAt] + tail).map(String.init).joined(separator: " ")
+        }
 
-        init(identity: FileIdentity, readAt: Int64, bytesHash: Int64? = nil) {
+        init(identity: FileIdentity, readAt: Int64, bytesHash: Int64? = nil, readAs: Int64? = nil) {
             self.identity = identity
             self.readAt = readAt
             self.bytesHash = bytesHash
+            self.readAs = readAs
         }
 
         init?(text: String) {
             let numbers = text.fields(UInt8(ascii: " ")).compactMap { Int64($0) }
-            guard numbers.count == 6 || numbers.count == 7, let identity = FileIdentity(numbers: numbers.prefix(5)) else { return nil }
+            guard (6...8).contains(numbers.count), let identity = FileIdentity(numbers: numbers.prefix(5)) else { return nil }
             self.identity = identity
             readAt = numbers[5]
-            bytesHash = numbers.count == 7 ? numbers[6] : nil
+            bytesHash = numbers.count >= 7 ? numbers[6] : nil
+            readAs = numbers.count == 8 ? numbers[7] : nil
         }
     }
 
@@ -78,11 +86,18 @@ struct CartReader {
         }
     }
 
+    /// What a cart's reading depends on besides its bytes: the keys, the limits, the way to the
+    /// cart and whether links are followed. A change of any (a SIGHUP, a restart with another
+    /// `basket-sync.json`) makes the cart read again, though the file did not change.
+    static func readingHash(_ configuration: AgentConfiguration) -> Int64 {
+        contentHash(Array("\(configuration.keys)|\(configuration.limits)|\(configuration.cart)|\(configuration.followSymlinks)".utf8))
+    }
+
     /// Reads the cart at `path`. `seen`, when given, is the version the database says was read
     /// last: a file that is certainly that version is `.unchanged` without being read (a start
     /// over 10,000 carts reads none of those that did not change).
     func read(_ path: String, configuration: AgentConfiguration, seen: Seen? = nil) throws(AgentError) -> Reading {
-        if let seen, let info = Posix.info(path, follow: false), info.kind == .regular, seen.isCertainlySame(as: info) {
+        if let seen, let info = Posix.info(path, follow: false), info.kind == .regular, seen.isCertainlySame(as: info, readAs: configuration) {
             return .unchanged
         }
         if !configuration.followSymlinks, Posix.info(path, follow: false)?.kind == .symbolicLink {
