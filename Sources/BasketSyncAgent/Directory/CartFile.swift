@@ -39,8 +39,9 @@ struct CartReader {
 
         /// Whether the file now is certainly the version seen: same device, inode, size, times,
         /// and read well after its last change, so that no write since can hide behind them.
-        func isCertainlySame(as info: FileInfo, readAs configuration: AgentConfiguration) -> Bool {
-            info.identity == identity && readAt - info.changed >= Seen.margin && readAs == CartReader.readingHash(configuration)
+        /// `reading`: ``CartReader/readingHash(_:)`` of the configuration now.
+        func isCertainlySame(as info: FileInfo, reading: Int64) -> Bool {
+            info.identity == identity && readAt - info.changed >= Seen.margin && readAs == reading
         }
 
         /// As kept in the database.
@@ -94,10 +95,11 @@ struct CartReader {
     }
 
     /// Reads the cart at `path`. `seen`, when given, is the version the database says was read
-    /// last: a file that is certainly that version is `.unchanged` without being read (a start
-    /// over 10,000 carts reads none of those that did not change).
-    func read(_ path: String, configuration: AgentConfiguration, seen: Seen? = nil) throws(AgentError) -> Reading {
-        if let seen, let info = Posix.info(path, follow: false), info.kind == .regular, seen.isCertainlySame(as: info, readAs: configuration) {
+    /// last, and `reading` the ``readingHash(_:)`` of `configuration`: a file that is certainly
+    /// that version, read the same way, is `.unchanged` without being read (a start over 10,000
+    /// carts reads none of those that did not change).
+    func read(_ path: String, configuration: AgentConfiguration, seen: (version: Seen, reading: Int64)? = nil) throws(AgentError) -> Reading {
+        if let seen, let info = Posix.info(path, follow: false), info.kind == .regular, seen.version.isCertainlySame(as: info, reading: seen.reading) {
             return .unchanged
         }
         if !configuration.followSymlinks, Posix.info(path, follow: false)?.kind == .symbolicLink {

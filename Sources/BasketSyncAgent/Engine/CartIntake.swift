@@ -58,7 +58,7 @@ extension SyncEngine {
         read.summary = try stepInTransaction({ (machine, now) throws(AgentError) in
             let bytes: [UInt8]
             readAt = Int64(now.timeIntervalSince1970 * 1e9)
-            switch try cartReader.read(path, configuration: configuration, seen: try store.note(.cartSeen).flatMap(CartReader.Seen.init(text:))) {
+            switch try cartReader.read(path, configuration: configuration, seen: try store.note(.cartSeen).flatMap(CartReader.Seen.init(text:)).map { ($0, readingHash) }) {
             case .missing:
                 read.outcome = .missing
                 return []
@@ -121,7 +121,7 @@ extension SyncEngine {
                 read.changed = summary.stateChanged || summary.notified != nil
                 try store.setNote(.cartRead, "\(at)\t\(read.changed ? "taken" : "unchanged")\t")
                 // The version now known: a start finds it unchanged without reading it.
-                if let identity { try store.setNote(.cartSeen, CartReader.Seen(identity: identity, readAt: readAt, bytesHash: read.takenHash, readAs: CartReader.readingHash(configuration)).text) }
+                if let identity { try store.setNote(.cartSeen, CartReader.Seen(identity: identity, readAt: readAt, bytesHash: read.takenHash, readAs: readingHash).text) }
                 if read.changed { try store.setNote(.cartTaken, "\(at)\t\(summary.notified.map { "notified #\($0)" } ?? "no new notification")\t") }
             }
         })
@@ -134,7 +134,7 @@ extension SyncEngine {
     /// carts reads none of them); a step on it would find the cart unchanged and change nothing.
     private func certainlyAsLastReadWithNothingToStep(_ path: String) throws(AgentError) -> Bool {
         guard let seen = try store.note(.cartSeen).flatMap(CartReader.Seen.init(text:)),
-              let info = Posix.info(path, follow: false), info.kind == .regular, seen.isCertainlySame(as: info, readAs: configuration) else { return false }
+              let info = Posix.info(path, follow: false), info.kind == .regular, seen.isCertainlySame(as: info, reading: readingHash) else { return false }
         // A tree cart that follows the tree's default store takes it at a step.
         if store.cart != 0, try store.note(.ownStore) == nil, try Tree.defaultStore(store.database) != nil { return false }
         // Pending batches: their clock noted for this boot and not stepped since (a state kept

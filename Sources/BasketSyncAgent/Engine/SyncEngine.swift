@@ -14,6 +14,15 @@ public final class SyncEngine {
     public var shownDirectory: String { store.shownDirectory }
     /// The settings from `basket-sync.json`.
     public internal(set) var configuration: AgentConfiguration
+    /// ``CartReader/readingHash(_:)`` of ``configuration``, made again only when it changed
+    /// (a SIGHUP): a cart read is not a description of the configuration.
+    var readingHash: Int64 {
+        if let memo = readingMemo, memo.configuration == configuration { return memo.hash }
+        let hash = CartReader.readingHash(configuration)
+        readingMemo = (configuration, hash)
+        return hash
+    }
+    private var readingMemo: (configuration: AgentConfiguration, hash: Int64)?
     /// Whether the outbox synchronizer is registered (`--no-synchronizer` leaves it out).
     public let isSynchronizerRegistered: Bool
     package let store: Store
