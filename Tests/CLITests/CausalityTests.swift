@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// Acknowledgements checked by causality (docs/spec.md §4 rule 4), end to end with the binary: a
 /// cart version acknowledges only the records that existed when it was written; a claim beyond
@@ -217,6 +218,107 @@ import Testing
         let applied = try run(playground, ["apply", "--json"])
         #expect(applied.stdout.contains("\"applied\":[2]"), "\(how): \(applied.stdout)")
         #expect(try cartLines(playground) == ["A": 3], "\(how)")
+    }
+
+    /// A seeded host that acknowledges, against a model written from the rule's words: a version
+    /// acknowledges a claim only when every claimed record existed when its bytes were first
+    /// written (the same bytes are the same version: restored by a copy keeping its times, a
+    /// copy, a write in place or a `touch`); `apply` then applies exactly the records after the
+    /// highest claim acknowledged. Versions are honest (a prefix of the records applied), or
+    /// claim records that do not exist yet (a marked line `Z`, so no honest cart has their bytes).
+    @Test func versionsRestoredInAnyOrderAcknowledgeOnlyWhatExistedWhenTheyWereWritten() throws {
+        for round in 0..<Knobs.value("BASKET_SYNC_RUNS", default: 3) {
+            let seed = Knobs.replaySeed ?? Knobs.seed &+ UInt64(round)
+            var rng = SplitMix64(seed: seed)
+            let playground = try syncDirectory()
+            var deltas: [(sku: String, units: Int)] = []
+            var versions: [(text: String, writtenAt: Int, claim: Int)] = []
+            var acknowledged = 0
+            var log: [String] = []
+            func place(_ text: String, how: Int) throws {
+                let path = playground.path + "/cart.json"
+                switch how {
+                case 0:
+                    // A copy keeping the times of the file it copies, renamed over the cart.
+                    let copy = playground.path + "/.cart.copy"
+                    try Data(text.utf8).write(to: URL(fileURLWithPath: copy))
+                    var times = [timespec(tv_sec: 1_700_000_000, tv_nsec: 0), timespec(tv_sec: 1_700_000_000, tv_nsec: 0)]
+                    #expect(utimensat(AT_FDCWD, copy, &times, 0) == 0)
+                    #expect(rename(copy, path) == 0)
+                case 1: try playground.write("cart.json", text)
+                default: try playground.writeAtomically("cart.json", text)
+                }
+            }
+            for _ in 0..<24 {
+                let last = deltas.count
+                switch rng.below(10) {
+                case 0...2:
+                    let delta = (["A", "B"][rng.below(2)], 1 + rng.below(3))
+                    deltas.append(delta)
+                    try run(playground, ["push", "--id", "e\(deltas.count)", "\(delta.0)=+\(delta.1)"])
+                    log.append("record \(deltas.count) \(delta.0)+\(delta.1)")
+                case 3...5:
+                    // An honest host: the records through k applied, with its own C.
+                    let k = rng.below(last + 1)
+                    var lines: [String: Int] = ["C": 1 + rng.below(2)]
+                    for delta in deltas.prefix(k) { lines[delta.sku, default: 0] += delta.units }
+                    let text = cartJSON(lines.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }, syncedThrough: k)
+                    versions.append((text, last, k))
+                    try place(text, how: 2)
+                    log.append("honest cart syncedThrough \(k)")
+                case 6...7:
+                    // A counter ahead of the outbox.
+                    let claim = last + 1 + rng.below(3)
+                    let text = cartJSON([("Z", 1 + rng.below(2))], syncedThrough: claim)
+                    versions.append((text, last, claim))
+                    try place(text, how: 2)
+                    log.append("cart claiming \(claim) while the outbox ends at \(last)")
+                case 8:
+                    guard !versions.isEmpty else { continue }
+                    let version = versions[rng.below(versions.count)]
+                    let how = rng.below(3)
+                    try place(version.text, how: how)
+                    log.append("restored (\(["copy keeping times", "write in place", "copy"][how])) \(version.text.dropLast())")
+                default:
+                    guard !versions.isEmpty else { continue }
+                    #expect(utimensat(AT_FDCWD, playground.path + "/cart.json", nil, 0) == 0)
+                    log.append("touch")
+                }
+                try run(playground, ["sync"])
+                // The model: the bytes on disk were first written when the outbox ended at the
+                // earliest `writtenAt` of a version with those bytes.
+                let text = playground.read("cart.json")
+                if let first = versions.filter({ $0.text == text }).map(\.writtenAt).min(), let claim = versions.first(where: { $0.text == text })?.claim,
+                   claim <= first {
+                    acknowledged = max(acknowledged, claim)
+                }
+            }
+            let applied = try run(playground, ["apply", "--json"])
+            let report = try JSONSerialization.jsonObject(with: Data(applied.stdout.utf8)) as? [String: Any]
+            let expected = deltas.count > acknowledged ? Array((acknowledged + 1)...deltas.count) : []
+            #expect((report?["applied"] as? [Int] ?? [-1]) == expected, "seed \(seed) (BASKET_SYNC_SEED=\(seed) replays it): \(applied.stdout)\n\(log.joined(separator: "\n"))")
+        }
+    }
+
+    /// A host without syncedThrough that goes back to lines it had before writes a new version:
+    /// its bytes say nothing of what it applied, so they are judged by the file's identity — the
+    /// echo of #2 (A−1 back to A:1, the bytes of the cart that stood at #1) settles #2.
+    @Test func aHostWithoutTheCounterGoingBackToTheSameLinesWritesANewVersion() throws {
+        let playground = try syncDirectory()
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1)]))
+        try run(playground, ["sync"])
+        try run(playground, ["push", "--id", "e1", "A=+1"])
+        try run(playground, ["sync"])
+        try playground.writeAtomically("cart.json", cartJSON([("A", 2)]))
+        try run(playground, ["sync"])
+        #expect(try pendingCount(playground) == 0, "#1 echoed")
+        try run(playground, ["push", "--id", "e2", "A=-1"])
+        try run(playground, ["sync"])
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1)]))
+        try run(playground, ["sync"])
+        #expect(try pendingCount(playground) == 0, "#2 echoed by a cart with the bytes of the one at #1")
+        #expect(try run(playground, ["apply", "--json"]).stdout.contains("\"applied\":[]"))
+        #expect(try cartLines(playground) == ["A": 1])
     }
 
     /// After a lost database, `init --adopt` checks the cart's claim by causality too (by the

@@ -155,7 +155,7 @@ extension Commands {
         // records applied twice or skipped.
         let state = try engine.currentState()
         let writtenThrough = try engine.store.withTransaction { () throws(AgentError) in
-            try engine.store.writtenThrough(cart: CartReader.identity(cartPath), bytesHash: CartReader.contentHash(bytes), lastSeq: state.lastOutboxSeq, showsTheCartTaken: state.showsTheCartTaken(document.cart.products))
+            try engine.store.writtenThrough(cart: CartReader.identity(cartPath), bytesHash: document.cart.syncedThrough != nil ? CartReader.contentHash(bytes) : nil, lastSeq: state.lastOutboxSeq, showsTheCartTaken: state.showsTheCartTaken(document.cart.products))
         }
         summary.syncedThrough = state.hostProgress(claim: document.cart.syncedThrough, writtenThrough: writtenThrough)
 

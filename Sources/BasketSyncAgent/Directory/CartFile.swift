@@ -223,7 +223,7 @@ extension CartReader {
             cart = nil
         }
         let writtenThrough = try store.withTransaction { () throws(AgentError) in
-            try store.writtenThrough(cart: identity("\(directory)/\(configuration.cart)"), bytesHash: read.map(CartReader.contentHash), lastSeq: state.lastOutboxSeq,
+            try store.writtenThrough(cart: identity("\(directory)/\(configuration.cart)"), bytesHash: cart?.syncedThrough != nil ? read.map(CartReader.contentHash) : nil, lastSeq: state.lastOutboxSeq,
                                      showsTheCartTaken: cart.map { state.showsTheCartTaken($0.products) } ?? false)
         }
         guard let cart else { return state.hostProgress(claim: nil, writtenThrough: writtenThrough) }

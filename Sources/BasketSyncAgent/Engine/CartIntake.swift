@@ -91,27 +91,32 @@ extension SyncEngine {
             // A cart that has not changed since a record was made was written before it.
             let hash = CartReader.contentHash(bytes)
             read.takenHash = hash
-            let writtenBefore = try store.writtenThrough(cart: identity, bytesHash: hash, lastSeq: machine.state.lastOutboxSeq, showsTheCartTaken: machine.state.showsTheCartTaken(cart.products))
+            let claimsHash = cart.syncedThrough != nil ? hash : nil
+            let writtenBefore = try store.writtenThrough(cart: identity, bytesHash: claimsHash, lastSeq: machine.state.lastOutboxSeq, showsTheCartTaken: machine.state.showsTheCartTaken(cart.products))
             read.taken = bytes
             read.takenIdentity = identity
+            let effects: [SyncEffect]
             if let large, let summed = large.summed {
                 // Whether the host cart changed is known from the changed lines when the state's
                 // host cart is the one the version before added up to (the same storage: no walk).
                 let known = machine.state.hostCart == largeCart?.sums
                 largeCart = (large.layout, summed.sums)
-                let effects = machine.retailerBasketChanged(
+                effects = machine.retailerBasketChanged(
                     lines: cart.products, summed: summed.sums, syncedThrough: cart.syncedThrough, outboxSeqWhenWritten: writtenBefore, at: now)
                 hostCartTouched = known ? summed.touched : nil
-                return effects
+            } else {
+                do throws(SyncInputError) {
+                    effects = try machine.retailerBasketChanged(
+                        cart.products, syncedThrough: cart.syncedThrough, outboxSeqWhenWritten: writtenBefore, at: now)
+                    largeCart = large.map { ($0.layout, machine.state.hostCart ?? [:]) }
+                } catch {
+                    throw AgentError.badData(path: path, line: 1, column: 1, reason: error.description)
+                }
             }
-            do throws(SyncInputError) {
-                let effects = try machine.retailerBasketChanged(
-                    cart.products, syncedThrough: cart.syncedThrough, outboxSeqWhenWritten: writtenBefore, at: now)
-                largeCart = large.map { ($0.layout, machine.state.hostCart ?? [:]) }
-                return effects
-            } catch {
-                throw AgentError.badData(path: path, line: 1, column: 1, reason: error.description)
-            }
+            // A claim refused as past what existed: these bytes were written by then, whenever
+            // they come back (restored, copied) — the claim they make stays refused.
+            if let claimsHash, effects.contains(where: \.refusesAClaim) { try store.noteCartVersion(bytesHash: claimsHash, through: writtenBefore) }
+            return effects
         }, record: { (summary) throws(AgentError) in
             // What status tells of the last cart read: when, and what it produced.
             let at = Timestamp.text(Date())
@@ -191,6 +196,17 @@ extension SyncEngine {
             return try CartFormat.decode(bytes, keys: configuration.keys, limits: configuration.limits)
         } catch {
             throw error.badData(path: path, bytes: bytes)
+        }
+    }
+}
+
+extension SyncEffect {
+    /// Whether the effect says a cart's `syncedThrough` claimed records that did not exist when
+    /// it was written.
+    var refusesAClaim: Bool {
+        switch self {
+        case .acknowledgementBeyondOutbox, .acknowledgementBeforeRecords: return true
+        default: return false
         }
     }
 }

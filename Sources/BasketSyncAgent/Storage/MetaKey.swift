@@ -14,6 +14,9 @@ enum MetaKey: Hashable, Sendable {
     case deadline
     /// The identity of the cart file when the last batch was made, and that batch's seq.
     case cartAtBatch
+    /// Versions of the cart file known by their bytes: each one's hash and the last seq that
+    /// existed when it was written (the latest 64).
+    case cartVersions
     /// What a JSON Lines file was last given: its identity, size and last seq.
     case given(Projection)
     /// Set while a database of the layout before carts waits to be brought up.
@@ -30,6 +33,7 @@ enum MetaKey: Hashable, Sendable {
         case .hostCartChanges: return "hostCartChanges"
         case .deadline: return "deadline"
         case .cartAtBatch: return "cartAtBatch"
+        case .cartVersions: return "cartVersions"
         case let .given(projection): return "given.\(projection.rawValue)"
         case .layoutBeforeCarts: return "layoutBeforeCarts"
         case let .note(note): return "note.\(note.rawValue)"

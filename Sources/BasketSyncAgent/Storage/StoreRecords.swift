@@ -70,11 +70,18 @@ extension Store {
     /// other appeared after every record (`lastSeq`). What that version can acknowledge or echo.
     /// `showsTheCartTaken` (a tally of the whole cart) is asked only when the times alone cannot
     /// tell.
-    /// `bytesHash`: ``CartReader/contentHash(_:)`` of the version's bytes — the same bytes as the
-    /// version on disk when the record was made are that version, whatever its times or inode.
+    /// `bytesHash`: ``CartReader/contentHash(_:)`` of the version's bytes, given only for a cart
+    /// that says `syncedThrough` — bytes that say what the host applied are what the host knew, so
+    /// the same bytes as a version seen before (see ``cartVersions()``) were written by then,
+    /// whatever their times or inode. A cart without `syncedThrough` is judged by its identity
+    /// alone: a host going back to the same lines is a new version.
     func writtenThrough(cart identity: FileIdentity?, bytesHash: @autoclosure () -> Int64?, lastSeq: UInt64, showsTheCartTaken: @autoclosure () -> Bool) throws(AgentError) -> UInt64 {
-        guard let observed = try cartAtBatch() else { return lastSeq }
-        if let kept = observed.bytesHash, observed.identity != identity, bytesHash() == kept { return min(observed.seq - 1, lastSeq) }
+        var through = lastSeq
+        let hash = identity != nil ? bytesHash() : nil
+        if let hash, let known = try cartVersions().first(where: { $0.hash == hash }) { through = min(known.through, through) }
+        guard let observed = try cartAtBatch() else { return through }
+        // A note of the version from before the versions were kept by their bytes.
+        if let hash, let kept = observed.bytesHash, observed.identity != identity, hash == kept { through = min(observed.seq - 1, through) }
         // The same version: device, inode, size and both times. Only the change time moved (a
         // chmod, a chown, a new hard link — or a write in place that kept the modification time
         // and the size: `touch -r`, a copy keeping times): the same version when the cart shows
@@ -82,13 +89,45 @@ extension Store {
         let same = observed.identity == identity || observed.identity.map { old in
             identity.map { $0.device == old.device && $0.inode == old.inode && $0.size == old.size && $0.modified == old.modified } ?? false
         } == true && showsTheCartTaken()
-        return same ? min(observed.seq - 1, lastSeq) : lastSeq
+        return same ? min(observed.seq - 1, through) : through
+    }
+
+    /// How many versions ``cartVersions()`` keeps: an older version restored after this many
+    /// newer ones were kept is judged by its identity alone.
+    static let keptCartVersions = 64
+
+    /// Versions of the cart known by their bytes' hash, each with the last seq that existed when
+    /// it was written: a version that stood when record N was made (N − 1), or whose claim was
+    /// refused when the outbox ended at L (L). The latest last.
+    func cartVersions() throws(AgentError) -> [(hash: Int64, through: UInt64)] {
+        guard let blob = try metaBlob(.cartVersions) else { return [] }
+        let numbers = String(decoding: blob, as: UTF8.self).fields(UInt8(ascii: " ")).compactMap { Int64($0) }
+        return stride(from: 0, to: numbers.count - 1, by: 2).compactMap { index in
+            numbers[index + 1] >= 0 ? (numbers[index], UInt64(numbers[index + 1])) : nil
+        }
+    }
+
+    /// Remembers, inside the caller's transaction, that the version with these bytes was
+    /// written when the outbox ended at `through` or before (the earlier of two notes is kept).
+    func noteCartVersion(bytesHash: Int64, through: UInt64) throws(AgentError) {
+        var versions = try cartVersions()
+        if let index = versions.firstIndex(where: { $0.hash == bytesHash }) {
+            guard through < versions[index].through else { return }
+            versions[index].through = through
+        } else {
+            versions.append((bytesHash, through))
+            versions.removeFirst(max(0, versions.count - Self.keptCartVersions))
+        }
+        try setMeta(.cartVersions, Array(versions.map { "\($0.hash) \($0.through)" }.joined(separator: " ").utf8))
     }
 
     func setCartAtBatch(identity: FileIdentity?, seq: UInt64, bytesHash: Int64? = nil) throws(AgentError) {
         let hash = identity != nil ? bytesHash.map { [$0] } ?? [] : []
         let text = ([Int64(seq)] + (identity?.numbers ?? []) + hash).map(String.init).joined(separator: " ")
         try setMeta(.cartAtBatch, Array(text.utf8))
+        // The bytes are kept with the record they stood at: the same bytes later (restored,
+        // copied) are still the version of that record.
+        if let bytesHash = hash.first { try noteCartVersion(bytesHash: bytesHash, through: seq - 1) }
     }
 
     // MARK: What the JSON Lines files were given
