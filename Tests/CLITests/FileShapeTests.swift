@@ -518,6 +518,59 @@ import Testing
         #expect(playground.records("sync/notifications.jsonl").count == 1, "\(link): the owner's link is followed")
     }
 
+    /// The owner check is made on what is read and written, not on names checked first: while
+    /// another account swaps her own cart with her link to root's private file as fast as she can
+    /// (`renameat2(RENAME_EXCHANGE)` in a loop), no `sync` reads the private file and no `apply`
+    /// rewrites it; and her link to a folder of root's makes no cart there.
+    @Test func aLinkSwappedInWhileTheCartIsReadIsNeverFollowedToAnotherAccountsFile() throws {
+        let playground = try Playground()
+        let dir = playground.path + "/sync"
+        _ = try basketSync(["-C", dir, "init"])
+        try playground.write("sync/basket-sync.json", #"{"followSymlinks": true}"#)
+        try FileManager.default.createDirectory(atPath: playground.path + "/private", withIntermediateDirectories: false)
+        chmod(playground.path + "/private", 0o700)
+        let secret = cartJSON([("SECRET", 1)], syncedThrough: 0)
+        try playground.write("private/cart.json", secret)
+        chmod(playground.path + "/private/cart.json", 0o600)
+        // Her link to a file to be made in root's folder: apply makes no cart there.
+        try FileManager.default.createSymbolicLink(atPath: dir + "/cart.json", withDestinationPath: playground.path + "/private/new.json")
+        #expect(lchown(dir + "/cart.json", 65534, 65534) == 0)
+        _ = try basketSync(["-C", dir, "push", "A=+2"])
+        _ = try basketSync(["-C", dir, "sync"])
+        let made = try basketSync(["-C", dir, "apply"])
+        #expect(made.status == 65 && made.stderr.contains("uid 65534"), "\(made)")
+        #expect(!FileManager.default.fileExists(atPath: playground.path + "/private/new.json"), "a cart made in root's folder")
+        // Her own cart, and her link to root's file, swapped without end.
+        #expect(unlink(dir + "/cart.json") == 0)
+        try playground.write("sync/cart.alt", cartJSON([("A", 1)], syncedThrough: 0))
+        #expect(chown(dir + "/cart.alt", 65534, 65534) == 0)
+        try FileManager.default.createSymbolicLink(atPath: dir + "/cart.json", withDestinationPath: playground.path + "/private/cart.json")
+        #expect(lchown(dir + "/cart.json", 65534, 65534) == 0)
+        let stop = playground.path + "/stop"
+        let swapper = Process()
+        swapper.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        swapper.arguments = ["-c", """
+            import ctypes, os, sys
+            libc = ctypes.CDLL(None, use_errno=True)
+            a, b, stop = (p.encode() for p in sys.argv[1:4])
+            while not os.path.exists(stop):
+                libc.renameat2(-100, a, -100, b, 2)
+            """, dir + "/cart.json", dir + "/cart.alt", stop]
+        try swapper.run()
+        defer {
+            _ = FileManager.default.createFile(atPath: stop, contents: nil)
+            swapper.waitUntilExit()
+        }
+        for round in 0..<40 {
+            _ = try basketSync(["-C", dir, "sync"])
+            if round % 4 == 0 { _ = try basketSync(["-C", dir, "apply"]) }
+            #expect(!playground.read("sync/notifications.jsonl").contains("SECRET"), "round \(round): the private file was read")
+            #expect(playground.read("private/cart.json") == secret, "round \(round): the private file was written")
+        }
+        let attributes = try FileManager.default.attributesOfItem(atPath: playground.path + "/private/cart.json")
+        #expect(attributes[.ownerAccountID] as? Int == 0 && attributes[.posixPermissions] as? Int == 0o600)
+    }
+
     /// The `.error` file of a quarantined event is made under a name nobody can guess: a link
     /// planted under a predictable name is never written through (nor one planted as its
     /// `.error`: a name bad/ holds sends the event under a name of its own).

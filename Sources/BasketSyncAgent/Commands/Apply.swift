@@ -81,9 +81,6 @@ extension Commands {
         if configuration.followSymlinks, let own = CartReader.ownFile(behind: cartPath, directory: directory) {
             throw .badData(path: cartPath, line: 1, column: 1, reason: "the cart leads to \(own), one of basket-sync's own files; apply writes only the host's cart")
         }
-        if configuration.followSymlinks, let refusal = CartReader.foreignLink(behind: cartPath, directory: String(cartPath.dropLast(configuration.cart.utf8.count + 1))) {
-            throw .badData(path: cartPath, line: 1, column: 1, reason: refusal)
-        }
         if !configuration.followSymlinks, let link = Posix.linkOnTheWay(from: directory, to: configuration.cart) {
             throw .badData(path: cartPath, line: 1, column: 1, reason: "the way to the cart passes through a symbolic link (\(link)); set \"followSymlinks\": true in basket-sync.json to follow it")
         }
@@ -115,13 +112,21 @@ extension Commands {
         var found: [UInt8]?
         // The version read (nil: no cart), compared with the one on disk right before the rename.
         var readVersion: FileIdentity?
+        // A cart reached through links (followSymlinks): read, then written, where the links led
+        // when they were followed and checked — its folder held from the read to the rename.
+        var reached: FollowedPath?
+        defer { reached?.close() }
         do throws(AgentError) {
             let limit = configuration.limits.maxFileBytes
-            let read = try configuration.followSymlinks
-                ? Posix.readFileAndInfo(cartPath, limit: limit, follow: true)
-                : Posix.withPinnedFolders(base: directory, relative: configuration.cart) { (pinned) throws(AgentError) in
+            let read: (bytes: [UInt8], info: FileInfo)?
+            if configuration.followSymlinks {
+                reached = try CartReader.reachCart(cartPath, configuration: configuration)
+                read = try Posix.readFollowed(reached!, limit: limit)
+            } else {
+                read = try Posix.withPinnedFolders(base: directory, relative: configuration.cart) { (pinned) throws(AgentError) in
                     try Posix.readFileAndInfo(pinned, limit: limit, follow: false)
                 }
+            }
             // A hard link may be a file elsewhere: neither read nor replaced, as the readers refuse it.
             try CartReader.refuseHardLink(read?.info, path: cartPath, followSymlinks: configuration.followSymlinks)
             found = read?.bytes
@@ -192,8 +197,17 @@ extension Commands {
             // without the lock meanwhile keeps its edit (the records are applied to it instead).
             let written: Bool
             if configuration.followSymlinks {
-                let unchanged = { Posix.info(cartPath, follow: true)?.identity == readVersion }
-                do throws(SystemError) { written = try Posix.writeFileAtomically(Posix.resolved(cartPath) ?? cartPath, encoded, stillSo: unchanged) } catch { throw .system(error) }
+                // No folder for the cart when it was read: reached now (or the error of its want).
+                if reached == nil { reached = try CartReader.reachCart(cartPath, configuration: configuration) }
+                let reached = reached!
+                // A cart made through a link is made in a folder of the link's owner only.
+                if readVersion == nil, let folder = try? Posix.fileInfo(reached.folder, path: reached.shown), let refusal = reached.refusal(owner: folder.owner, making: true) {
+                    throw .badData(path: cartPath, line: 1, column: 1, reason: refusal)
+                }
+                let unchanged = { Posix.info(reached.pinned, follow: false)?.identity == readVersion }
+                do throws(SystemError) { written = try Posix.writeFileAtomically(reached.pinned, encoded, stillSo: unchanged) } catch {
+                    throw AgentError.system(error).replacingPathPrefix(reached.pinned, with: reached.shown)
+                }
             } else {
                 written = try Posix.withPinnedFolders(base: directory, relative: configuration.cart) { (pinned) throws(AgentError) in
                     let unchanged = { Posix.info(pinned, follow: false)?.identity == readVersion }

@@ -13,7 +13,9 @@ extension Commands {
             // A path given on the command line is the user's: a link is followed, a FIFO still refused.
             let read: [UInt8]?
             do throws(AgentError) {
-                let found = try Posix.readFileAndInfo(path, limit: engine.configuration.limits.maxFileBytes, follow: file != nil || engine.configuration.followSymlinks)
+                // The cart is read as every reader of it reads it (its links checked, if followed).
+                let found = try file == nil ? CartReader.readCart(path, configuration: engine.configuration)
+                    : Posix.readFileAndInfo(path, limit: engine.configuration.limits.maxFileBytes, follow: true)
                 // The cart (not a file given on the command line) with other names: rejected as sync rejects it.
                 if file == nil { try CartReader.refuseHardLink(found?.info, path: path, followSymlinks: engine.configuration.followSymlinks) }
                 read = found?.bytes

@@ -111,25 +111,14 @@ struct CartReader {
         if configuration.followSymlinks, let own = CartReader.ownFile(behind: path, directory: String(path.dropLast(configuration.cart.utf8.count + 1))) {
             return .unreadable(.badData(path: path, line: 1, column: 1, reason: "the cart leads to \(own), one of basket-sync's own files; the cart must be the host's file"), bytes: [])
         }
-        if configuration.followSymlinks, let refusal = CartReader.foreignLink(behind: path, directory: String(path.dropLast(configuration.cart.utf8.count + 1))) {
-            return .unreadable(.badData(path: path, line: 1, column: 1, reason: refusal), bytes: [])
-        }
         let read: (bytes: [UInt8], info: FileInfo)
         do {
-            let limit = configuration.limits.maxFileBytes
-            let found: (bytes: [UInt8], info: FileInfo)?
-            if configuration.followSymlinks {
-                found = try Posix.readFileAndInfo(path, limit: limit, follow: true)
-            } else {
-                // Its folders opened one by one, never through a link swapped in meanwhile.
-                found = try Posix.withPinnedFolders(base: String(path.dropLast(configuration.cart.utf8.count + 1)), relative: configuration.cart) { (pinned) throws(AgentError) in
-                    try Posix.readFileAndInfo(pinned, limit: limit, follow: false)
-                }
-            }
-            guard let file = found else { return .missing }
+            guard let file = try CartReader.readCart(path, configuration: configuration) else { return .missing }
             read = file
         } catch {
+            // Too large, or a link refused: rejected as the cart's content would be.
             if case .tooLarge = error { return .unreadable(error, bytes: []) }
+            if case .badData = error { return .unreadable(error, bytes: []) }
             // A folder on the way to the cart that is not there (yet, or being replaced): no cart.
             if case let .system(failure) = error, failure.isMissing { return .missing }
             if case let .system(failure) = error, let reason = failure.shapeReason {
@@ -170,21 +159,50 @@ struct CartReader {
         return nil
     }
 
-    /// Why a cart followed through links (`followSymlinks`) is refused, if it is: a link on its way
-    /// — the cart itself, or a folder — that leads to what its own owner does not own (another
-    /// account's file, which that account may not even read; as the kernel's protected_symlinks).
-    /// A link of root's or of the account basket-sync runs as is followed anywhere.
-    static func foreignLink(behind cartPath: String, directory: String) -> String? {
-        guard cartPath.hasPrefix(directory + "/") else { return nil }
-        var path = directory
-        for component in cartPath.dropFirst(directory.count + 1).split(separator: "/") {
-            path += "/\(component)"
-            guard let link = Posix.info(path, follow: false), link.kind == .symbolicLink else { continue }
-            guard link.owner != 0, link.owner != Posix.userId else { continue }
-            guard let target = Posix.info(path, follow: true) else { continue }
-            if target.owner != link.owner {
-                return "the link \(path) (uid \(link.owner)) leads to a file of uid \(target.owner): a link is followed only to what its own owner owns (or made by root or by uid \(Posix.userId), basket-sync's); make the cart a file of the host's, or the link the target's owner's"
+    /// Reads the cart at `path` (the sync directory's `"cart"`) under the open policy, as every
+    /// reader of it does (the pass, `apply`, the payments): without `followSymlinks`, its folders
+    /// opened one by one and no link followed; with it, each link followed as it is when followed
+    /// (``Posix/follow(base:relative:)``) — to what its owner owns only, never to one of
+    /// basket-sync's own files — and the file read from the descriptor checked. Nil: no cart.
+    static func readCart(_ path: String, configuration: AgentConfiguration) throws(AgentError) -> (bytes: [UInt8], info: FileInfo)? {
+        let directory = String(path.dropLast(configuration.cart.utf8.count + 1))
+        let limit = configuration.limits.maxFileBytes
+        guard configuration.followSymlinks else {
+            // Its folders opened one by one, never through a link swapped in meanwhile.
+            return try Posix.withPinnedFolders(base: directory, relative: configuration.cart) { (pinned) throws(AgentError) in
+                try Posix.readFileAndInfo(pinned, limit: limit, follow: false)
             }
+        }
+        let reached = try reachCart(path, configuration: configuration)
+        defer { reached.close() }
+        return try Posix.readFollowed(reached, limit: limit)
+    }
+
+    /// Where the cart `path` is, its links followed (`followSymlinks`): refused (65) when that is
+    /// one of basket-sync's own files or folders. The caller closes it.
+    static func reachCart(_ path: String, configuration: AgentConfiguration) throws(AgentError) -> FollowedPath {
+        let directory = String(path.dropLast(configuration.cart.utf8.count + 1))
+        let reached = try Posix.follow(base: directory, relative: configuration.cart)
+        if let own = ownFile(reached, directory: directory) {
+            reached.close()
+            throw .badData(path: path, line: 1, column: 1, reason: "the cart leads to \(own), one of basket-sync's own files; the cart must be the host's file")
+        }
+        return reached
+    }
+
+    /// basket-sync's own file or folder that `reached` is, if it is: told by the held folder's
+    /// device and inode, not by a name a link could change meanwhile.
+    static func ownFile(_ reached: FollowedPath, directory: String) -> String? {
+        guard let folder = try? Posix.fileInfo(reached.folder, path: reached.shown) else { return nil }
+        func isFolder(_ path: String) -> Bool {
+            Posix.info(path, follow: false).map { $0.device == folder.device && $0.inode == folder.inode } ?? false
+        }
+        if isFolder(directory) {
+            for name in [Projection.outbox.fileName, Projection.notifications.fileName, Projection.payments.fileName, AgentConfiguration.fileName, Layout.stateDirectory, "inbox"]
+                where reached.name == name { return name }
+        }
+        for sub in [Layout.stateDirectory, "inbox", "inbox/new", "inbox/cur", "inbox/bad", "inbox/tmp"] where isFolder("\(directory)/\(sub)") {
+            return "\(sub)/"
         }
         return nil
     }

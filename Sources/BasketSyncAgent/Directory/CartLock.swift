@@ -24,8 +24,11 @@ public enum CartLock {
         do throws(AgentError) {
             // Its folders opened one by one, never through a link (as the cart's), unless
             // "followSymlinks" says the cart's path may pass through one.
+            // Followed, the folders' links are checked as the cart's are, and the lock itself —
+            // basket-sync's file — is never a link followed (a link to a file elsewhere would be
+            // opened, or made, there).
             fd = try configuration.followSymlinks
-                ? openOrMakeLock(path, path: path)
+                ? lockInFollowedFolder(directory: directory, configuration: configuration, path: path)
                 : Posix.withPinnedFolders(base: directory, relative: configuration.cart + ".lock") { (pinned) throws(AgentError) in
                     try openOrMakeLock(pinned, path: path)
                 }
@@ -55,6 +58,15 @@ public enum CartLock {
             Posix.pause(microseconds: 5_000)
         }
         return fd
+    }
+
+    /// The lock opened (or made) in the cart's folder reached through its links, the lock's name
+    /// itself not followed.
+    static func lockInFollowedFolder(directory: String, configuration: AgentConfiguration, path: String) throws(AgentError) -> Int32 {
+        let folder = Posix.dirname(of: configuration.cart)
+        let reached = try Posix.follow(base: directory, relative: configuration.cart.contains("/") ? folder + "/." : ".")
+        defer { reached.close() }
+        return try openOrMakeLock("/proc/self/fd/\(reached.folder)/\(Posix.basename(of: configuration.cart)).lock", path: path)
     }
 
     /// ``openOrMake(_:)`` with its errors said for the lock file at `path`.
