@@ -341,7 +341,9 @@ public final class Agent {
         // many carts takes a while to sum up.
         defer { if let metrics = configuration.metrics, idle || now - lastMetrics >= max(5, 10 * metricsCost) { writeMetrics(metrics, at: now) } }
         let note = "\(Timestamp.text(Date()))\t\(Posix.processId)\t\(lastWholePass.map(Timestamp.text) ?? "")\t\(AgentConfiguration.number(Agent.heartbeatSeconds))"
-        _ = try? database.withTransaction { () throws(AgentError) in try database.rootRows.setNote(.heartbeat, note) }
+        // Without an fsync of its own (the next commit makes it durable): a power cut that takes
+        // it back took the agent too, and a sync on every beat would hold up the change after it.
+        _ = try? database.rootRows.withQuickTransaction { () throws(AgentError) in try database.rootRows.setNote(.heartbeat, note) }
     }
 
     /// A sync directory's start: its inbox folders, how it is seen, its one cart served.
