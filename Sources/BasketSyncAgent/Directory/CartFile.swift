@@ -99,10 +99,12 @@ struct CartReader {
     /// that version, read the same way, is `.unchanged` without being read (a start over 10,000
     /// carts reads none of those that did not change).
     func read(_ path: String, configuration: AgentConfiguration, seen: (version: Seen, reading: Int64)? = nil) throws(AgentError) -> Reading {
-        if let seen, let info = Posix.info(path, follow: false), info.kind == .regular, seen.version.isCertainlySame(as: info, reading: seen.reading) {
+        // One look at the name serves both questions below.
+        let named = seen != nil || !configuration.followSymlinks ? Posix.info(path, follow: false) : nil
+        if let seen, let info = named, info.kind == .regular, seen.version.isCertainlySame(as: info, reading: seen.reading) {
             return .unchanged
         }
-        if !configuration.followSymlinks, Posix.info(path, follow: false)?.kind == .symbolicLink {
+        if !configuration.followSymlinks, named?.kind == .symbolicLink {
             return .unreadable(.badData(path: path, line: 1, column: 1, reason: "the cart is a symbolic link; set \"followSymlinks\": true in basket-sync.json to follow it"), bytes: [])
         }
         if !configuration.followSymlinks, let link = Posix.linkOnTheWay(from: String(path.dropLast(configuration.cart.utf8.count + 1)), to: configuration.cart) {
