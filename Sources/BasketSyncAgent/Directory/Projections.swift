@@ -251,6 +251,7 @@ final class JSONLinesFile {
     /// file that holds more than the database (a lost or replaced database).
     func catchUp(
         lock: () throws(AgentError) -> Int32,
+        unlock: (Int32) -> Void,
         loadGiven: () throws(AgentError) -> AppendCursor?,
         saveGiven: (AppendCursor) throws(AgentError) -> Void,
         lastDatabaseSeq: () throws(AgentError) -> UInt64,
@@ -261,7 +262,7 @@ final class JSONLinesFile {
         let fd: Int32
         let info: FileInfo
         let held = try lock()
-        defer { Posix.close(held) }
+        defer { unlock(held) }
         do {
             fd = try descriptor()
         } catch {

@@ -234,12 +234,18 @@ public final class SyncEngine {
     /// Lines file they gave new lines to.
     func finish(_ summaries: [StepSummary]) throws(AgentError) {
         var touched: Set<Projection> = []
+        for summary in summaries { touched.formUnion(summary.touched) }
+        // The lines first, then the log: a reader waits for the line, not for the log (a slow
+        // journal or a full pipe on standard error delays only what is said of it).
+        var failure: AgentError?
+        for projection in Projection.allCases where touched.contains(projection) && failure == nil {
+            do { try publish(projection) } catch { failure = error }
+        }
         for summary in summaries {
             for report in summary.reports { logger.log(report.level, report.message) }
             if logsActivity { for line in summary.activity { logger.log(.info, line.message, record: line.record) } }
-            touched.formUnion(summary.touched)
         }
-        for projection in Projection.allCases where touched.contains(projection) { try publish(projection) }
+        if let failure { throw failure }
     }
 
     /// Runs the effects, in order, inside the step's transaction: every effect is decided here.
@@ -439,7 +445,8 @@ public final class SyncEngine {
         // Asked only when a line must be judged (a file not as given), never on an append.
         var syncId: String??
         return try file.catchUp(
-            lock: { () throws(AgentError) in try store.lock(Layout.projectionsLock) },
+            lock: { () throws(AgentError) in try store.lockProjections() },
+            unlock: { (fd) in store.unlockProjections(fd) },
             loadGiven: { () throws(AgentError) in try store.given(projection) },
             saveGiven: { (given) throws(AgentError) in
                 // A file given nothing, empty: its note waits for the group's transaction when

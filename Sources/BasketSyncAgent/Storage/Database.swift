@@ -24,6 +24,26 @@ final class Database {
     /// only when it changed.
     var commitSignalPath: String { "\(stateDirectory)/\(Layout.commitSignal)" }
 
+    /// `projections.lock` open for its locks, opened once per database: opening it for every
+    /// catch-up and closing it after is an inotify event (a close after writing) that would wake
+    /// the agent once per change. Opened again when the path no longer names it (removed, made
+    /// again): a lock on a file others no longer open would exclude nobody.
+    func projectionsLockDescriptor() throws(SystemError) -> Int32 {
+        let path = "\(stateDirectory)/\(Layout.projectionsLock)"
+        if let held = projectionsLock {
+            if let now = Posix.info(path, follow: false), now.device == held.info.device, now.inode == held.info.inode { return held.fd }
+            Posix.close(held.fd)
+            projectionsLock = nil
+        }
+        let opened = try Posix.openWithInfo(path, [.readWrite, .create], mode: 0o600)
+        projectionsLock = opened
+        return opened.fd
+    }
+
+    deinit {
+        if let held = projectionsLock { Posix.close(held.fd) }
+    }
+
     /// Tells a running agent that this process committed (see ``commitSignalPath``).
     func signalCommit() {
         Posix.touch(commitSignalPath, mode: 0o600)
@@ -39,6 +59,8 @@ final class Database {
     /// one may hold what it undid.
     private(set) var rollbacks = 0
     private var statements: [String: SQLiteConnection.Statement] = [:]
+    /// `projections.lock`, held open between catch-ups (see ``projectionsLockDescriptor()``).
+    private var projectionsLock: (fd: Int32, info: FileInfo)?
 
     /// The layout this version writes: 2 keeps the ids of orders and transfers in tables, and the
     /// host cart beside the state, not in it; 3 gives every row its cart (a tree of carts); 4

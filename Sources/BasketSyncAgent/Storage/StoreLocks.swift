@@ -18,6 +18,23 @@ extension Store {
         return fd
     }
 
+    /// Takes the JSON Lines files' writers' lock (`projections.lock`: in a tree, the cart's byte
+    /// of it) on the descriptor the database keeps open; ``unlockProjections(_:)`` lets it go.
+    /// Not for a second thread: a lock belongs to the open file, which the thread would share.
+    func lockProjections() throws(AgentError) -> Int32 {
+        let path = "\(stateDirectory)/\(Layout.projectionsLock)"
+        do {
+            let fd = try database.projectionsLockDescriptor()
+            _ = try cart == 0 ? Posix.lockExclusive(fd, path: path) : Posix.lockByte(fd, at: cart, wait: true, path: path)
+            return fd
+        } catch { throw .system(error) }
+    }
+
+    /// Lets go the lock ``lockProjections()`` took.
+    func unlockProjections(_ fd: Int32) {
+        if cart == 0 { Posix.unlock(fd) } else { Posix.unlockByte(fd, at: cart) }
+    }
+
     /// Locks `orderId`'s byte of `payments.lock` (an open-file-description lock), waiting for it;
     /// `waiting` is called first when another process holds it. Other orders are not held up.
     func lockOrder(_ orderId: String, waiting: () -> Void) throws(AgentError) -> Int32 {

@@ -339,4 +339,15 @@ package enum Posix {
 
     /// Releases a `flock` (a descriptor kept open between uses holds it until then).
     package static func unlock(_ fd: Int32) { _ = retrying { flock(fd, LOCK_UN) } }
+
+    /// Lets go the lock ``lockByte(_:at:wait:path:)`` took on the byte at `offset`.
+    package static func unlockByte(_ fd: Int32, at offset: Int64) {
+        var lock = flock()
+        lock.l_type = Int16(F_UNLCK)
+        lock.l_whence = Int16(SEEK_SET)
+        lock.l_start = off_t(offset)
+        lock.l_len = 1
+        lock.l_pid = 0
+        _ = retrying { fcntl(fd, 37, &lock) }
+    }
 }
