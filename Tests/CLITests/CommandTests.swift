@@ -184,6 +184,44 @@ import Testing
         }
     }
 
+    /// A cart rejected under the settings in force is read again when a SIGHUP brings settings
+    /// it reads under (here a link, and "followSymlinks" turned on), not at its next change.
+    @Test func aSighupThatChangesHowTheCartIsReadReadsItAgain() async throws {
+        let playground = try Playground()
+        _ = try basketSync(["-C", playground.path, "init"])
+        try playground.write("host.json", cartJSON([("A", 1)], syncedThrough: 0))
+        try FileManager.default.createSymbolicLink(atPath: playground.path + "/cart.json", withDestinationPath: playground.path + "/host.json")
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        try await eventually("the link is rejected") { agent.log.contains("the cart is a symbolic link") }
+        try playground.write("basket-sync.json", #"{"followSymlinks": true}"#)
+        kill(agent.process.processIdentifier, SIGHUP)
+        try await eventually("the cart is read again and notified") { playground.records("notifications.jsonl").count == 1 }
+        #expect(agent.stop() == 0)
+    }
+
+    /// With "followSymlinks", a cart that is a link to a file in another folder is taken when
+    /// that file changes — inotify sees the sync directory's names, not the link's target, so
+    /// the agent looks at the cart every interval as well.
+    @Test func aCartThatIsALinkElsewhereIsTakenWhenItsTargetChanges() async throws {
+        let playground = try Playground()
+        let dir = playground.path + "/sync"
+        _ = try basketSync(["-C", dir, "init"])
+        try playground.write("sync/basket-sync.json", #"{"followSymlinks": true}"#)
+        try FileManager.default.createDirectory(atPath: playground.path + "/host", withIntermediateDirectories: false)
+        try playground.write("host/cart.json", cartJSON([], syncedThrough: 0))
+        try FileManager.default.createSymbolicLink(atPath: dir + "/cart.json", withDestinationPath: playground.path + "/host/cart.json")
+        let agent = try AgentProcess(directory: dir)
+        try await agent.waitUntilWatching()
+        _ = try basketSync(["-C", dir, "push", "A=+1"])
+        try await eventually("the push is taken") { playground.records("sync/outbox.jsonl").count == 1 }
+        try playground.writeAtomically("host/cart.json", cartJSON([("A", 1)], syncedThrough: 1))
+        try await eventually("the target's new version is taken") {
+            playground.records("sync/notifications.jsonl").last?["syncedThrough"] as? Int == 1
+        }
+        #expect(agent.stop() == 0)
+    }
+
     /// A sync directory's failed `sync` pass is kept for `status`, as a tree cart's and the
     /// agent's are: a cron job failing at every pass does not look healthy.
     @Test func aFailedSyncPassIsKeptForStatus() throws {

@@ -571,6 +571,29 @@ import Testing
         #expect(attributes[.ownerAccountID] as? Int == 0 && attributes[.posixPermissions] as? Int == 0o600)
     }
 
+    /// A cart `apply` makes through another account's link (the link leads to a file not made
+    /// yet, in that account's folder) is that account's file: the host can read it, and the
+    /// next read follows the link to it — the records applied stay in the host's hands.
+    @Test func aCartMadeThroughALinkIsTheLinksOwners() throws {
+        let playground = try Playground()
+        let dir = playground.path + "/sync"
+        _ = try basketSync(["-C", dir, "init"])
+        try playground.write("sync/basket-sync.json", #"{"followSymlinks": true}"#)
+        try FileManager.default.createDirectory(atPath: playground.path + "/host", withIntermediateDirectories: false)
+        #expect(chown(playground.path + "/host", 65534, 65534) == 0)
+        try FileManager.default.createSymbolicLink(atPath: dir + "/cart.json", withDestinationPath: playground.path + "/host/cart.json")
+        #expect(lchown(dir + "/cart.json", 65534, 65534) == 0)
+        _ = try basketSync(["-C", dir, "push", "A=+2"])
+        _ = try basketSync(["-C", dir, "sync"])
+        let apply = try basketSync(["-C", dir, "apply"])
+        #expect(apply.status == 0, "\(apply)")
+        let made = try FileManager.default.attributesOfItem(atPath: playground.path + "/host/cart.json")
+        #expect(made[.ownerAccountID] as? Int == 65534 && made[.groupOwnerAccountID] as? Int == 65534, "\(made)")
+        let sync = try basketSync(["-C", dir, "sync"])
+        #expect(sync.status == 0 && !sync.stderr.contains("a link is followed only"), "\(sync)")
+        #expect(playground.records("sync/notifications.jsonl").last.map(products) == ["A": 2])
+    }
+
     /// The `.error` file of a quarantined event is made under a name nobody can guess: a link
     /// planted under a predictable name is never written through (nor one planted as its
     /// `.error`: a name bad/ holds sends the event under a name of its own).

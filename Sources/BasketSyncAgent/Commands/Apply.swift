@@ -201,11 +201,15 @@ extension Commands {
                 if reached == nil { reached = try CartReader.reachCart(cartPath, configuration: configuration) }
                 let reached = reached!
                 // A cart made through a link is made in a folder of the link's owner only.
-                if readVersion == nil, let folder = try? Posix.fileInfo(reached.folder, path: reached.shown), let refusal = reached.refusal(owner: folder.owner, making: true) {
+                let folder = try? Posix.fileInfo(reached.folder, path: reached.shown)
+                if readVersion == nil, let folder, let refusal = reached.refusal(owner: folder.owner, making: true) {
                     throw .badData(path: cartPath, line: 1, column: 1, reason: refusal)
                 }
+                // Made anew through another account's link: the file is that account's, as the
+                // link says the cart is (and as the next read checks it).
+                let madeFor = readVersion == nil ? reached.owners.first.map { ($0, folder?.group ?? $0) } : nil
                 let unchanged = { Posix.info(reached.pinned, follow: false)?.identity == readVersion }
-                do throws(SystemError) { written = try Posix.writeFileAtomically(reached.pinned, encoded, stillSo: unchanged) } catch {
+                do throws(SystemError) { written = try Posix.writeFileAtomically(reached.pinned, encoded, madeFor: madeFor, stillSo: unchanged) } catch {
                     throw AgentError.system(error).replacingPathPrefix(reached.pinned, with: reached.shown)
                 }
             } else {

@@ -364,7 +364,9 @@ public final class Agent {
                 pollForWantOfWatches(root)
             }
         }
-        let poller = watcher == nil ? Poller(directory: root, cart: configuration.cart, isTreeCart: false, databaseDirectory: database.stateDirectory) : nil
+        // With followSymlinks the cart may be a link to a file elsewhere, whose writes inotify
+        // does not see in the sync directory: it is looked at every interval as well.
+        let poller = watcher == nil || configuration.followSymlinks ? Poller(directory: root, cart: configuration.cart, isTreeCart: false, databaseDirectory: database.stateDirectory) : nil
         serve(Cart(id: Agent.directoryCart, store: engines[Agent.directoryCart]!.store, watcher: watcher, poller: poller) { [unowned self] in self.timingChanged($0) })
     }
 

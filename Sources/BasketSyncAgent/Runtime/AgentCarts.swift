@@ -44,7 +44,9 @@ extension Agent {
                 }
             }
             if watcher == nil, pollRoot == nil { pollRoot = PollRoot(tree.root, folders: pollFolders) }
-            let poller = watcher == nil ? Poller(directory: directory, cart: configuration.cart, isTreeCart: true, root: pollRoot) : nil
+            // With followSymlinks, a cart that may lead elsewhere is looked at as well (see startDirectory).
+            if watcher != nil, configuration.followSymlinks, pollRoot == nil { pollRoot = PollRoot(tree.root, folders: pollFolders) }
+            let poller = watcher == nil || configuration.followSymlinks ? Poller(directory: directory, cart: configuration.cart, isTreeCart: true, root: pollRoot) : nil
             let cart = Cart(id: id, store: store, watcher: watcher, poller: poller) { [unowned self] in self.timingChanged($0) }
             cart.inboxJustMade = inboxMade
             cart.firstPin = pinned
@@ -264,6 +266,9 @@ extension Agent {
                                      reason: "\"database\" changed; the database cannot move under a running agent: stop the agent, move the database's directory, then start it again")
             }
             let cartMoved = reloaded.cart != configuration.cart
+            // Read under other keys, limits or links: every cart is read again now, not at its
+            // next change (a cart rejected under the old settings may be good under the new).
+            let readingChanged = CartReader.readingHash(reloaded) != CartReader.readingHash(configuration)
             let choice = try WatchChoice.decide(directory: root, cart: reloaded.cart, settings: reloaded.watch, override: watchOverride)
             configuration = reloaded
             for engine in engines.values { engine.configuration = reloaded }
@@ -280,9 +285,11 @@ extension Agent {
             }
             recordWatch()
             if cartMoved { logger.log(.info, "the cart is now \(configuration.cart)") }
-            for cart in carts.values where cartMoved {
-                cart.watcher?.follow(cart: configuration.cart)
-                cart.poller?.follow(cart: configuration.cart)
+            for cart in carts.values where cartMoved || readingChanged {
+                if cartMoved {
+                    cart.watcher?.follow(cart: configuration.cart)
+                    cart.poller?.follow(cart: configuration.cart)
+                }
                 attempt(cart, .cart)
             }
         } catch {

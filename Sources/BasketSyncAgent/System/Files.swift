@@ -35,10 +35,11 @@ extension Posix {
     /// `stillSo`, when given, is asked right before the rename (the new file written and
     /// fsynced): false leaves `path` as it is and returns false.
     @discardableResult
+    /// `madeFor`: the owner and group a file made anew is given (where this process may give it).
     package static func writeFileAtomically(_ path: String, _ bytes: [UInt8], mode: UInt32 = sharedFileMode, replacing: Bool = false,
-                                            stillSo: (() -> Bool)? = nil) throws(SystemError) -> Bool {
+                                            madeFor: (UInt32, UInt32)? = nil, stillSo: (() -> Bool)? = nil) throws(SystemError) -> Bool {
         var kept: UInt32?
-        var owner: (UInt32, UInt32)?
+        var owner: (UInt32, UInt32)? = madeFor
         if !replacing, let existing = info(path, follow: false) {
             guard existing.kind == .regular else { throw SystemError(path: path, shape: existing.kind.name) }
             kept = existing.mode
