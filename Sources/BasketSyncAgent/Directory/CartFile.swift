@@ -90,9 +90,20 @@ struct CartReader {
     /// What a cart's reading depends on besides its bytes: the keys, the limits, the way to the
     /// cart and whether links are followed. A change of any (a SIGHUP, a restart with another
     /// `basket-sync.json`) makes the cart read again, though the file did not change.
+    /// Every field is named here, not described (a description goes through the runtime's
+    /// reflection: about a millisecond, on every engine a tree makes); `readingFields` says how
+    /// many there are, and a test checks it against the types.
     static func readingHash(_ configuration: AgentConfiguration) -> Int64 {
-        contentHash(Array("\(configuration.keys)|\(configuration.limits)|\(configuration.cart)|\(configuration.followSymlinks)".utf8))
+        let keys = configuration.keys, limits = configuration.limits
+        let fields = [keys.products, keys.id, keys.quantity, keys.syncedThrough,
+                      String(limits.maxFileBytes), String(limits.maxQuantity), String(limits.maxIdBytes),
+                      configuration.cart, configuration.followSymlinks ? "1" : "0"]
+        // Each field with its length before it: no two settings give the same text.
+        return contentHash(Array(fields.map { "\($0.utf8.count):\($0)" }.joined().utf8))
     }
+
+    /// How many fields of `CartKeys` and `InputLimits` ``readingHash(_:)`` names.
+    static let readingFields = (keys: 4, limits: 3)
 
     /// Reads the cart at `path`. `seen`, when given, is the version the database says was read
     /// last, and `reading` the ``readingHash(_:)`` of `configuration`: a file that is certainly
