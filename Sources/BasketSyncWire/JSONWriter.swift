@@ -16,6 +16,21 @@ package struct JSONWriter {
     /// A string, escaped so that it is one line for any line splitter: C0 controls, DEL, and the
     /// line separators other splitters honour (U+0085, U+2028, U+2029) are written as `\uXXXX`.
     package mutating func string(_ text: String) {
+        // The common case (an id, a key, a date): printable ASCII with nothing to escape, copied
+        // at once from the string's own bytes.
+        var text = text
+        let plain = text.withUTF8 { (utf8: UnsafeBufferPointer<UInt8>) -> Bool in
+            for byte in utf8 where byte < 0x20 || byte > 0x7E || byte == 0x22 || byte == 0x5C { return false }
+            bytes.append(0x22)
+            bytes.append(contentsOf: utf8)
+            bytes.append(0x22)
+            return true
+        }
+        if !plain { escaped(text) }
+    }
+
+    /// ``string(_:)`` for a text with something to escape, byte by byte.
+    private mutating func escaped(_ text: String) {
         bytes.append(0x22)
         // A lead byte held back until its sequence shows whether it is U+0085 (C2 85), U+2028
         // (E2 80 A8) or U+2029 (E2 80 A9); a String is valid UTF-8, so continuation bytes follow.
@@ -54,7 +69,22 @@ package struct JSONWriter {
 
     private func hexDigit(_ value: UInt8) -> UInt8 { value < 10 ? 0x30 + value : 0x61 + value - 10 }
 
-    package mutating func integer<T: BinaryInteger>(_ value: T) { raw(String(value)) }
+    package mutating func integer<T: BinaryInteger>(_ value: T) {
+        // Digits written in place (a String made for each number cost more than the rest).
+        guard let magnitude = UInt64(exactly: value.magnitude) else { return raw(String(value)) }
+        if value < 0 { bytes.append(0x2D) }
+        var digits: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        var count = 0
+        var rest = magnitude
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            repeat {
+                buffer[count] = UInt8(truncatingIfNeeded: rest % 10) + 0x30
+                rest /= 10
+                count += 1
+            } while rest > 0
+            for index in stride(from: count - 1, through: 0, by: -1) { bytes.append(buffer[index]) }
+        }
+    }
 
     package mutating func optionalString(_ text: String?) {
         if let text { string(text) } else { raw("null") }

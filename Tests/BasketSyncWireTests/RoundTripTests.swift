@@ -283,4 +283,37 @@ import TestSupport
         // Not a vacuous comparison: many damaged states still read (a digit changed, a space).
         #expect(answered > Self.rounds / 50, "seed \(seed): only \(answered) answered")
     }
+
+    /// The writer's numbers are the numbers' decimal text, at every width and sign; its strings
+    /// read back equal through Foundation's parser, are one line (no byte below 0x20, no DEL, no
+    /// U+0085, U+2028 or U+2029 left raw), and printable ASCII without a quote or a backslash is
+    /// written as it is.
+    @Test func numbersAndStringsAreWrittenAsJSONSays() throws {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        var numbers: [Int64] = [0, 1, -1, 9, 10, -10, Int64.max, Int64.min, 1_000_000, -999_999]
+        for _ in 0..<Self.rounds { numbers.append(Int64(bitPattern: rng.next()) >> Int64(rng.below(64))) }
+        for number in numbers {
+            var writer = JSONWriter()
+            writer.integer(number)
+            #expect(writer.text == String(number), "seed \(seed)")
+        }
+        var unsigned = JSONWriter()
+        unsigned.integer(UInt64.max)
+        #expect(unsigned.text == String(UInt64.max))
+        let pieces = ["a", "Z", "0", " ", "~", "\"", "\\", "\n", "\t", "\u{0}", "\u{1F}", "\u{7F}", "\u{85}", "\u{2028}", "\u{2029}", "é", "€", "😀", "\u{80}", "\u{E2}"]
+        for _ in 0..<Self.rounds {
+            let text = (0..<rng.below(12)).map { _ in pieces[rng.below(pieces.count)] }.joined()
+            var writer = JSONWriter()
+            writer.string(text)
+            let bytes = writer.bytes
+            #expect(!bytes.contains { $0 < 0x20 || $0 == 0x7F }, "seed \(seed): \(writer.text)")
+            for raw in ["\u{85}", "\u{2028}", "\u{2029}"] { #expect(!writer.text.contains(raw), "seed \(seed): \(writer.text)") }
+            let parsed = try JSONSerialization.jsonObject(with: Data(bytes), options: .fragmentsAllowed) as? String
+            #expect(parsed == text, "seed \(seed): \(writer.text)")
+            if text.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F && $0 != 0x22 && $0 != 0x5C }) {
+                #expect(writer.text == "\"\(text)\"", "seed \(seed)")
+            }
+        }
+    }
 }

@@ -168,14 +168,21 @@ extension Store {
         _ = try statement.step()
     }
 
+    /// Runs a kept statement once.
+    private func step(_ statement: SQLiteConnection.Statement) throws(AgentError) {
+        defer { statement.reset() }
+        _ = try statement.step()
+    }
+
     /// A transaction whose commit has no fsync of its own (`synchronous=NORMAL`): durable with the
     /// next commit that has one. For notes that a crash may take back at no cost. Inside a
     /// transaction already, the notes go with it (SQLite changes neither the safety level nor
     /// the transaction there).
     func withQuickTransaction<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
         if connection.inTransaction { return try body() }
-        try connection.execute("PRAGMA synchronous=NORMAL")
-        defer { try? connection.execute("PRAGMA synchronous=FULL") }
+        // Kept statements: a pragma compiled for every quick note cost more than the note.
+        try step(cached("PRAGMA synchronous=NORMAL"))
+        defer { try? step(cached("PRAGMA synchronous=FULL")) }
         return try withTransaction(body)
     }
 
