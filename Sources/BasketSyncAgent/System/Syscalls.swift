@@ -311,17 +311,22 @@ package enum Posix {
     /// kept by a child that inherits the descriptor, released when the last holder closes it or
     /// dies). False when `wait` is false and another holds it.
     package static func lockByte(_ fd: Int32, at offset: Int64, wait: Bool, path: String) throws(SystemError) -> Bool {
+        if byteLock(fd, type: F_WRLCK, at: offset, wait: wait) == 0 { return true }
+        if errno == EAGAIN || errno == EACCES { return false }
+        throw .last("lock", path)
+    }
+
+    /// `fcntl` of an open-file-description lock of `type` on the byte at `offset`.
+    private static func byteLock(_ fd: Int32, type: Int32, at offset: Int64, wait: Bool) -> Int32 {
         // F_OFD_SETLK and F_OFD_SETLKW (Linux ≥ 3.15); the Glibc module does not show them.
         let command: Int32 = wait ? 38 : 37
         var lock = flock()
-        lock.l_type = Int16(F_WRLCK)
+        lock.l_type = Int16(type)
         lock.l_whence = Int16(SEEK_SET)
         lock.l_start = off_t(offset)
         lock.l_len = 1
         lock.l_pid = 0
-        if retrying({ fcntl(fd, command, &lock) }) == 0 { return true }
-        if errno == EAGAIN || errno == EACCES { return false }
-        throw .last("lock", path)
+        return retrying { fcntl(fd, command, &lock) }
     }
 
     /// Opens the folder `name` inside the directory `parent` is open on, without following a link
@@ -341,13 +346,5 @@ package enum Posix {
     package static func unlock(_ fd: Int32) { _ = retrying { flock(fd, LOCK_UN) } }
 
     /// Lets go the lock ``lockByte(_:at:wait:path:)`` took on the byte at `offset`.
-    package static func unlockByte(_ fd: Int32, at offset: Int64) {
-        var lock = flock()
-        lock.l_type = Int16(F_UNLCK)
-        lock.l_whence = Int16(SEEK_SET)
-        lock.l_start = off_t(offset)
-        lock.l_len = 1
-        lock.l_pid = 0
-        _ = retrying { fcntl(fd, 37, &lock) }
-    }
+    package static func unlockByte(_ fd: Int32, at offset: Int64) { _ = byteLock(fd, type: F_UNLCK, at: offset, wait: false) }
 }
