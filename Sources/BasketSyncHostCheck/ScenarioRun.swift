@@ -102,8 +102,6 @@ struct ScenarioRun {
         outbox = try records()
     }
 
-    /// One to three deltas over four SKUs, between −3 and +3: removals past 0 are frequent, so
-    /// that applying records out of order shows.
     /// Random deltas on A–D that never take a line of `holding` below 0 (and keep it up to date).
     func randomDeltas(_ random: inout SplitMix64, holding: inout [String: Int]) -> [(String, Int)] {
         var deltas: [(String, Int)] = []
