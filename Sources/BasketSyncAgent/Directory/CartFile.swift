@@ -47,7 +47,7 @@ struct CartReader {
         /// As kept in the database.
         var text: String {
             let tail: [Int64] = readAs.map { [bytesHash ?? 0, $0] } ?? bytesHash.map { [$0] } ?? []
-            return (identity.numbers + [readAt] + tail).map(String.init).joined(separator: " ")
+            return NoteNumbers.text(identity.numbers + [readAt] + tail)
         }
 
         init(identity: FileIdentity, readAt: Int64, bytesHash: Int64? = nil, readAs: Int64? = nil) {
@@ -58,7 +58,7 @@ struct CartReader {
         }
 
         init?(text: String) {
-            let numbers = text.fields(UInt8(ascii: " ")).compactMap { Int64($0) }
+            let numbers = NoteNumbers.int64s(text)
             guard (6...8).contains(numbers.count), let identity = FileIdentity(numbers: numbers.prefix(5)) else { return nil }
             self.identity = identity
             readAt = numbers[5]

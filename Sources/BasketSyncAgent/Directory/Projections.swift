@@ -10,6 +10,15 @@ package enum Projection: String, CaseIterable, Sendable {
     /// The file in the sync directory.
     var fileName: String { "\(rawValue).jsonl" }
 
+    /// A number of its own for the table it is kept in (from 1).
+    var tableNumber: Int {
+        switch self {
+        case .outbox: 1
+        case .notifications: 2
+        case .payments: 3
+        }
+    }
+
     /// Whether a line (with its newline) reads as a whole record of this file.
     func isRecord(_ line: [UInt8]) -> Bool {
         switch self {
@@ -49,15 +58,36 @@ struct AppendCursor: Equatable {
     var boot: String
 
     /// The cursor as the database keeps it: "device inode size seq durable boot".
-    var text: String { "\(device) \(inode) \(size) \(seq) \(durable) \(boot)" }
+    var text: String { String(decoding: bytes, as: UTF8.self) }
+
+    /// ``text``'s bytes.
+    var bytes: [UInt8] {
+        var writer = JSONWriter()
+        writer.integer(device)
+        writer.raw(" ")
+        writer.integer(inode)
+        writer.raw(" ")
+        writer.integer(size)
+        writer.raw(" ")
+        writer.integer(seq)
+        writer.raw(" ")
+        writer.integer(durable)
+        writer.raw(" ")
+        writer.raw(boot)
+        return writer.bytes
+    }
 
     /// A cursor read back (one written before `durable` existed was fsynced: durable through `seq`).
-    init?(text: String) {
-        let fields = text.fields(UInt8(ascii: " "))
-        let numbers = fields.prefix(5).compactMap { UInt64($0) }
-        guard fields.count == 4 || fields.count == 6, numbers.count == min(fields.count, 5) else { return nil }
+    init?(text: String) { self.init(bytes: Array(text.utf8)) }
+
+    /// A cursor read back from ``bytes``.
+    init?(bytes: [UInt8]) {
+        let fields = NoteNumbers.fields(bytes)
+        let numbers = fields.prefix(5).compactMap(NoteNumbers.uint64)
+        guard fields.count == 4 || fields.count == 6, numbers.count == min(fields.count, 5), numbers[2] <= UInt64(Int64.max) else { return nil }
         self.init(device: numbers[0], inode: numbers[1], size: Int64(numbers[2]), seq: numbers[3],
-                  durable: fields.count == 6 ? min(numbers[4], numbers[3]) : numbers[3], boot: fields.count == 6 ? String(fields[5]) : "")
+                  durable: fields.count == 6 ? min(numbers[4], numbers[3]) : numbers[3],
+                  boot: fields.count == 6 ? String(decoding: fields[5], as: UTF8.self) : "")
     }
 
     init(device: UInt64, inode: UInt64, size: Int64, seq: UInt64, durable: UInt64, boot: String = AppendCursor.boot) {

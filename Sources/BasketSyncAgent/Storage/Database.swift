@@ -58,7 +58,11 @@ final class Database {
     /// Counts the transactions and savepoints rolled back: a cart's cached state read before
     /// one may hold what it undid.
     private(set) var rollbacks = 0
-    private var statements: [String: SQLiteConnection.Statement] = [:]
+    /// The statements kept from literal SQL, by the address of their text and the table filled in
+    /// (0: none): looking one up hashes two integers, not the text.
+    private var statements: [StatementKey: SQLiteConnection.Statement] = [:]
+    /// The statements kept from SQL built at run time (the rare paths: retention, a cart ended).
+    private var builtStatements: [String: SQLiteConnection.Statement] = [:]
     /// `projections.lock`, held open between catch-ups (see ``projectionsLockDescriptor()``).
     private var projectionsLock: (fd: Int32, info: FileInfo)?
 
@@ -304,17 +308,36 @@ final class Database {
 
     /// Runs a statement that returns no rows from the statements kept: `BEGIN`, `COMMIT` and
     /// their kin are parsed once, not at every transaction.
-    private func run(_ sql: String) throws(AgentError) {
+    private func run(_ sql: StaticString) throws(AgentError) {
         let statement = try cached(sql)
         defer { statement.reset() }
         _ = try statement.step()
     }
 
     /// A prepared statement kept for the life of the connection.
-    func cached(_ sql: String) throws(AgentError) -> SQLiteConnection.Statement {
-        if let statement = statements[sql] { return statement }
+    func cached(_ sql: StaticString) throws(AgentError) -> SQLiteConnection.Statement {
+        let key = StatementKey(text: UInt(bitPattern: sql.utf8Start), table: 0)
+        if let statement = statements[key] { return statement }
+        let statement = try connection.prepare(sql.description)
+        statements[key] = statement
+        return statement
+    }
+
+    /// A prepared statement kept for the life of the connection, from a literal whose `{table}`
+    /// is the projection's table.
+    func cached(_ template: StaticString, table projection: Projection) throws(AgentError) -> SQLiteConnection.Statement {
+        let key = StatementKey(text: UInt(bitPattern: template.utf8Start), table: projection.tableNumber)
+        if let statement = statements[key] { return statement }
+        let statement = try connection.prepare(template.description.replacingOccurrences(of: "{table}", with: projection.rawValue))
+        statements[key] = statement
+        return statement
+    }
+
+    /// A prepared statement kept for the life of the connection, from SQL built at run time.
+    func cached(built sql: String) throws(AgentError) -> SQLiteConnection.Statement {
+        if let statement = builtStatements[sql] { return statement }
         let statement = try connection.prepare(sql)
-        statements[sql] = statement
+        builtStatements[sql] = statement
         return statement
     }
 
@@ -379,7 +402,7 @@ final class Database {
     /// Ends cart `number`: every row of it goes (in the caller's transaction).
     func removeCart(_ number: Int64) throws(AgentError) {
         for table in Table.allCases where table.holdsCartRows {
-            let statement = try cached("DELETE FROM \(table.rawValue) WHERE cart = ?")
+            let statement = try cached(built: "DELETE FROM \(table.rawValue) WHERE cart = ?")
             defer { statement.reset() }
             statement.bind(1, number)
             _ = try statement.step()
@@ -393,3 +416,10 @@ final class Database {
 
 /// The rows of one cart in the ``Database``: its library state, every record of the three
 /// projections, the inbox ids already taken, and the reports. The single source of truth of the
+
+/// Which kept statement: the address of its literal text, and the projection whose table it names
+/// (0: none).
+private struct StatementKey: Hashable {
+    let text: UInt
+    let table: Int
+}

@@ -213,7 +213,15 @@ package final class Store {
     }
 
     /// A prepared statement kept for the life of the connection.
-    func cached(_ sql: String) throws(AgentError) -> SQLiteConnection.Statement { try database.cached(sql) }
+    func cached(_ sql: StaticString) throws(AgentError) -> SQLiteConnection.Statement { try database.cached(sql) }
+
+    /// A prepared statement kept for the life of the connection, naming the projection's table.
+    func cached(_ template: StaticString, table projection: Projection) throws(AgentError) -> SQLiteConnection.Statement {
+        try database.cached(template, table: projection)
+    }
+
+    /// A prepared statement kept for the life of the connection, from SQL built at run time.
+    func cached(built sql: String) throws(AgentError) -> SQLiteConnection.Statement { try database.cached(built: sql) }
 
     /// Whether the cart has pending batches kept as rows (the layout ``MetaKey/pendingRows`` marks).
     func hasPendingRows() throws(AgentError) -> Bool {

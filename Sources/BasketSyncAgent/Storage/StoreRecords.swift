@@ -59,7 +59,7 @@ extension Store {
     /// identity was written before that batch, and cannot echo it.
     func cartAtBatch() throws(AgentError) -> (identity: FileIdentity?, seq: UInt64, bytesHash: Int64?)? {
         guard let blob = try metaBlob(.cartAtBatch) else { return nil }
-        let numbers = String(decoding: blob, as: UTF8.self).fields(UInt8(ascii: " ")).compactMap { Int64($0) }
+        let numbers = NoteNumbers.int64s(blob)
         guard let seq = numbers.first, seq > 0 else { return nil }
         // The seq, the identity (five numbers), then the bytes' hash when it was known.
         return (FileIdentity(numbers: numbers.dropFirst().prefix(5)), UInt64(seq), numbers.count == 7 ? numbers[6] : nil)
@@ -101,7 +101,7 @@ extension Store {
     /// refused when the outbox ended at L (L). The latest last.
     func cartVersions() throws(AgentError) -> [(hash: Int64, through: UInt64)] {
         guard let blob = try metaBlob(.cartVersions) else { return [] }
-        let numbers = String(decoding: blob, as: UTF8.self).fields(UInt8(ascii: " ")).compactMap { Int64($0) }
+        let numbers = NoteNumbers.int64s(blob)
         return stride(from: 0, to: numbers.count - 1, by: 2).compactMap { index in
             numbers[index + 1] >= 0 ? (numbers[index], UInt64(numbers[index + 1])) : nil
         }
@@ -118,13 +118,12 @@ extension Store {
             versions.append((bytesHash, through))
             versions.removeFirst(max(0, versions.count - Self.keptCartVersions))
         }
-        try setMeta(.cartVersions, Array(versions.map { "\($0.hash) \($0.through)" }.joined(separator: " ").utf8))
+        try setMeta(.cartVersions, NoteNumbers.bytes(versions.flatMap { [$0.hash, Int64(clamping: $0.through)] }))
     }
 
     func setCartAtBatch(identity: FileIdentity?, seq: UInt64, bytesHash: Int64? = nil) throws(AgentError) {
         let hash = identity != nil ? bytesHash.map { [$0] } ?? [] : []
-        let text = ([Int64(seq)] + (identity?.numbers ?? []) + hash).map(String.init).joined(separator: " ")
-        try setMeta(.cartAtBatch, Array(text.utf8))
+        try setMeta(.cartAtBatch, NoteNumbers.bytes([Int64(clamping: seq)] + (identity?.numbers ?? []) + hash))
         // The bytes are kept with the record they stood at: the same bytes later (restored,
         // copied) are still the version of that record.
         if let bytesHash = hash.first { try noteCartVersion(bytesHash: bytesHash, through: seq - 1) }
@@ -135,7 +134,7 @@ extension Store {
     /// What a JSON Lines file was given, as last remembered.
     func given(_ projection: Projection) throws(AgentError) -> AppendCursor? {
         guard let blob = try metaBlob(.given(projection)) else { return nil }
-        return AppendCursor(text: String(decoding: blob, as: UTF8.self))
+        return AppendCursor(bytes: blob)
     }
 
     /// Remembers, inside the caller's transaction (`init --adopt`), that the file was given every
@@ -154,7 +153,7 @@ extension Store {
 
     /// Remembers what a file was given, inside the caller's transaction.
     func noteGiven(_ projection: Projection, _ given: AppendCursor) throws(AgentError) {
-        try setMeta(.given(projection), Array(given.text.utf8))
+        try setMeta(.given(projection), given.bytes)
     }
 
     /// Remembers what a file was given, inside the caller's transaction, unless a note of it is
@@ -164,7 +163,7 @@ extension Store {
         defer { statement.reset() }
         statement.bind(1, cart)
         statement.bind(2, MetaKey.given(projection).text)
-        statement.bind(3, Array(given.text.utf8))
+        statement.bind(3, given.bytes)
         _ = try statement.step()
     }
 
@@ -195,7 +194,7 @@ extension Store {
 
     /// Stores one record's line.
     func insert(_ projection: Projection, seq: UInt64, line: [UInt8], keepingExisting: Bool = false) throws(AgentError) {
-        let statement = try cached("INSERT \(keepingExisting ? "OR IGNORE " : "")INTO \(projection.rawValue)(cart, seq, line) VALUES(?, ?, ?)")
+        let statement = try cached(keepingExisting ? "INSERT OR IGNORE INTO {table}(cart, seq, line) VALUES(?, ?, ?)" : "INSERT INTO {table}(cart, seq, line) VALUES(?, ?, ?)", table: projection)
         defer { statement.reset() }
         statement.bind(1, cart)
         statement.bind(2, Int64(seq))
@@ -205,7 +204,7 @@ extension Store {
 
     /// The lines of a projection after `seq`, in order, with their seq.
     package func lines(_ projection: Projection, after seq: UInt64) throws(AgentError) -> [(seq: UInt64, line: [UInt8])] {
-        let statement = try cached("SELECT seq, line FROM \(projection.rawValue) WHERE cart = ? AND seq > ? ORDER BY seq")
+        let statement = try cached("SELECT seq, line FROM {table} WHERE cart = ? AND seq > ? ORDER BY seq", table: projection)
         defer { statement.reset() }
         statement.bind(1, cart)
         statement.bind(2, Int64(seq))
@@ -216,7 +215,7 @@ extension Store {
 
     /// The line stored for one seq, with its newline; nil when there is none.
     func line(_ projection: Projection, seq: UInt64) throws(AgentError) -> [UInt8]? {
-        let statement = try cached("SELECT line FROM \(projection.rawValue) WHERE cart = ? AND seq = ?")
+        let statement = try cached("SELECT line FROM {table} WHERE cart = ? AND seq = ?", table: projection)
         defer { statement.reset() }
         statement.bind(1, cart)
         statement.bind(2, Int64(bitPattern: seq))
@@ -225,7 +224,7 @@ extension Store {
 
     /// The highest seq stored for a projection (0 when none).
     func lastSeq(_ projection: Projection) throws(AgentError) -> UInt64 {
-        let statement = try cached("SELECT COALESCE(MAX(seq), 0) FROM \(projection.rawValue) WHERE cart = ?")
+        let statement = try cached("SELECT COALESCE(MAX(seq), 0) FROM {table} WHERE cart = ?", table: projection)
         defer { statement.reset() }
         statement.bind(1, cart)
         return try statement.step() ? UInt64(statement.int64(0)) : 0
@@ -245,7 +244,7 @@ extension Store {
         removable: (UInt64, [UInt8]) -> Bool
     ) throws(AgentError) -> Int {
         let unfinished = projection == .payments ? " AND seq NOT IN (SELECT seq FROM orders WHERE cart = ?1 AND (at >= ?4 OR id IN (SELECT order_id FROM unfinished WHERE cart = ?1)))" : ""
-        let select = try cached("SELECT seq, line FROM \(projection.rawValue) WHERE cart = ?1 AND seq < ?2\(unfinished) ORDER BY seq LIMIT ?3")
+        let select = try cached(built: "SELECT seq, line FROM \(projection.rawValue) WHERE cart = ?1 AND seq < ?2\(unfinished) ORDER BY seq LIMIT ?3")
         defer { select.reset() }
         select.bind(1, cart)
         select.bind(2, Int64(bound))
@@ -259,7 +258,7 @@ extension Store {
             removed.append(seq)
         }
         select.reset()
-        let delete = try cached("DELETE FROM \(projection.rawValue) WHERE cart = ? AND seq = ?")
+        let delete = try cached("DELETE FROM {table} WHERE cart = ? AND seq = ?", table: projection)
         for seq in removed {
             delete.bind(1, cart)
             delete.bind(2, seq)
@@ -278,7 +277,7 @@ extension Store {
         for (table, keep) in [("inbox", ""), ("transfers", ""), ("orders", " AND id NOT IN (SELECT order_id FROM unfinished WHERE cart = ?1)"),
                               ("completions", " AND order_id NOT IN (SELECT id FROM orders WHERE cart = ?1)")] {
             // An order whose completion never finished is kept: its retry must find it.
-            let statement = try cached("DELETE FROM \(table) WHERE rowid IN (SELECT rowid FROM \(table) WHERE cart = ?1 AND at < ?2\(keep) ORDER BY at LIMIT ?3)")
+            let statement = try cached(built: "DELETE FROM \(table) WHERE rowid IN (SELECT rowid FROM \(table) WHERE cart = ?1 AND at < ?2\(keep) ORDER BY at LIMIT ?3)")
             defer { statement.reset() }
             statement.bind(1, cart)
             statement.bind(2, cutoff)
@@ -349,7 +348,7 @@ extension Store {
     }
 
     func recordInbox(id: String, file: String, outcome: String, at: Date, unlessKnown: Bool = false) throws(AgentError) {
-        let statement = try cached("INSERT \(unlessKnown ? "OR IGNORE " : "")INTO inbox(cart, id, file, outcome, at) VALUES(?, ?, ?, ?, ?)")
+        let statement = try cached(unlessKnown ? "INSERT OR IGNORE INTO inbox(cart, id, file, outcome, at) VALUES(?, ?, ?, ?, ?)" : "INSERT INTO inbox(cart, id, file, outcome, at) VALUES(?, ?, ?, ?, ?)")
         defer { statement.reset() }
         statement.bind(1, cart)
         statement.bind(2, id)

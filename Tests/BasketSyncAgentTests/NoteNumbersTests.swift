@@ -1,0 +1,42 @@
+@testable import BasketSyncAgent
+
+import Testing
+import TestSupport
+
+/// The notes kept as numbers read back what was written, and read a field as Swift's own parse
+/// does (a field it refuses is refused; a number that does not fit is not taken).
+@Suite struct NoteNumbersTests {
+    /// Random fields — digits, signs, letters, empty, the edges of 64 bits — each compared with
+    /// `Int64(_:)` and `UInt64(_:)`; random lists of numbers written and read back.
+    @Test func fieldsReadAsSwiftReadsThemAndNumbersComeBack() {
+        let seed = Knobs.seed
+        var random = SplitMix64(seed: seed)
+        let pieces = ["0", "1", "9", "-", "+", "x", "00", "18446744073709551615", "18446744073709551616",
+                      "9223372036854775807", "9223372036854775808", "-9223372036854775808", "-9223372036854775809", "٣", "1e3", " "]
+        for _ in 0..<20_000 {
+            let field = (0..<(1 + random.below(3))).map { _ in pieces[random.below(pieces.count)] }.joined()
+            for piece in NoteNumbers.fields(field) {
+                let text = String(decoding: piece, as: UTF8.self)
+                #expect(NoteNumbers.int64(piece) == Int64(text), "seed \(seed): \(text.debugDescription) as Int64")
+                #expect(NoteNumbers.uint64(piece) == UInt64(text), "seed \(seed): \(text.debugDescription) as UInt64")
+            }
+        }
+        for _ in 0..<2_000 {
+            let numbers = (0..<random.below(10)).map { _ in Int64(bitPattern: random.next()) >> Int64(random.below(64)) }
+            let text = NoteNumbers.text(numbers)
+            #expect(text == numbers.map(String.init).joined(separator: " "), "seed \(seed)")
+            #expect(NoteNumbers.int64s(text) == numbers, "seed \(seed): \(text)")
+        }
+    }
+
+    /// What a file was given comes back field for field, and a size past 63 bits is refused
+    /// rather than trapped on.
+    @Test func aCursorComesBackAndAnImpossibleSizeIsRefused() {
+        let cursor = AppendCursor(device: UInt64.max, inode: 12, size: Int64.max, seq: 7, durable: 5, boot: "b00t-id")
+        #expect(AppendCursor(text: cursor.text) == cursor)
+        #expect(cursor.text == "18446744073709551615 12 9223372036854775807 7 5 b00t-id")
+        #expect(AppendCursor(text: "1 2 9223372036854775808 7") == nil)
+        #expect(AppendCursor(text: "1 2 3 7")?.durable == 7)
+        #expect(AppendCursor(text: "1 2 3 x") == nil)
+    }
+}
