@@ -70,9 +70,23 @@ package struct JSONWriter {
     private func hexDigit(_ value: UInt8) -> UInt8 { value < 10 ? 0x30 + value : 0x61 + value - 10 }
 
     package mutating func integer<T: BinaryInteger>(_ value: T) {
-        // Digits written in place (a String made for each number cost more than the rest).
         guard let magnitude = UInt64(exactly: value.magnitude) else { return raw(String(value)) }
-        if value < 0 { bytes.append(0x2D) }
+        digits(magnitude, negative: value < 0)
+    }
+
+    /// ``integer(_:)`` for the integers written most (no generic code across modules).
+    package mutating func integer(_ value: Int) { digits(UInt64(value.magnitude), negative: value < 0) }
+
+    /// ``integer(_:)`` for a signed 64-bit integer.
+    package mutating func integer(_ value: Int64) { digits(value.magnitude, negative: value < 0) }
+
+    /// ``integer(_:)`` for an unsigned 64-bit integer.
+    package mutating func integer(_ value: UInt64) { digits(value, negative: false) }
+
+    /// The digits of `magnitude`, after a `-` when `negative`, written in place (a String made
+    /// for each number cost more than the rest).
+    private mutating func digits(_ magnitude: UInt64, negative: Bool) {
+        if negative { bytes.append(0x2D) }
         var digits: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
         var count = 0
         var rest = magnitude

@@ -383,15 +383,21 @@ final class JSONLinesFile {
                 // or written to by someone else — the next record follows what was given, or our
                 // last record in the file if that is further.
                 var next = max(lostAfter ?? given?.seq ?? 0, lastOurs)
-                // The live files are whole by seq: when the newest rotated part (NAME.1) ends
-                // before what was given and is not the file given, the records between went where
-                // no reader of the live files sees them — logrotate's create moved our new file
-                // aside to a .backup, copytruncate cut what came after its copy — and are given
-                // again, here, once.
-                if let given, !sameFile, candidate == nil, let part = newestPart(given: given, recordAt: recordAt),
-                   !part.isGiven, part.seq < given.seq, given.seq - part.seq <= JSONLinesFile.reappendAtMost {
-                    next = part.seq
-                    outcome.reappended = (part.seq + 1, given.seq)
+                if let given, !sameFile, candidate == nil, let part = newestPart(given: given, recordAt: recordAt) {
+                    if part.isGiven {
+                        // The file given, rotated away, says itself how far it got: a note behind
+                        // it (written after the append, or deferred to the next commit) never
+                        // makes its last records given again.
+                        next = max(next, part.seq)
+                    } else if part.seq < given.seq, given.seq - part.seq <= JSONLinesFile.reappendAtMost {
+                        // The live files are whole by seq: when the newest rotated part (NAME.1)
+                        // ends before what was given and is not the file given, the records
+                        // between went where no reader of the live files sees them — logrotate's
+                        // create moved our new file aside to a .backup, copytruncate cut what came
+                        // after its copy — and are given again, here, once.
+                        next = part.seq
+                        outcome.reappended = (part.seq + 1, given.seq)
+                    }
                 }
                 start = next
                 // Not said when the file given before is NAME.1 now: rotated (by basket-sync, or

@@ -6,7 +6,15 @@ import BasketSyncWire
 enum NoteNumbers {
     /// The fields of `bytes` between spaces (empty ones left out).
     static func fields(_ bytes: [UInt8]) -> [ArraySlice<UInt8>] {
-        bytes.split(separator: UInt8(ascii: " "))
+        var fields: [ArraySlice<UInt8>] = []
+        fields.reserveCapacity(8)
+        var start = 0
+        for index in bytes.indices where bytes[index] == UInt8(ascii: " ") {
+            if index > start { fields.append(bytes[start..<index]) }
+            start = index + 1
+        }
+        if bytes.count > start { fields.append(bytes[start...]) }
+        return fields
     }
 
     /// The fields of `text` between spaces (empty ones left out).
@@ -43,7 +51,11 @@ enum NoteNumbers {
     }
 
     /// The fields of `bytes` that read as signed integers, in order (the others left out).
-    static func int64s(_ bytes: [UInt8]) -> [Int64] { fields(bytes).compactMap(int64) }
+    static func int64s(_ bytes: [UInt8]) -> [Int64] {
+        var numbers: [Int64] = []
+        for field in fields(bytes) { if let number = int64(field) { numbers.append(number) } }
+        return numbers
+    }
 
     /// The fields of `text` that read as signed integers, in order (the others left out).
     static func int64s(_ text: String) -> [Int64] { int64s(Array(text.utf8)) }
@@ -51,9 +63,11 @@ enum NoteNumbers {
     /// The numbers, in decimal, separated by single spaces.
     static func bytes(_ numbers: some Sequence<Int64>) -> [UInt8] {
         var writer = JSONWriter()
-        for (index, number) in numbers.enumerated() {
-            if index > 0 { writer.raw(" ") }
+        var first = true
+        for number in numbers {
+            if !first { writer.raw(" ") }
             writer.integer(number)
+            first = false
         }
         return writer.bytes
     }

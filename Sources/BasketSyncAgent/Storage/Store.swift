@@ -41,6 +41,9 @@ package final class Store {
     private var cachedStateHeld: Held<SyncState>?
     private var unsavedStateHeld: Held<SyncState>?
     private var defersState = false
+    /// What JSON Lines files were given after their appends, not written yet: each with the
+    /// stored note it replaces (see ``deferGiven(_:_:over:)``).
+    var unsavedGiven: [Projection: (given: AppendCursor, over: [UInt8]?)] = [:]
 
 
     /// Opens the database of a single sync directory (cart 0), creating `.basket-sync/` (0700)
@@ -133,9 +136,18 @@ package final class Store {
 
     /// Runs `body` in one IMMEDIATE transaction: committed when it returns, rolled back when it
     /// throws. A sync directory gone from under it is told apart from its database gone.
+    /// What files were given and is not written yet (see ``deferGiven(_:_:over:)``) goes in first.
     package func withTransaction<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
         do {
-            return try database.withTransaction(body)
+            guard !unsavedGiven.isEmpty, !database.readOnly else { return try database.withTransaction(body) }
+            let unsaved = unsavedGiven
+            let result = try database.withTransaction { () throws(AgentError) -> T in
+                try saveGiven(unsaved)
+                return try body()
+            }
+            // Committed: the notes are in the database (those the body deferred again stay).
+            for (projection, note) in unsaved where unsavedGiven[projection]?.given == note.given { unsavedGiven[projection] = nil }
+            return result
         } catch {
             if case .databaseGone = error, cart == 0, !Posix.isDirectory(stateDirectory) { throw .directoryGone(path: directory) }
             throw error
