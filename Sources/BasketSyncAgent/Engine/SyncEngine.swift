@@ -242,7 +242,7 @@ public final class SyncEngine {
         // journal or a full pipe on standard error delays only what is said of it).
         var failure: AgentError?
         for projection in Projection.allCases where touched.contains(projection) && failure == nil {
-            do { try publish(projection) } catch { failure = error }
+            do { try publish(projection, recordMade: true) } catch { failure = error }
         }
         for summary in summaries {
             for report in summary.reports { logger.log(report.level, report.message) }
@@ -429,12 +429,14 @@ public final class SyncEngine {
         if let firstFailure { throw .system(firstFailure) }
     }
 
-    /// Catches one JSON Lines file up with the database.
-    func publish(_ projection: Projection) throws(AgentError) {
+    /// Catches one JSON Lines file up with the database. `recordMade`: a step just committed a
+    /// record for it (the file is not asked first whether it is caught up: it is not, unless
+    /// another process gave it the record since, which the catch-up finds).
+    func publish(_ projection: Projection, recordMade: Bool = false) throws(AgentError) {
         let file = files[projection]!
         file.rotation = configuration.rotate
         // The common case, at a start or a commit signal: nothing to append, nothing opened.
-        if try file.isCaughtUp(given: store.given(projection), lastDatabaseSeq: store.lastSeq(projection)) { return }
+        if !recordMade, try file.isCaughtUp(given: store.given(projection), lastDatabaseSeq: store.lastSeq(projection)) { return }
         let outcome: JSONLinesFile.Outcome
         do {
             outcome = try catchUp(file, projection)
