@@ -138,12 +138,19 @@ package final class Store {
     /// throws. A sync directory gone from under it is told apart from its database gone.
     /// What files were given and is not written yet (see ``deferGiven(_:_:over:)``) goes in first.
     package func withTransaction<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
-        do {
+        do throws(AgentError) {
             guard !unsavedGiven.isEmpty, !database.readOnly else { return try database.withTransaction(body) }
             let unsaved = unsavedGiven
-            let result = try database.withTransaction { () throws(AgentError) -> T in
-                try saveGiven(unsaved)
-                return try body()
+            let result: T
+            do throws(AgentError) {
+                result = try database.withTransaction { () throws(AgentError) -> T in
+                    try saveGiven(unsaved)
+                    return try body()
+                }
+            } catch {
+                // Rolled back: the notes are not in the database; those the body let go wait again.
+                for (projection, note) in unsaved where unsavedGiven[projection] == nil { unsavedGiven[projection] = note }
+                throw error
             }
             // Committed: the notes are in the database (those the body deferred again stay).
             for (projection, note) in unsaved where unsavedGiven[projection]?.given == note.given { unsavedGiven[projection] = nil }
