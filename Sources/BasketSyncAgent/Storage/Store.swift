@@ -43,7 +43,10 @@ package final class Store {
     private var defersState = false
     /// What JSON Lines files were given after their appends, not written yet: each with the
     /// stored note it replaces (see ``deferGiven(_:_:over:)``).
-    var unsavedGiven: [Projection: (given: AppendCursor, over: [UInt8]?)] = [:]
+    var unsavedGiven: [Projection: (given: AppendCursor, over: [UInt8]?)] = [:] {
+        // Emptied, its storage goes too: a store is kept for each of thousands of carts.
+        didSet { if unsavedGiven.isEmpty, unsavedGiven.capacity > 0 { unsavedGiven = [:] } }
+    }
 
 
     /// Opens the database of a single sync directory (cart 0), creating `.basket-sync/` (0700)
