@@ -11,7 +11,11 @@ package struct JSONWriter {
         bytes.append(contentsOf: UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
     }
 
-    package mutating func raw(_ text: String) { bytes.append(contentsOf: text.utf8) }
+    package mutating func raw(_ text: String) {
+        // From the string's own bytes at once (its UTF-8 view is copied a byte at a time).
+        var text = text
+        text.withUTF8 { bytes.append(contentsOf: $0) }
+    }
 
     /// A string, escaped so that it is one line for any line splitter: C0 controls, DEL, and the
     /// line separators other splitters honour (U+0085, U+2028, U+2029) are written as `\uXXXX`.
@@ -174,7 +178,7 @@ package struct JSONObjectWriter {
     fileprivate init(writer: JSONWriter) { self.writer = writer }
 
     private mutating func open(_ key: StaticString) {
-        writer.raw(isFirst ? "\"" : ",\"")
+        writer.raw(isFirst ? "\"" as StaticString : ",\"")
         isFirst = false
         writer.raw(key)
         writer.raw("\":")
@@ -201,14 +205,14 @@ package struct JSONObjectWriter {
     }
 
     /// `"key": true`.
-    package mutating func member(_ key: StaticString, _ flag: Bool) { member(key) { $0.raw(flag ? "true" : "false") } }
+    package mutating func member(_ key: StaticString, _ flag: Bool) { member(key) { $0.raw(flag ? "true" as StaticString : "false") } }
 
     /// `"key": [lines]`, with the default key names.
     package mutating func member(_ key: StaticString, products: [RetailerProduct]) { member(key) { $0.products(products) } }
 
     /// `"name": value` for a key that is data (a SKU, an order id).
     package mutating func member(named name: String, _ body: (inout JSONWriter) -> Void) {
-        writer.raw(isFirst ? "" : ",")
+        writer.raw(isFirst ? "" as StaticString : ",")
         isFirst = false
         writer.string(name)
         writer.raw(":")

@@ -83,9 +83,11 @@ package enum StateFormat {
             bytes.append(UInt8(rest))
         }
         for (id, quantity) in map {
-            let utf8 = id.string.utf8
-            leb(UInt64(utf8.count))
-            bytes.append(contentsOf: utf8)
+            var text = id.string
+            text.withUTF8 { utf8 in
+                leb(UInt64(utf8.count))
+                bytes.append(contentsOf: utf8)
+            }
             leb(UInt64(bitPattern: Int64((quantity << 1) ^ (quantity >> 63))))
         }
         return bytes
