@@ -56,9 +56,6 @@ public final class SyncEngine {
     }
     /// Whether each record made is logged (the agent's log, for a person following it).
     public var logsActivity = false
-    /// Whether what a file was given after an append is written with the cart's next
-    /// transaction rather than at once (see ``Store/deferGiven(_:_:over:)``): the agent's.
-    public var defersGivenNotes = false
     /// When retention looks again for what is due (nil: at the next pass).
     var retentionDue: Date?
     /// The most inbox entries one pass goes through (nil: all): a tree's agent gives each cart a
@@ -449,26 +446,14 @@ public final class SyncEngine {
     private func catchUp(_ file: JSONLinesFile, _ projection: Projection) throws(AgentError) -> JSONLinesFile.Outcome {
         // Asked only when a line must be judged (a file not as given), never on an append.
         var syncId: String??
-        // The note stored when the catch-up began: a note deferred replaces it.
-        var stored: [UInt8]??
         return try file.catchUp(
             lock: { () throws(AgentError) in try store.lockProjections() },
             unlock: { (fd) in store.unlockProjections(fd) },
-            loadGiven: { () throws(AgentError) in
-                let note = try store.givenNote(projection)
-                stored = .some(note.stored)
-                return note.given
-            },
+            loadGiven: { () throws(AgentError) in try store.given(projection) },
             saveGiven: { (given) throws(AgentError) in
                 // A file given nothing, empty: its note waits for the group's transaction when
                 // one is coming (see ``GroupedPass``).
-                if emptyNotes != nil, given.seq == 0, given.size == 0 {
-                    emptyNotes![projection] = given
-                } else if defersGivenNotes, let stored {
-                    store.deferGiven(projection, given, over: stored)
-                } else {
-                    try store.setGiven(projection, given)
-                }
+                if emptyNotes != nil, given.seq == 0, given.size == 0 { emptyNotes![projection] = given } else { try store.setGiven(projection, given) }
             },
             lastDatabaseSeq: { () throws(AgentError) in try store.lastSeq(projection) },
             recordAt: { (seq) throws(AgentError) in try store.line(projection, seq: seq) },

@@ -170,7 +170,6 @@ public final class Agent {
             let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: isSynchronizerRegistered, logger: logger)
             // A person following the agent sees one line per record it makes.
             engine.logsActivity = true
-            engine.defersGivenNotes = true
             tree = nil
             database = engine.store.database
             configuration = engine.configuration
@@ -260,18 +259,7 @@ public final class Agent {
             timeout = timeout < 0 ? untilBeat : min(timeout, untilBeat)
             let untilFlush = flushTimeout()
             if untilFlush >= 0 { timeout = timeout < 0 ? untilFlush : min(timeout, untilFlush) }
-            let descriptors = [inotify?.fd ?? -1, signals.fd, flusher?.fd ?? -1]
-            do {
-                // Notes deferred are written before a wait, not while changes keep coming.
-                var found = try Posix.waitReadable(descriptors, timeout: 0)
-                if timeout != 0, !found.contains(true) {
-                    writeDeferredNotes()
-                    found = try Posix.waitReadable(descriptors, timeout: timeout)
-                }
-                ready = found
-            } catch {
-                throw .system(error)
-            }
+            do { ready = try Posix.waitReadable([inotify?.fd ?? -1, signals.fd, flusher?.fd ?? -1], timeout: timeout) } catch { throw .system(error) }
             if ready[2] { endFlush() }
             if ready[1] {
                 for signal in signals.drain() {

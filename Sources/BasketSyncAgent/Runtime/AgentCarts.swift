@@ -162,7 +162,6 @@ extension Agent {
         cart.firstPin = nil
         let engine = SyncEngine(store: pinned, configuration: configuration, isSynchronizerRegistered: isSynchronizerRegistered, logger: tree == nil ? logger : logger.tagged(cart: cart.id))
         engine.logsActivity = true
-        engine.defersGivenNotes = true
         // In a tree, each cart's turn is bounded (docs/spec.md §7): one group of events.
         if tree != nil { engine.inboxBudget = Agent.inboxBudgetPerTurn }
         engines[cart.id] = engine

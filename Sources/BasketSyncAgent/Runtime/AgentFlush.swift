@@ -53,18 +53,6 @@ extension Agent {
         }
     }
 
-    /// Writes what files were given and is not written yet (``Store/deferGiven(_:_:over:)``), in
-    /// one transaction, before the agent waits: while changes keep coming each goes in with the
-    /// next change's commit; once they stop, none is left to a kill. A failure leaves them to the
-    /// next transaction.
-    func writeDeferredNotes() {
-        var seen = Set<ObjectIdentifier>()
-        let stores = (engines.values.map(\.store) + unflushed.entries.map(\.store) + flushing.entries.map(\.store)).filter {
-            !$0.unsavedGiven.isEmpty && seen.insert(ObjectIdentifier($0)).inserted
-        }
-        try? Store.saveDeferredGiven(stores)
-    }
-
     /// Every line flushed (stopping): the flush under way waited for, then the rest.
     func flushEverything() {
         endFlush(waiting: true)

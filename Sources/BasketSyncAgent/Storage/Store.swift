@@ -41,12 +41,6 @@ package final class Store {
     private var cachedStateHeld: Held<SyncState>?
     private var unsavedStateHeld: Held<SyncState>?
     private var defersState = false
-    /// What JSON Lines files were given after their appends, not written yet: each with the
-    /// stored note it replaces (see ``deferGiven(_:_:over:)``).
-    var unsavedGiven: [Projection: (given: AppendCursor, over: [UInt8]?)] = [:] {
-        // Emptied, its storage goes too: a store is kept for each of thousands of carts.
-        didSet { if unsavedGiven.isEmpty, unsavedGiven.capacity > 0 { unsavedGiven = [:] } }
-    }
 
 
     /// Opens the database of a single sync directory (cart 0), creating `.basket-sync/` (0700)
@@ -139,25 +133,9 @@ package final class Store {
 
     /// Runs `body` in one IMMEDIATE transaction: committed when it returns, rolled back when it
     /// throws. A sync directory gone from under it is told apart from its database gone.
-    /// What files were given and is not written yet (see ``deferGiven(_:_:over:)``) goes in first.
     package func withTransaction<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
-        do throws(AgentError) {
-            guard !unsavedGiven.isEmpty, !database.readOnly else { return try database.withTransaction(body) }
-            let unsaved = unsavedGiven
-            let result: T
-            do throws(AgentError) {
-                result = try database.withTransaction { () throws(AgentError) -> T in
-                    try saveGiven(unsaved)
-                    return try body()
-                }
-            } catch {
-                // Rolled back: the notes are not in the database; those the body let go wait again.
-                for (projection, note) in unsaved where unsavedGiven[projection] == nil { unsavedGiven[projection] = note }
-                throw error
-            }
-            // Committed: the notes are in the database (those the body deferred again stay).
-            for (projection, note) in unsaved where unsavedGiven[projection]?.given == note.given { unsavedGiven[projection] = nil }
-            return result
+        do {
+            return try database.withTransaction(body)
         } catch {
             if case .databaseGone = error, cart == 0, !Posix.isDirectory(stateDirectory) { throw .directoryGone(path: directory) }
             throw error

@@ -132,55 +132,15 @@ extension Store {
     // MARK: What the JSON Lines files were given
 
     /// What a JSON Lines file was given, as last remembered.
-    func given(_ projection: Projection) throws(AgentError) -> AppendCursor? { try givenNote(projection).given }
-
-    /// What a JSON Lines file was given, as last remembered — a note not written yet when the
-    /// database still holds the one it replaces (another process that wrote one since knows
-    /// better: the note not written is dropped) — and the note stored.
-    func givenNote(_ projection: Projection) throws(AgentError) -> (given: AppendCursor?, stored: [UInt8]?) {
-        let stored = try metaBlob(.given(projection))
-        if let unsaved = unsavedGiven[projection] {
-            if unsaved.over == stored { return (unsaved.given, stored) }
-            unsavedGiven[projection] = nil
-        }
-        return (stored.flatMap(AppendCursor.init(bytes:)), stored)
-    }
-
-    /// Remembers what a file was given after an append, to be written with this cart's next
-    /// transaction (the next change's, or the flush's note within the flush delay) rather than
-    /// in one of its own: until then ``given(_:)`` answers with it here, while the database holds
-    /// `stored`, the note it replaces. Lost with the process, the file's own last line says the
-    /// same (a catch-up reads the file's end). Only a process that writes many changes (the
-    /// agent) defers; a one-shot command writes its note at once.
-    func deferGiven(_ projection: Projection, _ given: AppendCursor, over stored: [UInt8]?) {
-        unsavedGiven[projection] = (given, stored)
-    }
-
-    /// Writes the notes `stores` deferred (stores of one database), in one transaction.
-    static func saveDeferredGiven(_ stores: [Store]) throws(AgentError) {
-        guard let first = stores.first else { return }
-        let unsaved = stores.map(\.unsavedGiven)
-        try first.withQuickTransaction { () throws(AgentError) in
-            for (store, notes) in zip(stores, unsaved) where store !== first { try store.saveGiven(notes) }
-        }
-        for (store, notes) in zip(stores, unsaved) {
-            for (projection, note) in notes where store.unsavedGiven[projection]?.given == note.given { store.unsavedGiven[projection] = nil }
-        }
-    }
-
-    /// Writes, inside the caller's transaction, the notes deferred that still replace what the
-    /// database holds.
-    func saveGiven(_ unsaved: [Projection: (given: AppendCursor, over: [UInt8]?)]) throws(AgentError) {
-        for (projection, note) in unsaved where try metaBlob(.given(projection)) == note.over {
-            try setMeta(.given(projection), note.given.bytes)
-        }
+    func given(_ projection: Projection) throws(AgentError) -> AppendCursor? {
+        guard let blob = try metaBlob(.given(projection)) else { return nil }
+        return AppendCursor(bytes: blob)
     }
 
     /// Remembers, inside the caller's transaction (`init --adopt`), that the file was given every
     /// record through `seq`, as no file in particular: the next catch-up reads the file's end (a
     /// torn tail is cut), and a file that no longer holds them (rotated away) starts after them.
     func adoptGiven(_ projection: Projection, seq: UInt64) throws(AgentError) {
-        unsavedGiven[projection] = nil
         try setMeta(.given(projection), Array("0 0 0 \(seq)".utf8))
     }
 
@@ -193,7 +153,6 @@ extension Store {
 
     /// Remembers what a file was given, inside the caller's transaction.
     func noteGiven(_ projection: Projection, _ given: AppendCursor) throws(AgentError) {
-        unsavedGiven[projection] = nil
         try setMeta(.given(projection), given.bytes)
     }
 

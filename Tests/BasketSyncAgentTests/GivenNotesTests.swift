@@ -1,0 +1,74 @@
+import BasketSync
+@testable import BasketSyncAgent
+import Foundation
+import Testing
+import TestSupport
+
+/// What each file was given is a note beside the records: a hint, the files the truth. Two
+/// processes catching up leave every record once and the note as the file stands; a note left
+/// behind the file (a kill between an append and its note) never gives a rotated file's last
+/// records to the new one.
+@Suite struct GivenNotesTests {
+    func seqs(_ directory: EngineTests.Directory, _ name: String) -> [Int] {
+        directory.lines(name).compactMap { (try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])?["seq"] as? Int }
+    }
+
+    /// Two engines on one directory append records, flush and catch up in a seeded order: the
+    /// outbox holds every record once, in order, and the note says its size and last seq.
+    @Test func twoProcessesLeaveEveryRecordOnceAndTheNoteAsTheFile() throws {
+        let seed = Knobs.seed
+        var random = SplitMix64(seed: seed)
+        for round in 0..<Knobs.value("BASKET_SYNC_RUNS", default: 3) {
+            let directory = try EngineTests.Directory()
+            let quiet = Logger(fd: open("/dev/null", O_WRONLY))
+            let engines = [try SyncEngine(directory: directory.path, isSynchronizerRegistered: true, logger: quiet),
+                           try SyncEngine(directory: directory.path, isSynchronizerRegistered: true, logger: quiet)]
+            var steps: [String] = []
+            for index in 0..<120 {
+                let action = random.below(3)
+                let engine = engines[random.below(2)]
+                steps.append("\(action)")
+                switch action {
+                case 0:
+                    _ = try Commands.push(directory: directory.path, kind: .delta, products: [RetailerProduct(id: "A", quantity: 1)], id: "e\(index)")
+                    _ = try engine.pass([.inbox])
+                case 1: try engine.flush()
+                default: _ = try engine.pass(.everything)
+                }
+            }
+            for engine in engines { try engine.flush() }
+            let context = "seed \(seed), round \(round), steps \(steps.joined())"
+            let last = try engines[0].store.withTransaction { () throws(AgentError) in try engines[0].store.lastSeq(.outbox) }
+            #expect(seqs(directory, "outbox.jsonl") == Array(stride(from: 1, through: Int(last), by: 1)), "\(context)")
+            let reader = try Store(directory: directory.path, create: false)
+            let note = try reader.withTransaction { () throws(AgentError) in try reader.given(.outbox) }
+            let size = (try? FileManager.default.attributesOfItem(atPath: directory.path + "/outbox.jsonl")[.size] as? Int) ?? nil
+            #expect(note?.seq == last && note.map { Int($0.size) } == size, "\(context): the note \(note.map(\.text) ?? "none"), the file \(size ?? -1) bytes through \(last)")
+        }
+    }
+
+    /// A file rotated away (logrotate's create: NAME → NAME.1, a new empty NAME) whose note was
+    /// left one record behind (a kill between the append and its note): the next catch-up reads
+    /// how far NAME.1 got and gives the new file only what came after.
+    @Test func aFileRotatedAwayIsNotGivenItsLastRecordsAgainWhateverTheNoteSays() throws {
+        let directory = try EngineTests.Directory()
+        let quiet = Logger(fd: open("/dev/null", O_WRONLY))
+        let agent = try SyncEngine(directory: directory.path, isSynchronizerRegistered: true, logger: quiet)
+        var behind: AppendCursor?
+        for index in 1...3 {
+            behind = try agent.store.withTransaction { () throws(AgentError) in try agent.store.given(.outbox) }
+            _ = try Commands.push(directory: directory.path, kind: .delta, products: [RetailerProduct(id: "A", quantity: 1)], id: "e\(index)")
+            _ = try agent.pass([.inbox])
+        }
+        let left = try #require(behind)
+        #expect(left.seq == 2)
+        try agent.store.withTransaction { () throws(AgentError) in try agent.store.noteGiven(.outbox, left) }
+        try FileManager.default.moveItem(atPath: directory.path + "/outbox.jsonl", toPath: directory.path + "/outbox.jsonl.1")
+        try directory.write("outbox.jsonl", "")
+        _ = try Commands.push(directory: directory.path, kind: .delta, products: [RetailerProduct(id: "A", quantity: 1)], id: "e4")
+        let oneShot = try SyncEngine(directory: directory.path, isSynchronizerRegistered: true, logger: quiet)
+        _ = try oneShot.pass(.everything)
+        #expect(seqs(directory, "outbox.jsonl.1") == [1, 2, 3])
+        #expect(seqs(directory, "outbox.jsonl") == [4], "the rotated part ends at 3: the new file starts after it")
+    }
+}
