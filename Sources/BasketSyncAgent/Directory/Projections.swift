@@ -385,9 +385,9 @@ final class JSONLinesFile {
                 var next = max(lostAfter ?? given?.seq ?? 0, lastOurs)
                 if let given, !sameFile, candidate == nil, let part = newestPart(given: given, recordAt: recordAt) {
                     if part.isGiven {
-                        // The file given, rotated away, says itself how far it got: a note behind
-                        // it (written after the append, or deferred to the next commit) never
-                        // makes its last records given again.
+                        // The file given, rotated away, says itself how far it got: a note left
+                        // behind it (a kill between an append and its note) never makes its last
+                        // records given again.
                         next = max(next, part.seq)
                     } else if part.seq < given.seq, given.seq - part.seq <= JSONLinesFile.reappendAtMost {
                         // The live files are whole by seq: when the newest rotated part (NAME.1)
