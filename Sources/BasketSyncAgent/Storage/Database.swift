@@ -316,19 +316,21 @@ final class Database {
 
     /// A prepared statement kept for the life of the connection.
     func cached(_ sql: StaticString) throws(AgentError) -> SQLiteConnection.Statement {
-        let key = StatementKey(text: UInt(bitPattern: sql.utf8Start), table: 0)
-        if let statement = statements[key] { return statement }
-        let statement = try connection.prepare(sql.description)
-        statements[key] = statement
-        return statement
+        try kept(StatementKey(text: UInt(bitPattern: sql.utf8Start), table: 0)) { sql.description }
     }
 
     /// A prepared statement kept for the life of the connection, from a literal whose `{table}`
     /// is the projection's table.
     func cached(_ template: StaticString, table projection: Projection) throws(AgentError) -> SQLiteConnection.Statement {
-        let key = StatementKey(text: UInt(bitPattern: template.utf8Start), table: projection.tableNumber)
+        try kept(StatementKey(text: UInt(bitPattern: template.utf8Start), table: projection.tableNumber)) {
+            template.description.replacingOccurrences(of: "{table}", with: projection.rawValue)
+        }
+    }
+
+    /// The statement kept under `key`, prepared from `sql()` the first time.
+    private func kept(_ key: StatementKey, _ sql: () -> String) throws(AgentError) -> SQLiteConnection.Statement {
         if let statement = statements[key] { return statement }
-        let statement = try connection.prepare(template.description.replacingOccurrences(of: "{table}", with: projection.rawValue))
+        let statement = try connection.prepare(sql())
         statements[key] = statement
         return statement
     }
