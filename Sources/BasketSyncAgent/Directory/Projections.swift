@@ -247,9 +247,11 @@ final class JSONLinesFile {
     /// whether NAME.1 is the file `given` was about.
     private func newestPart(given: AppendCursor?, recordAt: (UInt64) throws(AgentError) -> [UInt8]?) -> (seq: UInt64, isGiven: Bool)? {
         let part = JSONLinesFile(path: "\(path).1")
-        guard let info = Posix.info(part.path, follow: false), info.kind == .regular,
-              let fd = try? Posix.open(part.path, [.readOnly]) else { return nil }
+        // Judged by the descriptor read (its fstat), never by a look at the name before: a file
+        // renamed in between is not taken for the file given.
+        guard let (fd, info) = try? Posix.openWithInfo(part.path, [.readOnly]) else { return nil }
         defer { Posix.close(fd) }
+        guard info.kind == .regular else { return nil }
         guard let tail = try? part.readTail(fd, size: info.size), tail.lastSeq > 0,
               let stored = (try? recordAt(tail.lastSeq)) ?? nil else { return nil }
         // The last line must be that record, byte for byte: a forged part is not the chain.
