@@ -281,6 +281,12 @@ final class JSONLinesFile {
     /// `saveGiven` records what it is given now. `fetch` is called with the seq to go on after and
     /// returns the records to append; `lastDatabaseSeq` says the database's last seq, to refuse a
     /// file that holds more than the database (a lost or replaced database).
+    ///
+    /// `made`: records just committed by this process, in seq order. When the file is the one
+    /// this process last gave (same file, same size: nobody appended, cut or replaced it since)
+    /// and they follow its last record with no gap, they are what it lacks: appended as they are,
+    /// without reading the database — no record before them can be missing, and one made by
+    /// another process after them is that process's to append (or the next catch-up's).
     func catchUp(
         lock: () throws(AgentError) -> Int32,
         unlock: (Int32) -> Void,
@@ -289,7 +295,8 @@ final class JSONLinesFile {
         lastDatabaseSeq: () throws(AgentError) -> UInt64,
         recordAt: (UInt64) throws(AgentError) -> [UInt8]?,
         isRecord: ([UInt8]) -> Bool,
-        fetch: (UInt64) throws(AgentError) -> [(seq: UInt64, line: [UInt8])]
+        fetch: (UInt64) throws(AgentError) -> [(seq: UInt64, line: [UInt8])],
+        made: [(seq: UInt64, line: [UInt8])] = []
     ) throws(AgentError) -> Outcome {
         let fd: Int32
         let info: FileInfo
@@ -308,6 +315,11 @@ final class JSONLinesFile {
             throw .system(error)
         }
 
+        if let known = given, closedFlushed == nil, known.lostAfter == nil, known.device == info.device, known.inode == info.inode,
+           known.size == info.size, let first = made.first, first.seq == known.seq + 1,
+           zip(made, made.dropFirst()).allSatisfy({ $0.seq + 1 == $1.seq }) {
+            return try append(made, to: fd, info: info, size: info.size, durable: min(known.durable, known.seq), saveGiven: saveGiven, outcome: Outcome())
+        }
         given = try loadGiven()
         let remembered = given
         // Appends to a file the path no longer names were fsynced when it was closed: durable.
@@ -415,7 +427,7 @@ final class JSONLinesFile {
         // (read back from the disk); else what was known before.
         let durable = lostAfter != nil ? start : min(given?.durable ?? 0, start)
         let records = try fetch(start)
-        guard let newLast = records.last?.seq else {
+        guard !records.isEmpty else {
             if outcome.truncatedBytes > 0 {
                 do { try Posix.fsync(fd, path: path) } catch { throw .system(error) }
             }
@@ -423,6 +435,17 @@ final class JSONLinesFile {
             if given != remembered { try saveGiven(given!) }
             return outcome
         }
+        return try append(records, to: fd, info: info, size: size, durable: durable, saveGiven: saveGiven, outcome: outcome)
+    }
+
+    /// Appends `records` (at least one) to the file open on `fd`, `size` bytes long: the records
+    /// after what it holds, `durable` through the seq known on disk.
+    private func append(
+        _ records: [(seq: UInt64, line: [UInt8])], to fd: Int32, info: FileInfo, size: Int64, durable: UInt64,
+        saveGiven: (AppendCursor) throws(AgentError) -> Void, outcome: Outcome
+    ) throws(AgentError) -> Outcome {
+        var outcome = outcome
+        let newLast = records.last!.seq
         var bytes: [UInt8] = []
         bytes.reserveCapacity(records.reduce(0) { $0 + $1.line.count })
         for record in records { bytes.append(contentsOf: record.line) }

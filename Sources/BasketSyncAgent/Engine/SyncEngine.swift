@@ -119,6 +119,8 @@ public final class SyncEngine {
         var duplicateTransfer = false
         /// The projections that got new lines.
         var touched: Set<Projection> = []
+        /// The records made, in the order made: appended after the commit without reading them back.
+        var made: [(projection: Projection, seq: UInt64, line: [UInt8])] = []
         /// The notification written, if any.
         var notified: UInt64?
         /// Whether the state changed (something settled, a cart or a claim taken that differs).
@@ -239,7 +241,8 @@ public final class SyncEngine {
         // journal or a full pipe on standard error delays only what is said of it).
         var failure: AgentError?
         for projection in Projection.allCases where touched.contains(projection) && failure == nil {
-            do { try publish(projection, recordMade: true) } catch { failure = error }
+            let made = summaries.flatMap { $0.made.lazy.filter { $0.projection == projection }.map { (seq: $0.seq, line: $0.line) } }
+            do { try publish(projection, recordMade: true, made: made) } catch { failure = error }
         }
         for summary in summaries {
             for report in summary.reports { logger.log(report.level, report.message) }
@@ -259,6 +262,7 @@ public final class SyncEngine {
                 summary.activity.append(("outbox #\(record.seq) \(what)\(record.source.map { " from \($0)" } ?? "")", line))
                 try store.insert(.outbox, seq: record.seq, line: line)
                 summary.touched.insert(.outbox)
+                summary.made.append((.outbox, record.seq, line))
                 summary.outbox.append(record)
             case let .notify(notification):
                 let line = RecordFormat.line(notification)
@@ -266,6 +270,7 @@ public final class SyncEngine {
                 summary.activity.append(("notify #\(notification.seq) \(lines)\(notification.syncedThrough.map { " st \($0)" } ?? "")", line))
                 try store.insert(.notifications, seq: notification.seq, line: line)
                 summary.touched.insert(.notifications)
+                summary.made.append((.notifications, notification.seq, line))
                 summary.notified = notification.seq
             case let .payment(payment):
                 let line = RecordFormat.line(payment)
@@ -273,6 +278,7 @@ public final class SyncEngine {
                 summary.activity.append(("payment #\(payment.seq) \(payment.type.rawValue) \(status)\(payment.orderId.map { " \($0)" } ?? "") \(payment.totalPrice)", line))
                 try store.insert(.payments, seq: payment.seq, line: line)
                 summary.touched.insert(.payments)
+                summary.made.append((.payments, payment.seq, line))
                 summary.payment = payment
             case .settled, .basketClosed, .storeChanged:
                 // The state holds them (Mealz's share, the basket number, the store); `status` shows them.
@@ -428,22 +434,23 @@ public final class SyncEngine {
 
     /// Catches one JSON Lines file up with the database. `recordMade`: a step just committed a
     /// record for it (the file is not asked first whether it is caught up: it is not, unless
-    /// another process gave it the record since, which the catch-up finds).
-    func publish(_ projection: Projection, recordMade: Bool = false) throws(AgentError) {
+    /// another process gave it the record since, which the catch-up finds); `made`: the records
+    /// the steps just committed, in seq order (see ``JSONLinesFile/catchUp``).
+    func publish(_ projection: Projection, recordMade: Bool = false, made: [(seq: UInt64, line: [UInt8])] = []) throws(AgentError) {
         let file = files[projection]!
         file.rotation = configuration.rotate
         // The common case, at a start or a commit signal: nothing to append, nothing opened.
         if !recordMade, try file.isCaughtUp(given: store.given(projection), lastDatabaseSeq: store.lastSeq(projection)) { return }
         let outcome: JSONLinesFile.Outcome
         do {
-            outcome = try catchUp(file, projection)
+            outcome = try catchUp(file, projection, made: made)
         } catch {
             throw givenBackWhenNew(error)
         }
         report(outcome, of: file, projection)
     }
 
-    private func catchUp(_ file: JSONLinesFile, _ projection: Projection) throws(AgentError) -> JSONLinesFile.Outcome {
+    private func catchUp(_ file: JSONLinesFile, _ projection: Projection, made: [(seq: UInt64, line: [UInt8])] = []) throws(AgentError) -> JSONLinesFile.Outcome {
         // Asked only when a line must be judged (a file not as given), never on an append.
         var syncId: String??
         return try file.catchUp(
@@ -461,7 +468,8 @@ public final class SyncEngine {
                 if syncId == nil { syncId = .some(ownSyncId(projection)) }
                 return projection.isRecord(line, of: syncId!)
             },
-            fetch: { (after) throws(AgentError) in try store.lines(projection, after: after) })
+            fetch: { (after) throws(AgentError) in try store.lines(projection, after: after) },
+            made: made)
     }
 
     /// Logs what a catch-up of `file` did beyond appending.
