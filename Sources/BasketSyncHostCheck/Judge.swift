@@ -169,6 +169,18 @@ extension ScenarioRun {
             fail(.tooFar, "after \(moment), \"\(keys.syncedThrough)\" is \(claim) but the outbox ends at \(last)")
             return false
         }
+        // The lines moved in this run while the claim stayed where it was, with records after it:
+        // the host applied records and did not say so (its next run applies them again). Killed,
+        // it may as well be a host that writes the claim in a later cart: a whole run tells.
+        if claim == claimBefore, claim < last, cart.quantities != quantitiesBefore {
+            let detail = "after \(moment), the cart's lines changed (\(Self.shown(quantitiesBefore)) → \(cart.shown)) but \"\(keys.syncedThrough)\" stayed at \(claim) while records \(claim + 1)…\(last) wait: the host applied records without reporting them, and its next run applies them again; write the seq of the last record applied in the same cart as its lines"
+            if killed {
+                lateAcknowledgement = earlyAcknowledgement ?? detail
+            } else {
+                fail(.reports, detail)
+            }
+            return false
+        }
         if expectAll, claim < last {
             fail(.skip, "after \(moment), \"\(keys.syncedThrough)\" is \(claim) but the outbox ends at \(last): records \(claim + 1)…\(last) were not processed")
         }

@@ -159,10 +159,24 @@ extension ScenarioRun {
                 }
                 process.killAll()
                 observe()
-                guard try check(after: "killed (SIGKILL) \(Double(delay) / 1000) ms into run \(round)", killed: true) else { return }
+                guard try check(after: "killed (SIGKILL) \(Double(delay) / 1000) ms into run \(round)", killed: true) else { break }
             }
+            let late = lateAcknowledgement
+            guard late != nil || findings.isEmpty else { return }
+            // Killed on lines that went ahead of the claim: a host that writes the claim in a later
+            // cart (killed between the two), or one whose claim never moves. A whole run tells:
+            // the second leaves its claim behind its lines again; the first does not (what it
+            // does to lines the kill left ahead of the claim is that same mistake, not another).
+            let before = findings
             guard try runOnce() else { return }
             try check(after: "a run after the kills", expectAll: true)
+            if let late {
+                let frozen = findings.contains { $0.rule == .reports }
+                if !frozen {
+                    findings = before
+                    fail(.acknowledgesWithLines, late)
+                }
+            }
         }
     }
 }

@@ -17,6 +17,12 @@ struct ScenarioRun {
     let settings: [UInt8]?
     /// The cart's syncedThrough when the last run started: what it should have skipped.
     var claimBefore: UInt64 = 0
+    /// The cart's quantities when the last run started.
+    var quantitiesBefore: [ExactID: Int] = [:]
+    /// A run killed on a cart whose lines moved while its syncedThrough did not: the detail of
+    /// the acknowledgement after the lines it would be, until a whole run tells it from a host
+    /// that never moves its syncedThrough (see ``Scenario/crash``).
+    var lateAcknowledgement: String?
     /// A run went past the time limit: the other scenarios would only wait it out again.
     var neverExits = false
     var findings: [HostCheck.Finding] = []
@@ -123,7 +129,9 @@ struct ScenarioRun {
         _ = try? inotify.events()
         wroteInPlace = false
         earlyAcknowledgement = nil
-        claimBefore = (try? leftCart())??.syncedThrough ?? 0
+        let left = (try? leftCart()) ?? nil
+        claimBefore = left?.syncedThrough ?? 0
+        quantitiesBefore = left?.quantities ?? [:]
         do {
             return try SpawnedProcess(command, directory: directory, environment: ["BASKET_SYNC_DIR": directory], log: "\(directory)/host.log")
         } catch {

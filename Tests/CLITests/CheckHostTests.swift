@@ -111,6 +111,9 @@ import TestSupport
         ("losefields", "keeps other lines and fields"),
         ("inplace", "writes the cart atomically (a temp file renamed over it)"),
         ("nosynced", "reports syncedThrough"),
+        // Applies the records after the cart's syncedThrough and writes it back unchanged: every
+        // run applies them all again — blamed for the claim, not for what follows from it.
+        ("frozen", "reports syncedThrough"),
         ("toofar", "reports syncedThrough no further than what it applied"),
         ("reverse", "applies records in seq order"),
         ("skip", "skips no record"),
@@ -145,7 +148,10 @@ import TestSupport
     /// run of the suite's seed (a failure names it).
     @Test(arguments: [("skip", "skips no record"),
                       ("ackfirst", "writes syncedThrough in the same cart as the lines it covers (never before, never after)"),
-                      ("acklast", "writes syncedThrough in the same cart as the lines it covers (never before, never after)")])
+                      ("acklast", "writes syncedThrough in the same cart as the lines it covers (never before, never after)"),
+                      // Its claim never moves: killed, it looks like acklast killed between its
+                      // two carts; a whole run tells them apart.
+                      ("frozen", "reports syncedThrough")])
     func aKilledHostIsCaughtForItsOwnRule(mode: String, rule: String) throws {
         let playground = try Playground()
         let base = Knobs.seed

@@ -11,7 +11,8 @@ MODE: good, twice, noclamp, losefields, inplace, nosynced, toofar, reverse, skip
       the lines 20 ms later), linenumber (takes the outbox's lines after line number
       syncedThrough, in outbox.jsonl alone), acklast (writes the lines in a cart of its own,
       then syncedThrough 20 ms later), normalize (rewrites every id to Unicode NFC: the
-      cart's and the records')
+      cart's and the records'), frozen (applies the records after the cart's syncedThrough
+      but writes that syncedThrough back unchanged: every run applies them all again)
 """
 import subprocess
 import time
@@ -88,6 +89,8 @@ if mode == "nosynced":
 elif mode == "toofar":
     # Far beyond: one record more than it read would look like one record skipped.
     cart["syncedThrough"] = last + 1000
+elif mode == "frozen":
+    cart["syncedThrough"] = done
 else:
     cart["syncedThrough"] = max(last, cart.get("syncedThrough", 0))
 text = json.dumps(cart, ensure_ascii=False)
