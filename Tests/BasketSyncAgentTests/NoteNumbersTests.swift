@@ -39,4 +39,13 @@ import TestSupport
         #expect(AppendCursor(text: "1 2 3 7")?.durable == 7)
         #expect(AppendCursor(text: "1 2 3 x") == nil)
     }
+
+    /// The meta rows' keys are spelled once as literals: each note is `note.` and its name, each
+    /// file's note `given.` and its projection, as rows written before were keyed.
+    @Test func everyMetaKeyIsSpelledAsItsRowsWereKeyed() {
+        for note in Note.allCases { #expect(MetaKey.note(note).text == "note.\(note.rawValue)") }
+        for projection in Projection.allCases { #expect(MetaKey.given(projection).text == "given.\(projection.rawValue)") }
+        let keys: [MetaKey] = [.state, .pendingRows, .hostCart, .hostCartChanges, .deadline, .cartAtBatch, .cartVersions, .layoutBeforeCarts]
+        #expect(keys.map(\.text) == ["state", "pendingRows", "hostCart", "hostCartChanges", "deadline", "cartAtBatch", "cartVersions", "layoutBeforeCarts"])
+    }
 }

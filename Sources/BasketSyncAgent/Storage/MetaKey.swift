@@ -24,8 +24,9 @@ enum MetaKey: Hashable, Sendable {
     /// A small text kept for `status` and the agent.
     case note(Note)
 
-    /// The key as stored.
-    var text: String {
+    /// The key as stored: a literal, bound without a copy (a key is bound at every read and
+    /// write of a meta row, many times a change).
+    var literal: StaticString {
         switch self {
         case .state: return "state"
         case .pendingRows: return "pendingRows"
@@ -34,11 +35,27 @@ enum MetaKey: Hashable, Sendable {
         case .deadline: return "deadline"
         case .cartAtBatch: return "cartAtBatch"
         case .cartVersions: return "cartVersions"
-        case let .given(projection): return "given.\(projection.rawValue)"
+        case .given(.outbox): return "given.outbox"
+        case .given(.notifications): return "given.notifications"
+        case .given(.payments): return "given.payments"
         case .layoutBeforeCarts: return "layoutBeforeCarts"
-        case let .note(note): return "note.\(note.rawValue)"
+        case .note(.cartRead): return "note.cartRead"
+        case .note(.cartTaken): return "note.cartTaken"
+        case .note(.cartSeen): return "note.cartSeen"
+        case .note(.passOK): return "note.passOK"
+        case .note(.inboxDuplicates): return "note.inboxDuplicates"
+        case .note(.ownStore): return "note.ownStore"
+        case .note(.defaultStore): return "note.defaultStore"
+        case .note(.watch): return "note.watch"
+        case .note(.orderUnknown): return "note.orderUnknown"
+        case .note(.heartbeat): return "note.heartbeat"
+        case .note(.servesDirectory): return "note.servesDirectory"
+        case .note(.clock): return "note.clock"
         }
     }
+
+    /// The key as stored.
+    var text: String { literal.description }
 }
 
 /// The notes: small texts kept beside the state (what `status` tells of the last cart, the last

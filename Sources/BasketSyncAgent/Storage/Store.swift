@@ -180,7 +180,7 @@ package final class Store {
         let statement = try cached("SELECT value FROM meta WHERE cart = ? AND key = ?")
         defer { statement.reset() }
         statement.bind(1, cart)
-        statement.bind(2, key.text)
+        statement.bind(2, key.literal)
         return try statement.step() ? statement.blob(0) : nil
     }
 
@@ -188,7 +188,7 @@ package final class Store {
         let statement = try cached("DELETE FROM meta WHERE cart = ? AND key = ?")
         defer { statement.reset() }
         statement.bind(1, cart)
-        statement.bind(2, key.text)
+        statement.bind(2, key.literal)
         _ = try statement.step()
     }
 
@@ -197,7 +197,7 @@ package final class Store {
         let statement = try cached("INSERT INTO meta(cart, key, value) VALUES(?, ?, ?) ON CONFLICT(cart, key) DO UPDATE SET value = excluded.value")
         defer { statement.reset() }
         statement.bind(1, cart)
-        statement.bind(2, key.text)
+        statement.bind(2, key.literal)
         statement.bind(3, value)
         _ = try statement.step()
     }

@@ -162,7 +162,7 @@ extension Store {
         let statement = try cached("INSERT INTO meta(cart, key, value) VALUES(?, ?, ?) ON CONFLICT(cart, key) DO NOTHING")
         defer { statement.reset() }
         statement.bind(1, cart)
-        statement.bind(2, MetaKey.given(projection).text)
+        statement.bind(2, MetaKey.given(projection).literal)
         statement.bind(3, given.bytes)
         _ = try statement.step()
     }

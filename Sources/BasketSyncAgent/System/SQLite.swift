@@ -94,6 +94,11 @@ final class SQLiteConnection {
 
         func bind(_ index: Int32, _ value: String) { sqlite3_bind_text(handle, index, value, -1, SQLiteConnection.transient) }
 
+        /// Binds a literal in place (SQLite reads it where it is: a literal lives as long as the program).
+        func bind(_ index: Int32, _ value: StaticString) {
+            sqlite3_bind_text(handle, index, UnsafeRawPointer(value.utf8Start).assumingMemoryBound(to: CChar.self), Int32(value.utf8CodeUnitCount), nil)
+        }
+
         func bind(_ index: Int32, _ bytes: [UInt8]) {
             bytes.withUnsafeBytes { buffer in
                 _ = sqlite3_bind_blob(handle, index, buffer.baseAddress, Int32(buffer.count), SQLiteConnection.transient)
