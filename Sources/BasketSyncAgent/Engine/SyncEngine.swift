@@ -193,7 +193,9 @@ public final class SyncEngine {
         }
         try noteClock(machine.state.pending, offset: offset, stepped: clockStep != nil)
         // The host cart (as large as the cart) is compared once; the rest of the state is small.
-        let touched = hostCartTouched
+        // The ids that changed, from the large-cart reader or from one walk of the two carts: the
+        // host cart is then saved as its changes while they stay few, not encoded whole.
+        let touched = hostCartTouched ?? Self.changedIds(before.hostCart, machine.state.hostCart)
         hostCartTouched = nil
         let cartChanged = touched.map { !$0.isEmpty } ?? (machine.state.hostCart != before.hostCart)
         var rest = machine.state, restBefore = before
@@ -207,6 +209,26 @@ public final class SyncEngine {
         if summary.stateChanged { try store.saveState(machine.state, hostCartChanged: cartChanged, hostCartTouched: touched) }
         nextDeadline = deadline
         return summary
+    }
+
+    /// The ids whose quantity differs between two host carts (an id absent from one of them
+    /// included); nil when either is nil.
+    static func changedIds(_ before: [ExactID: Int]?, _ after: [ExactID: Int]?) -> [ExactID]? {
+        guard let before, let after else { return nil }
+        var changed: [ExactID] = []
+        var common = 0
+        for (id, quantity) in after {
+            guard let was = before[id] else {
+                changed.append(id)
+                continue
+            }
+            common += 1
+            if was != quantity { changed.append(id) }
+        }
+        if common < before.count {
+            for id in before.keys where after[id] == nil { changed.append(id) }
+        }
+        return changed
     }
 
     /// What the pending batches are, without holding them: a batch is only ever appended (with
