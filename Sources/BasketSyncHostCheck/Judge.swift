@@ -169,6 +169,10 @@ extension ScenarioRun {
             fail(.tooFar, "after \(moment), \"\(keys.syncedThrough)\" is \(claim) but the outbox ends at \(last)")
             return false
         }
+        if claim < claimBefore {
+            fail(.reports, "after \(moment), \"\(keys.syncedThrough)\" went back from \(claimBefore) to \(claim) (the cart holds \(cart.shown)): a host's \"\(keys.syncedThrough)\" never moves back — records \(claim + 1)…\(claimBefore) would be taken as not applied, and its next run applies them again; write the seq of the last record applied")
+            return false
+        }
         // The lines moved in this run while the claim stayed where it was, with records after it:
         // the host applied records and did not say so (its next run applies them again). Killed,
         // it may as well be a host that writes the claim in a later cart: a whole run tells.
@@ -187,10 +191,10 @@ extension ScenarioRun {
         let applied = all.filter { $0.seq <= claim }
         let expected = model(applied)
         if cart.quantities != expected {
-            // Killed between a cart that acknowledged ahead of its lines and the lines: that cart
-            // is what it left.
+            // Killed on a cart that acknowledged ahead of its lines: a host that writes the lines in
+            // a later cart, or one that claims what it never applies — a whole run tells.
             if killed, let early = earlyAcknowledgement {
-                fail(.acknowledgesWithLines, early)
+                lateAcknowledgement = early
                 return false
             }
             diagnose(cart, applied: applied, claim: claim, expected: expected, moment: moment)
@@ -217,6 +221,13 @@ extension ScenarioRun {
         if model(before + since.reversed()) == left || model(applied.reversed()) == left {
             return fail(.order, "after \(moment), \(leftText): the records were applied out of seq order; \(wanted)")
         }
+        // The last records missing (each record adds a line of its own: which ones is read from
+        // the cart): it claims more than it applied. A hole with records applied after it is a
+        // skip, below.
+        for count in stride(from: applied.count - 1, through: 0, by: -1) where model(Array(applied.prefix(count))) == left {
+            let through = count == 0 ? 0 : applied[count - 1].seq
+            return fail(.tooFar, "after \(moment), \(leftText), but it holds only records 1…\(through); \(wanted)")
+        }
         // One record missing: named (with those alike, which leave the same cart).
         let missing = applied.indices.filter { index in
             applied[index].type == .updateBasket && model(applied.enumerated().filter { $0.offset != index }.map(\.element)) == left
@@ -237,11 +248,6 @@ extension ScenarioRun {
         // likelier mistake).
         if let twice = applied.first(where: { $0.type == .updateBasket && model(applied + [$0]) == left }) {
             return fail(.once, "after \(moment), \(leftText): record #\(twice.seq) was applied twice; \(wanted)")
-        }
-        // Several records missing at the end: it claims more than it applied.
-        for count in stride(from: applied.count - 1, through: 0, by: -1) where model(Array(applied.prefix(count))) == left {
-            let through = count == 0 ? 0 : applied[count - 1].seq
-            return fail(.tooFar, "after \(moment), \(leftText), but it holds only records 1…\(through); \(wanted)")
         }
         if model(applied, clamp: false) == left {
             return fail(.clamp, "after \(moment), \(leftText): a line went below 0 along the way and was not clamped there (the deltas of a SKU summed before clamping, or clamped only at the end); clamp at 0 after each record, in seq order; \(wanted)")

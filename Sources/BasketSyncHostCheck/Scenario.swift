@@ -99,8 +99,12 @@ extension ScenarioRun {
             guard try runAndCheck() else { return }
             let before = try leftCart()
             guard try runOnce() else { return }
-            if let after = try leftCart(), let before, after.quantities != before.quantities || after.syncedThrough != before.syncedThrough {
-                fail(.once, "run again with nothing new, it changed the cart from \(before.shown) to \(after.shown) (syncedThrough \(before.syncedThrough.map(String.init) ?? "none") → \(after.syncedThrough.map(String.init) ?? "none")); a host skips the records up to its syncedThrough")
+            guard let after = try leftCart(), let before else { return }
+            if after.quantities != before.quantities {
+                fail(.once, "run again with nothing new, it changed the cart's lines from \(before.shown) to \(after.shown) (syncedThrough \(before.syncedThrough.map(String.init) ?? "none") → \(after.syncedThrough.map(String.init) ?? "none")); a host skips the records up to its syncedThrough")
+            } else if after.syncedThrough != before.syncedThrough {
+                // The lines stayed: the claim alone moved (back, past the outbox, or away).
+                try check(after: "its second run, with nothing new", expectAll: true)
             }
         case .arriving:
             // How long a run takes, on a twin directory made the same way.
@@ -132,13 +136,12 @@ extension ScenarioRun {
             guard try runOnce() else { return }
             try check(after: "a second run", expectAll: true)
         case .crash:
-            // Never below 0 either: this scenario is about a run killed midway, not clamping. Each
-            // record also adds a line of its own (R01…R20), so which records a cart holds is read
-            // from it, never guessed: without them two records alike, or the last records adding
-            // up to an earlier one, make a record left out look like an acknowledgement ahead of
-            // its lines.
+            // Never below 0 either: this scenario is about a run killed midway, not clamping.
+            // Each record adds a line of its own (R01…R20, see ``ScenarioRun/push(_:)``): two
+            // records alike, or the last records adding up to an earlier one, would make a record
+            // left out look like an acknowledgement ahead of its lines.
             var holding = ["A": 5, "B": 0, "C": 0, "D": 0]
-            let batches = (1...20).map { randomDeltas(&random, holding: &holding) + [("R\($0 < 10 ? "0" : "")\($0)", 1)] }
+            let batches = (1...20).map { _ in randomDeltas(&random, holding: &holding) }
             // How long a whole run takes, measured on a twin directory made the same way (a copy
             // would open and close this database's files, and closing drops this process's locks).
             var twin = try ScenarioRun(name: "crash-measure", root: Posix.dirname(of: directory), settings: settings,
@@ -161,22 +164,24 @@ extension ScenarioRun {
                 observe()
                 guard try check(after: "killed (SIGKILL) \(Double(delay) / 1000) ms into run \(round)", killed: true) else { break }
             }
-            let late = lateAcknowledgement
-            guard late != nil || findings.isEmpty else { return }
-            // Killed on lines that went ahead of the claim: a host that writes the claim in a later
-            // cart (killed between the two), or one whose claim never moves. A whole run tells:
-            // the second leaves its claim behind its lines again; the first does not (what it
-            // does to lines the kill left ahead of the claim is that same mistake, not another).
-            let before = findings
-            guard try runOnce() else { return }
-            try check(after: "a run after the kills", expectAll: true)
-            if let late {
-                let frozen = findings.contains { $0.rule == .reports }
-                if !frozen {
-                    findings = before
-                    fail(.acknowledgesWithLines, late)
-                }
+            if let late = lateAcknowledgement {
+                // Killed on a cart whose claim and lines disagree: a host that writes one of them
+                // in a later cart (killed between the two), or one whose claim is wrong whole runs
+                // long (never moving, covering records it never applies). A whole run on a twin
+                // made the same way tells: what it finds is the host's mistake; nothing, and the
+                // cart the kill left is.
+                var whole = try ScenarioRun(name: "crash-whole", root: Posix.dirname(of: directory), settings: settings,
+                                            configuration: configuration, command: command, inotify: inotify, runLimit: runLimit)
+                try whole.start(["X": 1, "A": 5])
+                for deltas in batches { try whole.push(deltas) }
+                if try whole.runOnce() { try whole.check(after: "a whole run (not killed)", expectAll: true) }
+                if whole.findings.isEmpty { fail(.acknowledgesWithLines, late) }
+                for finding in whole.findings { fail(finding.rule, finding.detail) }
+                neverExits = whole.neverExits
+                return
             }
+            guard findings.isEmpty, try runOnce() else { return }
+            try check(after: "a run after the kills", expectAll: true)
         }
     }
 }

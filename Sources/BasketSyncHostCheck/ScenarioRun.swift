@@ -19,9 +19,10 @@ struct ScenarioRun {
     var claimBefore: UInt64 = 0
     /// The cart's quantities when the last run started.
     var quantitiesBefore: [ExactID: Int] = [:]
-    /// A run killed on a cart whose lines moved while its syncedThrough did not: the detail of
-    /// the acknowledgement after the lines it would be, until a whole run tells it from a host
-    /// that never moves its syncedThrough (see ``Scenario/crash``).
+    /// A run killed on a cart whose syncedThrough and lines disagree (lines ahead of it, or it
+    /// ahead of the lines): the detail of the acknowledgement in another cart it would be, until
+    /// a whole run tells it from a host whose syncedThrough is wrong whole runs long (see
+    /// ``Scenario/crash``).
     var lateAcknowledgement: String?
     /// A run went past the time limit: the other scenarios would only wait it out again.
     var neverExits = false
@@ -96,7 +97,12 @@ struct ScenarioRun {
         try engine.pass(.everything)
     }
 
+    /// Pushes one record of `deltas`, with a line of its own added (`R01`, `R02`, …): which
+    /// records a cart holds is then read from it, never guessed (records alike, or a record of
+    /// removals alone, look like another mistake otherwise).
     mutating func push(_ deltas: [(String, Int)]) throws(AgentError) {
+        let own = outbox.filter { $0.type == .updateBasket }.count + 1
+        let deltas = deltas + [("R\(own < 10 ? "0" : "")\(own)", 1)]
         _ = try Commands.push(directory: directory, kind: .delta, products: deltas.map { RetailerProduct(id: $0.0, quantity: $0.1) }, id: nil)
         try engine.pass([.inbox])
         outbox = try records()

@@ -274,8 +274,8 @@ enum Help {
                 and the cart it left: it applies a record twice or out of order, skips one, does
                 not clamp at 0 record by record, ignores removals, loses other lines or fields,
                 normalizes ids, writes the cart in place, never
-                reports syncedThrough (or leaves it where it was while its lines move: each run
-                applies the records again), reports it too far, or writes it in another cart than
+                reports syncedThrough (or leaves it where it was while its lines move, or moves
+                it back), reports it too far, or writes it in another cart than
                 the lines it covers (before them, or after: killed between, records apply twice).
                 Exits 0 when every rule holds, else 65 (the scratch directories are then kept,
                 with the host's output in host.log). --json prints the

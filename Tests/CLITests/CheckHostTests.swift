@@ -114,7 +114,12 @@ import TestSupport
         // Applies the records after the cart's syncedThrough and writes it back unchanged: every
         // run applies them all again — blamed for the claim, not for what follows from it.
         ("frozen", "reports syncedThrough"),
+        // With nothing new, it writes syncedThrough one lower: a claim never moves back.
+        ("backwards", "reports syncedThrough"),
         ("toofar", "reports syncedThrough no further than what it applied"),
+        // Applies the first half of what it read and claims it all — killed, it looks like
+        // ackfirst killed between its two carts; a whole run tells them apart.
+        ("claimhalf", "reports syncedThrough no further than what it applied"),
         ("reverse", "applies records in seq order"),
         ("skip", "skips no record"),
         ("normalize", "keeps ids byte for byte (no Unicode normalization)"),
@@ -151,7 +156,8 @@ import TestSupport
                       ("acklast", "writes syncedThrough in the same cart as the lines it covers (never before, never after)"),
                       // Its claim never moves: killed, it looks like acklast killed between its
                       // two carts; a whole run tells them apart.
-                      ("frozen", "reports syncedThrough")])
+                      ("frozen", "reports syncedThrough"),
+                      ("claimhalf", "reports syncedThrough no further than what it applied")])
     func aKilledHostIsCaughtForItsOwnRule(mode: String, rule: String) throws {
         let playground = try Playground()
         let base = Knobs.seed

@@ -12,7 +12,10 @@ MODE: good, twice, noclamp, losefields, inplace, nosynced, toofar, reverse, skip
       syncedThrough, in outbox.jsonl alone), acklast (writes the lines in a cart of its own,
       then syncedThrough 20 ms later), normalize (rewrites every id to Unicode NFC: the
       cart's and the records'), frozen (applies the records after the cart's syncedThrough
-      but writes that syncedThrough back unchanged: every run applies them all again)
+      but writes that syncedThrough back unchanged: every run applies them all again),
+      backwards (a run with nothing new writes syncedThrough one lower), claimhalf (applies the
+      first half of the records it read and claims them all); skip leaves record 2 out when a
+      later record is applied (a hole: leaving the last records out is claiming too far)
 """
 import subprocess
 import time
@@ -66,8 +69,11 @@ if mode == "ackfirst":
         f.write(json.dumps(early))
     os.rename(".cart.tmp", "cart.json")
     time.sleep(0.02)
+last_read = max([r["seq"] for r in records], default=done)
+if mode == "claimhalf":
+    records = records[:(len(records) + 1) // 2]
 for record in records:
-    if record["type"] != "updateBasket" or (mode == "skip" and record["seq"] == 2):
+    if record["type"] != "updateBasket" or (mode == "skip" and record["seq"] == 2 and last_read > 2):
         continue
     for delta in record["products"]:
         line = next((l for l in lines if l["id"] == delta["id"]), None)
@@ -91,6 +97,10 @@ elif mode == "toofar":
     cart["syncedThrough"] = last + 1000
 elif mode == "frozen":
     cart["syncedThrough"] = done
+elif mode == "backwards" and not records:
+    cart["syncedThrough"] = max(0, done - 1)
+elif mode == "claimhalf":
+    cart["syncedThrough"] = max(last_read, done)
 else:
     cart["syncedThrough"] = max(last, cart.get("syncedThrough", 0))
 text = json.dumps(cart, ensure_ascii=False)
