@@ -138,4 +138,31 @@ import TestSupport
             }
         }
     }
+
+    /// Records appended as made write what this process knows of the file: after a flush (an
+    /// engine's own fsyncs, or the agent's flush of many carts together), that it is durable
+    /// through the records flushed — never less than the flush's own note said.
+    @Test(arguments: [false, true]) func recordsAppendedAfterAFlushKeepTheNoteDurableThroughIt(together: Bool) throws {
+        let directory = try EngineTests.Directory()
+        let quiet = Logger(fd: open("/dev/null", O_WRONLY))
+        let engine = try SyncEngine(directory: directory.path, isSynchronizerRegistered: true, logger: quiet)
+        func note() throws -> AppendCursor? { try engine.store.withTransaction { () throws(AgentError) in try engine.store.given(.outbox) } }
+        for index in 1...3 {
+            _ = try Commands.push(directory: directory.path, kind: .delta, products: [RetailerProduct(id: "A", quantity: 1)], id: "e\(index)")
+            _ = try engine.pass([.inbox])
+        }
+        if together {
+            var flush = FlushTogether()
+            flush.take(engine, cart: "")
+            flush.openDevices()
+            #expect(flush.finish(FlushTogether.syncAll(flush.devices.map { ($0.fd, $0.path) }), logger: quiet).isEmpty)
+        } else {
+            try engine.flush()
+        }
+        #expect(try note()?.durable == 3, "the flush noted records 1…3 durable")
+        _ = try Commands.push(directory: directory.path, kind: .delta, products: [RetailerProduct(id: "A", quantity: 1)], id: "e4")
+        _ = try engine.pass([.inbox])
+        let after = try note()
+        #expect(after?.seq == 4 && after?.durable == 3, "after the next append: \(after.map(\.text) ?? "no note")")
+    }
 }

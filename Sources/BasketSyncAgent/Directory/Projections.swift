@@ -474,6 +474,15 @@ final class JSONLinesFile {
     /// The descriptor of the appends not flushed yet, if any.
     var unsyncedDescriptor: Int32? { unsynced?.fd }
 
+    /// After `flush` returned: what this process remembers the file was given is durable through
+    /// its appends too, as the note the flush leaves says (an append made as made, without the
+    /// note read back, writes no less than the note knows).
+    func flushed(_ flush: Flush) {
+        guard var known = given, known.device == flush.given.device, known.inode == flush.given.inode else { return }
+        known.durable = max(known.durable, min(flush.given.seq, known.seq))
+        given = known
+    }
+
     /// Appends handed to a flush (an fsync of the file, or a `syncfs` of its file system): what
     /// to note once it returned, and what to go back to if it fails.
     struct Flush {

@@ -10,6 +10,9 @@ struct FlushTogether {
     /// One file's lines to flush: its cart (id and rows), which file, and the flush.
     struct Entry {
         var cart: String
+        /// Told once its lines are durable, while it is kept (not held here: an engine holds its
+        /// files open, and the carts waiting for a flush may be many more than the descriptors).
+        weak var engine: SyncEngine?
         var store: Store
         var projection: Projection
         var flush: JSONLinesFile.Flush
@@ -24,7 +27,7 @@ struct FlushTogether {
     /// Takes `engine`'s lines not flushed yet.
     mutating func take(_ engine: SyncEngine, cart: String) {
         for (projection, flush) in engine.takeUnflushed() {
-            entries.append(Entry(cart: cart, store: engine.store, projection: projection, flush: flush))
+            entries.append(Entry(cart: cart, engine: engine, store: engine.store, projection: projection, flush: flush))
             stores.insert(ObjectIdentifier(engine.store))
         }
     }
@@ -76,6 +79,7 @@ struct FlushTogether {
                 }
             }
             durable[entry.store.cart, default: (entry.store, [])].flushes.append((entry.projection, entry.flush))
+            entry.engine?.flushed([(entry.projection, entry.flush)])
         }
         guard let any = durable.values.first?.store else { return failed }
         do {

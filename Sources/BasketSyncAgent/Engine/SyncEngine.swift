@@ -416,6 +416,11 @@ public final class SyncEngine {
     }
 
     /// Notes, inside the caller's transaction, that `store`'s flushes are durable.
+    /// After flushes of this engine's files returned: its files remember it (see ``JSONLinesFile/flushed(_:)``).
+    func flushed(_ done: [(Projection, JSONLinesFile.Flush)]) {
+        for (projection, flush) in done { files[projection]!.flushed(flush) }
+    }
+
     static func noteFlushedInTransaction(_ store: Store, _ flushed: [(Projection, JSONLinesFile.Flush)]) throws(AgentError) {
         for (projection, flush) in flushed {
             if let note = JSONLinesFile.noteFlushed(flush.given, loaded: try store.given(projection)) { try store.noteGiven(projection, note) }
@@ -450,6 +455,7 @@ public final class SyncEngine {
         }
         if !done.isEmpty {
             try store.withQuickTransaction { () throws(AgentError) in try Self.noteFlushedInTransaction(store, done) }
+            flushed(done)
         }
         if let firstFailure { throw .system(firstFailure) }
     }
