@@ -200,6 +200,16 @@ extension EngineTests {
 }
 
 extension EngineTests {
+    /// The host cart the contract makes of a cart's lines: per id, the sum of its lines'
+    /// quantities, the ids at 0 left out.
+    static func hostCart(of lines: [(id: String, quantity: Int)]) -> [ExactID: Int] {
+        var sums: [ExactID: Int] = [:]
+        for line in lines { sums[ExactID(line.id), default: 0] += line.quantity }
+        return sums.filter { $0.value > 0 }
+    }
+}
+
+extension EngineTests {
     /// A large cart is read by its changed lines and its host cart saved as its changes (the
     /// whole cart written again once they are many): after every version the host cart is what
     /// the contract says — per id, the sum of its lines' quantities, the ids at 0 left out — in
@@ -211,11 +221,7 @@ extension EngineTests {
         let directory = try Directory()
         let sync = try engine(directory)
         var lines: [(id: String, quantity: Int)] = (0..<3_000).map { ("sku-\($0 % 2_600)", Int.random(in: 0...9, using: &rng)) }
-        func model() -> [ExactID: Int] {
-            var sums: [ExactID: Int] = [:]
-            for line in lines { sums[ExactID(line.id), default: 0] += line.quantity }
-            return sums.filter { $0.value > 0 }
-        }
+        func model() -> [ExactID: Int] { Self.hostCart(of: lines) }
         var savedAsChanges = 0, savedWhole = 0
         for round in 0..<40 {
             if round > 0 {
@@ -259,11 +265,7 @@ extension EngineTests {
         let directory = try Directory()
         let sync = try engine(directory)
         var lines: [(id: String, quantity: Int)] = (0..<20).map { ("sku-\($0 % 16)", Int.random(in: 0...9, using: &rng)) }
-        func model() -> [ExactID: Int] {
-            var sums: [ExactID: Int] = [:]
-            for line in lines { sums[ExactID(line.id), default: 0] += line.quantity }
-            return sums.filter { $0.value > 0 }
-        }
+        func model() -> [ExactID: Int] { Self.hostCart(of: lines) }
         var savedAsChanges = 0
         for round in 0..<60 {
             if round > 0 {

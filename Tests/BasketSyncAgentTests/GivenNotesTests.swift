@@ -9,6 +9,11 @@ import TestSupport
 /// behind the file (a kill between an append and its note) never gives a rotated file's last
 /// records to the new one.
 @Suite struct GivenNotesTests {
+    /// Drops one event (A +1) with `id` into the inbox.
+    func pushOne(_ directory: EngineTests.Directory, _ id: String) throws {
+        _ = try Commands.push(directory: directory.path, kind: .delta, products: [RetailerProduct(id: "A", quantity: 1)], id: id)
+    }
+
     func seqs(_ directory: EngineTests.Directory, _ name: String) -> [Int] {
         directory.lines(name).compactMap { (try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])?["seq"] as? Int }
     }
@@ -30,7 +35,7 @@ import TestSupport
                 steps.append("\(action)")
                 switch action {
                 case 0:
-                    _ = try Commands.push(directory: directory.path, kind: .delta, products: [RetailerProduct(id: "A", quantity: 1)], id: "e\(index)")
+                    try pushOne(directory, "e\(index)")
                     _ = try engine.pass([.inbox])
                 case 1: try engine.flush()
                 default: _ = try engine.pass(.everything)
@@ -57,7 +62,7 @@ import TestSupport
         var behind: AppendCursor?
         for index in 1...3 {
             behind = try agent.store.withTransaction { () throws(AgentError) in try agent.store.given(.outbox) }
-            _ = try Commands.push(directory: directory.path, kind: .delta, products: [RetailerProduct(id: "A", quantity: 1)], id: "e\(index)")
+            try pushOne(directory, "e\(index)")
             _ = try agent.pass([.inbox])
         }
         let left = try #require(behind)
@@ -65,7 +70,7 @@ import TestSupport
         try agent.store.withTransaction { () throws(AgentError) in try agent.store.noteGiven(.outbox, left) }
         try FileManager.default.moveItem(atPath: directory.path + "/outbox.jsonl", toPath: directory.path + "/outbox.jsonl.1")
         try directory.write("outbox.jsonl", "")
-        _ = try Commands.push(directory: directory.path, kind: .delta, products: [RetailerProduct(id: "A", quantity: 1)], id: "e4")
+        try pushOne(directory, "e4")
         let oneShot = try SyncEngine(directory: directory.path, isSynchronizerRegistered: true, logger: quiet)
         _ = try oneShot.pass(.everything)
         #expect(seqs(directory, "outbox.jsonl.1") == [1, 2, 3])
@@ -85,7 +90,7 @@ import TestSupport
             let directory = try EngineTests.Directory()
             let engines = [try SyncEngine(directory: directory.path, isSynchronizerRegistered: true, logger: quiet),
                            try SyncEngine(directory: directory.path, isSynchronizerRegistered: true, logger: quiet)]
-            _ = try Commands.push(directory: directory.path, kind: .delta, products: [RetailerProduct(id: "A", quantity: 1)], id: "first")
+            try pushOne(directory, "first")
             _ = try engines[0].pass(.everything)
             var moved = 0
             var cut: Set<String> = []
@@ -96,7 +101,7 @@ import TestSupport
                 steps.append("\(action)")
                 switch action {
                 case 0:
-                    _ = try Commands.push(directory: directory.path, kind: .delta, products: [RetailerProduct(id: "A", quantity: 1)], id: "e\(index)")
+                    try pushOne(directory, "e\(index)")
                     _ = try engine.pass([.inbox])
                 case 1:
                     try directory.write("cart.json", #"{"products":[{"id":"A","quantity":\#(index)}]}"#)
@@ -148,7 +153,7 @@ import TestSupport
         let engine = try SyncEngine(directory: directory.path, isSynchronizerRegistered: true, logger: quiet)
         func note() throws -> AppendCursor? { try engine.store.withTransaction { () throws(AgentError) in try engine.store.given(.outbox) } }
         for index in 1...3 {
-            _ = try Commands.push(directory: directory.path, kind: .delta, products: [RetailerProduct(id: "A", quantity: 1)], id: "e\(index)")
+            try pushOne(directory, "e\(index)")
             _ = try engine.pass([.inbox])
         }
         if together {
@@ -160,7 +165,7 @@ import TestSupport
             try engine.flush()
         }
         #expect(try note()?.durable == 3, "the flush noted records 1…3 durable")
-        _ = try Commands.push(directory: directory.path, kind: .delta, products: [RetailerProduct(id: "A", quantity: 1)], id: "e4")
+        try pushOne(directory, "e4")
         _ = try engine.pass([.inbox])
         let after = try note()
         #expect(after?.seq == 4 && after?.durable == 3, "after the next append: \(after.map(\.text) ?? "no note")")
