@@ -375,9 +375,11 @@ package final class Store {
     /// compared here); `hostCartTouched`, the ids whose quantity may differ from that state's
     /// (nil: any): the host cart is then saved as its changes while they stay few.
     func saveState(_ state: SyncState, hostCartChanged: Bool? = nil, hostCartTouched: [ExactID]? = nil) throws(AgentError) {
-        let at = Timestamp.text(Date())
-        for (order, seq) in state.recordedOrders { try recordOrder(order.string, seq: seq, at: at) }
-        for transfer in state.landedTransfers { try recordTransfer(transfer.string, at: at) }
+        if !state.recordedOrders.isEmpty || !state.landedTransfers.isEmpty {
+            let at = Timestamp.text(Date())
+            for (order, seq) in state.recordedOrders { try recordOrder(order.string, seq: seq, at: at) }
+            for transfer in state.landedTransfers { try recordTransfer(transfer.string, at: at) }
+        }
         var blob = state
         blob.recordedOrders = [:]
         blob.landedTransfers = []
