@@ -46,12 +46,12 @@ public final class Agent {
             if let next, let deadline, abs(next - deadline) < 0.001 { return }
             deadline = next
         }
-        /// Tells the agent that `retryAt` or `deadline` changed.
+        /// Tells the agent that `retryAt`, `deadline` or whether inbox entries are left changed.
         let timingChanged: (Cart) -> Void
         /// When it was last used (to keep the recent engines only).
         var used = 0
         /// Inbox entries its last pass left waiting (its budget spent): taken on the next turn.
-        var inboxLeft = 0
+        var inboxLeft = 0 { didSet { if (inboxLeft > 0) != (oldValue > 0) { timingChanged(self) } } }
         /// Its inbox folders were just made (taken on): its first whole pass need not make them.
         var inboxJustMade = false
 
@@ -98,7 +98,13 @@ public final class Agent {
     var lostCarts: [String: Int64] = [:]
     /// The carts with a retry or a deadline ahead: a wake-up looks at those, not at every cart.
     var timed: [String: Cart] = [:]
+    /// The carts with inbox entries left for their next turn: a wake-up looks at those, not at
+    /// every cart.
+    var inboxWaiting: [String: Cart] = [:]
     var engines: [String: SyncEngine] = [:]
+    /// The carts whose engine was used since the lines not flushed yet were last collected: a
+    /// wake-up collects theirs, not every kept engine's.
+    var enginesUsed = Set<String>()
     var clock = 0
     var lockFd: Int32 = -1
     /// An error the agent must stop on.
@@ -252,7 +258,7 @@ public final class Agent {
             let ready: [Bool]
             let polls = rootChoice.polls || polledCarts > 0
             // A cart with entries left waits for nothing: its next turn comes at once.
-            let busy = carts.values.contains { $0.inboxLeft > 0 }
+            let busy = !inboxWaiting.isEmpty
             var timeout = busy ? 0 : polls ? looks.timeout(within: waitTimeout()) : waitTimeout()
             // The heartbeat: the one wake-up of an idle agent (once a minute).
             let untilBeat = Int32(max(0, ((lastBeat + Agent.heartbeatSeconds - Posix.monotonicSeconds()) * 1000).rounded(.up)))
@@ -275,7 +281,7 @@ public final class Agent {
             }
             if ready[0] { try takeEvents() }
             // The carts whose budget was spent, one more turn each, in the order they were left.
-            for cart in carts.values where cart.inboxLeft > 0 {
+            for cart in Array(inboxWaiting.values) where carts[cart.id] === cart && cart.inboxLeft > 0 {
                 if SignalPipe.stopRequested { break }
                 attempt(cart, [.inbox])
             }
@@ -331,7 +337,8 @@ public final class Agent {
     /// busy a moment): the next one tries again.
     func beat(passed: Bool) {
         let now = Posix.monotonicSeconds()
-        if passed { lastWholePass = fatal == nil && !carts.values.contains { $0.retryAt != nil } ? Date() : lastWholePass }
+        // Every cart with a retry ahead is among the timed ones.
+        if passed { lastWholePass = fatal == nil && !timed.values.contains { $0.retryAt != nil } ? Date() : lastWholePass }
         guard now - lastBeat >= Agent.heartbeatSeconds || (passed && now - lastBeat >= 1) else { return }
         let idle = now - lastBeat >= Agent.heartbeatSeconds
         lastBeat = now
@@ -433,9 +440,23 @@ public final class Agent {
         return "watching the tree \(root) (\(carts.count) carts, \(how), cart \(configuration.cart), pid \(Posix.processId)\(synchronizer))"
     }
 
-    /// Keeps `cart` in ``timed`` while it has a retry or a deadline ahead.
+    /// Keeps `cart` in ``timed`` while it has a retry or a deadline ahead, and in
+    /// ``inboxWaiting`` while inbox entries are left for its next turn — while it is served (a
+    /// cart forgotten, or served again as another, is never put back).
     func timingChanged(_ cart: Cart) {
+        guard carts[cart.id] === cart else { return }
         if cart.retryAt != nil || cart.deadline != nil { timed[cart.id] = cart } else { timed[cart.id] = nil }
+        if cart.inboxLeft > 0 { inboxWaiting[cart.id] = cart } else { inboxWaiting[cart.id] = nil }
+    }
+
+    /// Cart `id` no longer served: forgotten with its engine, its timing and its turn.
+    func forget(_ id: String) {
+        if carts[id]?.poller != nil { polledCarts -= 1 }
+        carts[id] = nil
+        polledList = nil
+        engines[id] = nil
+        timed[id] = nil
+        inboxWaiting[id] = nil
     }
 
     /// Serves `cart` from now on, and runs a whole pass on it.

@@ -74,11 +74,7 @@ extension Agent {
     /// stay: the new watcher shares them.
     func takeOnAgain(_ id: String, because state: Tree.MarkerState) {
         let number = carts[id]?.store.cart
-        if carts[id]?.poller != nil { polledCarts -= 1 }
-        carts[id] = nil
-        polledList = nil
-        engines[id] = nil
-        timed[id] = nil
+        forget(id)
         // Said as it is: why it is no longer served, then whether it is served again (taking it
         // on can refuse it, and says why).
         switch state {
@@ -113,12 +109,8 @@ extension Agent {
         // Only a cart whose directory is gone (or another's now) ends: an event that only looks
         // like it (a stray name in the root) must never take a cart's history.
         if Posix.info("\(tree.root)/\(id)", follow: false)?.kind == .directory, tree.markerMatches(id, number: cart.store.cart) { return }
-        carts[id] = nil
-        polledList = nil
-        if cart.poller != nil { polledCarts -= 1 }
+        forget(id)
         if started { recordWatch() }
-        timed[id] = nil
-        engines[id] = nil
         cart.watcher?.removeWatches()
         removeRows(id, number: cart.store.cart)
     }
@@ -144,6 +136,8 @@ extension Agent {
     func engine(for cart: Cart) throws(AgentError) -> SyncEngine {
         clock += 1
         cart.used = clock
+        // Its lines are collected for the flush at the wake-up's end.
+        enginesUsed.insert(cart.id)
         if let engine = engines[cart.id] { return engine }
         if engines.count >= enginesKept {
             // The older half goes.

@@ -29,7 +29,15 @@ extension Agent {
     /// Starts the flush when it is due (or `now`), unless one is under way; without a flusher,
     /// flushes in this thread.
     func flushIfDue(now: Bool = false) {
-        collectUnflushed(engines)
+        // At a wake-up's end, the engines used since the last one (an engine let go left its
+        // lines then); every engine when flushing now — in the middle of a wake-up's work, whose
+        // engines may append again before its end: they stay marked as used.
+        if now {
+            collectUnflushed(engines)
+        } else {
+            collectUnflushed(enginesUsed.compactMap { id in engines[id].map { (key: id, value: $0) } })
+            enginesUsed = []
+        }
         guard let due = flushDue, now || due <= Posix.monotonicSeconds(), !(flusher?.inFlight ?? false) else { return }
         flushing = unflushed
         unflushed = FlushTogether()
