@@ -58,15 +58,16 @@ package enum StateFormat {
     // Key paths are not Sendable; this map is made once and never changed.
     nonisolated(unsafe) private static let counterFieldsByName = Dictionary(uniqueKeysWithValues: counterFields.map { ($0.0, $0.1) })
 
-    /// Every counter and its name: one list for the writer and the reader.
-    private static var counterFields: [(String, WritableKeyPath<SyncCounters, UInt64>)] {
-        [("updateBaskets", \.updateBaskets), ("redirects", \.redirects), ("notifications", \.notifications),
-         ("settled", \.settled), ("rolledBack", \.rolledBack), ("lateEchoes", \.lateEchoes), ("ignored", \.ignored),
-         ("paymentsRecorded", \.paymentsRecorded), ("paymentsSkipped", \.paymentsSkipped),
-         ("duplicatePayments", \.duplicatePayments), ("duplicateTransfers", \.duplicateTransfers),
-         ("lateAcknowledgements", \.lateAcknowledgements), ("acknowledgementsBeyondOutbox", \.acknowledgementsBeyondOutbox),
-         ("acknowledgementsWentBack", \.acknowledgementsWentBack), ("staleStates", \.staleStates)]
-    }
+    /// Every counter and its name: one list for the writer and the reader, made once (key paths
+    /// are not Sendable; it is never changed).
+    nonisolated(unsafe) private static let counterFields: [(String, WritableKeyPath<SyncCounters, UInt64>)] = [
+        ("updateBaskets", \.updateBaskets), ("redirects", \.redirects), ("notifications", \.notifications),
+        ("settled", \.settled), ("rolledBack", \.rolledBack), ("lateEchoes", \.lateEchoes), ("ignored", \.ignored),
+        ("paymentsRecorded", \.paymentsRecorded), ("paymentsSkipped", \.paymentsSkipped),
+        ("duplicatePayments", \.duplicatePayments), ("duplicateTransfers", \.duplicateTransfers),
+        ("lateAcknowledgements", \.lateAcknowledgements), ("acknowledgementsBeyondOutbox", \.acknowledgementsBeyondOutbox),
+        ("acknowledgementsWentBack", \.acknowledgementsWentBack), ("staleStates", \.staleStates),
+    ]
 
     /// A map of quantities by id (the host cart, kept beside the state), compactly: a 0x01 byte,
     /// then per entry the id's length (LEB128), its bytes, and the quantity (zigzag LEB128). A

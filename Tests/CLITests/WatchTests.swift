@@ -389,6 +389,40 @@ import Testing
         #expect(agent.stop() == 0)
     }
 
+    /// A window opened while the agent's engine (and its copy of the state) is kept still closes
+    /// on time after the agent is killed: a start does not step a cart certainly as last read
+    /// (read well after its last change) but reads its deadline kept beside the state, which
+    /// must follow every change a kept engine makes — here a window closed by the host's echo
+    /// (a host without `syncedThrough`), then another opened.
+    @Test func aWindowOpenedUnderAKeptEngineClosesAfterTheAgentIsKilled() async throws {
+        let playground = try Playground()
+        let first = try await started(playground, config: "{ \"pendingTimeoutSeconds\": 3 }")
+        _ = try basketSync(["-C", playground.path, "push", "A=+1"])
+        try await eventually("the first delta is in the outbox") { playground.records("outbox.jsonl").count == 1 }
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1)]))
+        try await eventually("the echo is notified") { lastNotification(playground) == ["A": 1] }
+        kill(first.process.processIdentifier, SIGKILL)
+        first.process.waitUntilExit()
+        // Read again by the next start well after its last change: certainly that version from then on.
+        try await eventually("the cart's last change is over a second and a half old") {
+            var info = stat()
+            guard stat(playground.url("cart.json").path, &info) == 0 else { return false }
+            var now = timespec()
+            clock_gettime(CLOCK_REALTIME, &now)
+            return (now.tv_sec - info.st_ctim.tv_sec) * 1_000_000_000 + (now.tv_nsec - info.st_ctim.tv_nsec) > 1_500_000_000
+        }
+        let second = try AgentProcess(directory: playground.path)
+        try await second.waitUntilWatching()
+        _ = try basketSync(["-C", playground.path, "push", "A=+1"])
+        try await eventually("the second delta is in the outbox") { playground.records("outbox.jsonl").count == 2 }
+        kill(second.process.processIdentifier, SIGKILL)
+        second.process.waitUntilExit()
+        let third = try AgentProcess(directory: playground.path)
+        try await third.waitUntilWatching()
+        try await eventually("the window closes after the restart", timeout: 60) { third.log.contains("batch #2 rolled back") }
+        #expect(third.stop() == 0)
+    }
+
     /// inotify's own failure: an agent that polls (the suite run again with BASKET_SYNC_WATCH_MODE=poll) has no queue to overflow.
     @Test(.enabled(if: !agentsPoll, "the agents poll: no inotify queue")) func afterAnOverflowOfTheInotifyQueueEverythingIsReadAgain() async throws {
         let playground = try Playground()

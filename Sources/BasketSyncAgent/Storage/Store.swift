@@ -281,6 +281,7 @@ package final class Store {
                 savedHostCart = nil
                 savedCartChanges = nil
             }
+            savedDeadline = nil
             cachedState = state
             cachedDataVersion = version
             cachedRollbacks = database.rollbacks
@@ -367,6 +368,9 @@ package final class Store {
     private var savedHostCart: [ExactID: Int]??
     /// The changes saved beside the host cart (``MetaKey/hostCartChanges``), when known.
     private var savedCartChanges: [ExactID: Int]?
+    /// The deadline as saved beside the state (``MetaKey/deadline``) by this store, when known:
+    /// written again only when it moves (most changes leave it where it was).
+    private var savedDeadline: [UInt8]?
 
     /// Saves the state: ids of orders and transfers it holds go to their tables (kept), the host
     /// cart is written only when it changed, the rest — bounded by the cart's Mealz lines and the
@@ -408,7 +412,9 @@ package final class Store {
         try setMeta(.state, StateFormat.encode(blob))
         // Beside it, the next deadline: read without decoding the state (a start over many carts).
         let deadline = SyncStateMachine(state: state).nextDeadline
-        try setMeta(.deadline, Array((deadline.map { String(Int64(($0.timeIntervalSince1970 * 1e9).rounded(.up))) } ?? "").utf8))
+        let deadlineText = Array((deadline.map { String(Int64(($0.timeIntervalSince1970 * 1e9).rounded(.up))) } ?? "").utf8)
+        if !known || savedDeadline != deadlineText { try setMeta(.deadline, deadlineText) }
+        savedDeadline = deadlineText
         blob.hostCart = state.hostCart
         blob.pending = state.pending
         cachedState = blob
