@@ -378,6 +378,36 @@ import Testing
         #expect(!fourth.stderr.contains(said), "\(interference.rawValue): said again: \(fourth.stderr)")
     }
 
+    /// The agent checks, before it appends after the record it appended last, that the file still
+    /// ends with it byte for byte: the same file and the same size cannot tell a line of the same
+    /// length written over it in place — a foreign line, or the record with another quantity.
+    @Test(arguments: ["foreign", "record"])
+    func aRecordWrittenOverInPlaceByALineOfItsLengthIsSaid(forgery: String) async throws {
+        let playground = try Playground()
+        _ = try basketSync(["-C", playground.path, "init"])
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        for index in 1...3 {
+            _ = try basketSync(["-C", playground.path, "push", "--id", "e\(index)", "A=+\(index)"])
+            try await eventually("record \(index) is appended") { seqs(playground).count == index }
+        }
+        let path = playground.path + "/outbox.jsonl"
+        let text = playground.read("outbox.jsonl")
+        let last = text.split(separator: "\n").last!
+        let forged = forgery == "record" ? last.replacingOccurrences(of: "\"quantity\":3", with: "\"quantity\":9")
+            : "{\"note\":\"" + String(repeating: "x", count: last.utf8.count - 11) + "\"}"
+        #expect(forged.utf8.count == last.utf8.count && forged != last, "\(forged)")
+        let handle = try #require(FileHandle(forWritingAtPath: path))
+        try handle.seek(toOffset: UInt64(text.utf8.count - last.utf8.count - 1))
+        try handle.write(contentsOf: Data(forged.utf8))
+        try handle.close()
+        _ = try basketSync(["-C", playground.path, "push", "--id", "e4", "A=+4"])
+        try await eventually("record 4 is appended") { seqs(playground).last == 4 }
+        #expect(agent.log.contains("outbox.jsonl: its last line is not a record of basket-sync"), "\(agent.log)")
+        #expect(playground.read("outbox.jsonl").contains(forged), "left alone")
+        #expect(agent.stop() == 0)
+    }
+
     /// A database that lost commits the files hold (restored from an older backup, its WAL
     /// deleted) is detected before anything is written: the files hold records it does not.
     @Test func aLostDatabaseIsDetectedNotPaperedOver() throws {

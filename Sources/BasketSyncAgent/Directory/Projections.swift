@@ -135,6 +135,9 @@ final class JSONLinesFile {
     /// commit, and flushed later): the descriptor, the file's size before the first of them and
     /// what was given then. ``flushed(_:)`` ends them.
     private var unsynced: (fd: Int32, path: String, sizeBefore: Int64, givenBefore: AppendCursor?)?
+    /// The last record this process appended, and where in which file it ends: the file's last
+    /// line for as long as nobody else writes to it.
+    private var lastAppended: (device: UInt64, inode: UInt64, end: Int64, seq: UInt64, line: [UInt8])?
 
     /// What a file was given: which file, how long it was after the append, the last seq in it.
     /// What a catch-up did.
@@ -317,7 +320,7 @@ final class JSONLinesFile {
 
         if let known = given, closedFlushed == nil, known.lostAfter == nil, known.device == info.device, known.inode == info.inode,
            known.size == info.size, let first = made.first, first.seq == known.seq + 1,
-           zip(made, made.dropFirst()).allSatisfy({ $0.seq + 1 == $1.seq }) {
+           zip(made, made.dropFirst()).allSatisfy({ $0.seq + 1 == $1.seq }), try !lastLineWrittenOver(known, fd: fd) {
             return try append(made, to: fd, info: info, size: info.size, durable: min(known.durable, known.seq), saveGiven: saveGiven, outcome: Outcome())
         }
         given = try loadGiven()
@@ -338,7 +341,7 @@ final class JSONLinesFile {
         outcome.lostAfter = lostAfter
         let sameFile = given.map { $0.device == info.device && $0.inode == info.inode && $0.size <= size } ?? false
         outcome.shrank = lostAfter == nil && (given.map { $0.device == info.device && $0.inode == info.inode && $0.size > size } ?? false)
-        if let given, sameFile, given.size == size, lostAfter == nil {
+        if let given, sameFile, given.size == size, lostAfter == nil, try !lastLineWrittenOver(given, fd: fd) {
             start = given.seq
         } else {
             let tail = try readTail(fd, size: size)
@@ -463,6 +466,7 @@ final class JSONLinesFile {
         // deferred append not synced yet included); an fsync now covers every earlier one.
         unsynced = syncsNow ? nil : (fd, path, unsynced?.sizeBefore ?? size, unsynced.map { $0.givenBefore } ?? given)
         given = AppendCursor(device: info.device, inode: info.inode, size: size + Int64(bytes.count), seq: newLast, durable: syncsNow ? newLast : durable)
+        lastAppended = (info.device, info.inode, given!.size, newLast, records.last!.line)
         try saveGiven(given!)
         outcome.appended = records.count
         if let rotation, given!.size > Int64(rotation.maxBytes) {
@@ -656,6 +660,17 @@ final class JSONLinesFile {
             lineEnd = lineStart - 1
             position = lineEnd
         }
+    }
+
+    /// Whether the file's last line — the record this process appended last, where `known` says
+    /// the file ends — was written over in place since: the same file and the same size cannot
+    /// tell (a line of the same length put over it); its bytes, one read, can. Unknown (the file
+    /// given by another process, or not by an append): false, the file is taken as given.
+    private func lastLineWrittenOver(_ known: AppendCursor, fd: Int32) throws(AgentError) -> Bool {
+        guard let last = lastAppended, last.device == known.device, last.inode == known.inode, last.end == known.size,
+              last.seq == known.seq else { return false }
+        guard known.size >= Int64(last.line.count) else { return true }
+        return try read(fd, at: known.size - Int64(last.line.count), count: last.line.count) != last.line
     }
 
     private func read(_ fd: Int32, at offset: Int64, count: Int) throws(AgentError) -> [UInt8] {
