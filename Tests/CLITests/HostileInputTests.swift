@@ -335,6 +335,7 @@ import Testing
     enum Interference: String, CaseIterable {
         case foreignLine = "a foreign line appended"
         case blankLine = "a blank line appended"
+        case copiedRecord = "its last record appended again (a copy)"
         case movedAway = "moved away (logrotate)"
         case truncated = "truncated (copytruncate)"
         case deleted = "deleted"
@@ -343,6 +344,9 @@ import Testing
             switch self {
             case .foreignLine: try appendText("{\"note\":\"the host's own line\"}\n", to: path)
             case .blankLine: try appendText("\n", to: path)
+            case .copiedRecord:
+                let text = try String(contentsOfFile: path, encoding: .utf8)
+                try appendText(String(text.split(separator: "\n").last!) + "\n", to: path)
             case .movedAway: try FileManager.default.moveItem(atPath: path, toPath: path + ".1")
             case .truncated: _ = truncate(path, 0)
             case .deleted: try FileManager.default.removeItem(atPath: path)
@@ -367,12 +371,13 @@ import Testing
         try interference.apply(to: playground.path + "/outbox.jsonl")
         let third = try push(playground, "e3")
         let foreign = [.foreignLine, .blankLine].contains(interference)
-        let expected: [Int] = foreign ? [1, 2, 3] : [3]
+        let expected: [Int] = foreign ? [1, 2, 3] : interference == .copiedRecord ? [1, 2, 2, 3] : [3]
         #expect(seqs(playground) == expected, "\(interference.rawValue): \(playground.read("outbox.jsonl"))")
         if interference == .foreignLine { #expect(playground.read("outbox.jsonl").contains("the host's own line"), "left alone") }
-        // Lines that are not records are left alone and said, once.
-        let said = "outbox.jsonl: its last line is not a record of basket-sync"
-        #expect(third.stderr.contains(said) == foreign, "\(interference.rawValue): \(third.stderr)")
+        // Lines that are not records — or a copy of one — are left alone and said (as what they are), once.
+        let said = interference == .copiedRecord ? "outbox.jsonl: its last line is record 2 again" : "outbox.jsonl: its last line is not a record of basket-sync"
+        #expect(third.stderr.contains(said) == (foreign || interference == .copiedRecord), "\(interference.rawValue): \(third.stderr)")
+        #expect(!(interference == .copiedRecord && third.stderr.contains("is not a record")), "a copy of a record is named as one: \(third.stderr)")
         let fourth = try push(playground, "e4")
         #expect(seqs(playground) == expected + [4])
         #expect(!fourth.stderr.contains(said), "\(interference.rawValue): said again: \(fourth.stderr)")

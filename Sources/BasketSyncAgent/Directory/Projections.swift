@@ -148,6 +148,9 @@ final class JSONLinesFile {
         var restarted = false
         /// The last line is not a record: left alone.
         var foreignTail = false
+        /// The last line is a record, but a copy of one before it (the file copied or edited by
+        /// another program): its seq; left alone.
+        var copiedTail: UInt64?
         /// The file was rotated after the append: nil when not; "" when done; else why it failed.
         var rotated: String?
         /// Records given again, first…last: they had left the live files (see ``catchUp``).
@@ -159,7 +162,7 @@ final class JSONLinesFile {
         var lostAfter: UInt64?
 
         static func == (a: Outcome, b: Outcome) -> Bool {
-            a.appended == b.appended && a.truncatedBytes == b.truncatedBytes && a.restarted == b.restarted && a.foreignTail == b.foreignTail
+            a.appended == b.appended && a.truncatedBytes == b.truncatedBytes && a.restarted == b.restarted && a.foreignTail == b.foreignTail && a.copiedTail == b.copiedTail
                 && a.rotated == b.rotated && a.reappended?.0 == b.reappended?.0 && a.reappended?.1 == b.reappended?.1 && a.shrank == b.shrank
                 && a.lostAfter == b.lostAfter
         }
@@ -355,6 +358,8 @@ final class JSONLinesFile {
             var candidate: (seq: UInt64, isLast: Bool)?
             var lastOurs: UInt64 = 0
             var first = true
+            // The last line when it is one of our records (a copy of one before it, or not).
+            var lastLineRecord: UInt64?
             try linesBackward(fd, end: tail.completeSize) { (start, length) throws(AgentError) in
                 defer { first = false }
                 let prefix = try read(fd, at: start, count: min(length, 32))
@@ -368,6 +373,7 @@ final class JSONLinesFile {
                 }
                 guard let stored = try recordAt(seq), stored.count == length + 1,
                       try read(fd, at: start, count: length + 1) == stored else { return true }
+                if first { lastLineRecord = seq }
                 if let current = candidate, seq < current.seq {
                     lastOurs = current.seq  // in order: the candidate is where the file got to
                     return false
@@ -389,7 +395,8 @@ final class JSONLinesFile {
                 outcome.truncatedBytes = Int(size - tail.completeSize)
                 size = tail.completeSize
             }
-            outcome.foreignTail = tail.completeSize > 0 && !lastLineIsOurs
+            outcome.foreignTail = tail.completeSize > 0 && !lastLineIsOurs && lastLineRecord == nil
+            outcome.copiedTail = lastLineIsOurs ? nil : lastLineRecord
             if lastLineIsOurs {
                 // The file ends with one of our records: go on after it. It may be behind what was
                 // given (a power loss took an un-fsynced tail, a backup was restored): the records

@@ -526,6 +526,9 @@ public final class SyncEngine {
         if outcome.foreignTail {
             logger.log(.warning, "\(file.path): its last line is not a record of basket-sync (a blank, or a line another program wrote); left alone, the next records follow it")
         }
+        if let seq = outcome.copiedTail {
+            logger.log(.warning, "\(file.path): its last line is record \(seq) again, after a line of record \(seq) or later (the file was copied or edited by another program); left alone, the next records follow it")
+        }
     }
 
     /// Catches every JSON Lines file up with the database (at start, and after another process committed).
