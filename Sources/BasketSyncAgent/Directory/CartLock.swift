@@ -39,6 +39,7 @@ public enum CartLock {
         }
         let deadline = timeout.map { Posix.monotonicSeconds() + $0 }
         var told = false
+        var refused = 0
         while true {
             let taken: Bool
             do { taken = try Posix.lockExclusive(fd, wait: false, path: path) } catch {
@@ -46,9 +47,15 @@ public enum CartLock {
                 throw .system(error)
             }
             if taken { break }
+            refused += 1
             if !told {
-                told = true
-                waiting(path, holders(of: fd))
+                // None seen holding it: let go in between (the next try takes it), or held by a
+                // process this one cannot see — said without a name only once tried again.
+                let seen = holders(of: fd)
+                if !seen.isEmpty || refused > 1 {
+                    told = true
+                    waiting(path, seen)
+                }
             }
             if let deadline, Posix.monotonicSeconds() >= deadline {
                 let holder = describe(holders(of: fd))
@@ -93,9 +100,9 @@ public enum CartLock {
         }
     }
 
-    /// "by process 12, process 13", or nothing when none is known.
+    /// " by process 12, process 13", or, when none is seen, that it is not.
     public static func describe(_ holders: [Int32]) -> String {
-        holders.isEmpty ? "" : " by " + holders.map { "process \($0)" }.joined(separator: ", ")
+        holders.isEmpty ? " by a process not seen from here (or let go just then)" : " by " + holders.map { "process \($0)" }.joined(separator: ", ")
     }
 
     /// The live processes holding the lock on the file open as `fd`: those with a descriptor on
