@@ -140,6 +140,36 @@ import Testing
         #expect(setAsideAfter > total / 2, "quiet was told at \(told), after \(total - setAsideAfter) of noisy's \(total) events")
     }
 
+    /// Events delivered into a tree's cart while it works through a backlog (its budget per turn
+    /// spent) are taken with it, each once, and none is left in `new/` waiting for another event:
+    /// inotify reports each arrival once, so a turn that goes on with the backlog takes in what
+    /// came since. Two bursts renamed into place the Maildir way, the second while the agent
+    /// serves the first (stopped while the first lands, so that one wake-up finds it all).
+    @Test func eventsDeliveredWhileABacklogIsServedAreAllTakenAndNoneIsLeft() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init", "--tree"]).status == 0)
+        let inbox = playground.path + "/busy/inbox"
+        for folder in ["tmp", "new", "cur"] { try FileManager.default.createDirectory(atPath: inbox + "/" + folder, withIntermediateDirectories: true) }
+        try playground.writeAtomically("busy/cart.json", cartJSON([]))
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        let total = 2_000
+        let names = (0..<total).map { String(format: "1796000000.M%06dP1Q%d.test", $0, $0) }
+        for (index, name) in names.enumerated() {
+            let text = "{\"id\":\"evt-\(index)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\",\"quantity\":1}]}"
+            try Data(text.utf8).write(to: URL(fileURLWithPath: inbox + "/tmp/" + name))
+        }
+        #expect(kill(agent.process.processIdentifier, SIGSTOP) == 0)
+        for name in names.prefix(total / 2) { #expect(rename(inbox + "/tmp/" + name, inbox + "/new/" + name) == 0) }
+        #expect(kill(agent.process.processIdentifier, SIGCONT) == 0)
+        for name in names.suffix(total / 2) { #expect(rename(inbox + "/tmp/" + name, inbox + "/new/" + name) == 0) }
+        try await eventually("every event is taken", timeout: 120) { playground.records("busy/outbox.jsonl").count == total }
+        #expect(count(inbox + "/new") == 0)
+        let sources = playground.records("busy/outbox.jsonl").map { $0["source"] as? String ?? "" }
+        #expect(sources.sorted() == names.indices.map { "evt-\($0)" }.sorted(), "every event once")
+        #expect(agent.stop() == 0)
+    }
+
     /// A tree whose 8 carts all change in one wake-up, each a 12 MB cart within `maxFileBytes`:
     /// their versions are taken in groups bounded by `maxFileBytes` together, as the inbox's are,
     /// so the agent's peak memory follows one group, not the number of carts (printed: the peak).

@@ -61,8 +61,14 @@ extension SyncEngine {
         let waiting: [String]
         var unordered: [(String, String)] = []
         if fromBacklog {
-            // Listed, and ordered, by an earlier pass whose budget was spent.
-            waiting = Array(inboxBacklog)
+            // Listed, and ordered, by an earlier pass whose budget was spent; what came since
+            // follows it, in the order inotify reported it now (its report is not made twice:
+            // left out here, an entry would wait for another event of its cart, and be taken
+            // after later ones).
+            let backlog = Set(inboxBacklog.map { ExactID($0) })
+            let since = inbox.waitingInOrder(seen: seen, listed: listed.names.filter { !backlog.contains(ExactID($0)) })
+            waiting = Array(inboxBacklog) + since.names
+            unordered = since.unordered
         } else {
             (waiting, unordered) = inbox.waitingInOrder(seen: seen, listed: listed.names)
         }
