@@ -62,9 +62,10 @@ extension SyncEngine {
         var unordered: [(String, String)] = []
         if fromBacklog {
             // Listed, and ordered, by an earlier pass whose budget was spent; what came since
-            // follows it, in the order inotify reported it now (its report is not made twice:
-            // left out here, an entry would wait for another event of its cart, and be taken
-            // after later ones).
+            // follows it — what inotify reported now, in its order, then what only the listing
+            // shows, in delivery order (a report is not made twice: left out here, an entry would
+            // wait for another event of its cart). A listing made while renames land may miss
+            // one and show a later one, then taken first (docs/spec.md §4 rule 6: a known limit).
             let backlog = Set(inboxBacklog.map { ExactID($0) })
             let since = inbox.waitingInOrder(seen: seen, listed: listed.names.filter { !backlog.contains(ExactID($0)) })
             waiting = Array(inboxBacklog) + since.names
