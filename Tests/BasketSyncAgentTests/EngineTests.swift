@@ -292,3 +292,42 @@ extension EngineTests {
         #expect(savedAsChanges > 30, "seed \(seed): \(savedAsChanges) of 60 versions saved as changes")
     }
 }
+
+extension EngineTests {
+    /// While inotify watches `new/` (a wake-up given), an entry listed before its report waits for
+    /// a later wake-up: its report places it, whatever the listing or the change times say; one
+    /// still without a report then is taken before what is reported, by change time. Without a
+    /// wake-up (a start, a poll) everything listed is taken at once.
+    @Test func anEntryListedBeforeItsReportIsPlacedByItsReport() throws {
+        let directory = try Directory()
+        let sync = try engine(directory)
+        let names = (1...5).map { "1796000000.M00000\($0)P1Q\($0).test" }
+        func deliver(_ index: Int) throws {
+            try directory.write("inbox/tmp/\(names[index - 1])", "{\"id\":\"e\(index)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\",\"quantity\":1}]}")
+            #expect(rename("\(directory.path)/inbox/tmp/\(names[index - 1])", "\(directory.path)/inbox/new/\(names[index - 1])") == 0)
+        }
+        func sources() -> [String] {
+            directory.lines("outbox.jsonl").compactMap { line in
+                line.firstRange(of: "\"source\":\"").map { String(line[$0.upperBound...].prefix { $0 != "\"" }) }
+            }
+        }
+        for index in 1...4 { try deliver(index) }
+        // Wake-up 1 read the report of e1 only: e2, e3, e4 were listed before theirs.
+        var summary = try sync.takeInbox(seen: [names[0]], wakeup: 1)
+        #expect((summary.taken, summary.held) == (1, 3))
+        #expect(sources() == ["e1"])
+        // Another turn in the same wake-up: no report read since, nothing more taken.
+        summary = try sync.takeInbox(seen: [], wakeup: 1)
+        #expect((summary.taken, summary.held) == (0, 3))
+        // Wake-up 2 reads e4's report, then e3's: e2's never comes (lost with a backlog), so e2
+        // goes first; e4 and e3 in their reports' order, though their names and times say otherwise.
+        summary = try sync.takeInbox(seen: [names[3], names[2]], wakeup: 2)
+        #expect((summary.taken, summary.held) == (3, 0))
+        #expect(sources() == ["e1", "e2", "e4", "e3"])
+        // No wake-up (nothing watches): taken at once, by the listing.
+        try deliver(5)
+        summary = try sync.takeInbox()
+        #expect((summary.taken, summary.held) == (1, 0))
+        #expect(sources() == ["e1", "e2", "e4", "e3", "e5"])
+    }
+}

@@ -12,16 +12,24 @@ extension SyncEngine {
         public var bad = 0
         /// Entries left waiting: the budget was spent, or SIGTERM came.
         public var left = 0
+        /// Entries listed before inotify reported them, left for a later wake-up: their report
+        /// gives their place.
+        public var held = 0
     }
 
     /// Takes every event waiting in `inbox/new/`, in delivery order (`seen`: the names inotify
     /// reported, in its order; see ``Inbox/waiting(seen:)``). Each one is committed (dedupe by
     /// id, outbox, state) and published before it is moved to `inbox/cur/`: a file leaves `new/`
     /// only once its records are durable.
+    ///
+    /// `wakeup`, given while inotify watches `new/` (the agent's wake-ups, counted): an entry the
+    /// listing shows but no report named yet is held for a later wake-up, which reads its report
+    /// first — a listing made while renames land may miss one and show a later one, and only the
+    /// reports are in delivery order (docs/spec.md §4 rule 6).
     @discardableResult
-    public func takeInbox(seen: [String] = []) throws(AgentError) -> InboxSummary {
+    public func takeInbox(seen: [String] = [], wakeup: Int? = nil) throws(AgentError) -> InboxSummary {
         var summary = InboxSummary()
-        let (inbox, waiting) = try openInbox(seen: seen, into: &summary)
+        let (inbox, waiting) = try openInbox(seen: seen, wakeup: wakeup, into: &summary)
         // Group commit: the events of a group share one transaction (one database fsync) and one
         // append per JSON Lines file, all before any of them is acknowledged.
         var start = 0
@@ -41,8 +49,9 @@ extension SyncEngine {
 
     /// The inbox with its folders opened once for the pass (never followed if swapped for a link
     /// meanwhile), and the entries waiting in `new/`, in delivery order (an earlier pass's backlog
-    /// first); a name no String can hold is set aside first.
-    func openInbox(seen: [String], into summary: inout InboxSummary) throws(AgentError) -> (Inbox, [String]) {
+    /// first); a name no String can hold is set aside first. With `wakeup`, an entry not reported
+    /// yet is held (``takeInbox(seen:wakeup:)``).
+    func openInbox(seen: [String], wakeup: Int? = nil, into summary: inout InboxSummary) throws(AgentError) -> (Inbox, [String]) {
         let inbox: Inbox
         do { inbox = try self.inbox.pinned() } catch { throw .system(error) }
         // `new/` read once: a listing that fails is this pass's error, unless an earlier pass's
@@ -58,21 +67,35 @@ extension SyncEngine {
             reportError(.badData(path: entry.shown, line: 1, column: 1, reason: "the name is not UTF-8; set aside as inbox/bad/\(entry.moved): deliver the event again under a UTF-8 name"))
             _ = try? store.withTransaction { () throws(AgentError) in try store.recordFiled(folder: "bad", name: entry.moved, at: Date()) }
         }
-        let waiting: [String]
-        var unordered: [(String, String)] = []
-        if fromBacklog {
-            // Listed, and ordered, by an earlier pass whose budget was spent; what came since
-            // follows it — what inotify reported now, in its order, then what only the listing
-            // shows, in delivery order (a report is not made twice: left out here, an entry would
-            // wait for another event of its cart). A listing made while renames land may miss
-            // one and show a later one, then taken first (docs/spec.md §4 rule 6: a known limit).
-            let backlog = Set(inboxBacklog.map { ExactID($0) })
-            let since = inbox.waitingInOrder(seen: seen, listed: listed.names.filter { !backlog.contains(ExactID($0)) })
-            waiting = Array(inboxBacklog) + since.names
-            unordered = since.unordered
+        // An earlier pass's backlog (its budget spent) was listed and ordered then: it goes first.
+        let backlog = fromBacklog ? Set(inboxBacklog.map { ExactID($0) }) : []
+        var names = fromBacklog ? listed.names.filter { !backlog.contains(ExactID($0)) } : listed.names
+        // Held at an earlier wake-up and still not reported (its report read by a pass that lost
+        // its backlog, or a delivery inotify does not report): renamed in before what is
+        // reported now, so taken before it, by change time.
+        var heldOver: [String] = []
+        if let wakeup {
+            let reported = Set(seen.map { ExactID($0) })
+            var held: [ExactID: Int] = [:]
+            names = names.filter { name in
+                let id = ExactID(name)
+                if name.hasPrefix(".") || reported.contains(id) { return true }
+                if let since = inboxUnreported[id], since < wakeup {
+                    heldOver.append(name)
+                } else {
+                    held[id] = inboxUnreported[id] ?? wakeup
+                }
+                return false
+            }
+            inboxUnreported = held
+            summary.held = held.count
         } else {
-            (waiting, unordered) = inbox.waitingInOrder(seen: seen, listed: listed.names)
+            inboxUnreported = [:]
         }
+        let before = inbox.waitingInOrder(seen: [], listed: heldOver)
+        let since = inbox.waitingInOrder(seen: seen, listed: names)
+        let waiting = (fromBacklog ? Array(inboxBacklog) : []) + before.names + since.names
+        let unordered = before.unordered + since.unordered
         inboxBacklog = []
         // Two deliveries of one clock tick, one without a Maildir name: taken in the order said.
         if let (first, second) = unordered.first {

@@ -50,8 +50,12 @@ public final class Agent {
         let timingChanged: (Cart) -> Void
         /// When it was last used (to keep the recent engines only).
         var used = 0
-        /// Inbox entries its last pass left waiting (its budget spent): taken on the next turn.
+        /// Inbox entries its last pass left waiting (its budget spent, or listed before their
+        /// report): taken on the next turn.
         var inboxLeft = 0 { didSet { if (inboxLeft > 0) != (oldValue > 0) { timingChanged(self) } } }
+        /// The wake-up whose pass held entries listed before their report, none being left
+        /// otherwise: its next turn comes with the next wake-up, which reads the reports.
+        var heldAt: Int?
         /// Its inbox folders were just made (taken on): its first whole pass need not make them.
         var inboxJustMade = false
 
@@ -101,6 +105,9 @@ public final class Agent {
     /// The carts with inbox entries left for their next turn: a wake-up looks at those, not at
     /// every cart.
     var inboxWaiting: [String: Cart] = [:]
+    /// The agent's wake-ups, counted: each reads every report inotify queued before it (a
+    /// delivery's report is queued before its rename returns).
+    var wakeup = 0
     var engines: [String: SyncEngine] = [:]
     /// The carts whose engine was used since the lines not flushed yet were last collected: a
     /// wake-up collects theirs, not every kept engine's.
@@ -266,6 +273,7 @@ public final class Agent {
             let untilFlush = flushTimeout()
             if untilFlush >= 0 { timeout = timeout < 0 ? untilFlush : min(timeout, untilFlush) }
             do { ready = try Posix.waitReadable([inotify?.fd ?? -1, signals.fd, flusher?.fd ?? -1], timeout: timeout) } catch { throw .system(error) }
+            wakeup += 1
             if ready[2] { endFlush() }
             if ready[1] {
                 for signal in signals.drain() {
@@ -281,9 +289,9 @@ public final class Agent {
             }
             if ready[0] { try takeEvents() }
             // The carts whose budget was spent, one more turn each, in the order they were left.
-            for cart in Array(inboxWaiting.values) where carts[cart.id] === cart && cart.inboxLeft > 0 {
+            for cart in Array(inboxWaiting.values) where carts[cart.id] === cart && cart.inboxLeft > 0 && cart.heldAt != wakeup {
                 if SignalPipe.stopRequested { break }
-                attempt(cart, [.inbox])
+                attempt(cart, [.inbox], reported: true)
             }
             if polls, looks.due() { look() }
             let now = Posix.monotonicSeconds()

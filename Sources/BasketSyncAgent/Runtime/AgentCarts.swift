@@ -167,7 +167,10 @@ extension Agent {
     static let inboxBudgetPerTurn = SyncEngine.inboxGroupSize
 
     /// Runs a pass on one cart; a failure is reported and retried later for that cart alone.
-    func attempt(_ cart: Cart, _ scope: SyncEngine.PassScope, inboxSeen: [String] = []) {
+    /// `reported`: the pass comes from what the agent was told since its start, no report lost
+    /// (no overflow) — when inotify watches the cart's inbox, an entry listed before its report
+    /// waits for it (``SyncEngine/takeInbox(seen:wakeup:)``).
+    func attempt(_ cart: Cart, _ scope: SyncEngine.PassScope, inboxSeen: [String] = [], reported: Bool = false) {
         let engine: SyncEngine
         do throws(AgentError) { engine = try self.engine(for: cart) } catch {
             fail(cart, error, engine: nil)
@@ -177,8 +180,11 @@ extension Agent {
             // A whole pass of a tree's cart (the start, a retry) makes what is missing of the inbox first.
             if scope == .everything, tree != nil, !cart.inboxJustMade { try Tree.makeInbox(engine.store) }
             cart.inboxJustMade = false
-            let summary = try engine.pass(scope, inboxSeen: inboxSeen)
-            cart.inboxLeft = scope.contains(.inbox) ? summary.inbox.left : cart.inboxLeft
+            let summary = try engine.pass(scope, inboxSeen: inboxSeen, inboxWakeup: reported && started && cart.watcher != nil ? wakeup : nil)
+            if scope.contains(.inbox) {
+                cart.inboxLeft = summary.inbox.left + summary.inbox.held
+                cart.heldAt = summary.inbox.left == 0 && summary.inbox.held > 0 ? wakeup : nil
+            }
             if scope == .everything {
                 cart.retryDelay = 0.5
                 cart.failure = nil
@@ -193,6 +199,7 @@ extension Agent {
             cart.follow(engine)
         } catch {
             cart.inboxLeft = 0  // the retry takes everything
+            cart.heldAt = nil
             fail(cart, error, engine: engine)
         }
     }

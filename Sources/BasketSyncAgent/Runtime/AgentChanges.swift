@@ -170,7 +170,7 @@ extension Agent {
             if kinds.contains(.inbox) { scope.insert(.inbox) }
             if kinds.contains(.cart) { scope.insert(.cart) }
             // The common case, a new cart version, is taken with the others of this wake-up.
-            if scope == .cart, cart.retryAt == nil { cartsOnly.append(cart) } else if !scope.isEmpty { attempt(cart, scope, inboxSeen: delivered) }
+            if scope == .cart, cart.retryAt == nil { cartsOnly.append(cart) } else if !scope.isEmpty { attempt(cart, scope, inboxSeen: delivered, reported: !kinds.contains(.overflow)) }
         }
         for group in boundedGroups(cartsOnly) {
             if SignalPipe.stopRequested { return }

@@ -26,7 +26,8 @@ final class Watcher {
         /// A directory on the way to the cart: `next` is the name of the component inside it
         /// (the next directory, or the cart file in the last one).
         case cartPath(path: String, next: String, isLast: Bool)
-        case inbox
+        /// `inbox/new/`, or `inbox/tmp/` (`isNew` false).
+        case inbox(isNew: Bool)
         /// `inbox/` itself: `new/` or `tmp/` made again there is watched again.
         case inboxParent
         case state
@@ -163,7 +164,8 @@ final class Watcher {
             // The sync directory (or the tree cart's folder): the first directory on the way to the cart.
             return cartComponents.first.map { .cartPath(path: directory, next: $0, isLast: cartComponents.count == 1) }
         }
-        if rest.isBytes("/inbox/new".utf8) || rest.isBytes("/inbox/tmp".utf8) { return .inbox }
+        if rest.isBytes("/inbox/new".utf8) { return .inbox(isNew: true) }
+        if rest.isBytes("/inbox/tmp".utf8) { return .inbox(isNew: false) }
         if rest.isBytes("/inbox".utf8) { return .inboxParent }
         if path.isBytes(signalDirectory.utf8) { return .state }
         // A directory further on the way to the cart ("cart" with folders in it).
@@ -197,7 +199,10 @@ final class Watcher {
         }
         guard !mask.contains(.ignored), let watched = watched ?? inotify.path(of: event.watch), let role = role(of: watched) else { return }
         handle(event, role: role, into: &changes)
-        if case .inbox = role, !event.name.isEmpty, !mask.isDisjoint(with: [.movedTo, .closeWrite, .delete]) {
+        // A delivery's report, in the order deliveries were made: a rename into `new/` (or a
+        // file written there, once closed), or the removal from `tmp/` that completes a
+        // `link()` into `new/`. A file closed in `tmp/` is not delivered yet.
+        if case let .inbox(isNew) = role, !event.name.isEmpty, !mask.isDisjoint(with: isNew ? [.movedTo, .closeWrite] : [.delete]) {
             delivered.append(event.name)
         }
     }
