@@ -331,3 +331,57 @@ extension EngineTests {
         #expect(sources() == ["e1", "e2", "e4", "e3", "e5"])
     }
 }
+
+extension EngineTests {
+    /// An unfinished last line (no newline) is cut only when it is a record of basket-sync torn
+    /// by a crash: the start of the record due next, byte for byte, a byte zeroed aside (as a
+    /// power cut may leave it). Any other unfinished line is another program's: left alone, ended
+    /// with a newline before the next record, and not taken as given while nothing is appended
+    /// (it may still be being written). Seeded: the tail's length, zeroed bytes, a changed byte.
+    @Test func anUnfinishedLineIsCutOnlyWhenItIsARecordTornByACrash() throws {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        for round in 0..<40 {
+            let directory = try Directory()
+            let first = try engine(directory)
+            for index in 1...4 { _ = try Commands.push(directory: directory.path, kind: .delta, products: [RetailerProduct(id: "A", quantity: index)], id: "e\(index)") }
+            #expect(try first.takeInbox().taken == 4)
+            let complete = directory.lines("outbox.jsonl")
+            let next = Array((complete[3] + "\n").utf8)
+            // The file as a crash mid-append of record 4 left it, or with another program's
+            // unfinished line where record 4's would be.
+            var tail = Array(next.prefix(Int.random(in: 1..<next.count, using: &rng)))
+            let ours = Bool.random(using: &rng)
+            for index in tail.indices where Int.random(in: 0..<8, using: &rng) == 0 { tail[index] = 0 }
+            if !ours {
+                let index = Int.random(in: tail.indices, using: &rng)
+                tail[index] = next[index] == UInt8(ascii: "x") ? UInt8(ascii: "y") : UInt8(ascii: "x")
+            }
+            let before = complete.prefix(3).joined(separator: "\n") + "\n"
+            try Data(before.utf8 + tail).write(to: URL(fileURLWithPath: "\(directory.path)/outbox.jsonl"))
+            let restarted = try engine(directory)
+            try restarted.publishAll()
+            let file = directory.read("outbox.jsonl")
+            let context = "seed \(seed) (replay: BASKET_SYNC_SEED=\(seed)), round \(round), tail \(tail)"
+            let expected = ours ? complete.joined(separator: "\n") + "\n" : String(decoding: Array(before.utf8) + tail + [0x0A] + next, as: UTF8.self)
+            #expect(file == expected, ours ? "cut and written again: \(context)" : "left alone, ended, record 4 after it: \(context)")
+        }
+        // Nothing to append: the unfinished line is left as it is, and ended only when the next
+        // record comes — after the rest of it, if its writer finished it meanwhile.
+        let directory = try Directory()
+        let sync = try engine(directory)
+        _ = try Commands.push(directory: directory.path, kind: .delta, products: [RetailerProduct(id: "A", quantity: 1)], id: "e1")
+        #expect(try sync.takeInbox().taken == 1)
+        let handle = try #require(FileHandle(forWritingAtPath: "\(directory.path)/outbox.jsonl"))
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data("{\"host\":".utf8))
+        try sync.publishAll()
+        #expect(directory.read("outbox.jsonl").hasSuffix("}\n{\"host\":"), "left as it is")
+        try handle.write(contentsOf: Data("\"note\"}".utf8))
+        try handle.close()
+        _ = try Commands.push(directory: directory.path, kind: .delta, products: [RetailerProduct(id: "A", quantity: 2)], id: "e2")
+        #expect(try sync.takeInbox().taken == 1)
+        let lines = directory.lines("outbox.jsonl")
+        #expect(lines.count == 3 && lines[1] == "{\"host\":\"note\"}" && lines[2].contains("\"seq\":2"), "\(lines)")
+    }
+}

@@ -148,6 +148,9 @@ final class JSONLinesFile {
         var restarted = false
         /// The last line is not a record: left alone.
         var foreignTail = false
+        /// The bytes of an unfinished last line (no newline) that is not one of ours torn by a
+        /// crash: another program's, left alone; a newline ends it before the next record.
+        var foreignUnfinished: Int64 = 0
         /// The last line is a record, but a copy of one before it (the file copied or edited by
         /// another program): its seq; left alone.
         var copiedTail: UInt64?
@@ -162,7 +165,7 @@ final class JSONLinesFile {
         var lostAfter: UInt64?
 
         static func == (a: Outcome, b: Outcome) -> Bool {
-            a.appended == b.appended && a.truncatedBytes == b.truncatedBytes && a.restarted == b.restarted && a.foreignTail == b.foreignTail && a.copiedTail == b.copiedTail
+            a.appended == b.appended && a.truncatedBytes == b.truncatedBytes && a.restarted == b.restarted && a.foreignTail == b.foreignTail && a.foreignUnfinished == b.foreignUnfinished && a.copiedTail == b.copiedTail
                 && a.rotated == b.rotated && a.reappended?.0 == b.reappended?.0 && a.reappended?.1 == b.reappended?.1 && a.shrank == b.shrank
                 && a.lostAfter == b.lostAfter
         }
@@ -383,18 +386,6 @@ final class JSONLinesFile {
             }
             if lastOurs == 0, let candidate { lastOurs = candidate.seq }  // the only record of ours
             let lastLineIsOurs = candidate.map { $0.isLast && $0.seq == lastOurs } ?? false
-            // Not the file given, holding lines of which none is ours: put here by someone (another
-            // cart's file moved in, a forged one). basket-sync appends only to files it wrote here:
-            // refused, untouched (a file given and then written to by a host is still ours).
-            if !sameFile, tail.completeSize > 0, candidate == nil {
-                close()
-                throw .refused("\(path): holds lines but none of this directory's records, and is not the file basket-sync was writing: it was put there (another cart's file, a forged one); basket-sync appends only to its own files. Move it away: the next record starts a new file")
-            }
-            if tail.completeSize < size {
-                do { try Posix.truncate(fd, to: tail.completeSize, path: path) } catch { throw .system(error) }
-                outcome.truncatedBytes = Int(size - tail.completeSize)
-                size = tail.completeSize
-            }
             outcome.foreignTail = tail.completeSize > 0 && !lastLineIsOurs && lastLineRecord == nil
             outcome.copiedTail = lastLineIsOurs ? nil : lastLineRecord
             if lastLineIsOurs {
@@ -431,6 +422,27 @@ final class JSONLinesFile {
                 } ?? false
                 outcome.restarted = given != nil && !sameFile && !rotated && lostAfter == nil
             }
+            // An unfinished last line is cut only when it is ours, torn by a crash: after the
+            // machine started again, whatever follows the last whole line; else only the start of
+            // the record due next, byte for byte (a byte a power cut zeroed aside). Another
+            // program's unfinished line is left alone.
+            let unfinished = size - tail.completeSize
+            var torn = unfinished > 0 && lostAfter != nil
+            if unfinished > 0, !torn { torn = try isTorn(fd, at: tail.completeSize, count: unfinished, of: try recordAt(start + 1)) }
+            // Not the file given, holding lines of which none is ours: put here by someone (another
+            // cart's file moved in, a forged one). basket-sync appends only to files it wrote here:
+            // refused, untouched (a file given and then written to by a host is still ours).
+            if !sameFile, tail.completeSize > 0 || unfinished > 0 && !torn, candidate == nil {
+                close()
+                throw .refused("\(path): holds lines but none of this directory's records, and is not the file basket-sync was writing: it was put there (another cart's file, a forged one); basket-sync appends only to its own files. Move it away: the next record starts a new file")
+            }
+            if torn {
+                do { try Posix.truncate(fd, to: tail.completeSize, path: path) } catch { throw .system(error) }
+                outcome.truncatedBytes = Int(unfinished)
+                size = tail.completeSize
+            } else if unfinished > 0 {
+                outcome.foreignUnfinished = unfinished
+            }
         }
 
         // What is known on disk: after the machine started again, whatever the file holds now
@@ -441,7 +453,9 @@ final class JSONLinesFile {
             if outcome.truncatedBytes > 0 {
                 do { try Posix.fsync(fd, path: path) } catch { throw .system(error) }
             }
-            given = AppendCursor(device: info.device, inode: info.inode, size: size, seq: start, durable: durable)
+            // An unfinished line of another program's is not taken as given: it may still be
+            // being written, and is judged again, whole or not, at the next catch-up.
+            given = AppendCursor(device: info.device, inode: info.inode, size: size - outcome.foreignUnfinished, seq: start, durable: durable)
             if given != remembered { try saveGiven(given!) }
             return outcome
         }
@@ -457,7 +471,9 @@ final class JSONLinesFile {
         var outcome = outcome
         let newLast = records.last!.seq
         var bytes: [UInt8] = []
-        bytes.reserveCapacity(records.reduce(0) { $0 + $1.line.count })
+        bytes.reserveCapacity(records.reduce(1) { $0 + $1.line.count })
+        // Another program's unfinished line is ended first: the record starts a line of its own.
+        if outcome.foreignUnfinished > 0 { bytes.append(0x0A) }
         for record in records { bytes.append(contentsOf: record.line) }
         // A rotation due after this append closes the file: it is fsynced at once then.
         let syncsNow = rotation.map { size + Int64(bytes.count) > Int64($0.maxBytes) } ?? false
@@ -686,6 +702,14 @@ final class JSONLinesFile {
 
     /// The size up to the end of the last complete line, and that line's seq (0 when none). Read
     /// backwards in chunks of a fixed size: a long last line costs time, never memory.
+    /// Whether the `count` bytes at `offset` are the start of `line` (with its newline, as the
+    /// database holds it), shorter than it: a record torn by a crash. A byte a power cut left
+    /// zero counts as the record's.
+    private func isTorn(_ fd: Int32, at offset: Int64, count: Int64, of line: [UInt8]?) throws(AgentError) -> Bool {
+        guard let line, count < Int64(line.count) else { return false }
+        return zip(try read(fd, at: offset, count: Int(count)), line).allSatisfy { $0 == $1 || $0 == 0 }
+    }
+
     private func readTail(_ fd: Int32, size: Int64) throws(AgentError) -> (completeSize: Int64, lastSeq: UInt64) {
         guard size > 0 else { return (0, 0) }
         let chunk: Int64 = 65_536

@@ -525,6 +525,10 @@ public final class SyncEngine {
                 logger.log(.warning, "\(file.path): could not be rotated (\(rotated)); it grows until the next append tries again")
             }
         }
+        // Said once ended: unfinished, it may still be being written.
+        if outcome.foreignUnfinished > 0, outcome.appended > 0 {
+            logger.log(.warning, "\(file.path): ended with an unfinished line (\(outcome.foreignUnfinished) bytes, no newline) that is not a record of basket-sync torn by a crash (another program wrote it): left alone, and ended with a newline so that the next record starts a line of its own")
+        }
         // Said when found, whether or not a record follows at once: the file is then known as it
         // is, and the lines are not looked at again.
         if outcome.foreignTail {
