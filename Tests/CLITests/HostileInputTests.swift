@@ -338,6 +338,7 @@ import Testing
         case copiedRecord = "its last record appended again (a copy)"
         case movedAway = "moved away (logrotate)"
         case truncated = "truncated (copytruncate)"
+        case editedShorter = "its last record written over in place by a shorter line"
         case deleted = "deleted"
 
         func apply(to path: String) throws {
@@ -349,6 +350,14 @@ import Testing
                 try appendText(String(text.split(separator: "\n").last!) + "\n", to: path)
             case .movedAway: try FileManager.default.moveItem(atPath: path, toPath: path + ".1")
             case .truncated: _ = truncate(path, 0)
+            case .editedShorter:
+                // The same file (inode), rewritten from the start: record 2 made a host's note.
+                var lines = try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n").map(String.init)
+                lines[lines.count - 1] = "{\"note\":\"edited\"}"
+                let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+                try handle.truncate(atOffset: 0)
+                try handle.write(contentsOf: Data((lines.joined(separator: "\n") + "\n").utf8))
+                try handle.close()
             case .deleted: try FileManager.default.removeItem(atPath: path)
             }
         }
@@ -370,8 +379,10 @@ import Testing
         #expect(seqs(playground) == [1, 2])
         try interference.apply(to: playground.path + "/outbox.jsonl")
         let third = try push(playground, "e3")
-        let foreign = [.foreignLine, .blankLine].contains(interference)
-        let expected: [Int] = foreign ? [1, 2, 3] : interference == .copiedRecord ? [1, 2, 2, 3] : [3]
+        let foreign = [.foreignLine, .blankLine, .editedShorter].contains(interference)
+        let expected: [Int] = interference == .editedShorter ? [1, 3] : foreign ? [1, 2, 3] : interference == .copiedRecord ? [1, 2, 2, 3] : [3]
+        // Shorter but still holding records: an edit, not a rotator's cut.
+        #expect(third.stderr.contains("copytruncate") == (interference == .truncated), "\(interference.rawValue): \(third.stderr)")
         #expect(seqs(playground) == expected, "\(interference.rawValue): \(playground.read("outbox.jsonl"))")
         if interference == .foreignLine { #expect(playground.read("outbox.jsonl").contains("the host's own line"), "left alone") }
         // Lines that are not records — or a copy of one — are left alone and said (as what they are), once.

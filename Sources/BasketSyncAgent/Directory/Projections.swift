@@ -385,6 +385,11 @@ final class JSONLinesFile {
                 return true
             }
             if lastOurs == 0, let candidate { lastOurs = candidate.seq }  // the only record of ours
+            // Shorter, but still holding records of ours: edited in place by another program (its
+            // last line judged below), not cut by a rotator — a cut file holds none of the records
+            // it held (a process appending after the cut finds it shorter first, and says so).
+            let editedShorter = outcome.shrank && candidate != nil
+            if editedShorter { outcome.shrank = false }
             let lastLineIsOurs = candidate.map { $0.isLast && $0.seq == lastOurs } ?? false
             outcome.foreignTail = tail.completeSize > 0 && !lastLineIsOurs && lastLineRecord == nil
             outcome.copiedTail = lastLineIsOurs ? nil : lastLineRecord
@@ -420,7 +425,7 @@ final class JSONLinesFile {
                 let rotated = given.map { given in
                     Posix.info("\(path).1", follow: false).map { $0.device == given.device && $0.inode == given.inode } ?? false
                 } ?? false
-                outcome.restarted = given != nil && !sameFile && !rotated && lostAfter == nil
+                outcome.restarted = given != nil && !sameFile && !rotated && lostAfter == nil && !editedShorter
             }
             // An unfinished last line is cut only when it is ours, torn by a crash: after the
             // machine started again, whatever follows the last whole line; else only the start of
