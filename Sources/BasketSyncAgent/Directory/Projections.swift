@@ -131,6 +131,9 @@ final class JSONLinesFile {
     private(set) var given: AppendCursor?
     /// The descriptor kept open, and the file it is open on.
     private var open: (fd: Int32, device: UInt64, inode: UInt64)?
+    /// Whether ``descriptor()`` just made the file (the path was empty): then it is not the file
+    /// given before, whatever its inode number (a file deleted since may have left it free).
+    private var madeHere = false
     /// The appends not fsynced yet (docs/spec.md §6: the line is written after its record's
     /// commit, and flushed later): the descriptor, the file's size before the first of them and
     /// what was given then. ``flushed(_:)`` ends them.
@@ -219,7 +222,16 @@ final class JSONLinesFile {
                 while Posix.info(path, follow: false) == nil, Posix.monotonicSeconds() < deadline { Posix.pause(microseconds: 2_000) }
             }
         }
-        let fd = try Posix.open(path, [.readWrite, .create, .append])
+        // Made here only where the path is empty (exclusively: made meanwhile by another, it is
+        // opened as found).
+        var made = false
+        var opened = try? Posix.open(path, [.readWrite, .append])
+        if opened == nil, Posix.info(path, follow: false) == nil, let fd = try? Posix.open(path, [.readWrite, .create, .exclusive, .append]) {
+            opened = fd
+            made = true
+        }
+        let fd: Int32
+        if let opened { fd = opened } else { fd = try Posix.open(path, [.readWrite, .create, .append]) }
         do throws(SystemError) {
             let info = try Posix.fileInfo(fd, path: path)
             // Another name for it may be outside the directory: basket-sync appends only to a
@@ -237,6 +249,7 @@ final class JSONLinesFile {
             }
             guard !Posix.hasHole(fd, size: info.size) else { throw JSONLinesFile.sparse(path) }
             open = (fd, info.device, info.inode)
+            madeHere = made
         } catch {
             Posix.close(fd)
             throw error
@@ -317,6 +330,8 @@ final class JSONLinesFile {
             close()
             throw .system(error)
         }
+        let madeNow = madeHere
+        madeHere = false
         do {
             info = try Posix.fileInfo(fd, path: path)
         } catch {
@@ -324,7 +339,7 @@ final class JSONLinesFile {
             throw .system(error)
         }
 
-        if let known = given, closedFlushed == nil, known.lostAfter == nil, known.device == info.device, known.inode == info.inode,
+        if !madeNow, let known = given, closedFlushed == nil, known.lostAfter == nil, known.device == info.device, known.inode == info.inode,
            known.size == info.size, let first = made.first, first.seq == known.seq + 1,
            zip(made, made.dropFirst()).allSatisfy({ $0.seq + 1 == $1.seq }), try !lastLineWrittenOver(known, fd: fd) {
             return try append(made, to: fd, info: info, size: info.size, durable: min(known.durable, known.seq), saveGiven: saveGiven, outcome: Outcome())
@@ -345,8 +360,8 @@ final class JSONLinesFile {
         // need be read into it).
         let lostAfter = given?.lostAfter
         outcome.lostAfter = lostAfter
-        let sameFile = given.map { $0.device == info.device && $0.inode == info.inode && $0.size <= size } ?? false
-        outcome.shrank = lostAfter == nil && (given.map { $0.device == info.device && $0.inode == info.inode && $0.size > size } ?? false)
+        let sameFile = !madeNow && (given.map { $0.device == info.device && $0.inode == info.inode && $0.size <= size } ?? false)
+        outcome.shrank = !madeNow && lostAfter == nil && (given.map { $0.device == info.device && $0.inode == info.inode && $0.size > size } ?? false)
         if let given, sameFile, given.size == size, lostAfter == nil, try !lastLineWrittenOver(given, fd: fd) {
             start = given.seq
         } else {
