@@ -313,15 +313,15 @@ extension EngineTests {
         }
         for index in 1...4 { try deliver(index) }
         // Wake-up 1 read the report of e1 only: e2, e3, e4 were listed before theirs.
-        var summary = try sync.takeInbox(seen: [names[0]], wakeup: 1)
+        var summary = try sync.takeInbox(seen: [names[0]], wakeup: 1, reported: true)
         #expect((summary.taken, summary.held) == (1, 3))
         #expect(sources() == ["e1"])
         // Another turn in the same wake-up: no report read since, nothing more taken.
-        summary = try sync.takeInbox(seen: [], wakeup: 1)
+        summary = try sync.takeInbox(seen: [], wakeup: 1, reported: true)
         #expect((summary.taken, summary.held) == (0, 3))
         // Wake-up 2 reads e4's report, then e3's: e2's never comes (lost with a backlog), so e2
         // goes first; e4 and e3 in their reports' order, though their names and times say otherwise.
-        summary = try sync.takeInbox(seen: [names[3], names[2]], wakeup: 2)
+        summary = try sync.takeInbox(seen: [names[3], names[2]], wakeup: 2, reported: true)
         #expect((summary.taken, summary.held) == (3, 0))
         #expect(sources() == ["e1", "e2", "e4", "e3"])
         // No wake-up (nothing watches): taken at once, by the listing.

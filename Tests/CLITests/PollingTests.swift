@@ -439,3 +439,41 @@ extension PollingTests {
         #expect(agent.stop() == 0)
     }
 }
+
+extension PollingTests {
+    /// A burst is taken in delivery order where no reports place the entries: a polled inbox, and
+    /// the start pass, which lists `new/` while the burst lands (a listing made while renames land
+    /// misses some and shows later ones, so a look takes only what was renamed in before its
+    /// listing began and leaves the rest to the next look). 3,000 events renamed one after
+    /// another — at start, half of them waiting already — the order of renames being the order of
+    /// the events' ids.
+    @Test(arguments: ["polled", "start"]) func aBurstWithoutReportsIsTakenInDeliveryOrder(when: String) async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        let inbox = playground.path + "/inbox"
+        let total = 3_000
+        // Maildir names (a burst shares change times) whose order as text is not the delivery
+        // order (M99 sorts after M100): the change time, then the time a name carries.
+        let names = (0..<total).map { "1796000000.M\($0)P1Q\($0).test" }
+        for (index, name) in names.enumerated() {
+            try Data("{\"id\":\"evt-\(index)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\",\"quantity\":1}]}".utf8)
+                .write(to: URL(fileURLWithPath: inbox + "/tmp/" + name))
+        }
+        var agent: AgentProcess
+        if when == "polled" {
+            agent = try AgentProcess(directory: playground.path, arguments: ["--poll=20"])
+            try await agent.waitUntilWatching()
+            for name in names { #expect(rename(inbox + "/tmp/" + name, inbox + "/new/" + name) == 0) }
+        } else {
+            for name in names.prefix(total / 2) { #expect(rename(inbox + "/tmp/" + name, inbox + "/new/" + name) == 0) }
+            agent = try AgentProcess(directory: playground.path)
+            for name in names.dropFirst(total / 2) { #expect(rename(inbox + "/tmp/" + name, inbox + "/new/" + name) == 0) }
+        }
+        try await eventually("every event is taken", timeout: 120) { playground.records("outbox.jsonl").count == total }
+        let sources = playground.records("outbox.jsonl").map { $0["source"] as? String ?? "" }
+        #expect(Set(sources).count == total, "every event once")
+        let outOfOrder = zip(sources, sources.dropFirst()).first { Int($0.0.dropFirst(4)).map { $0 + 1 } != Int($0.1.dropFirst(4)) }
+        #expect(outOfOrder == nil, "taken out of delivery order: \(outOfOrder.map { "\($0.0) then \($0.1)" } ?? "")")
+        #expect(agent.stop() == 0)
+    }
+}

@@ -122,17 +122,18 @@ struct Inbox {
 
     /// ``waitingInOrder(seen:)`` of the names `new/` was found to hold (``listNew()``).
     func waitingInOrder(seen: [String], listed: [String]) -> (names: [String], unordered: [(String, String)]) {
-        let new = folder("new")
         let names = listed.filter { !$0.hasPrefix(".") }
         // Names compare byte for byte: `café` in NFC and in NFD are two deliveries.
         let present = Set(names.map { ExactID($0) })
         var order = [String]()
         var taken = Set<ExactID>()
         for name in seen where present.contains(ExactID(name)) && taken.insert(ExactID(name)).inserted { order.append(name) }
-        let rest = Inbox.deliveryOrder(names.filter { !taken.contains(ExactID($0)) }
-            .map { (name: $0, changed: Posix.info("\(new)/\($0)", follow: false)?.changed ?? .max) })
+        let rest = Inbox.deliveryOrder(names.filter { !taken.contains(ExactID($0)) }.map { (name: $0, changed: changed($0)) })
         return (order + rest.names, rest.unordered)
     }
+
+    /// An entry's change time (nanoseconds; the latest possible when it cannot be read).
+    func changed(_ name: String) -> Int64 { Posix.info(path(of: name), follow: false)?.changed ?? .max }
 
     /// Entries in delivery order: by change time, then the delivery time and counter a Maildir
     /// name carries, then the name; and the neighbours whose order is unknown (the same change

@@ -28,7 +28,7 @@ extension SyncEngine {
             try publishAll(readingDeadline: true)
             if emptyNotes?.isEmpty ?? true { emptyNotes = nil }
             var summary = PassSummary()
-            let (inbox, waiting) = try openInbox(seen: [], into: &summary.inbox)
+            let (inbox, waiting) = try openInbox(seen: [], look: 0, into: &summary.inbox)
             let read = try readGroup(waiting.prefix(SyncEngine.inboxGroupSize), from: inbox, into: &summary.inbox)
             return GroupedPass(inbox: read.events.isEmpty ? nil : inbox, waiting: waiting, read: read, summary: summary)
         } catch {
@@ -39,7 +39,8 @@ extension SyncEngine {
 
     /// Inside the group's transaction (under the caller's savepoint: a cart that fails is undone
     /// alone): the events taken, then the cart read and run — unless more events wait than one
-    /// group, whose cart is read after all of them by ``finishGroupedPass(_:)``.
+    /// group (or entries not placed yet), whose cart is read after all of them by
+    /// ``finishGroupedPass(_:)``.
     func groupedPassInTransaction(_ pass: inout GroupedPass) throws(AgentError) {
         // Only where no note is yet: one written meanwhile by another process is newer. A note
         // of an empty file given nothing says what no note says (start after record 0), so one
@@ -49,7 +50,9 @@ extension SyncEngine {
             for (projection, given) in notes { try store.noteGivenUnlessNoted(projection, given) }
         }
         if !pass.read.events.isEmpty { pass.taken = try takeGroupInTransaction(pass.read) }
-        if pass.read.consumed == pass.waiting.count { pass.cart = try readCartInTransaction(askingFirst: true) }
+        // Entries renamed in while `new/` was listed wait for a second look (the pass after),
+        // and the cart for them.
+        if pass.read.consumed == pass.waiting.count, pass.summary.inbox.held == 0 { pass.cart = try readCartInTransaction(askingFirst: true) }
     }
 
     /// Once the group's transaction committed: the appends and the acknowledgements, the rest of
@@ -59,7 +62,8 @@ extension SyncEngine {
         var summary = pass.summary
         if let taken = pass.taken, let inbox = pass.inbox { try finishGroup(pass.read, taken, in: inbox, into: &summary.inbox) }
         guard let cart = pass.cart else {
-            // The events beyond the first group, then the cart: a pass of its own.
+            // The events beyond the first group (or held for a second look), then the cart: a
+            // pass of its own.
             let rest = try self.pass(.everything)
             summary.inbox.taken += rest.inbox.taken
             summary.inbox.duplicates += rest.inbox.duplicates

@@ -22,14 +22,30 @@ extension SyncEngine {
     /// id, outbox, state) and published before it is moved to `inbox/cur/`: a file leaves `new/`
     /// only once its records are durable.
     ///
-    /// `wakeup`, given while inotify watches `new/` (the agent's wake-ups, counted): an entry the
-    /// listing shows but no report named yet is held for a later wake-up, which reads its report
-    /// first — a listing made while renames land may miss one and show a later one, and only the
-    /// reports are in delivery order (docs/spec.md §4 rule 6).
+    /// A listing made while renames land may miss an entry renamed in during it and show a later
+    /// one (docs/spec.md §4 rule 6). So an entry is taken at the look that places it: `reported`
+    /// (inotify watches `new/` and no report was lost), at its report; otherwise, when it was
+    /// renamed in before the listing began (its change time). An entry not placed yet is held
+    /// for the next look — the agent's next wake-up (`wakeup` counts them), which reads every
+    /// report queued meanwhile — and taken then, placed or not. Without `wakeup` (a one-shot
+    /// command), a second look follows at once when the first held any.
     @discardableResult
-    public func takeInbox(seen: [String] = [], wakeup: Int? = nil) throws(AgentError) -> InboxSummary {
+    public func takeInbox(seen: [String] = [], wakeup: Int? = nil, reported: Bool = false) throws(AgentError) -> InboxSummary {
+        if let wakeup { return try takeInboxOnce(seen: seen, look: wakeup, reported: reported) }
+        defer { inboxUnreported = [:] }
+        let first = try takeInboxOnce(seen: seen, look: 0, reported: false)
+        guard first.held > 0, first.left == 0 else { return first }
+        var summary = try takeInboxOnce(seen: [], look: 1, reported: false)
+        summary.taken += first.taken
+        summary.duplicates += first.duplicates
+        summary.bad += first.bad
+        return summary
+    }
+
+    /// One look at `new/` (``takeInbox(seen:wakeup:reported:)``).
+    private func takeInboxOnce(seen: [String], look: Int, reported: Bool) throws(AgentError) -> InboxSummary {
         var summary = InboxSummary()
-        let (inbox, waiting) = try openInbox(seen: seen, wakeup: wakeup, into: &summary)
+        let (inbox, waiting) = try openInbox(seen: seen, look: look, reported: reported, into: &summary)
         // Group commit: the events of a group share one transaction (one database fsync) and one
         // append per JSON Lines file, all before any of them is acknowledged.
         var start = 0
@@ -49,14 +65,15 @@ extension SyncEngine {
 
     /// The inbox with its folders opened once for the pass (never followed if swapped for a link
     /// meanwhile), and the entries waiting in `new/`, in delivery order (an earlier pass's backlog
-    /// first); a name no String can hold is set aside first. With `wakeup`, an entry not reported
-    /// yet is held (``takeInbox(seen:wakeup:)``).
-    func openInbox(seen: [String], wakeup: Int? = nil, into summary: inout InboxSummary) throws(AgentError) -> (Inbox, [String]) {
+    /// first); a name no String can hold is set aside first. With `look`, an entry not placed yet
+    /// is held (``takeInbox(seen:wakeup:reported:)``); without, every entry listed is taken.
+    func openInbox(seen: [String], look: Int? = nil, reported: Bool = false, into summary: inout InboxSummary) throws(AgentError) -> (Inbox, [String]) {
         let inbox: Inbox
         do { inbox = try self.inbox.pinned() } catch { throw .system(error) }
         // `new/` read once: a listing that fails is this pass's error, unless an earlier pass's
-        // listing is still being taken.
+        // listing is still being taken. What was renamed in before it began is all in it.
         let fromBacklog = !inboxBacklog.isEmpty && inboxBudget != nil
+        let listingBegan = Posix.coarseWallClockNanoseconds()
         var listed: (names: [String], unnamable: [[UInt8]]) = ([], [])
         do { listed = try inbox.listNew() } catch {
             if !fromBacklog { throw .system(inbox.shown(error)) }
@@ -69,33 +86,47 @@ extension SyncEngine {
         }
         // An earlier pass's backlog (its budget spent) was listed and ordered then: it goes first.
         let backlog = fromBacklog ? Set(inboxBacklog.map { ExactID($0) }) : []
-        var names = fromBacklog ? listed.names.filter { !backlog.contains(ExactID($0)) } : listed.names
-        // Held at an earlier wake-up and still not reported (its report read by a pass that lost
-        // its backlog, or a delivery inotify does not report): renamed in before what is
-        // reported now, so taken before it, by change time.
-        var heldOver: [String] = []
-        if let wakeup {
-            let reported = Set(seen.map { ExactID($0) })
+        var names = (fromBacklog ? listed.names.filter { !backlog.contains(ExactID($0)) } : listed.names).filter { !$0.hasPrefix(".") }
+        var placed: (names: [String], unordered: [(String, String)])
+        if let look {
+            // Held at an earlier look and not placed since: taken now, placed or not.
+            var heldOver: [(name: String, changed: Int64)] = []
             var held: [ExactID: Int] = [:]
-            names = names.filter { name in
+            var known: [(name: String, changed: Int64)] = []
+            let seenNames = Set(seen.map { ExactID($0) })
+            for name in names {
                 let id = ExactID(name)
-                if name.hasPrefix(".") || reported.contains(id) { return true }
-                if let since = inboxUnreported[id], since < wakeup {
-                    heldOver.append(name)
-                } else {
-                    held[id] = inboxUnreported[id] ?? wakeup
+                if reported, seenNames.contains(id) { continue }
+                if let since = inboxUnreported[id], since < look {
+                    heldOver.append((name, inbox.changed(name)))
+                    continue
                 }
-                return false
+                // Without reports, an entry renamed in before the listing began is placed by its
+                // change time (the listing holds every such one).
+                if !reported, case let changed = inbox.changed(name), changed < listingBegan {
+                    known.append((name, changed))
+                    continue
+                }
+                held[id] = inboxUnreported[id] ?? look
             }
             inboxUnreported = held
             summary.held = held.count
+            if reported {
+                // Held over: renamed in before what is reported now (its report was read by a
+                // pass that lost its backlog, or inotify does not report such a delivery).
+                let before = Inbox.deliveryOrder(heldOver)
+                names = names.filter { seenNames.contains(ExactID($0)) }
+                let since = inbox.waitingInOrder(seen: seen, listed: names)
+                placed = (before.names + since.names, before.unordered + since.unordered)
+            } else {
+                placed = Inbox.deliveryOrder(heldOver + known)
+            }
         } else {
             inboxUnreported = [:]
+            placed = inbox.waitingInOrder(seen: seen, listed: names)
         }
-        let before = inbox.waitingInOrder(seen: [], listed: heldOver)
-        let since = inbox.waitingInOrder(seen: seen, listed: names)
-        let waiting = (fromBacklog ? Array(inboxBacklog) : []) + before.names + since.names
-        let unordered = before.unordered + since.unordered
+        let waiting = (fromBacklog ? Array(inboxBacklog) : []) + placed.names
+        let unordered = placed.unordered
         inboxBacklog = []
         // Two deliveries of one clock tick, one without a Maildir name: taken in the order said.
         if let (first, second) = unordered.first {

@@ -42,9 +42,10 @@ extension SyncEngine {
     /// One pass over the sync directory, shared by the agent's wake-ups and `sync`: recover the
     /// files, then the inbox before the cart (a cart may acknowledge the records its events
     /// make), then the expired windows. `inboxSeen` is the order inotify reported deliveries in;
-    /// `inboxWakeup`, the agent's wake-up when inotify watches the inbox (``takeInbox(seen:wakeup:)``).
+    /// `inboxWakeup`, the agent's wake-up; `inboxReported`, whether inotify's reports place the
+    /// inbox's entries (``takeInbox(seen:wakeup:reported:)``).
     @discardableResult
-    public func pass(_ scope: PassScope = .everything, inboxSeen: [String] = [], inboxWakeup: Int? = nil) throws(AgentError) -> PassSummary {
+    public func pass(_ scope: PassScope = .everything, inboxSeen: [String] = [], inboxWakeup: Int? = nil, inboxReported: Bool = false) throws(AgentError) -> PassSummary {
         var summary = PassSummary()
         // A new engine (a tree's cart whose engine was dropped) reads its deadline first: a pass
         // that makes no step must not leave the cart without the deadline it has. Publishing
@@ -54,7 +55,7 @@ extension SyncEngine {
         } else {
             try learnDeadline()
         }
-        if scope.contains(.inbox) { summary.inbox = try takeInbox(seen: inboxSeen, wakeup: inboxWakeup) }
+        if scope.contains(.inbox) { summary.inbox = try takeInbox(seen: inboxSeen, wakeup: inboxWakeup, reported: inboxReported) }
         // A whole pass mostly finds the cart as it last read it: asked first without the write lock.
         if scope.contains(.cart) { summary.cart = try takeCart(askingFirst: scope == .everything) }
         if scope == .everything {

@@ -168,8 +168,8 @@ extension Agent {
 
     /// Runs a pass on one cart; a failure is reported and retried later for that cart alone.
     /// `reported`: the pass comes from what the agent was told since its start, no report lost
-    /// (no overflow) — when inotify watches the cart's inbox, an entry listed before its report
-    /// waits for it (``SyncEngine/takeInbox(seen:wakeup:)``).
+    /// (no overflow) — when inotify watches the cart's inbox, an entry is placed by its report
+    /// (``SyncEngine/takeInbox(seen:wakeup:reported:)``); else by its change time.
     func attempt(_ cart: Cart, _ scope: SyncEngine.PassScope, inboxSeen: [String] = [], reported: Bool = false) {
         let engine: SyncEngine
         do throws(AgentError) { engine = try self.engine(for: cart) } catch {
@@ -180,7 +180,7 @@ extension Agent {
             // A whole pass of a tree's cart (the start, a retry) makes what is missing of the inbox first.
             if scope == .everything, tree != nil, !cart.inboxJustMade { try Tree.makeInbox(engine.store) }
             cart.inboxJustMade = false
-            let summary = try engine.pass(scope, inboxSeen: inboxSeen, inboxWakeup: reported && started && cart.watcher != nil ? wakeup : nil)
+            let summary = try engine.pass(scope, inboxSeen: inboxSeen, inboxWakeup: wakeup, inboxReported: reported && started && cart.watcher != nil)
             if scope.contains(.inbox) {
                 cart.inboxLeft = summary.inbox.left + summary.inbox.held
                 cart.heldAt = summary.inbox.left == 0 && summary.inbox.held > 0 ? wakeup : nil

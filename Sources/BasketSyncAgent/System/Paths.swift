@@ -59,6 +59,14 @@ extension Posix {
         return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
     }
 
+    /// The wall clock as file times are stamped from it (its coarse reading: a time stamped
+    /// after this call is never earlier, while the clock is not set back).
+    package static func coarseWallClockNanoseconds() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME_COARSE, &now)
+        return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+    }
+
     /// What the path is, or nil when it does not exist: with `follow`, what a symbolic link
     /// leads to (`stat`); without, the link itself (`lstat`).
     package static func info(_ path: String, follow: Bool) -> FileInfo? {
