@@ -12,8 +12,8 @@ extension SyncEngine {
         public var bad = 0
         /// Entries left waiting: the budget was spent, or SIGTERM came.
         public var left = 0
-        /// Entries listed before inotify reported them, left for a later wake-up: their report
-        /// gives their place.
+        /// Entries not placed yet (listed before their report, or renamed in while `new/` was
+        /// listed), left for the next look.
         public var held = 0
     }
 

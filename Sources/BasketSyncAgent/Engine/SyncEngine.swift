@@ -64,9 +64,9 @@ public final class SyncEngine {
     /// The entries a budget left waiting, in delivery order: the next pass goes on with them
     /// before listing `new/` again.
     var inboxBacklog: ArraySlice<String> = []
-    /// The entries a watched pass listed before inotify reported them, with the wake-up that
-    /// first held them: their report, read at a later wake-up, gives their place (docs/spec.md
-    /// §4 rule 6); one still without a report then is taken without it.
+    /// The entries a pass listed but could not place yet (before their report, or renamed in
+    /// while it listed), with the look that first held them: the next look places them, or takes
+    /// them all the same (docs/spec.md §4 rule 6).
     var inboxUnreported: [ExactID: Int] = [:]
     /// The notes of files given nothing, empty, kept for the group's transaction while a grouped
     /// pass is prepared (nil otherwise).

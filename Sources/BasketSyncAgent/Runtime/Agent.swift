@@ -53,8 +53,8 @@ public final class Agent {
         /// Inbox entries its last pass left waiting (its budget spent, or listed before their
         /// report): taken on the next turn.
         var inboxLeft = 0 { didSet { if (inboxLeft > 0) != (oldValue > 0) { timingChanged(self) } } }
-        /// The wake-up whose pass held entries listed before their report, none being left
-        /// otherwise: its next turn comes with the next wake-up, which reads the reports.
+        /// The wake-up whose pass held inbox entries not placed yet, none being left otherwise:
+        /// its next turn comes with the next wake-up, which reads the reports queued meanwhile.
         var heldAt: Int?
         /// Its inbox folders were just made (taken on): its first whole pass need not make them.
         var inboxJustMade = false
