@@ -50,8 +50,8 @@ public final class Agent {
         let timingChanged: (Cart) -> Void
         /// When it was last used (to keep the recent engines only).
         var used = 0
-        /// Inbox entries its last pass left waiting (its budget spent, or listed before their
-        /// report): taken on the next turn.
+        /// Inbox entries its last pass left waiting (its budget spent, or not placed yet): taken
+        /// on the next turn.
         var inboxLeft = 0 { didSet { if (inboxLeft > 0) != (oldValue > 0) { timingChanged(self) } } }
         /// The wake-up whose pass held inbox entries not placed yet, none being left otherwise:
         /// its next turn comes with the next wake-up, which reads the reports queued meanwhile.
