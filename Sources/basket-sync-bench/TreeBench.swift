@@ -118,6 +118,122 @@ func runLoad(root: String, carts: Int, watch: TreeWatch, rate: Double, events: D
     return LoadResult(rate: rate, perSecond: perSecond, unanswered: pending.count, wrongLast: wrongLast, changes: changes)
 }
 
+/// The tree's floor: one C process doing the same job as the agent over the same tree with the
+/// same guarantee, and nothing else. A cart's new version: read it, fsync a record to one file of
+/// its own, then append the cart to the cart's notifications.jsonl; an inbox event: read it, fsync
+/// a record, append it to the cart's outbox.jsonl, move it to `inbox/cur/`. The lines are flushed
+/// as the agent's are (docs/spec.md §6): one `syncfs` on a thread of its own, half a second after
+/// the first line not flushed, never two at once.
+let treeFloorSource = """
+    #include <fcntl.h>
+    #include <pthread.h>
+    #include <stdio.h>
+    #include <stdlib.h>
+    #include <string.h>
+    #include <sys/inotify.h>
+    #include <sys/stat.h>
+    #include <time.h>
+    #include <unistd.h>
+    static int records;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+    static int pending;
+    static struct timespec due;
+    static void *flusher(void *unused) {
+        for (;;) {
+            pthread_mutex_lock(&lock);
+            while (!pending) pthread_cond_wait(&wake, &lock);
+            struct timespec when = due;
+            pending = 0;
+            pthread_mutex_unlock(&lock);
+            clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &when, NULL);
+            if (syncfs(records) != 0) exit(3);
+        }
+        return unused;
+    }
+    static void written(void) {
+        pthread_mutex_lock(&lock);
+        if (!pending) {
+            pending = 1;
+            clock_gettime(CLOCK_MONOTONIC, &due);
+            due.tv_nsec += 500000000;
+            if (due.tv_nsec >= 1000000000) { due.tv_sec += 1; due.tv_nsec -= 1000000000; }
+            pthread_cond_signal(&wake);
+        }
+        pthread_mutex_unlock(&lock);
+    }
+    static char text[1 << 20];
+    /* Reads `path`, fsyncs a record of it, then appends it to `line`: 0 when done. */
+    static int take(const char *path, const char *line) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return -1;
+        ssize_t size = 0, got;
+        while ((got = read(fd, text + size, sizeof text - 1 - size)) > 0) size += got;
+        close(fd);
+        while (size > 0 && text[size - 1] == '\\n') size--;
+        text[size++] = '\\n';
+        if (write(records, text, size) != size || fsync(records) != 0) exit(2);
+        int out = open(line, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        if (out < 0 || write(out, text, size) != size) exit(2);
+        close(out);
+        written();
+        return 0;
+    }
+    int main(int argc, char **argv) {
+        if (argc < 3 || chdir(argv[1]) != 0) return 1;
+        int carts = atoi(argv[2]);
+        records = open("records", O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        int in = inotify_init1(IN_CLOEXEC);
+        int *cartOf = calloc(4 * (size_t)carts + 16, sizeof(int));
+        char *isInbox = calloc(4 * (size_t)carts + 16, 1);
+        char path[512], target[512];
+        for (int cart = 0; cart < carts; cart++) {
+            snprintf(path, sizeof path, "c%d", cart);
+            int watch = inotify_add_watch(in, path, IN_MOVED_TO | IN_CLOSE_WRITE);
+            snprintf(path, sizeof path, "c%d/inbox/new", cart);
+            int inbox = inotify_add_watch(in, path, IN_MOVED_TO);
+            snprintf(path, sizeof path, "c%d/inbox/cur", cart);
+            mkdir(path, 0755);
+            if (watch < 0 || inbox < 0 || watch >= 4 * carts + 16 || inbox >= 4 * carts + 16) return 4;
+            cartOf[watch] = cart;
+            cartOf[inbox] = cart;
+            isInbox[inbox] = 1;
+        }
+        pthread_t thread;
+        pthread_create(&thread, NULL, flusher, NULL);
+        fprintf(stderr, "ready\\n");
+        static char events[1 << 16] __attribute__((aligned(8)));
+        for (;;) {
+            ssize_t n = read(in, events, sizeof events);
+            for (char *p = events; p < events + n; ) {
+                struct inotify_event *e = (struct inotify_event *)p;
+                p += sizeof *e + e->len;
+                if (!e->len) continue;
+                int cart = cartOf[e->wd];
+                if (isInbox[e->wd]) {
+                    snprintf(path, sizeof path, "c%d/inbox/new/%s", cart, e->name);
+                    snprintf(target, sizeof target, "c%d/outbox.jsonl", cart);
+                    if (take(path, target) != 0) continue;
+                    snprintf(target, sizeof target, "c%d/inbox/cur/%s", cart, e->name);
+                    rename(path, target);
+                } else if (!strcmp(e->name, "cart.json")) {
+                    snprintf(path, sizeof path, "c%d/cart.json", cart);
+                    snprintf(target, sizeof target, "c%d/notifications.jsonl", cart);
+                    take(path, target);
+                }
+            }
+        }
+    }
+    """
+
+/// The tree's floor built with `cc`, or nil.
+func buildTreeFloor() -> String? {
+    guard onPath("cc") else { return nil }
+    let directory = temporaryDirectory("tree-floor-build")
+    writeFile("\(directory)/floor.c", treeFloorSource)
+    return run(["cc", "-O2", "-pthread", "-o", "\(directory)/floor", "\(directory)/floor.c"]) == 0 ? "\(directory)/floor" : nil
+}
+
 /// The CPU (user + system seconds) of one look at every cart done as plainly as it can be — the
 /// two `stat`s of each cart's `cart.json` and `inbox/new/` (docs/spec.md §10) from the tree's root
 /// opened once, nothing else —, the median of five: a polled tree's floor, in cores at one look
@@ -171,6 +287,13 @@ func runTreeBench(carts: Int, seconds: Double, rate: Double, events: Double) -> 
         writeFile("\(directory)/inbox/new/e1", "{\"id\":\"e1\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\",\"quantity\":1}]}\n")
         writeFile("\(directory)/cart.json", treeCartText(version: 1))
     }
+    // The floor's own tree, the same carts: it runs beside the idle agent, after the same load.
+    let floorRoot = temporaryDirectory("tree-floor")
+    for cart in 0..<carts {
+        let directory = "\(floorRoot)/c\(cart)"
+        for folder in ["", "/inbox", "/inbox/tmp", "/inbox/new", "/inbox/cur"] { mkdir(directory + folder, 0o755) }
+        writeFile("\(directory)/cart.json", treeCartText(version: 1))
+    }
     let adoptStart = monotonic()
     guard run([basketSync, "-C", root, "sync"]) == 0 else { fail("the first sync of the tree failed") }
     let adoption = monotonic() - adoptStart
@@ -221,6 +344,18 @@ func runTreeBench(carts: Int, seconds: Double, rate: Double, events: Double) -> 
     let watch = TreeWatch(root: root, carts: carts)
     var nextEvent = 0
     let sustained = runLoad(root: root, carts: carts, watch: watch, rate: rate, events: events, seconds: seconds, versions: &versions, nextEvent: &nextEvent)
+    var floorLoad: LoadResult?
+    if let floor = buildTreeFloor() {
+        let floorLog = floorRoot + ".log"
+        let pid = spawn([floor, floorRoot, String(carts)], stderrPath: floorLog)
+        let began = monotonic()
+        while !readFile(floorLog).contains("ready"), monotonic() < began + 120 { usleep(10_000) }
+        var floorVersions = Array(repeating: 1, count: carts)
+        var floorEvent = 0
+        floorLoad = runLoad(root: floorRoot, carts: carts, watch: TreeWatch(root: floorRoot, carts: carts), rate: rate, events: events, seconds: seconds, versions: &floorVersions, nextEvent: &floorEvent)
+        stop(pid, SIGKILL)
+        run(["rm", "-rf", floorRoot, floorLog])
+    }
     let disk = fsyncRate(root)
     var ceiling: [LoadResult] = []
     var probe = rate
@@ -275,6 +410,12 @@ func runTreeBench(carts: Int, seconds: Double, rate: Double, events: Double) -> 
     print("|---|---|---|---|---|---|---|")
     describe(sustained, seconds: seconds)
     for result in ceiling { describe(result, seconds: 10) }
+    if let floorLoad {
+        print("\n| the floor (C: read, fsync a record, append the line; one `syncfs` half a second after a line) | changes | p50 | p99 | p99 first second → last second | never notified | last version not the one notified |")
+        print("|---|---|---|---|---|---|---|")
+        describe(floorLoad, seconds: seconds)
+        print("\n- \(Int(rate)) changes/s + \(Int(events)) events/s: basket-sync p50 / floor p50 \(ratio(percentile(sustained.all, 0.5) / percentile(floorLoad.all, 0.5))), p99 / floor p99 \(ratio(percentile(sustained.all, 0.99) / percentile(floorLoad.all, 0.99)))")
+    }
     let held = ([sustained] + ceiling).filter { percentile($0.all, 0.99) <= 0.05 && $0.unanswered == 0 }.map(\.rate).max()
     print("\n- polled every 1000 ms (`watch --poll=1000`, as on a network file system): \(ms(pollCPU)) of CPU in \(Int(pollSeconds)) s idle = \(Double((pollCPU / pollSeconds * 1000).rounded()) / 1000) of one core (the floor, the same two `stat`s a cart from the tree's root and nothing else: \(Double((pollFloor * 1000).rounded()) / 1000) of one core, \(Double((pollCPU / pollSeconds / pollFloor * 100).rounded()) / 100)×); one cart change → its notification line (\(pollLatencies.count) changes): p50 \(ms(percentile(pollLatencies, 0.5))), max \(ms(pollLatencies.max() ?? 0))")
     print("\n- the disk here: \(Int(disk)) fsyncs per second (append + fdatasync, one after the other)")
