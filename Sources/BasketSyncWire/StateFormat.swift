@@ -60,7 +60,7 @@ package enum StateFormat {
 
     /// Every counter and its name: one list for the writer and the reader, made once (key paths
     /// are not Sendable; it is never changed).
-    nonisolated(unsafe) private static let counterFields: [(String, WritableKeyPath<SyncCounters, UInt64>)] = [
+    nonisolated(unsafe) static let counterFields: [(String, WritableKeyPath<SyncCounters, UInt64>)] = [
         ("updateBaskets", \.updateBaskets), ("redirects", \.redirects), ("notifications", \.notifications),
         ("settled", \.settled), ("rolledBack", \.rolledBack), ("lateEchoes", \.lateEchoes), ("ignored", \.ignored),
         ("paymentsRecorded", \.paymentsRecorded), ("paymentsSkipped", \.paymentsSkipped),

@@ -249,7 +249,8 @@ import TestSupport
     }
 
     /// The one-pass state reader against the tree decoder, on states damaged at random (a byte
-    /// cut, doubled or replaced by one JSON gives a meaning to; spaces put between tokens):
+    /// cut, doubled or replaced by one JSON gives a meaning to; a minus sign before a number; a
+    /// member said twice; spaces put between tokens):
     /// wherever the one-pass reader answers, the tree decoder reads the same state — it never
     /// takes what the tree decoder would refuse, nor reads it otherwise.
     @Test func theOnePassStateReaderAnswersOnlyAsTheTreeDecoderDoes() throws {
@@ -262,13 +263,25 @@ import TestSupport
             for _ in 0..<Int.random(in: 1...2, using: &rng) {
                 let at = Int.random(in: 0..<bytes.count, using: &rng)
                 let digits = UInt8(ascii: "0")...UInt8(ascii: "9")
-                switch Int.random(in: 0..<6, using: &rng) {
+                switch Int.random(in: 0..<8, using: &rng) {
                 case 0: bytes.remove(at: at)
                 case 1: bytes.insert(bytes[at], at: at)
                 case 2: bytes[at] = significant.randomElement(using: &rng)!
                 case 3:
                     // A digit changed (a leading zero, an overflow, a seq another than it was).
                     if let digit = (at..<bytes.count).first(where: { digits.contains(bytes[$0]) }) { bytes[digit] = Bool.random(using: &rng) ? UInt8(ascii: "0") : UInt8.random(in: digits, using: &rng) }
+                case 4:
+                    // A minus sign before a number (a seq or a counter cannot be negative).
+                    if let number = (at..<bytes.count).first(where: { digits.contains(bytes[$0]) && !digits.contains(bytes[$0 - 1]) }) { bytes.insert(UInt8(ascii: "-"), at: number) }
+                case 5:
+                    // A member said twice (`"key":value,"key":value`, its value a number or a string).
+                    let quote = UInt8(ascii: "\""), colon = UInt8(ascii: ":")
+                    if let key = (at..<(bytes.count - 1)).first(where: { bytes[$0] == quote && bytes[$0 + 1] == colon }),
+                       let open = (0..<key).last(where: { bytes[$0] == quote }),
+                       let end = ((key + 2)..<bytes.count).first(where: { [UInt8(ascii: ","), UInt8(ascii: "}")].contains(bytes[$0]) }),
+                       !bytes[(key + 2)..<end].contains(where: { [UInt8(ascii: "{"), UInt8(ascii: "[")].contains($0) }) {
+                        bytes.insert(contentsOf: [UInt8(ascii: ",")] + bytes[open..<end], at: end)
+                    }
                 default:
                     if let boundary = (at..<bytes.count).first(where: { [UInt8(ascii: ","), UInt8(ascii: ":")].contains(bytes[$0]) }) {
                         bytes.insert([0x20, 0x0A, 0x09].randomElement(using: &rng)!, at: boundary + Int.random(in: 0...1, using: &rng))
