@@ -477,3 +477,35 @@ extension PollingTests {
         #expect(agent.stop() == 0)
     }
 }
+
+extension PollingTests {
+    /// A host that renames a whole new cart into place faster than the looks (a shopper clicking,
+    /// a host writing on every event) gets a version taken while it goes on — within two looks —
+    /// rather than none until it stops: a look that finds another file than the look before
+    /// found it twice in a row takes the one there. In a sync directory and in a tree's cart.
+    @Test(arguments: [false, true])
+    func aCartRenamedIntoPlaceFasterThanTheLooksIsTakenWhileItGoesOn(tree: Bool) async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"] + (tree ? ["--tree"] : [])).status == 0)
+        let cart = tree ? "c1/" : ""
+        if tree { try FileManager.default.createDirectory(atPath: playground.path + "/c1", withIntermediateDirectories: false) }
+        let agent = try AgentProcess(directory: playground.path, arguments: ["--poll=200"])
+        try await agent.waitUntilWatching()
+        #expect(try basketSync(["-C", playground.path + "/" + cart, "push", "A=+1"]).status == 0)
+        try await eventually("the push reaches the outbox") { playground.records(cart + "outbox.jsonl").count == 1 }
+        // A new whole version every 40 ms, five a look, until one is notified (or 20 s).
+        var version = 1
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline, playground.records(cart + "notifications.jsonl").isEmpty {
+            version += 1
+            try playground.write(cart + ".cart.tmp", cartJSON([("A", version)], syncedThrough: 1))
+            #expect(rename(playground.path + "/" + cart + ".cart.tmp", playground.path + "/" + cart + "cart.json") == 0)
+            try await Task.sleep(nanoseconds: 40_000_000)
+        }
+        let notified = playground.records(cart + "notifications.jsonl")
+        #expect(!notified.isEmpty, "no version taken in 20 s while the host renamed \(version - 1) versions into place: \(agent.log)")
+        // What was taken is a version the host wrote.
+        if let quantity = notified.first.map(products)?["A"] { #expect((2...version).contains(quantity), "\(notified)") }
+        #expect(agent.stop() == 0)
+    }
+}

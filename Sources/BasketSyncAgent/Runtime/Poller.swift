@@ -260,7 +260,8 @@ final class Poller {
         // The cart as a name, and what a link there points to (followSymlinks). A cart that
         // changed is taken once it stood still for one interval: a host writing in place, in more
         // than one write, is never read half-written (inotify waits for the close; a look cannot).
-        // A cart removed is no half-written one: taken at once.
+        // A cart removed is no half-written one: taken at once; nor is one found replaced by
+        // another file at two looks in a row: taken at the second.
         var name = Posix.info(at: paths.at, paths.names.cart, follow: false)
         var inboxNow = Posix.info(at: paths.at, paths.names.inbox, follow: false)
         // The common look of a tree cart: its cart (not a link), `inbox/new/` and its marker
@@ -295,9 +296,17 @@ final class Poller {
             }
         }
         let fresh = cart.seen != name || cartFollowed.seen != followed
+        // Changed at this look and the last, and another file than the last look found: a host
+        // renaming whole versions into place faster than the looks — each one whole, so the one
+        // there is taken now (it is taken again once the cart stands still). One written in
+        // place waits until it stands still.
+        let replacedAgain = cartSettling && fresh && followed.map { now in
+            cartFollowed.seen.map { $0.device != now.device || $0.inode != now.inode } ?? true
+        } ?? false
         let cartChanged = changed(&cart, name)
         let followedChanged = changed(&cartFollowed, followed)
         if fresh, followed != nil {
+            if replacedAgain { changes.insert(.cart) }
             cartSettling = true
         } else if cartSettling, !fresh {
             cartSettling = false
