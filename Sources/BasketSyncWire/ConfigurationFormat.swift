@@ -104,6 +104,21 @@ public struct AgentConfiguration: Equatable, Sendable {
     /// The largest configuration file read.
     package static let maximumFileBytes = 1024 * 1024
 
+    /// Whether a path inside the sync directory (or a tree's cart), as its components, names one
+    /// of basket-sync's own files or folders, or lies inside one: its settings, the JSON Lines
+    /// files and their rotated parts (`outbox.jsonl.1`, …), `.basket-sync/`, `inbox/`, and any
+    /// name starting with `.basket-sync` (a tree cart's marker).
+    static func isOwn(_ components: [Substring]) -> Bool {
+        guard let first = components.first else { return false }
+        if first == ".basket-sync" || first == "inbox" || components.contains(where: { $0.hasPrefix(".basket-sync") }) { return true }
+        guard components.count == 1 else { return false }
+        if first == "basket-sync.json" { return true }
+        return ["outbox.jsonl", "notifications.jsonl", "payments.jsonl"].contains { name in
+            guard first.hasPrefix(name) else { return false }
+            let rest = first.dropFirst(name.count)
+            return rest.isEmpty || rest.first == "." && rest.count > 1 && rest.dropFirst().allSatisfy { $0.isASCII && $0.isNumber }
+        }
+    }
     /// Parses a `basket-sync.json` (JSON with `//` comments); a problem names its place.
     package static func parse(_ bytes: [UInt8]) throws(JSONProblem) -> AgentConfiguration {
         func fail(_ offset: Int, _ reason: String) -> JSONProblem { JSONProblem(offset: offset, reason: reason) }
@@ -120,6 +135,7 @@ public struct AgentConfiguration: Equatable, Sendable {
             return value
         }
 
+        var metricsOffset = root.offset
         for (key, node) in members {
             switch key {
             case "pendingTimeoutSeconds":
@@ -140,8 +156,7 @@ public struct AgentConfiguration: Equatable, Sendable {
                     throw fail(node.offset, "\"cart\" must be a file path inside the sync directory, such as \"cart.json\"")
                 }
                 // basket-sync's own files are not the host's cart (apply would write over them).
-                let own = ["basket-sync.json", "outbox.jsonl", "notifications.jsonl", "payments.jsonl"]
-                if let first = components.first, own.contains(String(first)) && components.count == 1 || first == ".basket-sync" || first == "inbox" {
+                if Self.isOwn(components) {
                     throw fail(node.offset, "\"cart\" names one of basket-sync's own files or folders (\(JSONWriter.quoted(cart))); give the host's cart, such as \"cart.json\" or \"host/cart.json\"")
                 }
                 configuration.cart = cart
@@ -242,6 +257,7 @@ public struct AgentConfiguration: Equatable, Sendable {
                         throw fail(node.offset, "\"metrics\" must be a file path ending in .prom (node_exporter's textfile collector reads those), without .., such as \"/var/lib/prometheus/node-exporter/basket-sync.prom\", or null")
                     }
                     configuration.metrics = path
+                    metricsOffset = node.offset
                 }
             case "database":
                 if case .null = node.value {
@@ -256,6 +272,14 @@ public struct AgentConfiguration: Equatable, Sendable {
                 }
             default:
                 throw fail(node.offset, "unknown setting \(JSONWriter.quoted(key)); see the comments that basket-sync init writes")
+            }
+        }
+        // Relative, the metrics file is in the sync directory: never one of basket-sync's own
+        // files or folders (written into inbox/new/, it would be delivered as an event), nor the cart.
+        if let metrics = configuration.metrics, !metrics.hasPrefix("/") {
+            let components = metrics.split(separator: "/").filter { $0 != "." }
+            if Self.isOwn(components) || components == configuration.cart.split(separator: "/") {
+                throw fail(metricsOffset, "\"metrics\" names the cart or one of basket-sync's own files or folders (\(JSONWriter.quoted(metrics))); give a file of its own, such as \"basket-sync.prom\" or an absolute path in node_exporter's textfile directory")
             }
         }
         return configuration

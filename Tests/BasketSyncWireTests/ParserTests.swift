@@ -165,6 +165,43 @@ import Testing
         }
     }
 
+    /// The cart, and a metrics file given relative to the sync directory, never name one of
+    /// basket-sync's own files or folders (its settings, a JSON Lines file or any of its rotated
+    /// parts, `.basket-sync/`, `inbox/`, a name starting with `.basket-sync`), nor each other:
+    /// rotation would rename a JSON Lines file over the cart, metrics written in `inbox/new/`
+    /// would be delivered as an event. Names beside them stay the host's.
+    @Test func theCartAndTheMetricsFileNeverNameBasketSyncsOwnFiles() throws {
+        func refusal(_ settings: String) -> String? {
+            do {
+                _ = try AgentConfiguration.parse(Array(settings.utf8))
+                return nil
+            } catch {
+                return error.reason
+            }
+        }
+        var own = ["basket-sync.json", ".basket-sync", ".basket-sync/state.db", "inbox", "inbox/new/x", "inbox/cur/x", ".basket-sync-cart",
+                   "host/.basket-sync/x", "host/.basket-sync-cart"]
+        for name in ["outbox.jsonl", "notifications.jsonl", "payments.jsonl"] {
+            own += [name] + (Array(1...12) + [99, 1000, 123_456]).map { "\(name).\($0)" }
+        }
+        for path in own {
+            #expect(refusal(#"{"cart": "\#(path)"}"#)?.contains("\"cart\" names one of basket-sync's own files or folders") == true, "cart \(path)")
+        }
+        for metrics in ["inbox/new/m.prom", "./inbox/new/m.prom", "inbox//tmp/m.prom", ".basket-sync/m.prom", "host/.basket-sync/m.prom",
+                        ".basket-sync-cart.prom", "./.basket-sync-m.prom"] {
+            let reason = refusal(#"{"metrics": "\#(metrics)"}"#)
+            #expect(reason?.contains("\"metrics\" names the cart or one of basket-sync's own files or folders") == true, "metrics \(metrics): \(reason ?? "taken")")
+        }
+        for path in ["cart.json", "host/cart.json", "host/outbox.jsonl", "outbox.jsonl.bak", "outbox.jsonl.1a", "outbox.jsonl.", "inboxes/cart.json", "basket-sync.json.d/cart.json"] {
+            #expect(refusal(#"{"cart": "\#(path)"}"#) == nil, "cart \(path)")
+        }
+        // The metrics file and the cart: never the same file, whatever the order of the settings.
+        #expect(refusal(#"{"cart": "shop.prom", "metrics": "./shop.prom"}"#)?.contains("\"metrics\" names the cart") == true)
+        #expect(refusal(#"{"metrics": "shop.prom", "cart": "shop.prom"}"#)?.contains("\"metrics\" names the cart") == true)
+        #expect(refusal(#"{"metrics": "/var/lib/prometheus/node-exporter/basket-sync.prom"}"#) == nil)
+        for metrics in ["basket-sync.prom", "inbox.prom", "metrics/inbox.prom", "outbox.jsonl.prom"] { #expect(refusal(#"{"metrics": "\#(metrics)"}"#) == nil, "metrics \(metrics)") }
+    }
+
     @Test func recordsAreOneLineWhateverTheIdsHold() {
         let record = OutboxRecord(
             seq: 3, id: "s-3", type: .updateBasket, at: Date(timeIntervalSince1970: 1_796_032_200.5), source: "e\"1\n",
