@@ -127,3 +127,41 @@ import Testing
         #expect(seqs(playground, "outbox.jsonl.1") + seqs(playground, "outbox.jsonl") == [1, 2, 3, 4, 5, 6])
     }
 }
+
+extension RotationTests {
+    /// `keep` lowered (in the settings a one-shot command reads, or a running agent reloads on
+    /// SIGHUP): the next rotation leaves `keep` parts, the ones past it removed — none older
+    /// than those kept is left behind a gap.
+    @Test(arguments: [false, true])
+    func keepLoweredLeavesKeepParts(agentRunning: Bool) async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.write("basket-sync.json", #"{"rotate": {"maxBytes": 300, "keep": 4}}"#)
+        let agent = agentRunning ? try AgentProcess(directory: playground.path) : nil
+        if let agent { try await agent.waitUntilWatching() }
+        var pushed = 0
+        func push(until condition: () -> Bool) async throws {
+            while !condition(), pushed < 200 {
+                pushed += 1
+                #expect(try basketSync(["-C", playground.path, "push", "--id", "e\(pushed)", "A=+1"]).status == 0)
+                if agent == nil { #expect(try basketSync(["-C", playground.path, "sync"]).status == 0) }
+                try await eventually("record \(pushed) is in the outbox") {
+                    (seqs(playground, "outbox.jsonl.1") + seqs(playground, "outbox.jsonl")).last == pushed
+                }
+            }
+        }
+        func exists(_ name: String) -> Bool { FileManager.default.fileExists(atPath: playground.path + "/" + name) }
+        try await push { exists("outbox.jsonl.4") }
+        try playground.write("basket-sync.json", #"{"rotate": {"maxBytes": 300, "keep": 2}}"#)
+        if let agent {
+            kill(agent.process.processIdentifier, SIGHUP)
+            try await eventually("the settings are reloaded") { agent.log.contains("reloaded basket-sync.json") }
+        }
+        let before = pushed
+        try await push { pushed > before && !exists("outbox.jsonl.3") }
+        #expect(!exists("outbox.jsonl.3") && !exists("outbox.jsonl.4"), "keep is 2 now")
+        let all = seqs(playground, "outbox.jsonl.2") + seqs(playground, "outbox.jsonl.1") + seqs(playground, "outbox.jsonl")
+        #expect(!all.isEmpty && all == Array(all.first!...pushed), "the parts kept follow on, in order, each record once: \(all)")
+        if let agent { #expect(agent.stop() == 0) }
+    }
+}

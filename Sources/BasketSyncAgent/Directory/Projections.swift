@@ -593,11 +593,16 @@ final class JSONLinesFile {
     }
 
     /// Rotates the file, under its lock, after an append took it past `maxBytes`: NAME.keep-1 →
-    /// NAME.keep (the oldest dropped), …, NAME → NAME.1. The next catch-up finds the path gone and
-    /// starts a new file with the next record (what the database remembers names the rotated
-    /// file). Renames never follow a link. A failure is said, not thrown: the records are safe.
+    /// NAME.keep (the oldest dropped), …, NAME → NAME.1, and the parts past NAME.keep (left by
+    /// a larger `keep` before) removed: `keep` parts, whatever `keep` was. The next catch-up finds
+    /// the path gone and starts a new file with the next record (what the database remembers
+    /// names the rotated file). Renames and removals never follow a link. A failure is said, not
+    /// thrown: the records are safe.
     private func rotate(keep: Int) -> String? {
         do {
+            var past = keep + 1
+            while past <= keep + 10_000, Posix.info("\(path).\(past)", follow: false) != nil { past += 1 }
+            for index in stride(from: past - 1, through: keep + 1, by: -1) { Posix.unlink("\(path).\(index)") }
             if keep > 1 {
                 for index in stride(from: keep - 1, through: 1, by: -1) where Posix.info("\(path).\(index)", follow: false) != nil {
                     try Posix.rename("\(path).\(index)", "\(path).\(index + 1)")
