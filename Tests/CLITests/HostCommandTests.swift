@@ -406,3 +406,55 @@ extension HostCommandTests {
         #expect(playground.read("cart.json").contains("\"syncedThrough\": 1") || playground.read("cart.json").contains("\"syncedThrough\":1"), "\(playground.read("cart.json"))")
     }
 }
+
+extension HostCommandTests {
+    /// `apply` run as root on a cart with set-id bits (a host's, another account's in a shared
+    /// directory) never makes a set-id file, not even for an instant: the new cart is made private
+    /// (0600), given to the cart's owner, then given the cart's permission bits only — the system
+    /// calls are read with strace where it is installed. The cart ends with its permission bits and
+    /// its owner, its set-id bits gone.
+    @Test func applyAsRootNeverMakesASetIDFile() throws {
+        guard getuid() == 0 else { return print("applyAsRootNeverMakesASetIDFile: needs root to give a file away; not run") }
+        let playground = try syncDirectory()
+        try playground.write("cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        #expect(chown(playground.path + "/cart.json", 65534, 65534) == 0 && chmod(playground.path + "/cart.json", 0o6777) == 0)
+        #expect(try run(playground, ["push", "A=+1"]).status == 0)
+        #expect(try run(playground, ["sync"]).status == 0)
+        let strace = "/usr/bin/strace"
+        let log = playground.path + "/strace.log"
+        var traced = false
+        if FileManager.default.isExecutableFile(atPath: strace) {
+            let apply = try basketSync(["-f", "-e", "trace=openat,fchmod,fchown", "-o", log, binary.path, "-C", playground.path, "apply"], executable: strace)
+            if apply.stderr.contains("ptrace") {
+                print("applyAsRootNeverMakesASetIDFile: strace may not trace here (\(apply.stderr)); the system calls are not read")
+                #expect(try run(playground, ["apply"]).status == 0)
+            } else {
+                #expect(apply.status == 0, "\(apply)")
+                traced = true
+            }
+        } else {
+            print("applyAsRootNeverMakesASetIDFile: strace is not installed; the system calls are not read")
+            #expect(try run(playground, ["apply"]).status == 0)
+        }
+        if traced {
+            var made = 0
+            for line in playground.read("strace.log").split(separator: "\n") {
+                // openat(AT_FDCWD, ".../.cart.json.RANDOM.tmp", O_WRONLY|O_CREAT|O_EXCL|O_CLOEXEC, 0600) = 5
+                if line.contains("openat("), line.contains(".tmp\""), line.contains("O_CREAT") {
+                    made += 1
+                    let mode = line.components(separatedBy: ", ").last?.split(separator: ")").first.flatMap { UInt32($0, radix: 8) }
+                    #expect(mode == 0o600, "the new cart is made private first: \(line)")
+                }
+                // fchmod(5, 0777) = 0
+                if line.contains("fchmod("), let mode = line.components(separatedBy: ", ").last?.split(separator: ")").first.flatMap({ UInt32($0, radix: 8) }) {
+                    #expect(mode & 0o7000 == 0, "never a set-id or sticky bit: \(line)")
+                }
+            }
+            #expect(made == 1, "one new cart made: \(playground.read("strace.log"))")
+        }
+        var info = stat()
+        #expect(stat(playground.path + "/cart.json", &info) == 0)
+        #expect(info.st_uid == 65534 && info.st_gid == 65534 && info.st_mode & 0o7777 == 0o777, "owner \(info.st_uid):\(info.st_gid) mode \(String(info.st_mode & 0o7777, radix: 8))")
+        #expect(playground.read("cart.json").contains("\"syncedThrough\": 1") || playground.read("cart.json").contains("\"syncedThrough\":1"), "\(playground.read("cart.json"))")
+    }
+}

@@ -26,8 +26,9 @@ extension Posix {
 
     /// Writes a whole file the durable way: a temp file beside it, created exclusively under a
     /// name nobody can guess, fsync, rename over the file, fsync of the directory. A reader sees
-    /// the old content or the new, never a part. A regular file that exists keeps its mode and,
-    /// where this process may give it (root), its owner and group — a cart `apply` rewrites as root
+    /// the old content or the new, never a part. A regular file that exists keeps its permission
+    /// bits (never set-id or sticky bits) and, where this process may give it (root), its owner
+    /// and group — a cart `apply` rewrites as root
     /// stays the host's (read from the file itself, never from a link); a new one gets `mode`
     /// minus the umask.
     /// With `replacing`, whatever is at `path` (a link included: the rename replaces the link,
@@ -47,10 +48,13 @@ extension Posix {
         }
         let directory = dirname(of: path)
         let temporary = "\(directory)/.\(basename(of: path).prefix(200)).\(randomName()).tmp"
-        let fd = try open(temporary, [.writeOnly, .create, .exclusive], mode: kept ?? mode)
-        if let kept { setMode(fd, kept) }
+        // Made private, given away, then given the mode kept: a file made by root from a host's
+        // cart is never, even for an instant, root's with the host's mode. The permission bits
+        // only: set-id and sticky bits are never given (a cart is data, not a program).
+        let fd = try open(temporary, [.writeOnly, .create, .exclusive], mode: kept == nil ? mode : 0o600)
         // Fails (and is left) where this process may not give the file away: then it is its own.
         if let (user, group) = owner { _ = fchown(fd, user, group) }
+        if let kept { setMode(fd, kept & 0o777) }
         do {
             try writeAll(fd, bytes, path: temporary)
             try fsync(fd, path: temporary)
