@@ -625,6 +625,33 @@ import TestSupport
         #expect(playground.read("waited") == "{\"cart\":\"a\",\"after\":0,\"through\":1}\n")
     }
 
+    /// `apply` on the root: a cart that fails is named with its own file (its folder, pinned while
+    /// it was served, is closed before the failures are printed: another cart's folder may have
+    /// its descriptor's number by then), and when every cart with records fails, nothing says
+    /// there was nothing to apply.
+    @Test func applyOnTheRootNamesEachFailingCartsOwnFile() throws {
+        let playground = try tree()
+        let ids = ["a", "b", "c", "d", "e"]
+        for id in ids {
+            try mkdir(playground, id)
+            try playground.write("\(id)/cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+            #expect(try basketSync(["-C", playground.path + "/" + id, "push", "A=+1"]).status == 0)
+        }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        for id in ["b", "d"] { try playground.write("\(id)/cart.json", "{\"products\":[\n") }
+        let applied = try basketSync(["-C", playground.path, "apply"])
+        #expect(applied.status == 65, "\(applied)")
+        for id in ["b", "d"] {
+            let said = applied.stderr.split(separator: "\n").filter { $0.hasPrefix("basket-sync: cart \(id): ") }
+            #expect(said.count == 1 && said[0].contains(playground.path + "/\(id)/cart.json:2:1"), "cart \(id) named by its own file: \(applied.stderr)")
+            for other in ids where other != id { #expect(!said.contains { $0.contains("/\(other)/") }, "cart \(id) said with cart \(other)'s path: \(applied.stderr)") }
+        }
+        for id in ["a", "c", "e"] { #expect(applied.stdout.contains("\(id): applied 1 updateBasket record(s)"), "\(applied.stdout)") }
+        // Only failing carts have records left: the failures are said, not "nothing to apply".
+        let again = try basketSync(["-C", playground.path, "apply"])
+        #expect(again.status == 65 && !again.stdout.contains("nothing to apply") && again.stdout.contains("2 cart(s)"), "\(again)")
+    }
+
     /// `sync` on the root: one pass over every cart, for a cron host.
     @Test func syncOnTheRootPassesOverEveryCart() throws {
         let playground = try tree()

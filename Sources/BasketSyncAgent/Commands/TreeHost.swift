@@ -85,7 +85,8 @@ extension Commands {
 
         /// One line per cart applied; the failures are said on standard error.
         public var human: String {
-            applied.isEmpty ? "nothing to apply: no cart has records after its host's progress"
+            applied.isEmpty ? (failed.isEmpty ? "nothing to apply: no cart has records after its host's progress"
+                                               : "no cart applied: \(failed.count) cart(s) with records after their host's progress failed (each said on standard error)")
                 : applied.map { "\($0.cart): \($0.summary.human.replacingOccurrences(of: "\n", with: "\n\($0.cart): "))" }.joined(separator: "\n")
         }
 
@@ -109,7 +110,9 @@ extension Commands {
             do throws(AgentError) {
                 summary.applied.append((cart.cart, try apply(directory: "\(root)/\(cart.cart)", lockTimeout: lockTimeout, logger: logger)))
             } catch {
-                summary.failed.append((cart.cart, error))
+                // Named now: the cart's folder, pinned while it was served, is closed, and the
+                // descriptor's number may be another cart's folder by the time this is printed.
+                summary.failed.append((cart.cart, error.named))
             }
         }
         return summary
