@@ -141,12 +141,16 @@ public enum HostCheck {
         if command[0].contains("/"), !command[0].hasPrefix("/") {
             command[0] = (Posix.currentDirectory() ?? ".") + "/" + command[0]
         }
+        // Each scenario once, in the order given; none at all would pass any host.
         var chosen: [Scenario] = []
         for name in scenarios ?? scenarioNames {
             guard let scenario = Scenario(rawValue: name) else {
                 throw .usage("check-host: no scenario \(JSONWriter.quoted(name)); the scenarios are \(scenarioNames.joined(separator: ", "))")
             }
-            chosen.append(scenario)
+            if !chosen.contains(scenario) { chosen.append(scenario) }
+        }
+        guard !chosen.isEmpty else {
+            throw .usage("check-host: --scenarios names no scenario; give some of \(scenarioNames.joined(separator: ", ")), or leave --scenarios out to run them all")
         }
         let settings = try Posix.readFile("\(directory)/\(AgentConfiguration.fileName)", limit: 1 << 20, follow: true)
         let configuration = try settings.map { (bytes) throws(AgentError) in try AgentConfiguration.parse(bytes, path: "\(directory)/\(AgentConfiguration.fileName)") } ?? AgentConfiguration()

@@ -34,10 +34,12 @@ extension Scenario {
     /// The settings a scenario's scratch directory gets: the host's (`settings`, parsed as
     /// `configuration`), with the outbox rotated every 300 bytes for `rotated`.
     func settings(_ settings: [UInt8]?, configuration: AgentConfiguration) -> [UInt8]? {
-        guard self == .rotated else { return settings }
-        var rotated = configuration
-        rotated.rotate = AgentConfiguration.Rotation(maxBytes: 300, keep: 1000)
-        return Array(rotated.fileText.utf8)
+        // A scratch directory keeps its database in its own `.basket-sync/`: the directory that
+        // `"database"` names serves the real sync directory alone (another is refused there).
+        var scratch = configuration
+        scratch.database = nil
+        if self == .rotated { scratch.rotate = AgentConfiguration.Rotation(maxBytes: 300, keep: 1000) }
+        return self == .rotated || configuration.database != nil ? Array(scratch.fileText.utf8) : settings
     }
 }
 

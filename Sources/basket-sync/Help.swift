@@ -260,7 +260,8 @@ enum Help {
 
                 The conformance kit: runs your host's one-shot apply command (CMD, no shell) against
                 scripted scenarios, each in a scratch sync directory of its own with the settings of
-                DIR (key names, cart path). CMD runs there, with that directory in $BASKET_SYNC_DIR;
+                DIR (key names, cart path; its database in its own .basket-sync/, whatever
+                "database" says). CMD runs there, with that directory in $BASKET_SYNC_DIR;
                 it must apply what the outbox holds after the cart's syncedThrough, then exit.
                 Scenarios: new-and-existing (deltas on new and existing lines), past-zero (removals
                 past 0), past-zero-then-add (a removal past 0, then an addition: clamped record by
@@ -284,8 +285,9 @@ enum Help {
                 a host that never exits ends the check. What a run leaves running in its process
                 group is stopped with it. A host that rejects records (processes them without
                 applying them) is reported: check-host expects every record applied. --seed
-                replays the random parts of a report. A relative CMD is relative to DIR (as with
-                git -C).
+                replays the random parts of a report. --scenarios runs the ones it names, each
+                once (a list naming none is a usage error, 64). A relative CMD is relative to DIR
+                (as with git -C).
 
                 example:
                   basket-sync -C /srv/shop check-host -- ./host.py --once .

@@ -148,7 +148,7 @@ struct Invocation {
                 guard let value = UInt64(seedText) else { throw .usage("--seed \(seedText) is not a seed; give the number a report printed") }
                 seed = value
             }
-            let scenarios = scenarioText.map { $0.split(separator: ",").map { String($0.filter { $0 != " " }) } }
+            let scenarios = scenarioText.map { $0.split(separator: ",").map { String($0.filter { $0 != " " }) }.filter { !$0.isEmpty } }
             var limit: Double?
             if let limitText {
                 guard let seconds = Double(limitText), seconds.isFinite, seconds > 0, seconds <= 86_400 else {

@@ -217,3 +217,40 @@ import TestSupport
         if let kept = keptDirectory(silent.stdout) { try? FileManager.default.removeItem(atPath: kept) }
     }
 }
+
+extension CheckHostTests {
+    /// A scenario list that names none is a usage error (64), never a pass for any host; a name
+    /// given twice runs once.
+    @Test func aScenarioListNamingNoneIsRefusedAndANameTwiceRunsOnce() throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        for list in ["", ",", " , "] {
+            let run = try checkHost(["-C", playground.path, "check-host", "--scenarios", list, "--", "/bin/true"])
+            #expect(run.status == 64 && run.stderr.contains("--scenarios names no scenario"), "[\(list)] \(run)")
+        }
+        let twice = try checkHost(["-C", playground.path, "check-host", "--scenarios", "replay,replay", "--", binary.path, "apply"])
+        #expect(twice.status == 0 && twice.stdout.contains("every rule holds in 1 scenario(s)"), "\(twice)")
+    }
+
+    /// A sync directory whose database lives elsewhere (`"database"`, for a share) is checked in
+    /// scratch directories with databases of their own: the reference host passes, and the
+    /// directory's own database is never opened.
+    @Test func aDirectoryWithItsDatabaseElsewhereIsCheckedWithoutIt() throws {
+        let playground = try Playground()
+        let database = playground.path + "/local/shop1"
+        try FileManager.default.createDirectory(atPath: playground.path + "/local", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: playground.path + "/share", withIntermediateDirectories: true)
+        try playground.write("share/basket-sync.json", "{\"database\": \"\(database)\"}")
+        #expect(try basketSync(["-C", playground.path + "/share", "init"]).status == 0)
+        func files() throws -> [String] {
+            try FileManager.default.contentsOfDirectory(atPath: database).sorted().map { name in
+                let attributes = try FileManager.default.attributesOfItem(atPath: database + "/" + name)
+                return "\(name) \(attributes[.size] ?? 0) \(attributes[.modificationDate] ?? 0)"
+            }
+        }
+        let before = try files()
+        let run = try checkHost(["-C", playground.path + "/share", "check-host", "--scenarios", "replay,new-and-existing", "--", binary.path, "apply"])
+        #expect(run.status == 0 && run.stdout.contains("every rule holds in 2 scenario(s)"), "\(run)")
+        #expect(try files() == before, "the directory's own database untouched")
+    }
+}
