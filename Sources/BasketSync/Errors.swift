@@ -4,6 +4,8 @@ public enum SyncInputError: Error, Hashable, Sendable, CustomStringConvertible {
     case emptyProductId
     /// A line that must be absolute has a negative quantity.
     case negativeQuantity(id: String, quantity: Int)
+    /// The lines of one id add up past what a quantity holds (`Int`'s range).
+    case quantitiesOverflow(id: String)
 
     /// A sentence saying what is wrong and what to do.
     public var description: String {
@@ -12,6 +14,8 @@ public enum SyncInputError: Error, Hashable, Sendable, CustomStringConvertible {
             return "a product has an empty id; give every line a non-empty \"id\""
         case let .negativeQuantity(id, quantity):
             return "product \"\(id)\" has quantity \(quantity); absolute quantities must be 0 or more"
+        case let .quantitiesOverflow(id):
+            return "the lines of product \"\(id)\" add up past what a quantity can hold; give the id once, with its real quantity"
         }
     }
 }

@@ -5,6 +5,8 @@
 struct ProductTally: Equatable {
     private(set) var order: [ExactID] = []
     private(set) var quantities: [ExactID: Int] = [:]
+    /// The first id whose lines added up past `Int`'s range (its sum is held at the bound).
+    private(set) var overflowed: ExactID?
 
     init() {}
 
@@ -18,10 +20,19 @@ struct ProductTally: Equatable {
     mutating func add(_ id: ExactID, _ quantity: Int) {
         // One hash for a new id (the usual case); a repeated id pays a second one.
         if let current = quantities.updateValue(quantity, forKey: id) {
-            quantities[id] = current.saturatingAdd(quantity)
+            let (sum, overflow) = current.addingReportingOverflow(quantity)
+            if overflow, overflowed == nil { overflowed = id }
+            quantities[id] = overflow ? current.saturatingAdd(quantity) : sum
         } else {
             order.append(id)
         }
+    }
+
+    /// The tally, when no id's lines added up past `Int`'s range: never a sum held at the bound
+    /// as if it were the quantity.
+    func withinRange() throws(SyncInputError) -> ProductTally {
+        if let overflowed { throw .quantitiesOverflow(id: overflowed.string) }
+        return self
     }
 
     /// The lines in first-appearance order, without the lines whose quantity is 0.
@@ -40,12 +51,12 @@ extension Array where Element == RetailerProduct {
             if product.id.isEmpty { throw .emptyProductId }
             if product.quantity < 0 { throw .negativeQuantity(id: product.id, quantity: product.quantity) }
         }
-        return ProductTally(self)
+        return try ProductTally(self).withinRange()
     }
 
     /// Checks that the lines form a valid delta batch: non-empty ids, any sign.
     func validatedDeltas() throws(SyncInputError) -> ProductTally {
         for product in self where product.id.isEmpty { throw .emptyProductId }
-        return ProductTally(self)
+        return try ProductTally(self).withinRange()
     }
 }

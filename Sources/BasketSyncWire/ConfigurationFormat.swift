@@ -183,7 +183,11 @@ public struct AgentConfiguration: Equatable, Sendable {
                 for (name, value) in names {
                     switch name {
                     case "maxFileBytes": configuration.limits.maxFileBytes = try positive(value, "limits.maxFileBytes")
-                    case "maxQuantity": configuration.limits.maxQuantity = try positive(value, "limits.maxQuantity")
+                    case "maxQuantity":
+                        configuration.limits.maxQuantity = try positive(value, "limits.maxQuantity")
+                        guard configuration.limits.maxQuantity <= SyncConfiguration.largestMaxQuantity else {
+                            throw fail(value.offset, "\"limits.maxQuantity\" must be at most 9007199254740991 (2^53 - 1: every JSON reader keeps it exact, and quantities added up past it are seen past it)")
+                        }
                     case "maxIdBytes": configuration.limits.maxIdBytes = try positive(value, "limits.maxIdBytes")
                     default: throw fail(value.offset, "unknown key \(JSONWriter.quoted("limits." + name)); the limits are maxFileBytes, maxQuantity and maxIdBytes")
                     }

@@ -153,6 +153,8 @@ import Testing
         ("{\"colour\": true}", "1:12: unknown setting \"colour\"; see the comments that basket-sync init writes"),
         ("{\n  \"logFormat\": \"xml\"\n}", "2:16: \"logFormat\" must be \"human\" or \"json\""),
         ("{\"limits\": {\"maxQuantity\": -5}}", "1:28: \"limits.maxQuantity\" must be a whole number above 0"),
+        ("{\"limits\": {\"maxQuantity\": 9007199254740992}}",
+         "1:28: \"limits.maxQuantity\" must be at most 9007199254740991 (2^53 - 1: every JSON reader keeps it exact, and quantities added up past it are seen past it)"),
     ])
     func aBadConfigurationNamesTheSetting(text: String, expected: String) {
         let bytes = Array(text.utf8)

@@ -1,4 +1,6 @@
+import BasketSync
 import BasketSyncWire
+import Foundation
 
 extension Commands {
     /// What `validate` checks a file as.
@@ -52,7 +54,13 @@ extension Commands {
         }
         do throws(DecodingFailure) {
             if kind == .cart {
-                _ = try CartFormat.decode(bytes, keys: configuration.keys, limits: configuration.limits)
+                let cart = try CartFormat.decode(bytes, keys: configuration.keys, limits: configuration.limits)
+                // What a pass checks next, the lines as a whole (an id's lines adding up past a
+                // quantity's range): valid here is taken there.
+                var trial = SyncStateMachine(state: SyncState(syncId: "validate"))
+                do throws(SyncInputError) { _ = try trial.retailerBasketChanged(cart.products, syncedThrough: nil, at: Date()) } catch {
+                    return ["\(shown):1:1: \(error.description)"]
+                }
             } else {
                 _ = try EventFormat.decode(bytes, limits: configuration.limits)
             }
