@@ -90,7 +90,8 @@ package enum EventFormat {
         guard let node = root["basket"] else { return nil }
         if case .null = node.value { return nil }
         guard let value = node.integer, value >= 1 else {
-            fields.problem(node, "\"basket\" must be a whole number of 1 or more (the basket of the notification the state was based on), not \(node.kind)")
+            let given = node.integer.map { "\($0)" } ?? node.kind
+            fields.problem(node, "\"basket\" must be a whole number of 1 or more (the basket of the notification the state was based on), not \(given)")
             return nil
         }
         return UInt64(value)

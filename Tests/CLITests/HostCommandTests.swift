@@ -458,3 +458,25 @@ extension HostCommandTests {
         #expect(playground.read("cart.json").contains("\"syncedThrough\": 1") || playground.read("cart.json").contains("\"syncedThrough\":1"), "\(playground.read("cart.json"))")
     }
 }
+
+extension HostCommandTests {
+    /// Each error gives the reason that holds: a `basket` of 0 is a number (said as 0), a FIFO
+    /// cart is not a link (no word of followSymlinks), a directory given as a program is one (not
+    /// "no such program"), an amount of too many digits is too long (not "not an amount").
+    @Test func errorsGiveTheReasonThatHolds() throws {
+        let playground = try syncDirectory()
+        try playground.write("inbox/tmp/s1", #"{"id":"s1","type":"basketState","basket":0,"products":[{"id":"A","quantity":1}]}"#)
+        #expect(rename(playground.path + "/inbox/tmp/s1", playground.path + "/inbox/new/s1") == 0)
+        _ = try run(playground, ["sync"])
+        let said = playground.read("inbox/bad/s1.error")
+        #expect(said.contains("\"basket\" must be a whole number of 1 or more") && said.contains("not 0") && !said.contains("not a number"), "\(said)")
+        #expect(mkfifo(playground.path + "/cart.json", 0o644) == 0)
+        let fifo = try run(playground, ["apply"])
+        #expect(fifo.status == 65 && fifo.stderr.contains("is a FIFO") && !fifo.stderr.contains("followSymlinks"), "\(fifo)")
+        try FileManager.default.createDirectory(atPath: playground.path + "/tool", withIntermediateDirectories: false)
+        let lock = try run(playground, ["lock", "--", playground.path + "/tool"])
+        #expect(lock.status == 66 && lock.stderr.contains("not a program (a directory)") && !lock.stderr.contains("no such program"), "\(lock)")
+        let total = try run(playground, ["payment-started", "--total", String(repeating: "9", count: 32) + ".99"])
+        #expect(total.status == 64 && total.stderr.contains("has 34 digits; an amount holds at most 30"), "\(total)")
+    }
+}

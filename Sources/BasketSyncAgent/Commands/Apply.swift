@@ -136,7 +136,9 @@ extension Commands {
                 if let folder = CartReader.folderReason(failure, cartPath: cartPath) {
                     throw .badData(path: cartPath, line: 1, column: 1, reason: folder)
                 }
-                throw .badData(path: cartPath, line: 1, column: 1, reason: configuration.followSymlinks ? reason : reason + "; set \"followSymlinks\": true in basket-sync.json to follow a cart that is a link")
+                // The way out of a link only for a link: a FIFO or a device stays refused either way.
+                let link = failure.shape == FileInfo.Kind.symbolicLink.name
+                throw .badData(path: cartPath, line: 1, column: 1, reason: configuration.followSymlinks || !link ? reason : reason + "; set \"followSymlinks\": true in basket-sync.json to follow a cart that is a link")
             }
             // A folder on the way that is not there: no cart, as for the readers.
             guard case let .system(failure) = error, failure.isMissing else { throw error }

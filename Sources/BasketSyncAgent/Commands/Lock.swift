@@ -10,8 +10,8 @@ extension Commands {
             throw .usage("\(directory): is a tree of carts; the cart lock is one cart's: basket-sync -C \(directory)/CART-ID lock -- CMD")
         }
         let configuration = try AgentConfiguration.load(directory: directory)
-        guard Posix.isRunnable(command[0]) else {
-            throw .missingInput("cannot run \(command[0]): no such program; give a command on the PATH or a path to one (with -C, a relative path is relative to the sync directory)")
+        if let why = Posix.whyNotRunnable(command[0]) {
+            throw .missingInput("cannot run \(command[0]): \(why); give a command on the PATH or a path to one (with -C, a relative path is relative to the sync directory)")
         }
         let (reached, folder) = try CartFolder.reach(directory)
         let fd = try CartLock.take(directory: reached, configuration: configuration, timeout: timeout) { path, holders in
