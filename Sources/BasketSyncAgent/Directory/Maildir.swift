@@ -30,7 +30,7 @@ struct Inbox {
 
     /// The inbox with its folders opened one by one without following a link (`inbox/` from the
     /// sync directory, then each folder; `bad/` made when missing), for one pass or one delivery.
-    /// `makingBad`: `bad/` made when missing (a pass sets entries aside there; a delivery by
+    /// `makingBad`: `cur/` and `bad/` made when missing (a pass moves entries there; a delivery by
     /// another account must not make it: it would be that account's).
     func pinned(makingBad: Bool = true) throws(SystemError) -> Inbox {
         do { return try pinning(makingBad: makingBad) } catch {
@@ -49,8 +49,9 @@ struct Inbox {
             let fd: Int32
             do { fd = try Posix.openFolder(named: name, in: base, path: shownFolder(name)) } catch {
                 guard error.isMissing else { throw error }
-                // Not made yet: reached by name (bad/ is made now when it can be, as before).
-                guard name == "bad", makingBad, (try? Posix.makeDirectory("/proc/self/fd/\(base)/bad", mode: 0o755)) != nil else { continue }
+                // Missing: reached by name — but cur/ and bad/, where a pass moves entries, are
+                // made again now when they can be (as init makes them).
+                guard name == "bad" || name == "cur", makingBad, (try? Posix.makeDirectory("/proc/self/fd/\(base)/\(name)", mode: 0o755)) != nil else { continue }
                 fd = try Posix.openFolder(named: name, in: base, path: shownFolder(name))
             }
             held.fds.append(fd)
@@ -212,7 +213,9 @@ struct Inbox {
             target = name.utf8.count > 200 ? "long-name.\(Posix.randomName())" : "\(name).again.\(Posix.randomName())"
         }
         do { try Posix.rename(path(of: name), "\(folder("cur"))/\(target)") } catch {
-            return (error.isMissing ? nil : error, nil)
+            // Missing: taken by another process meanwhile — unless the entry is still there (cur/
+            // removed since it was opened).
+            return (error.isMissing && Posix.info(path(of: name), follow: false) == nil ? nil : error, nil)
         }
         return (nil, target == name ? nil : target)
     }

@@ -73,6 +73,7 @@ extension SyncEngine {
         }
         summary.cart = try finishCart(cart)
         try finishPass()
+        try throwIfInboxStuck()
         return summary
     }
 }

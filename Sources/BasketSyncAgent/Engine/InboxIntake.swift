@@ -249,7 +249,8 @@ extension SyncEngine {
             }
             let (failure, renamed) = inbox.acknowledge(entry.name)
             if let failure {
-                logger.log(.warning, "\(entry.path): taken, but cannot be moved to cur/ (\(inbox.shown(failure))); it will be acknowledged again, not done again")
+                let error = AgentError.refused("\(entry.path): taken, but cannot be moved to cur/ (\(inbox.shown(failure))); it stays in inbox/new/ and is acknowledged again, not done again, once inbox/cur/ takes it: make inbox/cur/ a folder basket-sync can write")
+                if inboxStuck == nil { inboxStuck = error }
             }
             if let renamed {
                 // cur/ held that name already: kept under its own, and known to retention by it.
@@ -308,7 +309,8 @@ extension SyncEngine {
         do { moved = try inbox.quarantine(name, because: why) } catch {
             // Not even set aside (bad/ not writable, an entry that cannot be moved): skipped and
             // reported, never in the way of the entries behind it (docs/spec.md §7).
-            reportError(.system(inbox.shown(error)), logAs: "an inbox entry cannot be set aside in bad/, so it stays in new/ and is tried again at the next pass; the entries behind it go on. The entry: \(inbox.shown(name)) (\(why.description)); why it could not be moved: ")
+            let stuck = AgentError.refused("\(inbox.shown(name)): cannot be set aside in inbox/bad/ (\(inbox.shown(error))), so it stays in inbox/new/ and is tried again after the agent's back-off; the entries behind it go on. Why it is set aside: \(why.description)")
+            if inboxStuck == nil { inboxStuck = stuck }
             return false
         }
         guard let moved else { return false }

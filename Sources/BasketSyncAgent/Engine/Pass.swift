@@ -64,7 +64,16 @@ extension SyncEngine {
             if scope.contains(.expire) { try expireIfDue() }
             retainQuietly()
         }
+        try throwIfInboxStuck()
         return summary
+    }
+
+    /// Ends the pass with the error of an inbox entry that could not leave `new/`, once the rest
+    /// of the pass went through (see ``inboxStuck``).
+    func throwIfInboxStuck() throws(AgentError) {
+        guard let stuck = inboxStuck else { return }
+        inboxStuck = nil
+        throw stuck
     }
 
     /// The end of a whole pass: the windows over rolled back, retention, and the pass noted as

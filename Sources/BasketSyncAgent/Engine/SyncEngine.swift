@@ -64,6 +64,11 @@ public final class SyncEngine {
     /// The entries a budget left waiting, in delivery order: the next pass goes on with them
     /// before listing `new/` again.
     var inboxBacklog: ArraySlice<String> = []
+    /// An inbox entry taken or refused that could not leave `new/` (`cur/` or `bad/` not
+    /// writable): the pass ends with this error once the rest of it went through, so the agent
+    /// tries again after its back-off rather than at once (the entry would be read again at every
+    /// wake-up), and status says it while the entry waits.
+    var inboxStuck: AgentError?
     /// The entries a pass listed but could not place yet (before their report, or renamed in
     /// while it listed), with the look that first held them: the next look places them, or takes
     /// them all the same (docs/spec.md §4 rule 6).

@@ -1,0 +1,84 @@
+import Foundation
+import Testing
+
+/// An inbox entry that cannot leave `inbox/new/` — `cur/` or `bad/` removed, or not writable by
+/// the agent's account — never makes the agent read it again at every wake-up: a missing folder is
+/// made again (as `init` makes it); one that cannot be written ends the pass with the entry's
+/// error, said in `status` while the entry waits, and the pass is tried again after the agent's
+/// back-off (0.5, 1, 2, 4 s …). Once the folder takes it, the entry is filed, done once. The agent
+/// runs as an account of its own (root writes anything), its directory that account's.
+@Suite(.serialized) struct InboxStuckTests {
+    /// A sync directory of `Account.agent`'s, with its agent running as that account.
+    func served() async throws -> (Playground, String, AgentProcess) {
+        let playground = try Playground()
+        chmod(playground.path, 0o755)
+        let directory = playground.path + "/shop"
+        #expect(mkdir(directory, 0o755) == 0 && chown(directory, Account.agent.uid, Account.agent.gid) == 0)
+        #expect(try Account.agent.basketSync(["-C", directory, "init"]).status == 0)
+        let agent = try AgentProcess(directory: directory, user: Account.agent.uid)
+        try await agent.waitUntilWatching()
+        return (playground, directory, agent)
+    }
+
+    func names(_ folder: String) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).filter { !$0.hasPrefix(".") }.sorted()
+    }
+
+    func inboxError(_ directory: String) throws -> String? {
+        let status = try Account.agent.basketSync(["-C", directory, "status", "--json"])
+        let object = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any]
+        return ((object?["health"] as? [String: Any])?["errors"] as? [String: Any])?["inbox"] as? String
+    }
+
+    /// Two events pushed one after the other (the second while the first is stuck).
+    func pushTwo(_ directory: String) throws {
+        for id in ["q1", "q2"] { #expect(try Account.agent.basketSync(["-C", directory, "push", "--id", id, "A=+1"]).status == 0) }
+    }
+
+    /// How many times the agent said it took an entry again: a hot loop says it thousands of times.
+    func againCount(_ agent: AgentProcess) -> Int { agent.log.components(separatedBy: "acknowledged again, not done again").count - 1 }
+
+    @Test func curRemovedUnderTheAgentIsMadeAgain() async throws {
+        let (playground, directory, agent) = try await served()
+        _ = playground
+        #expect(rmdir(directory + "/inbox/cur") == 0)
+        try pushTwo(directory)
+        try await eventually("both events filed in a cur/ made again") { names(directory + "/inbox/cur").count == 2 && names(directory + "/inbox/new").isEmpty }
+        #expect(againCount(agent) == 0, "\(agent.log)")
+        #expect(playground.records("shop/outbox.jsonl").count == 2)
+        #expect(agent.stop() == 0)
+    }
+
+    @Test(arguments: ["cur", "bad"])
+    func aFolderTheAgentCannotWriteIsSaidAndTriedAfterItsBackOff(folder: String) async throws {
+        let (playground, directory, agent) = try await served()
+        #expect(chmod(directory + "/inbox/" + folder, 0o555) == 0)
+        if folder == "cur" {
+            try pushTwo(directory)
+        } else {
+            // Two entries bad/ must take: not JSON.
+            for name in ["junk1", "junk2"] {
+                try playground.write("shop/inbox/tmp/\(name)", "not an event")
+                #expect(rename(directory + "/inbox/tmp/" + name, directory + "/inbox/new/" + name) == 0)
+            }
+        }
+        // The back-off reaches 4 s: the pass failed four times, not thousands.
+        try await eventually("the agent backs off", timeout: 60) { agent.log.contains("retrying in 4.0 s") }
+        let stuck = try inboxError(directory)
+        #expect(stuck?.contains(directory + "/inbox/new/") == true && stuck?.contains("inbox/\(folder)") == true, "status: \(stuck ?? "no inbox error")")
+        #expect(names(directory + "/inbox/new").count == 2)
+        if folder == "cur" { #expect(againCount(agent) <= 2 * 6, "read again at every wake-up: \(againCount(agent)) times") }
+        #expect(agent.log.components(separatedBy: "\n").count < 100, "the log stays quiet: \(agent.log.components(separatedBy: "\n").count) lines")
+        // The folder writable again: filed at the next try, done once, status clear.
+        #expect(chmod(directory + "/inbox/" + folder, 0o755) == 0)
+        try await eventually("the entries are filed", timeout: 60) { names(directory + "/inbox/new").isEmpty }
+        if folder == "cur" {
+            #expect(names(directory + "/inbox/cur").count == 2)
+            #expect(playground.records("shop/outbox.jsonl").count == 2, "each event done once")
+        } else {
+            #expect(names(directory + "/inbox/bad").filter { !$0.hasSuffix(".error") }.count == 2)
+        }
+        try await eventually("status clears") { try inboxError(directory) == nil }
+        #expect(agent.stop() == 0)
+    }
+}
