@@ -152,13 +152,16 @@ public struct SyncStateMachine: Sendable {
     /// Only a cart written after a batch can echo it. `outboxSeqWhenWritten` is the last outbox
     /// seq when the cart was written, when the caller knows it (the agent does: a cart file that
     /// has not changed since a batch was made cannot show it applied); nil means now.
+    /// `writtenAt`: when the cart was written, when the caller knows it (a file's change time) —
+    /// a cart written inside a batch's window echoes it in time, however late it is taken (a pass
+    /// run by cron, an agent stopped a while); the windows over by then are rolled back first.
     public mutating func retailerBasketChanged(
-        _ products: [RetailerProduct], syncedThrough: UInt64?, outboxSeqWhenWritten: UInt64? = nil, at now: Date
+        _ products: [RetailerProduct], syncedThrough: UInt64?, outboxSeqWhenWritten: UInt64? = nil, writtenAt: Date? = nil, at now: Date
     ) throws(SyncInputError) -> [SyncEffect] {
         let cart = try products.validatedAbsolute()
         // Lines at 0 are not kept (most carts have none: the tally is taken as it is).
         let summed = cart.quantities.values.contains(0) ? cart.quantities.filter { $0.value > 0 } : cart.quantities
-        return step(at: now) { $0.takeCart(summed, ids: cart.order, syncedThrough: syncedThrough, echoableThrough: outboxSeqWhenWritten, at: now) }
+        return step(at: now, madeAt: writtenAt) { $0.takeCart(summed, ids: cart.order, syncedThrough: syncedThrough, echoableThrough: outboxSeqWhenWritten, at: now) }
     }
 
     /// ``retailerBasketChanged(_:syncedThrough:outboxSeqWhenWritten:at:)`` for lines whose sums
@@ -167,9 +170,9 @@ public struct SyncStateMachine: Sendable {
     /// lines add up to per id, the ids at 0 left out, and the lines valid (ids not empty,
     /// quantities not negative) — as a cart reader that refuses anything else gives them.
     package mutating func retailerBasketChanged(
-        lines: [RetailerProduct], summed: [ExactID: Int], syncedThrough: UInt64?, outboxSeqWhenWritten: UInt64?, at now: Date
+        lines: [RetailerProduct], summed: [ExactID: Int], syncedThrough: UInt64?, outboxSeqWhenWritten: UInt64?, writtenAt: Date? = nil, at now: Date
     ) -> [SyncEffect] {
-        step(at: now) { $0.takeCart(summed, ids: lines.lazy.map { ExactID($0.id) }, syncedThrough: syncedThrough, echoableThrough: outboxSeqWhenWritten, at: now) }
+        step(at: now, madeAt: writtenAt) { $0.takeCart(summed, ids: lines.lazy.map { ExactID($0.id) }, syncedThrough: syncedThrough, echoableThrough: outboxSeqWhenWritten, at: now) }
     }
 
     /// The reference host (`basket-sync apply`) applied the outbox through `seq` and wrote it in
@@ -272,11 +275,12 @@ public struct SyncStateMachine: Sendable {
 
     // MARK: - Internals
 
-    /// Runs one input: expires the windows over at `now`, applies `body`, then says whether the
-    /// timer must be armed again or disarmed.
-    private mutating func step(at now: Date, _ body: (inout SyncStateMachine) -> [SyncEffect]) -> [SyncEffect] {
+    /// Runs one input: expires the windows over at `now` (over when the input was made, for an
+    /// input made before it is taken: `madeAt`), applies `body`, then says whether the timer must
+    /// be armed again or disarmed.
+    private mutating func step(at now: Date, madeAt: Date? = nil, _ body: (inout SyncStateMachine) -> [SyncEffect]) -> [SyncEffect] {
         let deadlineBefore = nextDeadline
-        var effects = rollBackExpired(at: now)
+        var effects = rollBackExpired(at: madeAt.map { min($0, now) } ?? now)
         effects += body(&self)
         let deadlineAfter = nextDeadline
         if deadlineAfter != deadlineBefore {

@@ -1,5 +1,6 @@
 import BasketSync
 import Testing
+import TestSupport
 
 /// Each rule of docs/spec.md §4, and the cases that broke real Mealz SDKs, as short transcripts.
 @Suite struct RuleTests {
@@ -19,6 +20,30 @@ import Testing
         let second = try s.cart(22, lines(("X", 1), ("A", 2)))
         #expect(second.contains(.lateEcho(seq: 2)), "\(second)")
         #expect(s.confirmed == ["A": 2])
+    }
+
+    /// A cart is judged when it was written: one written inside a batch's window echoes it in
+    /// time however late it is taken (a cron pass, an agent stopped a while) — settled, no
+    /// rollback, no late echo; one written after the window is a late echo, as ever. Seeded:
+    /// windows, write and take times on both sides of the deadline.
+    @Test func aCartWrittenInsideTheWindowEchoesInTimeHoweverLateItIsTaken() throws {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        for round in 0..<400 {
+            let window = Double(Int.random(in: 1...20, using: &rng))
+            var s = Transcript(window: .seconds(window))
+            _ = try s.cart(0, lines(("X", 1)))
+            _ = try s.delta(1, lines(("A", 2)))
+            let written = 1 + Double.random(in: 0...(2 * window), using: &rng)
+            let taken = written + Double.random(in: 0...(2 * window), using: &rng)
+            let effects = try s.cart(taken, lines(("X", 1), ("A", 2)), writtenAt: written)
+            let inTime = written < 1 + window
+            let rolledBack = effects.contains { if case .rolledBack = $0 { true } else { false } }
+            #expect(rolledBack == (!inTime && taken >= 1 + window), "seed \(seed), round \(round): window \(window), written \(written), taken \(taken): \(effects)")
+            #expect(effects.contains(.lateEcho(seq: 1)) == !inTime, "seed \(seed), round \(round): \(effects)")
+            #expect(effects.contains(.settled(seq: 1)) == inTime, "seed \(seed), round \(round): \(effects)")
+            #expect(s.confirmed == ["A": 2] && s.pendingSeqs.isEmpty, "seed \(seed), round \(round)")
+        }
     }
 
     /// The rolled-back batches remembered for a late echo are bounded by their lines together

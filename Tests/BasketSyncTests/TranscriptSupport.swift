@@ -33,8 +33,9 @@ struct Transcript {
         try machine.receive(.basketState(products), source: source, at: at(t))
     }
 
-    mutating func cart(_ t: Double, _ products: [RetailerProduct], syncedThrough: UInt64? = nil, writtenWhenLastSeqWas: UInt64? = nil) throws -> [SyncEffect] {
-        try machine.retailerBasketChanged(products, syncedThrough: syncedThrough, outboxSeqWhenWritten: writtenWhenLastSeqWas, at: at(t))
+    /// A cart taken at second `t`; `writtenAt`, the second it was written when that is earlier.
+    mutating func cart(_ t: Double, _ products: [RetailerProduct], syncedThrough: UInt64? = nil, writtenWhenLastSeqWas: UInt64? = nil, writtenAt: Double? = nil) throws -> [SyncEffect] {
+        try machine.retailerBasketChanged(products, syncedThrough: syncedThrough, outboxSeqWhenWritten: writtenWhenLastSeqWas, writtenAt: writtenAt.map(at), at: at(t))
     }
 
     mutating func tick(_ t: Double) -> [SyncEffect] { machine.expireWindows(at: at(t)) }

@@ -480,3 +480,27 @@ extension HostCommandTests {
         #expect(total.status == 64 && total.stderr.contains("has 34 digits; an amount holds at most 30"), "\(total)")
     }
 }
+
+extension HostCommandTests {
+    /// A cron host: its cart written inside a batch's window, the next `sync` run after the window
+    /// is over. The cart is judged when it was written (its change time): the batch is echoed in
+    /// time — no rollback said, none counted, no late echo.
+    @Test func aCartWrittenInTheWindowIsAnEchoInTimeForALaterPass() async throws {
+        let playground = try syncDirectory()
+        try playground.write("basket-sync.json", #"{"pendingTimeoutSeconds": 2}"#)
+        try playground.writeAtomically("cart.json", cartJSON([("X", 1)]))
+        #expect(try run(playground, ["sync"]).status == 0)
+        #expect(try run(playground, ["push", "A=+1"]).status == 0)
+        #expect(try run(playground, ["sync"]).status == 0)
+        let made = Date()
+        try playground.write(".cart.tmp", cartJSON([("X", 1), ("A", 1)]))
+        #expect(rename(playground.path + "/.cart.tmp", playground.path + "/cart.json") == 0)
+        #expect(Date().timeIntervalSince(made) < 2, "the echo is written inside the window")
+        try await eventually("the window is over") { Date().timeIntervalSince(made) > 2.5 }
+        let late = try run(playground, ["sync"])
+        #expect(late.status == 0 && !late.stderr.contains("rolled back") && !late.stderr.contains("late"), "\(late)")
+        let status = try JSONSerialization.jsonObject(with: Data(try run(playground, ["status", "--json"]).stdout.utf8)) as? [String: Any]
+        let counters = status?["counters"] as? [String: Int] ?? [:]
+        #expect(counters["rolledBack"] == 0 && counters["lateEchoes"] == 0 && counters["settled"] == 1, "\(counters)")
+    }
+}

@@ -93,6 +93,9 @@ extension SyncEngine {
             read.takenHash = hash
             let claimsHash = cart.syncedThrough != nil ? hash : nil
             let writtenBefore = try store.writtenThrough(cart: identity, bytesHash: claimsHash, lastSeq: machine.state.lastOutboxSeq, showsTheCartTaken: machine.state.showsTheCartTaken(cart.products))
+            // When the version was written: its change time (a rename into place sets it). A
+            // batch whose window was still open then is echoed in time, however late the pass.
+            let writtenAt = identity.map { Date(timeIntervalSince1970: Double($0.changed) / 1e9) }
             read.taken = bytes
             read.takenIdentity = identity
             let effects: [SyncEffect]
@@ -102,12 +105,12 @@ extension SyncEngine {
                 let known = machine.state.hostCart == largeCart?.sums
                 largeCart = (large.layout, summed.sums)
                 effects = machine.retailerBasketChanged(
-                    lines: cart.products, summed: summed.sums, syncedThrough: cart.syncedThrough, outboxSeqWhenWritten: writtenBefore, at: now)
+                    lines: cart.products, summed: summed.sums, syncedThrough: cart.syncedThrough, outboxSeqWhenWritten: writtenBefore, writtenAt: writtenAt, at: now)
                 hostCartTouched = known ? summed.touched : nil
             } else {
                 do throws(SyncInputError) {
                     effects = try machine.retailerBasketChanged(
-                        cart.products, syncedThrough: cart.syncedThrough, outboxSeqWhenWritten: writtenBefore, at: now)
+                        cart.products, syncedThrough: cart.syncedThrough, outboxSeqWhenWritten: writtenBefore, writtenAt: writtenAt, at: now)
                     largeCart = large.map { ($0.layout, machine.state.hostCart ?? [:]) }
                 } catch {
                     throw AgentError.badData(path: path, line: 1, column: 1, reason: error.description)
