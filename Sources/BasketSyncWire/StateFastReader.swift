@@ -80,8 +80,8 @@ package struct StateFastReader {
             case .recordedOrders:
                 return reader.object { (reader, order) -> Bool in
                     guard let seq = reader.integer(), seq >= 0 else { return false }
-                    state.recordedOrders[ExactID(order)] = UInt64(seq)
-                    return true
+                    // An order said twice: the tree decoder's to refuse.
+                    return state.recordedOrders.updateValue(UInt64(seq), forKey: ExactID(order)) == nil
                 }
             case .landedTransfers:
                 return reader.array { reader -> Bool in
@@ -105,11 +105,10 @@ package struct StateFastReader {
     private mutating func quantities() -> [ExactID: Int]? {
         var map: [ExactID: Int] = [:]
         let ok = object { (reader, id) -> Bool in
-            // Ids are exact (`K` and the Kelvin sign are two); a repeated one: the last one
-            // said, as the tree decoder reads it.
+            // Ids are exact (`K` and the Kelvin sign are two); one said twice is the tree
+            // decoder's to refuse.
             guard let quantity = reader.integer() else { return false }
-            map[ExactID(id)] = quantity
-            return true
+            return map.updateValue(quantity, forKey: ExactID(id)) == nil
         }
         return ok ? map : nil
     }

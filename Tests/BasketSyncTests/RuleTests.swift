@@ -323,15 +323,19 @@ import TestSupport
         #expect(s.machine.state == before)
     }
 
-    /// With no limit to cut at (maxQuantity Int.max), sums saturate instead of trapping.
-    @Test func overflowingQuantitiesSaturateInsteadOfCrashing() throws {
+    /// Sums past `Int`'s range are refused by name — a Mealz delta, a cart — never held at the
+    /// bound as if they were a quantity; a `maxQuantity` of `Int.max` is taken as the largest one
+    /// (2^53 − 1), where an increase is cut as at any limit. No trap anywhere.
+    @Test func overflowingQuantitiesAreRefusedNeverHeldAtTheBound() throws {
         var s = Transcript(maxQuantity: Int.max)
+        #expect(s.machine.configuration.maxQuantity == SyncConfiguration.largestMaxQuantity)
         _ = try s.cart(0, [], syncedThrough: 0)
-        _ = try s.delta(1, lines(("A", Int.max), ("A", Int.max)))
+        #expect(throws: SyncInputError.quantitiesOverflow(id: "A")) { _ = try s.delta(1, lines(("A", Int.max), ("A", Int.max))) }
+        #expect(s.view == [:] && s.pendingSeqs.isEmpty, "nothing done")
         _ = try s.delta(2, lines(("A", Int.max)))
-        #expect(s.view == ["A": Int.max])
-        #expect(try s.state(3, lines(("A", 0))) == [update(3, 3, lines(("A", -Int.max)))])
-        #expect(try s.cart(4, lines(("A", Int.max), ("A", 5)), syncedThrough: 3).contains(.settled(seq: 3)))
+        #expect(s.view == ["A": SyncConfiguration.largestMaxQuantity], "cut at the limit")
+        #expect(throws: SyncInputError.quantitiesOverflow(id: "A")) { _ = try s.cart(3, lines(("A", Int.max), ("A", 5)), syncedThrough: 1) }
+        #expect(try s.cart(4, lines(("A", SyncConfiguration.largestMaxQuantity)), syncedThrough: 1).contains(.settled(seq: 1)))
     }
 
     @Test func aRestartThroughTheCodableStateLosesAndRepeatsNothing() throws {
