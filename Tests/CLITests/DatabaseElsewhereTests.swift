@@ -145,3 +145,20 @@ import Testing
         #expect(agent.stop() == 0)
     }
 }
+
+extension DatabaseElsewhereTests {
+    /// `"database"` naming a directory whose parent is missing: `init` says which parent to make
+    /// (66) and makes nothing — the parent's owner and mode are the operator's to choose.
+    @Test func aDatabaseWhoseParentIsMissingNamesTheParent() throws {
+        let playground = try Playground()
+        let parent = playground.path + "/local"
+        #expect(mkdir(playground.path + "/share", 0o755) == 0)
+        try playground.write("share/basket-sync.json", "{\"database\": \"\(parent)/shop1\"}")
+        let made = try basketSync(["-C", playground.path + "/share", "init"])
+        #expect(made.status == 66 && made.stderr.contains("its parent \(parent) does not exist; make it first"), "\(made)")
+        #expect(!FileManager.default.fileExists(atPath: parent))
+        #expect(mkdir(parent, 0o755) == 0)
+        #expect(try basketSync(["-C", playground.path + "/share", "init"]).status == 0)
+        #expect(FileManager.default.fileExists(atPath: parent + "/shop1/state.db"))
+    }
+}

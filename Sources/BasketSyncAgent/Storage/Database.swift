@@ -123,6 +123,11 @@ final class Database {
                 }
                 throw .missingInput("\(directory): not a sync directory (no \(Layout.stateDirectory)/); run basket-sync init there first")
             }
+            // "database" names a directory whose parent is not there: made by the operator first
+            // (its owner and mode are the trust model's), never by basket-sync.
+            if let elsewhere, !Posix.exists(Posix.dirname(of: stateDirectory)) {
+                throw .missingInput("\(stateDirectory): its parent \(Posix.dirname(of: stateDirectory)) does not exist; make it first (mkdir -p, owned by root or basket-sync's account, writable by nobody else), then run the command again — \"database\" in \(AgentConfiguration.fileName) names \(elsewhere)")
+            }
             do {
                 if elsewhere != nil, !Posix.exists(markerDirectory) { try Posix.makeDirectory(markerDirectory, mode: 0o700) }
                 try Posix.makeDirectory(stateDirectory, mode: 0o700)
