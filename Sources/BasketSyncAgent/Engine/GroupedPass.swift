@@ -24,6 +24,7 @@ extension SyncEngine {
         // A new cart's files, made empty here, are noted in the group's transaction rather than
         // in a commit each.
         emptyNotes = [:]
+        inboxStuck = nil
         do {
             try publishAll(readingDeadline: true)
             if emptyNotes?.isEmpty ?? true { emptyNotes = nil }
@@ -63,12 +64,16 @@ extension SyncEngine {
         if let taken = pass.taken, let inbox = pass.inbox { try finishGroup(pass.read, taken, in: inbox, into: &summary.inbox) }
         guard let cart = pass.cart else {
             // The events beyond the first group (or held for a second look), then the cart: a
-            // pass of its own.
+            // pass of its own (which ends with its own entry stuck in new/, if any; this
+            // group's is said after it).
+            let stuck = inboxStuck
             let rest = try self.pass(.everything)
             summary.inbox.taken += rest.inbox.taken
             summary.inbox.duplicates += rest.inbox.duplicates
             summary.inbox.bad += rest.inbox.bad
             summary.cart = rest.cart
+            inboxStuck = stuck
+            try throwIfInboxStuck()
             return summary
         }
         summary.cart = try finishCart(cart)

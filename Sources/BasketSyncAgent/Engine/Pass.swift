@@ -47,6 +47,8 @@ extension SyncEngine {
     @discardableResult
     public func pass(_ scope: PassScope = .everything, inboxSeen: [String] = [], inboxWakeup: Int? = nil, inboxReported: Bool = false) throws(AgentError) -> PassSummary {
         var summary = PassSummary()
+        // What an earlier pass that failed on something else left here is not this pass's.
+        inboxStuck = nil
         // A new engine (a tree's cart whose engine was dropped) reads its deadline first: a pass
         // that makes no step must not leave the cart without the deadline it has. Publishing
         // reads it again, as committed by any process, in its own read of the database.
