@@ -11,24 +11,43 @@ public struct Money: Hashable, Codable, Sendable, CustomStringConvertible {
     /// The most digits accepted; `Decimal` holds 38 significant digits exactly.
     public static let maximumDigits = 30
 
+    /// Why a text is not an amount (see ``parse(_:)``).
+    public enum Problem: Error, Equatable, Sendable {
+        /// Not the form of an amount: a comma, a sign, an exponent, a space, a point without
+        /// digits on both sides, or no digit at all.
+        case notAnAmount
+        /// The form of an amount, with this many digits: more than ``Money/maximumDigits``.
+        case tooManyDigits(Int)
+    }
+
     /// Parses `42`, `42.5` or `42.50`. Returns nil for anything else: `42,50`, `-1`, `1e3`,
     /// `.5`, `5.`, `+3`, spaces, or more than ``maximumDigits`` digits.
     public init?(_ text: String) {
+        guard case let .success(money) = Money.parse(text) else { return nil }
+        self = money
+    }
+
+    /// Parses as ``init(_:)`` does, and says why a text is refused.
+    public static func parse(_ text: String) -> Result<Money, Problem> {
         let parts = text.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)
         guard let integerPart = parts.first, !integerPart.isEmpty,
-              integerPart.allSatisfy(\.isASCIIDigit) else { return nil }
+              integerPart.allSatisfy(\.isASCIIDigit) else { return .failure(.notAnAmount) }
         var fraction: Substring = ""
         if parts.count == 2 {
             fraction = parts[1]
-            guard !fraction.isEmpty, fraction.allSatisfy(\.isASCIIDigit) else { return nil }
+            guard !fraction.isEmpty, fraction.allSatisfy(\.isASCIIDigit) else { return .failure(.notAnAmount) }
         }
-        guard integerPart.count + fraction.count <= Money.maximumDigits else { return nil }
+        guard integerPart.count + fraction.count <= Money.maximumDigits else { return .failure(.tooManyDigits(integerPart.count + fraction.count)) }
         let integerDigits = integerPart.drop { $0 == "0" }
         let canonical = (integerDigits.isEmpty ? "0" : String(integerDigits))
             + (fraction.isEmpty ? "" : "." + fraction)
-        guard let amount = Decimal(string: canonical) else { return nil }
+        guard let amount = Decimal(string: canonical) else { return .failure(.notAnAmount) }
+        return .success(Money(amount: amount, text: canonical))
+    }
+
+    private init(amount: Decimal, text: String) {
         self.amount = amount
-        self.text = canonical
+        self.text = text
     }
 
     /// The canonical text, as written in payment records.

@@ -185,12 +185,13 @@ struct Invocation {
             guard let totalText = try options.value("--total") else {
                 throw .usage("\(name) needs --total, the exact amount paid, such as --total 42.50")
             }
-            guard let total = Money(totalText) else {
-                // Digits with a point, but more than an amount holds: said as such.
-                let digits = totalText.filter { $0 != "." }
-                if !digits.isEmpty, digits.allSatisfy({ $0.isASCII && $0.isNumber }), totalText.filter({ $0 == "." }).count <= 1, digits.count > Money.maximumDigits {
-                    throw .usage("--total \(totalText) has \(digits.count) digits; an amount holds at most \(Money.maximumDigits)")
-                }
+            let total: Money
+            switch Money.parse(totalText) {
+            case let .success(money):
+                total = money
+            case let .failure(.tooManyDigits(count)):
+                throw .usage("--total \(totalText) has \(count) digits; an amount holds at most \(Money.maximumDigits)")
+            case .failure(.notAnAmount):
                 throw .usage("--total \(totalText) is not an amount; write digits with a point for the cents, such as 42.50 (no comma, sign or exponent)")
             }
             let orderId = try options.value("--order-id")

@@ -134,6 +134,21 @@ import Testing
         #expect(Money(text) == nil)
     }
 
+    /// A refusal says which: the form of an amount with too many digits (counted without the
+    /// point), or not the form of an amount at all.
+    @Test(arguments: [("1234567890123456789012345678901", Money.Problem.tooManyDigits(31)),
+                      ("123456789012345678901234567890.5", .tooManyDigits(31)),
+                      ("12345678901234567890123456789.0", nil),
+                      ("1234567890123456789012345678901,5", .notAnAmount),
+                      ("-1234567890123456789012345678901", .notAnAmount),
+                      ("5.", .notAnAmount), ("", .notAnAmount)])
+    func moneySaysWhyItRefuses(text: String, problem: Money.Problem?) {
+        switch Money.parse(text) {
+        case let .success(money): #expect(problem == nil && money == Money(text), "\(text)")
+        case let .failure(refused): #expect(refused == problem, "\(text)")
+        }
+    }
+
     @Test func moneyIsExact() throws {
         let tenCents = try #require(Money("0.10"))
         let twenty = try #require(Money("0.20"))
