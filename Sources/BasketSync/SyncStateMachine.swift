@@ -164,6 +164,13 @@ public struct SyncStateMachine: Sendable {
         return step(at: now, madeAt: writtenAt) { $0.takeCart(summed, ids: cart.order, syncedThrough: syncedThrough, echoableThrough: outboxSeqWhenWritten, at: now) }
     }
 
+    /// Checks a host's lines as ``retailerBasketChanged(_:syncedThrough:outboxSeqWhenWritten:writtenAt:at:)``
+    /// checks them before its step, and throws what it would: an empty id, a negative quantity,
+    /// an id whose lines add up past a quantity's range. No state is read or changed.
+    public static func checkAbsolute(_ products: [RetailerProduct]) throws(SyncInputError) {
+        _ = try products.validatedAbsolute()
+    }
+
     /// ``retailerBasketChanged(_:syncedThrough:outboxSeqWhenWritten:at:)`` for lines whose sums
     /// are known already: an agent reading a large cart by its changed lines keeps the sums from
     /// one version to the next instead of adding up every line again. `summed` must be what the

@@ -363,6 +363,21 @@ import Testing
         #expect(try run(playground, ["validate", "missing.json"]).status == 66)
     }
 
+    /// A cart whose lines of one id add up past a quantity's range, each line within the limit,
+    /// is not valid to `validate`, as a pass refuses it: what validate says, the commands do.
+    @Test func validateRefusesLinesThatAddUpPastTheRangeAsAPassDoes() throws {
+        let playground = try syncDirectory()
+        try playground.write("basket-sync.json", #"{"limits": {"maxQuantity": 9007199254740991}}"#)
+        let line = #"{"id": "big", "quantity": 9007199254740991}"#
+        try playground.write("cart.json", #"{"products": ["# + Array(repeating: line, count: 1_025).joined(separator: ",") + "]}")
+        let validate = try run(playground, ["validate", "cart.json"])
+        #expect(validate.status == 65 && validate.stdout.contains(#"cart.json:1:1: the lines of product "big" add up past what a quantity can hold"#), "\(validate.status) \(validate.stdout)")
+        let sync = try run(playground, ["sync"])
+        #expect(sync.status == 65 && sync.stderr.contains(#"the lines of product "big" add up past what a quantity can hold"#), "\(sync.status) \(sync.stderr)")
+        try playground.write("cart.json", #"{"products": ["# + Array(repeating: line, count: 1_024).joined(separator: ",") + "]}")
+        #expect(try run(playground, ["validate", "cart.json"]).status == 0, "2^63 − 1024 still fits")
+    }
+
     /// A configuration over 1 MiB (a long comment), which every command refuses (78), is not
     /// "valid" to validate either: validate reads it with the same limit.
     @Test func validateRefusesAConfigurationEveryCommandRefuses() throws {
