@@ -518,4 +518,34 @@ extension HostCommandTests {
         let counters = status?["counters"] as? [String: Int] ?? [:]
         #expect(counters["rolledBack"] == 0 && counters["lateEchoes"] == 0 && counters["settled"] == 1, "\(counters)")
     }
+
+    /// The agent's own window timer: a cart written inside the window that the agent has not
+    /// taken yet when the window ends (polled, its next look far off — as an event not read yet
+    /// after the agent was stopped a while) is taken before the windows are rolled back, so the
+    /// batch is echoed in time — no rollback, no late echo.
+    @Test func theWindowsTimerTakesACartWrittenInsideItBeforeRollingBack() async throws {
+        let playground = try syncDirectory()
+        try playground.write("basket-sync.json", #"{"pendingTimeoutSeconds": 3}"#)
+        try playground.writeAtomically("cart.json", cartJSON([("X", 1)]))
+        #expect(try run(playground, ["sync"]).status == 0)
+        #expect(try run(playground, ["push", "A=+1"]).status == 0)
+        let started = Date()  // the batch is made after this, by the agent's first pass
+        let agent = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_WATCH_MODE": "poll=3600000"])
+        try await agent.waitUntilWatching()
+        try await eventually("the agent made the batch") { playground.records("outbox.jsonl").count == 1 }
+        try playground.write(".cart.tmp", cartJSON([("X", 1), ("A", 1)]))
+        #expect(rename(playground.path + "/.cart.tmp", playground.path + "/cart.json") == 0)
+        #expect(Date().timeIntervalSince(started) < 3, "the echo is written inside the window")
+        func counters() throws -> [String: Int] {
+            let status = try JSONSerialization.jsonObject(with: Data(try run(playground, ["status", "--json"]).stdout.utf8)) as? [String: Any]
+            return status?["counters"] as? [String: Int] ?? [:]
+        }
+        try await eventually("the window's time came") {
+            let now = (try? counters()) ?? [:]
+            return (now["settled"] ?? 0) + (now["rolledBack"] ?? 0) > 0
+        }
+        let after = try counters()
+        #expect(after["rolledBack"] == 0 && after["lateEchoes"] == 0 && after["settled"] == 1, "\(after) \(agent.log)")
+        #expect(agent.stop() == 0)
+    }
 }

@@ -302,7 +302,10 @@ public final class Agent {
                         attempt(cart, .everything)
                     }
                 } else if let deadline = cart.deadline, deadline <= now {
-                    attempt(cart, .expire)
+                    // The cart first: a version written inside a window and not taken yet (its
+                    // event not read yet, its look not due) echoes it in time; only then are
+                    // the windows over rolled back.
+                    attempt(cart, [.cart, .expire])
                 }
             }
             flushIfDue()
