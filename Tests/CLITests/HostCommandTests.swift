@@ -501,22 +501,39 @@ extension HostCommandTests {
     /// is over. The cart is judged when it was written (its change time): the batch is echoed in
     /// time — no rollback said, none counted, no late echo.
     @Test func aCartWrittenInTheWindowIsAnEchoInTimeForALaterPass() async throws {
-        let playground = try syncDirectory()
-        try playground.write("basket-sync.json", #"{"pendingTimeoutSeconds": 2}"#)
-        try playground.writeAtomically("cart.json", cartJSON([("X", 1)]))
-        #expect(try run(playground, ["sync"]).status == 0)
-        #expect(try run(playground, ["push", "A=+1"]).status == 0)
-        #expect(try run(playground, ["sync"]).status == 0)
-        let made = Date()
-        try playground.write(".cart.tmp", cartJSON([("X", 1), ("A", 1)]))
-        #expect(rename(playground.path + "/.cart.tmp", playground.path + "/cart.json") == 0)
-        #expect(Date().timeIntervalSince(made) < 2, "the echo is written inside the window")
-        try await eventually("the window is over") { Date().timeIntervalSince(made) > 2.5 }
-        let late = try run(playground, ["sync"])
-        #expect(late.status == 0 && !late.stderr.contains("rolled back") && !late.stderr.contains("late"), "\(late)")
-        let status = try JSONSerialization.jsonObject(with: Data(try run(playground, ["status", "--json"]).stdout.utf8)) as? [String: Any]
-        let counters = status?["counters"] as? [String: Int] ?? [:]
-        #expect(counters["rolledBack"] == 0 && counters["lateEchoes"] == 0 && counters["settled"] == 1, "\(counters)")
+        let window = 4.0
+        // A loaded machine may write the echo after the window ended; that attempt proves
+        // nothing either way, so it starts over in a fresh directory instead of deciding on time.
+        for attempt in 1...4 {
+            let playground = try syncDirectory()
+            try playground.write("basket-sync.json", #"{"pendingTimeoutSeconds": \#(Int(window))}"#)
+            try playground.writeAtomically("cart.json", cartJSON([("X", 1)]))
+            #expect(try run(playground, ["sync"]).status == 0)
+            #expect(try run(playground, ["push", "A=+1"]).status == 0)
+            #expect(try run(playground, ["sync"]).status == 0)
+            let made = try #require(playground.records("outbox.jsonl").first.flatMap(Self.recordTime))
+            try playground.write(".cart.tmp", cartJSON([("X", 1), ("A", 1)]))
+            #expect(rename(playground.path + "/.cart.tmp", playground.path + "/cart.json") == 0)
+            guard Date().timeIntervalSince(made) < window - 0.5 else {
+                print("attempt \(attempt): the echo was written \(Date().timeIntervalSince(made)) s after the batch, past its window; starting over")
+                continue
+            }
+            try await eventually("the window is over") { Date().timeIntervalSince(made) > window + 0.5 }
+            let late = try run(playground, ["sync"])
+            #expect(late.status == 0 && !late.stderr.contains("rolled back") && !late.stderr.contains("late"), "\(late)")
+            let status = try JSONSerialization.jsonObject(with: Data(try run(playground, ["status", "--json"]).stdout.utf8)) as? [String: Any]
+            let counters = status?["counters"] as? [String: Int] ?? [:]
+            #expect(counters["rolledBack"] == 0 && counters["lateEchoes"] == 0 && counters["settled"] == 1, "\(counters)")
+            return
+        }
+        Issue.record("the echo never went in inside its window in four attempts: the machine is too loaded to show anything")
+    }
+
+    /// When a record says it was made.
+    static func recordTime(_ record: [String: Any]) -> Date? {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return (record["at"] as? String).flatMap(formatter.date(from:))
     }
 
     /// The agent's own window timer: a cart written inside the window that the agent has not
@@ -524,28 +541,39 @@ extension HostCommandTests {
     /// after the agent was stopped a while) is taken before the windows are rolled back, so the
     /// batch is echoed in time — no rollback, no late echo.
     @Test func theWindowsTimerTakesACartWrittenInsideItBeforeRollingBack() async throws {
-        let playground = try syncDirectory()
-        try playground.write("basket-sync.json", #"{"pendingTimeoutSeconds": 3}"#)
-        try playground.writeAtomically("cart.json", cartJSON([("X", 1)]))
-        #expect(try run(playground, ["sync"]).status == 0)
-        #expect(try run(playground, ["push", "A=+1"]).status == 0)
-        let started = Date()  // the batch is made after this, by the agent's first pass
-        let agent = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_WATCH_MODE": "poll=3600000"])
-        try await agent.waitUntilWatching()
-        try await eventually("the agent made the batch") { playground.records("outbox.jsonl").count == 1 }
-        try playground.write(".cart.tmp", cartJSON([("X", 1), ("A", 1)]))
-        #expect(rename(playground.path + "/.cart.tmp", playground.path + "/cart.json") == 0)
-        #expect(Date().timeIntervalSince(started) < 3, "the echo is written inside the window")
-        func counters() throws -> [String: Int] {
-            let status = try JSONSerialization.jsonObject(with: Data(try run(playground, ["status", "--json"]).stdout.utf8)) as? [String: Any]
-            return status?["counters"] as? [String: Int] ?? [:]
+        let window = 15.0
+        // A loaded machine may write the echo after the window ended; that attempt proves
+        // nothing either way, so it starts over in a fresh directory instead of deciding on time.
+        for attempt in 1...4 {
+            let playground = try syncDirectory()
+            try playground.write("basket-sync.json", #"{"pendingTimeoutSeconds": \#(Int(window))}"#)
+            try playground.writeAtomically("cart.json", cartJSON([("X", 1)]))
+            #expect(try run(playground, ["sync"]).status == 0)
+            #expect(try run(playground, ["push", "A=+1"]).status == 0)
+            let agent = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_WATCH_MODE": "poll=3600000"])
+            try await agent.waitUntilWatching()
+            try await eventually("the agent made the batch") { playground.records("outbox.jsonl").count == 1 }
+            let made = try #require(playground.records("outbox.jsonl").first.flatMap(Self.recordTime))
+            try playground.write(".cart.tmp", cartJSON([("X", 1), ("A", 1)]))
+            #expect(rename(playground.path + "/.cart.tmp", playground.path + "/cart.json") == 0)
+            guard Date().timeIntervalSince(made) < window - 1 else {
+                print("attempt \(attempt): the echo was written \(Date().timeIntervalSince(made)) s after the batch, past its window; starting over")
+                _ = agent.stop()
+                continue
+            }
+            func counters() throws -> [String: Int] {
+                let status = try JSONSerialization.jsonObject(with: Data(try run(playground, ["status", "--json"]).stdout.utf8)) as? [String: Any]
+                return status?["counters"] as? [String: Int] ?? [:]
+            }
+            try await eventually("the window's time came", timeout: 120) {
+                let now = (try? counters()) ?? [:]
+                return (now["settled"] ?? 0) + (now["rolledBack"] ?? 0) > 0
+            }
+            let after = try counters()
+            #expect(after["rolledBack"] == 0 && after["lateEchoes"] == 0 && after["settled"] == 1, "\(after) \(agent.log)")
+            #expect(agent.stop() == 0)
+            return
         }
-        try await eventually("the window's time came") {
-            let now = (try? counters()) ?? [:]
-            return (now["settled"] ?? 0) + (now["rolledBack"] ?? 0) > 0
-        }
-        let after = try counters()
-        #expect(after["rolledBack"] == 0 && after["lateEchoes"] == 0 && after["settled"] == 1, "\(after) \(agent.log)")
-        #expect(agent.stop() == 0)
+        Issue.record("the echo never went in inside its window in four attempts: the machine is too loaded to show anything")
     }
 }
