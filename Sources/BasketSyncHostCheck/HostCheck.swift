@@ -153,7 +153,7 @@ public enum HostCheck {
             throw .usage("check-host: --scenarios names no scenario; give some of \(scenarioNames.joined(separator: ", ")), or leave --scenarios out to run them all")
         }
         let settings = try Posix.readFile("\(directory)/\(AgentConfiguration.fileName)", limit: 1 << 20, follow: true)
-        let configuration = try settings.map { (bytes) throws(AgentError) in try AgentConfiguration.parse(bytes, path: "\(directory)/\(AgentConfiguration.fileName)") } ?? AgentConfiguration()
+        let configuration = try settings.map { (bytes) throws(AgentError) in try AgentConfiguration.parse(bytes, path: "\(directory)/\(AgentConfiguration.fileName)", in: directory) } ?? AgentConfiguration()
         let base = Posix.environment("TMPDIR").flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
         let scratch: String
         do { scratch = try Posix.makeTemporaryDirectory("\(base)/basket-sync-check-XXXXXX") } catch { throw .system(error) }

@@ -119,8 +119,42 @@ public struct AgentConfiguration: Equatable, Sendable {
             return rest.isEmpty || rest.first == "." && rest.count > 1 && rest.dropFirst().allSatisfy { $0.isASCII && $0.isNumber }
         }
     }
-    /// Parses a `basket-sync.json` (JSON with `//` comments); a problem names its place.
-    package static func parse(_ bytes: [UInt8]) throws(JSONProblem) -> AgentConfiguration {
+    /// Where a configuration is read, to judge the absolute paths it gives: the sync directory (a
+    /// tree's root), and how a path is resolved through the links that exist.
+    package struct Place {
+        /// The sync directory or tree root.
+        package let directory: String
+        /// A path's real path, as far as it exists (the rest kept as written).
+        package let resolve: (String) -> String
+        /// A place for `directory` with `resolve`.
+        package init(directory: String, resolve: @escaping (String) -> String) {
+            self.directory = directory
+            self.resolve = resolve
+        }
+
+        /// The components of `path` below the directory, if it is the directory or lies inside it.
+        func inside(_ path: String) -> [Substring]? {
+            let real = resolve(path), directory = resolve(directory)
+            if real == directory { return [] }
+            let prefix = directory == "/" ? "/" : directory + "/"
+            guard real.hasPrefix(prefix) else { return nil }
+            return real.dropFirst(prefix.count).split(separator: "/")
+        }
+    }
+
+    /// Whether a file at `components` below the sync directory (a tree's root) would be one of
+    /// basket-sync's own files or folders, or the cart: in a tree, also inside a cart's.
+    static func isOwnOrCart(_ components: [Substring], cart: String, tree: Bool) -> Bool {
+        let cart = cart.split(separator: "/")
+        if isOwn(components) || components == cart { return true }
+        guard tree, components.count > 1 else { return false }
+        let inCart = Array(components.dropFirst())
+        return isOwn(inCart) || inCart == cart
+    }
+
+    /// Parses a `basket-sync.json` (JSON with `//` comments); a problem names its place. With
+    /// `place`, an absolute "metrics" or "database" is judged by where it lies in the directory.
+    package static func parse(_ bytes: [UInt8], in place: Place? = nil) throws(JSONProblem) -> AgentConfiguration {
         func fail(_ offset: Int, _ reason: String) -> JSONProblem { JSONProblem(offset: offset, reason: reason) }
         let root = try JSONParser.parse(bytes, allowComments: true)
         guard case let .object(members) = root.value else { throw fail(root.offset, "the configuration must be an object") }
@@ -136,6 +170,7 @@ public struct AgentConfiguration: Equatable, Sendable {
         }
 
         var metricsOffset = root.offset
+        var databaseOffset = root.offset
         for (key, node) in members {
             switch key {
             case "pendingTimeoutSeconds":
@@ -273,18 +308,25 @@ public struct AgentConfiguration: Equatable, Sendable {
                         throw fail(node.offset, "\"database\" must be the absolute path of a directory on a local disk, without . or .., such as \"/var/lib/basket-sync/shop1\", or null (the database in .basket-sync/)")
                     }
                     configuration.database = "/" + parts.joined(separator: "/")
+                    databaseOffset = node.offset
                 }
             default:
                 throw fail(node.offset, "unknown setting \(JSONWriter.quoted(key)); see the comments that basket-sync init writes")
             }
         }
-        // Relative, the metrics file is in the sync directory: never one of basket-sync's own
-        // files or folders (written into inbox/new/, it would be delivered as an event), nor the cart.
-        if let metrics = configuration.metrics, !metrics.hasPrefix("/") {
-            let components = metrics.split(separator: "/").filter { $0 != "." }
-            if Self.isOwn(components) || components == configuration.cart.split(separator: "/") {
+        // The metrics file in the sync directory (relative, or an absolute path that lies there):
+        // never one of basket-sync's own files or folders (written into inbox/new/, it would be
+        // delivered as an event), nor the cart — in a tree, nor one of a cart's.
+        if let metrics = configuration.metrics {
+            let components = metrics.hasPrefix("/") ? place?.inside(metrics) : metrics.split(separator: "/").filter { $0 != "." }
+            if let components, components.isEmpty || Self.isOwnOrCart(components, cart: configuration.cart, tree: configuration.isTree) {
                 throw fail(metricsOffset, "\"metrics\" names the cart or one of basket-sync's own files or folders (\(JSONWriter.quoted(metrics))); give a file of its own, such as \"basket-sync.prom\" or an absolute path in node_exporter's textfile directory")
             }
+        }
+        // The database is basket-sync's alone: never inside the sync directory the host writes
+        // (in its inbox it would be delivered as an event; in a tree's root, taken for a cart).
+        if let database = configuration.database, let place, place.inside(database) != nil {
+            throw fail(databaseOffset, "\"database\" lies inside the sync directory (\(JSONWriter.quoted(database)) is in \(place.resolve(place.directory))); give a directory outside it, basket-sync's alone, such as \"/var/lib/basket-sync/shop1\", or null (the database in .basket-sync/ here)")
         }
         return configuration
     }

@@ -86,7 +86,7 @@ import TestSupport
         for problem in problems where problem.offset < 0 || problem.offset > bytes.count || problem.reason.isEmpty {
             return "a problem without a place or a reason: \(problem)"
         }
-        do { _ = try AgentConfiguration.parse(bytes, path: "basket-sync.json") } catch {
+        do { _ = try AgentConfiguration.parse(bytes, path: "basket-sync.json", in: "/nowhere/sync") } catch {
             if error.exitCode != 78 || !error.description.hasPrefix("basket-sync.json:") { return "a configuration error without its place: \(error)" }
         }
         return nil

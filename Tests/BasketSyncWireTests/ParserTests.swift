@@ -204,6 +204,47 @@ import Testing
         for metrics in ["basket-sync.prom", "inbox.prom", "metrics/inbox.prom", "outbox.jsonl.prom"] { #expect(refusal(#"{"metrics": "\#(metrics)"}"#) == nil, "metrics \(metrics)") }
     }
 
+    /// An absolute "metrics" or "database" is judged by where it lies, through links: a metrics
+    /// file that lies in the sync directory follows the relative rule (in a tree, also inside a
+    /// cart's own folders); the database never lies inside the sync directory or tree root.
+    @Test func absolutePathsAreJudgedWhereTheyLie() throws {
+        // "/alias" is a link to the sync directory; "/srv/shop" is its real path.
+        let place = AgentConfiguration.Place(directory: "/alias") { path in
+            path == "/alias" || path.hasPrefix("/alias/") ? "/srv/shop" + path.dropFirst("/alias".count) : path
+        }
+        func refusal(_ settings: String) -> String? {
+            do {
+                _ = try AgentConfiguration.parse(Array(settings.utf8), in: place)
+                return nil
+            } catch {
+                return error.reason
+            }
+        }
+        let ownMetrics = "\"metrics\" names the cart or one of basket-sync's own files or folders"
+        for metrics in ["/srv/shop/inbox/new/m.prom", "/alias/inbox/new/m.prom", "/srv/shop/.basket-sync/m.prom", "/alias/inbox/m.prom",
+                        "/srv/shop/.basket-sync-m.prom", "/alias/host/.basket-sync/m.prom"] {
+            #expect(refusal(#"{"metrics": "\#(metrics)"}"#)?.contains(ownMetrics) == true, "metrics \(metrics)")
+        }
+        #expect(refusal(#"{"cart": "host/shop.prom", "metrics": "/alias/host/shop.prom"}"#)?.contains(ownMetrics) == true)
+        for metrics in ["/srv/shop/basket-sync.prom", "/alias/metrics/m.prom", "/srv/shopping/inbox/new/m.prom", "/var/lib/node/m.prom"] {
+            #expect(refusal(#"{"metrics": "\#(metrics)"}"#) == nil, "metrics \(metrics)")
+        }
+        // In a tree, a cart's own folders and its cart are basket-sync's or the host's, not metrics'.
+        for metrics in ["c1/inbox/new/m.prom", "/alias/c1/.basket-sync-m.prom", "/srv/shop/c1/inbox/m.prom", "c1/.basket-sync/m.prom"] {
+            #expect(refusal(#"{"layout": "tree", "metrics": "\#(metrics)"}"#)?.contains(ownMetrics) == true, "tree metrics \(metrics)")
+        }
+        #expect(refusal(#"{"layout": "tree", "cart": "shop.prom", "metrics": "/alias/c1/shop.prom"}"#)?.contains(ownMetrics) == true)
+        #expect(refusal(#"{"layout": "tree", "metrics": "/srv/shop/tree.prom"}"#) == nil)
+        let inside = "\"database\" lies inside the sync directory"
+        for database in ["/srv/shop", "/alias", "/srv/shop/inbox/new", "/alias/.basket-sync", "/srv/shop/db", "/alias/cart.json"] {
+            #expect(refusal(#"{"database": "\#(database)"}"#)?.contains(inside) == true, "database \(database)")
+            #expect(refusal(#"{"layout": "tree", "database": "\#(database)"}"#)?.contains(inside) == true, "tree database \(database)")
+        }
+        for database in ["/srv/shop-db", "/srv/db", "/var/lib/basket-sync/shop", "/srv"] {
+            #expect(refusal(#"{"database": "\#(database)"}"#) == nil, "database \(database)")
+        }
+    }
+
     @Test func recordsAreOneLineWhateverTheIdsHold() {
         let record = OutboxRecord(
             seq: 3, id: "s-3", type: .updateBasket, at: Date(timeIntervalSince1970: 1_796_032_200.5), source: "e\"1\n",

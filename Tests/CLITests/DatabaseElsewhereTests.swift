@@ -162,3 +162,28 @@ extension DatabaseElsewhereTests {
         #expect(FileManager.default.fileExists(atPath: parent + "/shop1/state.db"))
     }
 }
+
+extension DatabaseElsewhereTests {
+    /// `"database"` inside the sync directory, however it is spelled (its inbox, the directory
+    /// itself, through a link that leads into it) or inside a tree's root: refused (78) by every
+    /// command and by `validate`, its place named, and nothing made — the database is never
+    /// delivered as an event, nor taken for a cart.
+    @Test(arguments: ["inbox/new", "", "shop-db", "link/inbox"])
+    func aDatabaseInsideTheSyncDirectoryIsRefused(place: String) throws {
+        let playground = try Playground()
+        #expect(mkdir(playground.path + "/share", 0o755) == 0)
+        try FileManager.default.createSymbolicLink(atPath: playground.path + "/link", withDestinationPath: playground.path + "/share")
+        let database = playground.path + (place.hasPrefix("link") ? "/" : "/share/") + place
+        try playground.write("share/basket-sync.json", "{\n  \"database\": \"\(database.hasSuffix("/") ? String(database.dropLast()) : database)\"\n}")
+        let made = try basketSync(["-C", playground.path + "/share", "init"])
+        #expect(made.status == 78 && made.stderr.contains("basket-sync.json:2:") && made.stderr.contains("\"database\" lies inside the sync directory"), "\(place): \(made)")
+        #expect(!FileManager.default.fileExists(atPath: playground.path + "/share/.basket-sync"), "nothing made")
+        let checked = try basketSync(["-C", playground.path + "/share", "validate", "basket-sync.json"])
+        #expect(checked.status == 65 && checked.stdout.contains("basket-sync.json:2:") && checked.stdout.contains("lies inside the sync directory"), "\(place): \(checked)")
+        // A tree's root: a folder in it would be taken for a cart.
+        let tree = try Playground()
+        try tree.write("basket-sync.json", "{\"layout\": \"tree\", \"database\": \"\(tree.path)/db\"}")
+        let root = try basketSync(["-C", tree.path, "init", "--tree"])
+        #expect(root.status == 78 && root.stderr.contains("lies inside the sync directory"), "\(root)")
+    }
+}

@@ -49,7 +49,7 @@ extension Commands {
             guard bytes.count <= AgentConfiguration.maximumFileBytes else {
                 return ["\(shown):1:1: the configuration is over \(AgentConfiguration.maximumFileBytes) bytes (every command refuses it, 78); it holds a few settings, check that this is the right file"]
             }
-            do { _ = try AgentConfiguration.parse(bytes, path: shown) } catch { return [error.description] }
+            do { _ = try AgentConfiguration.parse(bytes, path: shown, in: path == "-" ? directory : Posix.dirname(of: path)) } catch { return [error.description] }
             return []
         }
         do throws(DecodingFailure) {

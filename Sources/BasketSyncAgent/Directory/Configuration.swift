@@ -36,14 +36,28 @@ extension AgentConfiguration {
                 throw error
             }
         }
-        return try parse(bytes, path: path)
+        return try parse(bytes, path: path, in: directory)
     }
 
-    /// Parses a configuration file's bytes; a problem names `path:line:column`.
-    package static func parse(_ bytes: [UInt8], path: String) throws(AgentError) -> AgentConfiguration {
-        do { return try parse(bytes) } catch {
+    /// Parses a configuration file's bytes; a problem names `path:line:column`. The absolute
+    /// paths it gives are judged by where they lie from `directory`, the sync directory it is for.
+    package static func parse(_ bytes: [UInt8], path: String, in directory: String) throws(AgentError) -> AgentConfiguration {
+        let place = Place(directory: directory, resolve: Self.resolvedAsFarAsItExists)
+        do { return try parse(bytes, in: place) } catch {
             let (line, column) = lineAndColumn(of: error.offset, in: bytes)
             throw .configuration(path: path, line: line, column: column, reason: error.reason)
         }
+    }
+
+    /// `path` (absolute) with the links of its longest existing part resolved, the rest as written.
+    static func resolvedAsFarAsItExists(_ path: String) -> String {
+        var head = path
+        var rest: [String] = []
+        while head != "/" && !head.isEmpty {
+            if let real = Posix.resolved(head) { return ([real == "/" ? "" : real] + rest.reversed()).joined(separator: "/") }
+            rest.append(Posix.basename(of: head))
+            head = Posix.dirname(of: head)
+        }
+        return path
     }
 }
