@@ -346,8 +346,10 @@ enum Help {
                 edits the cart while apply may run (a shopper's edit racing apply) wraps its edit
                 in it, and neither loses the other's write. Waits for the lock as long as it takes,
                 or up to SECONDS (then exit 75, naming the process that holds it). Exits with CMD's
-                status. CMD gets the lock as descriptor 3: a process it leaves running holds the
-                lock until it ends or closes it (exec 3>&-). The agent never takes the lock.
+                status. CMD gets the lock as descriptors 3 (the lock file) and 4 (the sync
+                directory, locked too so that a lock file removed while held still excludes): a
+                process it leaves running holds the lock until it ends or closes them
+                (exec 3>&- 4>&-). The agent never takes the lock.
 
                 example:
                   basket-sync lock --timeout 10 -- ./edit-cart add sku-1 2

@@ -84,7 +84,7 @@ import Testing
     }
 
     /// `lock` waits as long as it takes, or up to --timeout (75, naming the holder); runs CMD with
-    /// the lock as descriptor 3 and exits with CMD's status.
+    /// the lock as descriptors 3 (the lock file) and 4 (the sync directory) and exits with CMD's status.
     @Test func lockRunsACommandHoldingTheLockAndTimesOut() async throws {
         let playground = try directoryWithARecordToApply()
         let go = playground.path + "/go"
@@ -101,9 +101,32 @@ import Testing
         #expect(try lines(playground) == ["X": 1], "nothing written")
         _ = FileManager.default.createFile(atPath: go, contents: nil)
         held.waitUntilExit()
-        let run = try basketSync(["-C", playground.path, "lock", "--", "/bin/sh", "-c", "readlink /proc/$$/fd/3; exit 7"])
+        let run = try basketSync(["-C", playground.path, "lock", "--", "/bin/sh", "-c", "readlink /proc/$$/fd/3 /proc/$$/fd/4; exit 7"])
         #expect(run.status == 7, "CMD's status: \(run)")
-        #expect(run.stdout.hasSuffix("/cart.json.lock\n"), "\(run.stdout)")
+        #expect(run.stdout.hasSuffix("/cart.json.lock\n\(playground.root.resolvingSymlinksInPath().path)\n"), "the lock file, then the sync directory: \(run.stdout)")
+    }
+
+    /// The lock file removed while a host's edit holds it (a cleanup of stale `*.lock` files):
+    /// `apply` and `lock` still wait for that edit — they also hold the sync directory's lock,
+    /// which no cleanup removes — and once it is over, apply keeps the edit's write.
+    @Test func theLockHoldsWhenItsFileIsRemovedWhileHeld() async throws {
+        let playground = try directoryWithARecordToApply()
+        let go = playground.path + "/go"
+        defer { _ = FileManager.default.createFile(atPath: go, contents: nil) }
+        let edit = try startedInBackground(["-C", playground.path, "lock", "--"] + shopperEdit(playground), errors: playground.path + "/edit.err")
+        try await eventually("the edit read the cart under the lock") { FileManager.default.fileExists(atPath: playground.path + "/read") }
+        #expect(unlink(playground.path + "/cart.json.lock") == 0)
+        let apply = try basketSync(["-C", playground.path, "apply", "--timeout", "0.2"])
+        #expect(apply.status == 75 && apply.stderr.contains("the host's cart lock is held by ") && apply.stderr.contains("process \(edit.processIdentifier)"), "\(apply)")
+        let lock = try basketSync(["-C", playground.path, "lock", "--timeout", "0.2", "--", "true"])
+        #expect(lock.status == 75, "\(lock)")
+        #expect(try lines(playground) == ["X": 1], "nothing written while the edit holds the lock")
+        _ = FileManager.default.createFile(atPath: go, contents: nil)
+        edit.waitUntilExit()
+        #expect(edit.terminationStatus == 0, "\(playground.read("edit.err"))")
+        let after = try basketSync(["-C", playground.path, "apply"])
+        #expect(after.status == 0, "\(after)")
+        #expect(try lines(playground) == ["X": 1, "Y": 2, "A": 2], "the shopper's Y and Mealz's A both kept: \(playground.read("cart.json"))")
     }
 
     /// A process that `lock -- CMD` left running keeps the lock (it inherited descriptor 3): a

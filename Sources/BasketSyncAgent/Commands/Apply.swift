@@ -61,7 +61,7 @@ extension Commands {
         let cartLock = try CartLock.take(directory: directory, configuration: engine.configuration, timeout: lockTimeout, orNoFolder: true) { path, holders in
             logger.log(.info, "\(path): waiting for the host's cart lock, held\(CartLock.describe(holders))")
         }
-        defer { if cartLock >= 0 { Posix.close(cartLock) } }
+        defer { cartLock?.close() }
         let lock = try engine.store.lock("apply.lock")
         defer { Posix.close(lock) }
         for _ in 1..<applyAttempts {

@@ -3,8 +3,8 @@ import BasketSyncWire
 extension Commands {
     /// `lock [--timeout S] -- CMD ARG…`: runs CMD (an argv, no shell) holding the host's cart
     /// lock, waiting up to `timeout` seconds for it (nil: as long as it takes; then 75), and
-    /// returns its exit status. CMD gets the lock as descriptor 3: a process it leaves running
-    /// keeps the lock until it ends or closes it.
+    /// returns its exit status. CMD gets the lock as descriptors 3 (the lock file) and 4 (the
+    /// sync directory): a process it leaves running keeps the lock until it ends or closes them.
     public static func lock(directory: String, timeout: Double?, command: [String]) throws(AgentError) -> Int32 {
         if case .treeRoot = Workspace.of(directory) {
             throw .usage("\(directory): is a tree of carts; the cart lock is one cart's: basket-sync -C \(directory)/CART-ID lock -- CMD")
@@ -14,12 +14,14 @@ extension Commands {
             throw .missingInput("cannot run \(command[0]): \(why); give a command on the PATH or a path to one (with -C, a relative path is relative to the sync directory)")
         }
         let (reached, folder) = try CartFolder.reach(directory)
-        let fd = try CartLock.take(directory: reached, configuration: configuration, timeout: timeout) { path, holders in
+        let taken = try CartLock.take(directory: reached, configuration: configuration, timeout: timeout, waiting: { path, holders in
             Terminal.emit("basket-sync: \(PinnedNames.named(path)): waiting for the host's cart lock, held\(CartLock.describe(holders))", to: .error)
-        }
-        defer { Posix.close(fd) }
+        })
+        // Without `orNoFolder`, a missing folder is an error and never nil.
+        guard let held = taken else { throw .missingInput("\(directory): the cart's folder does not exist") }
+        defer { held.close() }
         withExtendedLifetime(folder) {}
-        do { return try Posix.spawnAndWait(command, passing: fd) } catch {
+        do { return try Posix.spawnAndWait(command, passing: held.file, alsoPassing: held.directory) } catch {
             throw .system(error)
         }
     }

@@ -3,68 +3,108 @@ import Glibc
 
 /// The host's cart lock (docs/spec.md §4, "The host's cart lock"): an exclusive `flock(2)` on
 /// `cart.json.lock` beside the cart (the name follows `"cart"`), taken by `apply` around its
-/// read–modify–rename and by `basket-sync lock` around a host's own edit. The agent never takes
-/// it: a host holding it for ever holds up `apply` and the host's own edits, never a pass.
+/// read–modify–rename and by `basket-sync lock` around a host's own edit — they also lock the
+/// sync directory, which no cleanup removes. The agent never takes it: a host holding it for
+/// ever holds up `apply` and the host's own edits, never a pass.
 public enum CartLock {
     /// The lock file of `directory`'s cart: the cart's path with `.lock` added.
     public static func path(directory: String, configuration: AgentConfiguration) -> String {
         "\(directory)/\(configuration.cart).lock"
     }
 
-    /// Opens the lock file (made when missing, never through a link, never a file of another
-    /// kind) and takes its exclusive lock, waiting up to `timeout` seconds (nil: as long as it
-    /// takes). Returns the descriptor: closing it — or the end of every process that inherited
-    /// it — releases the lock. 75 when the time ran out, naming the process that holds it.
-    /// `waiting` is told the holders once, when the lock is not free at once. `orNoFolder`: when
-    /// the cart's folder does not exist, -1 (nothing to lock: there is no cart) instead of 66.
-    public static func take(directory: String, configuration: AgentConfiguration, timeout: Double?, orNoFolder: Bool = false,
-                            waiting: (_ path: String, _ holders: [Int32]) -> Void) throws(AgentError) -> Int32 {
-        let path = path(directory: directory, configuration: configuration)
-        let fd: Int32
-        do throws(AgentError) {
-            // Its folders opened one by one, never through a link (as the cart's), unless
-            // "followSymlinks" says the cart's path may pass through one.
-            // Followed, the folders' links are checked as the cart's are, and the lock itself —
-            // basket-sync's file — is never a link followed (a link to a file elsewhere would be
-            // opened, or made, there).
-            fd = try configuration.followSymlinks
-                ? lockInFollowedFolder(directory: directory, configuration: configuration, path: path)
-                : Posix.withPinnedFolders(base: directory, relative: configuration.cart + ".lock") { (pinned) throws(AgentError) in
-                    try openOrMakeLock(pinned, path: path)
-                }
-        } catch {
-            // No folder for the cart (`"cart"` in a folder that is not there): no cart either.
-            if case let .system(failure) = error, failure.isMissing, orNoFolder { return -1 }
-            throw error
+    /// The host's cart lock as held: the lock file's descriptor and the sync directory's.
+    /// Closing both — or the end of every process that inherited them — releases it.
+    public struct Held: Sendable {
+        /// The lock file, locked: what a host's own `flock cart.json.lock` excludes.
+        public let file: Int32
+        /// The sync directory, locked: what keeps `apply` and `basket-sync lock` exclusive between
+        /// themselves when the lock file is removed while held.
+        public let directory: Int32
+
+        /// Releases the lock.
+        public func close() {
+            Posix.close(file)
+            Posix.close(directory)
         }
+    }
+
+    /// Takes the host's cart lock, waiting up to `timeout` seconds (nil: as long as it takes):
+    /// the exclusive lock of the lock file (made when missing, never through a link, never a
+    /// file of another kind), taken again when the name no longer leads to the file locked (it
+    /// was removed or replaced meanwhile), then the sync directory's. 75 when the time ran out,
+    /// naming the process that holds it. `waiting` is told the holders once, when the lock is
+    /// not free at once. `orNoFolder`: when the cart's folder does not exist, nil (nothing to
+    /// lock: there is no cart) instead of 66.
+    public static func take(directory: String, configuration: AgentConfiguration, timeout: Double?, orNoFolder: Bool = false,
+                            waiting: (_ path: String, _ holders: [Int32]) -> Void) throws(AgentError) -> Held? {
+        let path = path(directory: directory, configuration: configuration)
         let deadline = timeout.map { Posix.monotonicSeconds() + $0 }
         var told = false
-        var refused = 0
-        while true {
-            let taken: Bool
-            do { taken = try Posix.lockExclusive(fd, wait: false, path: path) } catch {
-                Posix.close(fd)
-                throw .system(error)
-            }
-            if taken { break }
-            refused += 1
-            if !told {
-                // None seen holding it: let go in between (the next try takes it), or held by a
-                // process this one cannot see — said without a name only once tried again.
-                let seen = holders(of: fd)
-                if !seen.isEmpty || refused > 1 {
-                    told = true
-                    waiting(path, seen)
+        func wait(for fd: Int32, named shown: String) throws(AgentError) {
+            var refused = 0
+            while true {
+                let taken: Bool
+                do { taken = try Posix.lockExclusive(fd, wait: false, path: shown) } catch { throw .system(error) }
+                if taken { return }
+                refused += 1
+                if !told {
+                    // None seen holding it: let go in between (the next try takes it), or held by a
+                    // process this one cannot see — said without a name only once tried again.
+                    let seen = holders(of: fd)
+                    if !seen.isEmpty || refused > 1 {
+                        told = true
+                        waiting(path, seen)
+                    }
                 }
+                if let deadline, Posix.monotonicSeconds() >= deadline {
+                    throw .busy("\(path): the host's cart lock is held\(describe(holders(of: fd))) for more than \(AgentConfiguration.number(timeout ?? 0)) s; try again once it is released, or give a longer --timeout")
+                }
+                Posix.pause(microseconds: 5_000)
             }
-            if let deadline, Posix.monotonicSeconds() >= deadline {
-                let holder = describe(holders(of: fd))
-                Posix.close(fd)
-                throw .busy("\(path): the host's cart lock is held\(holder) for more than \(AgentConfiguration.number(timeout ?? 0)) s; try again once it is released, or give a longer --timeout")
-            }
-            Posix.pause(microseconds: 5_000)
         }
-        return fd
+        while true {
+            let fd: Int32
+            do throws(AgentError) {
+                fd = try openLock(directory: directory, configuration: configuration, path: path)
+            } catch {
+                // No folder for the cart (`"cart"` in a folder that is not there): no cart either.
+                if case let .system(failure) = error, failure.isMissing, orNoFolder { return nil }
+                throw error
+            }
+            do throws(AgentError) {
+                try wait(for: fd, named: path)
+                // Removed (or replaced) between its opening and its lock: the lock of a file
+                // nobody else will open excludes nobody — take the one at the name now.
+                guard let locked = try? Posix.fileInfo(fd, path: path), let named = Posix.info(path, follow: false),
+                      locked.device == named.device, locked.inode == named.inode else {
+                    Posix.close(fd)
+                    continue
+                }
+                let folder: Int32
+                do { folder = try Posix.open(directory, [.directory], follow: true) } catch { throw .system(error) }
+                do throws(AgentError) { try wait(for: folder, named: directory) } catch {
+                    Posix.close(folder)
+                    throw error
+                }
+                return Held(file: fd, directory: folder)
+            } catch {
+                Posix.close(fd)
+                throw error
+            }
+        }
+    }
+
+    /// The lock file opened (made when missing): its folders opened one by one, never through a
+    /// link (as the cart's), unless "followSymlinks" says the cart's path may pass through one.
+    /// Followed, the folders' links are checked as the cart's are, and the lock itself —
+    /// basket-sync's file — is never a link followed (a link to a file elsewhere would be opened,
+    /// or made, there).
+    static func openLock(directory: String, configuration: AgentConfiguration, path: String) throws(AgentError) -> Int32 {
+        try configuration.followSymlinks
+            ? lockInFollowedFolder(directory: directory, configuration: configuration, path: path)
+            : Posix.withPinnedFolders(base: directory, relative: configuration.cart + ".lock") { (pinned) throws(AgentError) in
+                try openOrMakeLock(pinned, path: path)
+            }
     }
 
     /// The lock opened (or made) in the cart's folder reached through its links, the lock's name
