@@ -120,6 +120,30 @@ import TestSupport
         #expect(agent.stop() == 0)
     }
 
+    /// A cart directory the agent cannot write when it first sees it (made by another account
+    /// with its umask) is reported and tried again alone with a growing delay: once its owner is
+    /// fixed it is taken on and served, with no restart and nothing else done.
+    @Test func aCartThatCouldNotBeTakenOnForAPermissionIsTriedAgain() async throws {
+        let playground = try tree()
+        #expect(chown(playground.path, 65534, 65534) == 0)
+        for entry in FileManager.default.enumerator(atPath: playground.path)!.compactMap({ $0 as? String }) {
+            #expect(lchown(playground.url(entry).path, 65534, 65534) == 0)
+        }
+        let agent = try AgentProcess(directory: playground.path, user: 65534)
+        try await agent.waitUntilWatching()
+        // Root's, mode 0755: the agent's account cannot make the cart's folders or marker in it.
+        try mkdir(playground, "c1")
+        try playground.write("c1/cart.json", cartJSON([("X", 1)]))
+        try await eventually("the failure is said with its retry") { agent.log.contains("cart c1: ") && agent.log.contains("retrying in 1.0 s") }
+        #expect(!FileManager.default.fileExists(atPath: playground.path + "/c1/.basket-sync-cart"))
+        #expect(chown(playground.path + "/c1", 65534, 65534) == 0 && chown(playground.path + "/c1/cart.json", 65534, 65534) == 0)
+        try await eventually("the cart is taken on once it can be", timeout: 90) { FileManager.default.fileExists(atPath: playground.path + "/c1/.basket-sync-cart") }
+        let pushed = try #require(try basketSync(["-C", playground.path + "/c1", "push", "A=+1"], killAfter: 60, user: 65534))
+        #expect(pushed.status == 0, "\(pushed)")
+        try await eventually("the cart is served") { playground.records("c1/outbox.jsonl").count == 1 }
+        #expect(agent.stop() == 0)
+    }
+
     /// A cart directory removed ends the cart; one made again under its id is a new cart: a new
     /// sync id, seq from 1, and none of the old records appended to it — under the agent, and
     /// while it is down.

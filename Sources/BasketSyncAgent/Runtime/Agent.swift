@@ -102,6 +102,10 @@ public final class Agent {
     var lostCarts: [String: Int64] = [:]
     /// The carts with a retry or a deadline ahead: a wake-up looks at those, not at every cart.
     var timed: [String: Cart] = [:]
+    /// A tree's directories whose taking on failed for a reason of the moment (a permission, no
+    /// space or descriptor left): when to try again, and the delay after that (0.5 s doubling
+    /// up to 30 s).
+    var takeOnRetries: [String: (at: Double, delay: Double)] = [:]
     /// The carts with inbox entries left for their next turn: a wake-up looks at those, not at
     /// every cart.
     var inboxWaiting: [String: Cart] = [:]
@@ -308,6 +312,9 @@ public final class Agent {
                     attempt(cart, [.cart, .expire])
                 }
             }
+            for (id, retry) in takeOnRetries where retry.at <= now {
+                if carts[id] == nil { takeOn(id) } else { takeOnRetries[id] = nil }
+            }
             flushIfDue()
             beat(passed: ready[0] || busy)
         }
@@ -490,6 +497,7 @@ public final class Agent {
             guard let next = cart.retryAt ?? cart.deadline else { continue }
             if due == nil || next < due! { due = next }
         }
+        for retry in takeOnRetries.values where due == nil || retry.at < due! { due = retry.at }
         guard let due else { return -1 }
         let milliseconds = ((due - Posix.monotonicSeconds()) * 1000).rounded(.up)
         return Int32(max(0, min(milliseconds, Double(Int32.max))))

@@ -50,13 +50,21 @@ extension Agent {
             let cart = Cart(id: id, store: store, watcher: watcher, poller: poller) { [unowned self] in self.timingChanged($0) }
             cart.inboxJustMade = inboxMade
             cart.firstPin = pinned
+            takeOnRetries[id] = nil
             serve(cart)
             cart.firstPin = nil
         } catch {
             switch error {
             case let .system(failure) where failure.isMissing:
-                break  // gone again before it could be taken on
+                takeOnRetries[id] = nil  // gone again before it could be taken on
+            case .system:
+                // A reason of the moment (a permission, no space or descriptor left): tried
+                // again alone, with a growing delay, until it is fixed.
+                let delay = takeOnRetries[id]?.delay ?? 0.5
+                takeOnRetries[id] = (Posix.monotonicSeconds() + delay, min(delay * 2, 30))
+                logger.log(.error, "cart \(id): \(error.description); retrying in \(delay) s")
             default:
+                takeOnRetries[id] = nil
                 logger.log(.error, "cart \(id): \(error.description); it is not served until that is done (the agent sees init --adopt, or the directory made again)")
                 // Watched for its marker, so that init --adopt is seen.
                 if waiting[id] == nil, Posix.info(directory, follow: false)?.kind == .directory {
@@ -102,6 +110,7 @@ extension Agent {
         guard let tree else { return }
         if Posix.info("\(tree.root)/\(id)", follow: false)?.kind != .directory {
             waiting[id] = nil
+            takeOnRetries[id] = nil
             // A cart not served since its marker was lost: its rows go with its directory.
             if carts[id] == nil, let number = lostCarts.removeValue(forKey: id) { removeRows(id, number: number) }
         }
