@@ -140,6 +140,27 @@ import Testing
         #expect(try run(playground, ["apply"]).status == 0)
     }
 
+    /// maxFileBytes never makes a cart basket-sync rejects either: apply whose records would
+    /// take the cart past it refuses (65), says what to do and writes nothing; with the limit
+    /// raised, the same apply goes through and its cart is taken.
+    @Test func applyNeverWritesACartOverTheSizeLimit() throws {
+        let playground = try syncDirectory()
+        let cart = cartJSON([(String(repeating: "a", count: 40), 1), (String(repeating: "b", count: 40), 1)], syncedThrough: 0)
+        try playground.write("basket-sync.json", "{\"limits\": {\"maxFileBytes\": \(cart.utf8.count + 20)}}")
+        try playground.write("cart.json", cart)
+        #expect(try run(playground, ["sync"]).status == 0)
+        #expect(try run(playground, ["push", String(repeating: "c", count: 40) + "=+1"]).status == 0)
+        #expect(try run(playground, ["sync"]).status == 0)
+        let refused = try run(playground, ["apply"])
+        #expect(refused.status == 65 && refused.stderr.contains("cart.json:1:1: with the records applied (through #1) the cart would be ")
+                && refused.stderr.contains("over limits.maxFileBytes (\(cart.utf8.count + 20))") && refused.stderr.contains("nothing written"), "\(refused)")
+        #expect(playground.read("cart.json") == cart, "the cart untouched")
+        #expect(try run(playground, ["sync"]).status == 0, "the host's cart is still taken")
+        try playground.write("basket-sync.json", "{\"limits\": {\"maxFileBytes\": 4096}}")
+        #expect(try run(playground, ["apply"]).status == 0)
+        #expect(try run(playground, ["sync"]).status == 0, "the cart apply wrote is taken")
+    }
+
     @Test func applyTurnsABareArrayCartIntoAnObjectAndRefusesABrokenCart() throws {
         let playground = try syncDirectory()
         try playground.write("cart.json", "[{\"id\": \"A\", \"quantity\": 1}]")

@@ -190,6 +190,11 @@ extension Commands {
         // Killed after the rename and before the commit, the next apply reads the cart this one
         // wrote: written after its records, it acknowledges them, and nothing is applied twice.
         let encoded = document.encoded()
+        // A cart basket-sync itself would reject is never written: the host's next change would
+        // be rejected with it, for ever.
+        guard encoded.count <= configuration.limits.maxFileBytes else {
+            throw .badData(path: cartPath, line: 1, column: 1, reason: "with the records applied (through #\(summary.syncedThrough)) the cart would be \(encoded.count) bytes, over limits.maxFileBytes (\(configuration.limits.maxFileBytes)), and rejected; nothing written — raise \"maxFileBytes\" in basket-sync.json, then run apply again")
+        }
         let through = summary.syncedThrough
         let (taken, acknowledged) = try engine.store.withTransaction { () throws(AgentError) in
             // A cart that is a link (followSymlinks) is written where it leads, atomically, keeping
