@@ -144,6 +144,58 @@ import TestSupport
         #expect(agent.stop() == 0)
     }
 
+    /// A cart whose directory leaves the tree and comes back as it was (its marker with it) is
+    /// served again with its state: its numbering, its pending batch and Mealz's share go on —
+    /// moved out and back under the agent, and while the agent was down. Away longer than its
+    /// time (an hour; one second here), the cart ends: put back, it is refused as holding
+    /// records, and `init --adopt` goes on after them.
+    @Test(arguments: [false, true])
+    func aCartPutBackAsItWasIsServedAgain(whileDown: Bool) async throws {
+        let playground = try tree()
+        let away = playground.root.deletingLastPathComponent().appendingPathComponent("away-\(UUID().uuidString)").path
+        try mkdir(playground, "c1")
+        try playground.write("c1/cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        #expect(try basketSync(["-C", playground.path + "/c1", "push", "A=+1"]).status == 0)
+        var agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        try await eventually("the batch is pending") { playground.records("c1/outbox.jsonl").count == 1 }
+        if whileDown { #expect(agent.stop() == 0) }
+        #expect(rename(playground.path + "/c1", away) == 0)
+        if !whileDown { try await eventually("the agent stops serving it") { agent.log.contains("cart c1: its directory left the tree: not served") } }
+        if whileDown {
+            // A pass while it is away (cron's sync on the root) does not end it either.
+            let pass = try basketSync(["-C", playground.path, "sync"])
+            #expect(pass.status == 0 && !pass.stdout.contains("ended") && !pass.stderr.contains("ended"), "\(pass)")
+        }
+        #expect(rename(away, playground.path + "/c1") == 0)
+        if whileDown {
+            agent = try AgentProcess(directory: playground.path)
+            try await agent.waitUntilWatching()
+        }
+        // The host echoes the pending batch: settled as an echo, and the next record is #2.
+        try playground.writeAtomically("c1/cart.json", cartJSON([("X", 1), ("A", 1)], syncedThrough: 1))
+        #expect(try basketSync(["-C", playground.path + "/c1", "push", "A=+2"]).status == 0)
+        try await eventually("the cart is served with its state") { playground.records("c1/outbox.jsonl").count == 2 }
+        #expect(playground.records("c1/outbox.jsonl").map { $0["seq"] as? Int } == [1, 2])
+        let status = try basketSync(["-C", playground.path + "/c1", "status", "--json"])
+        let counters = (try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])?["counters"] as? [String: Int]
+        #expect(counters?["settled"] == 1 && counters?["rolledBack"] == 0, "the batch made before it left settled: \(status.stdout)")
+        #expect(agent.stop() == 0)
+
+        // Away longer than its time: ended, and refused when it comes back.
+        let brief = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_AWAY_SECONDS": "1"])
+        try await brief.waitUntilWatching()
+        #expect(rename(playground.path + "/c1", away) == 0)
+        try await eventually("the cart ends once away long enough") { brief.log.contains("cart c1: its directory left the tree more than 1 s ago: the cart ended") }
+        #expect(rename(away, playground.path + "/c1") == 0)
+        try await eventually("put back after it ended, it is refused") { brief.log.contains("c1: holds records") && brief.log.contains("away from the tree longer than 1 s") }
+        #expect(brief.stop() == 0)
+        #expect(try basketSync(["-C", playground.path + "/c1", "init", "--adopt"]).status == 0)
+        #expect(try basketSync(["-C", playground.path + "/c1", "push", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        #expect(playground.records("c1/outbox.jsonl").map { $0["seq"] as? Int } == [1, 2, 3], "adopted, it goes on after its records")
+    }
+
     /// A cart directory removed ends the cart; one made again under its id is a new cart: a new
     /// sync id, seq from 1, and none of the old records appended to it — under the agent, and
     /// while it is down.
@@ -157,7 +209,7 @@ import TestSupport
         let firstId = playground.read("c/.basket-sync-cart")
 
         try FileManager.default.removeItem(at: playground.url("c"))
-        try await eventually("the agent ends the cart") { agent.log.contains("cart c: its directory was removed") }
+        try await eventually("the agent stops serving the cart") { agent.log.contains("cart c: its directory left the tree: not served") }
         try mealzLine(playground, "c", quantity: 5)
         try await eventually("the new cart's first record") { playground.records("c/outbox.jsonl").count == 1 }
         let records = playground.records("c/outbox.jsonl")

@@ -49,7 +49,7 @@ extension Commands {
         public var isTree = false
         /// Each cart's pass, by cart id: what it did, or the error that stopped it.
         public var carts: [(id: String, outcome: Result<SyncSummary, AgentError>)] = []
-        /// Carts whose directory was gone: they ended.
+        /// Carts whose directory had been gone from the tree longer than a cart may be away: they ended.
         public var ended: [String] = []
 
         /// A sync directory's one pass.
@@ -132,7 +132,7 @@ extension Commands {
         let root = directory
         let tree = try Tree(root: root)
         var summary = SyncReport(isTree: true)
-        summary.ended = try tree.removeGoneCarts()
+        summary.ended = try tree.removeGoneCarts().ended
         let ids = try tree.cartDirectories()
         // Many new carts (a first pass): adopted together, not one commit and fsync each.
         tree.adoptNew(ids)

@@ -161,6 +161,10 @@ final class Tree {
             // A marker written anew: an agent polling the cart looks at it.
             database.signalCommit()
         }
+        // Back in the tree (put back as it was, its marker with it): no longer away.
+        if try database.withReadTransaction({ () throws(AgentError) in try store.note(.goneSince) }) != nil {
+            try database.withTransaction { () throws(AgentError) in try store.deleteMeta(.note(.goneSince)) }
+        }
         // The cart is the tree's from here on, whatever its folders: a folder that cannot be made
         // is this cart's error (reported, retried), never a reason to forget it.
         try Tree.makeInbox(store)
@@ -254,7 +258,7 @@ final class Tree {
         let held = Integrity.recordsHeld(in: folder.path)
         guard !held.isEmpty else { return nil }
         let directory = folder.shown
-        return "\(directory): holds records (\(held.joined(separator: ", "))) but is not a cart of the tree \(root): copied or moved in, its \(Layout.cartMarker) lost or changed, or the tree's database lost it (restored from an older backup, its WAL deleted); a new cart would number its records again from 1. Put the directory back as it was (its marker with it) or restore \(root)/\(Layout.stateDirectory)/ from a backup; or run basket-sync -C \(directory) init --adopt to make it a cart that goes on after its records, or move its .jsonl files away to start it afresh"
+        return "\(directory): holds records (\(held.joined(separator: ", "))) but is not a cart of the tree \(root): copied or moved in, its \(Layout.cartMarker) lost or changed, the tree's database lost it (restored from an older backup, its WAL deleted), or it was away from the tree longer than \(AgentConfiguration.number(Tree.awaySeconds)) s (the cart ended then); a new cart would number its records again from 1. Restore \(root)/\(Layout.stateDirectory)/ from a backup; or run basket-sync -C \(directory) init --adopt to make it a cart that goes on after its records, or move its .jsonl files away to start it afresh"
     }
 
     /// ``refusal(_:root:)`` of the folder `ROOT/ID` (opened without following a link; nil when
@@ -308,16 +312,47 @@ final class Tree {
         return named.isEmpty ? .lost : .namesAnother
     }
 
-    /// Ends the carts the database holds whose directory is gone; returns their ids.
-    func removeGoneCarts() throws(AgentError) -> [String] {
+    /// How long a cart whose directory left the tree keeps its rows (an hour;
+    /// `BASKET_SYNC_AWAY_SECONDS` for tests): its directory put back as it was, its marker with
+    /// it, is served again with its state — the Mealz share, the windows, the numbering.
+    static var awaySeconds: Double {
+        Posix.environment("BASKET_SYNC_AWAY_SECONDS").flatMap(Double.init).map { max(0, $0) } ?? 3600
+    }
+
+    /// The carts the database holds whose directory is gone: each is marked away when first
+    /// seen so, and ended — every row of it removed — once away for ``awaySeconds``. Returns
+    /// those ended, and those still away with when they end.
+    func removeGoneCarts(now: Date = Date()) throws(AgentError) -> (ended: [String], away: [String: Date]) {
+        try database.withTransaction { () throws(AgentError) in try endGone(try database.carts(), now: now) }
+    }
+
+    /// ``removeGoneCarts(now:)`` for the carts `ids` only (those the agent saw leave).
+    func removeGoneCarts(_ ids: [String], now: Date = Date()) throws(AgentError) -> (ended: [String], away: [String: Date]) {
         try database.withTransaction { () throws(AgentError) in
-            var gone: [String] = []
-            for (id, number) in try database.carts() where Posix.info("\(root)/\(id)", follow: false)?.kind != .directory {
-                try database.removeCart(number)
-                gone.append(id)
-            }
-            return gone.sorted()
+            var known: [String: Int64] = [:]
+            for id in ids { if let cart = try database.cart(id) { known[id] = cart.number } }
+            return try endGone(known, now: now)
         }
+    }
+
+    /// Of `carts` (id → number), those whose directory is gone: marked away, or ended once away
+    /// long enough (in the caller's transaction).
+    private func endGone(_ carts: [String: Int64], now: Date) throws(AgentError) -> (ended: [String], away: [String: Date]) {
+        var ended: [String] = []
+        var away: [String: Date] = [:]
+        for (id, number) in carts where Posix.info("\(root)/\(id)", follow: false)?.kind != .directory {
+            let rows = database.rows(cart: number)
+            let since = try rows.note(.goneSince).flatMap(Double.init).map { Date(timeIntervalSince1970: $0) }
+            if since == nil { try rows.setNote(.goneSince, String(now.timeIntervalSince1970)) }
+            let ends = (since ?? now).addingTimeInterval(Tree.awaySeconds)
+            if ends <= now {
+                try database.removeCart(number)
+                ended.append(id)
+            } else {
+                away[id] = ends
+            }
+        }
+        return (ended.sorted(), away)
     }
 
     /// The store and mode that `set-store` on the root set for the carts that never set their

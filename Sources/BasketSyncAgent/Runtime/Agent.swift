@@ -106,6 +106,9 @@ public final class Agent {
     /// space or descriptor left): when to try again, and the delay after that (0.5 s doubling
     /// up to 30 s).
     var takeOnRetries: [String: (at: Double, delay: Double)] = [:]
+    /// A tree's carts whose directory left the tree, not served, with when they end (their
+    /// rows removed) unless put back as they were.
+    var away: [String: Date] = [:]
     /// The carts with inbox entries left for their next turn: a wake-up looks at those, not at
     /// every cart.
     var inboxWaiting: [String: Cart] = [:]
@@ -315,6 +318,7 @@ public final class Agent {
             for (id, retry) in takeOnRetries where retry.at <= now {
                 if carts[id] == nil { takeOn(id) } else { takeOnRetries[id] = nil }
             }
+            if let first = away.values.min(), first <= Date() { endAway() }
             flushIfDue()
             beat(passed: ready[0] || busy)
         }
@@ -428,7 +432,9 @@ public final class Agent {
                 logger.log(.warning, "\(tree.root): \(ids.count) carts need \(needed) inotify watches, over the limit of \(limit): the carts beyond it are polled every \(rootChoice.intervalMs) ms; \(needed <= systemLimit ? "BASKET_SYNC_MAX_WATCHES lowers the limit below the system's \(systemLimit): raise or unset it" : "raise the limit (sysctl fs.inotify.max_user_watches=\(max(needed * 2, 65536)), and in /etc/sysctl.d/ to keep it)") to watch them all")
             }
         }
-        for id in try tree.removeGoneCarts() { logger.log(.info, "cart \(id): its directory is gone while the agent was down: the cart ended") }
+        let gone = try tree.removeGoneCarts()
+        for id in gone.ended { logger.log(.info, "cart \(id): its directory left the tree more than \(AgentConfiguration.number(Tree.awaySeconds)) s ago: the cart ended") }
+        for (id, ends) in gone.away.sorted(by: { $0.key < $1.key }) { markAway(id, until: ends) }
         // Many new carts (a first start): adopted together, not one commit and fsync each.
         tree.adoptNew(ids)
         for id in ids {
@@ -498,6 +504,10 @@ public final class Agent {
             if due == nil || next < due! { due = next }
         }
         for retry in takeOnRetries.values where due == nil || retry.at < due! { due = retry.at }
+        if let first = away.values.min() {
+            let at = Posix.monotonicSeconds() + first.timeIntervalSinceNow
+            if due == nil || at < due! { due = at }
+        }
         guard let due else { return -1 }
         let milliseconds = ((due - Posix.monotonicSeconds()) * 1000).rounded(.up)
         return Int32(max(0, min(milliseconds, Double(Int32.max))))

@@ -51,6 +51,7 @@ extension Agent {
             cart.inboxJustMade = inboxMade
             cart.firstPin = pinned
             takeOnRetries[id] = nil
+            away[id] = nil
             serve(cart)
             cart.firstPin = nil
         } catch {
@@ -108,34 +109,53 @@ extension Agent {
     /// Ends cart `id`: its directory is gone (or made again): its rows go, its watches too.
     func end(_ id: String) {
         guard let tree else { return }
+        var left = false
         if Posix.info("\(tree.root)/\(id)", follow: false)?.kind != .directory {
             waiting[id] = nil
             takeOnRetries[id] = nil
-            // A cart not served since its marker was lost: its rows go with its directory.
-            if carts[id] == nil, let number = lostCarts.removeValue(forKey: id) { removeRows(id, number: number) }
+            // A cart not served since its marker was lost leaves with its directory.
+            if carts[id] == nil, lostCarts.removeValue(forKey: id) != nil { left = true }
         }
-        guard let cart = carts[id] else { return }
-        // Only a cart whose directory is gone (or another's now) ends: an event that only looks
-        // like it (a stray name in the root) must never take a cart's history.
-        if Posix.info("\(tree.root)/\(id)", follow: false)?.kind == .directory, tree.markerMatches(id, number: cart.store.cart) { return }
-        forget(id)
-        if started { recordWatch() }
-        cart.watcher?.removeWatches()
-        removeRows(id, number: cart.store.cart)
+        if let cart = carts[id] {
+            // Only a cart whose directory is gone (or another's now) ends: an event that only looks
+            // like it (a stray name in the root) must never take a cart's history.
+            if Posix.info("\(tree.root)/\(id)", follow: false)?.kind == .directory, tree.markerMatches(id, number: cart.store.cart) { return }
+            forget(id)
+            if started { recordWatch() }
+            cart.watcher?.removeWatches()
+            left = true
+        }
+        guard left else { return }
+        // Not served; its rows kept a while for its directory put back as it was. A directory
+        // made under its id without its marker ends it when taken on (a new cart).
+        do {
+            let gone = try tree.removeGoneCarts([id])
+            for ended in gone.ended { logger.log(.info, "cart \(ended): its directory left the tree more than \(AgentConfiguration.number(Tree.awaySeconds)) s ago: the cart ended") }
+            if let ends = gone.away[id] {
+                logger.log(.info, "cart \(id): its directory left the tree: not served. Put back as it was (its marker with it) within \(AgentConfiguration.number(Tree.awaySeconds)) s, it is served again with its state; after that the cart ends")
+                markAway(id, until: ends)
+            }
+        } catch {
+            logger.log(.error, "cart \(id): marking it away failed: \(error.description)")
+        }
     }
 
-    /// The rows of cart `id` numbered `number` removed: its directory is gone.
-    private func removeRows(_ id: String, number: Int64) {
+    /// Cart `id` is away until `ends` (its directory left the tree).
+    func markAway(_ id: String, until ends: Date) {
+        away[id] = ends
+    }
+
+    /// The carts away for their time ended: their rows removed.
+    func endAway() {
         guard let tree else { return }
         do {
-            try tree.database.withTransaction { () throws(AgentError) in
-                if let known = try tree.database.cart(id), known.number == number {
-                    try tree.database.removeCart(known.number)
-                }
-            }
-            logger.log(.info, "cart \(id): its directory was removed: the cart ended")
+            let due = away.filter { $0.value <= Date() }.map(\.key)
+            let gone = try tree.removeGoneCarts(due)
+            for id in gone.ended { logger.log(.info, "cart \(id): its directory left the tree more than \(AgentConfiguration.number(Tree.awaySeconds)) s ago: the cart ended") }
+            for id in due { away[id] = gone.away[id] }
         } catch {
-            logger.log(.error, "cart \(id): ending it failed: \(error.description)")
+            logger.log(.error, "ending the carts whose directory left the tree failed: \(error.description); tried again in a minute")
+            for (id, ends) in away where ends <= Date() { away[id] = Date().addingTimeInterval(60) }
         }
     }
 

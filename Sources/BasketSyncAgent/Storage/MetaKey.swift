@@ -51,6 +51,7 @@ enum MetaKey: Hashable, Sendable {
         case .note(.heartbeat): return "note.heartbeat"
         case .note(.servesDirectory): return "note.servesDirectory"
         case .note(.clock): return "note.clock"
+        case .note(.goneSince): return "note.goneSince"
         }
     }
 
@@ -89,4 +90,7 @@ enum Note: String, CaseIterable, Sendable {
     /// windows were last set (`OFFSET BOOT`). The difference moves only when the wall clock is
     /// stepped: a step seen by it moves the windows with it.
     case clock
+    /// A tree's cart whose directory left the tree: when that was first seen (seconds since
+    /// 1970). Put back with its marker before ``Tree/awaySeconds``, it is served again.
+    case goneSince
 }

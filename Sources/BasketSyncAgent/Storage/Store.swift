@@ -429,4 +429,7 @@ extension Database {
     /// The rows of cart 0: a sync directory's own cart; in a tree, what belongs to the tree as a
     /// whole (its default store, the running agent's note).
     var rootRows: Store { Store(database: self, cart: 0, directory: Posix.dirname(of: markerDirectory), signalPath: "") }
+
+    /// The rows of cart `number` of a tree, for its notes only (no folder reached).
+    func rows(cart number: Int64) -> Store { Store(database: self, cart: number, directory: Posix.dirname(of: markerDirectory), signalPath: "") }
 }
