@@ -5,8 +5,15 @@ import Testing
 /// heartbeat, a stopped process, a stale heartbeat — the oldest waiting event, and every current
 /// error on its own.
 @Suite struct HealthTests {
-    func health(_ directory: String) throws -> [String: Any] {
-        let status = try basketSync(["-C", directory, "status", "--json"])
+    /// `status --json`'s health; `clockStep`: with its wall clock stepped by that many seconds.
+    func health(_ directory: String, clockStep: Int? = nil) throws -> [String: Any] {
+        var environment: [String: String] = [:]
+        if let clockStep {
+            let file = directory + "/../clock-step-\(UUID().uuidString)"
+            try String(clockStep).write(toFile: file, atomically: true, encoding: .utf8)
+            environment = ["LD_PRELOAD": FaultTests.shim, "FAULTSHIM_CLOCK": file]
+        }
+        let status = try basketSync(["-C", directory, "status", "--json"], environment: environment)
         let report = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any]
         return report?["health"] as? [String: Any] ?? [:]
     }
@@ -79,11 +86,30 @@ import Testing
         try holder.run()
         try await eventually("the lock is held") { FileManager.default.fileExists(atPath: release + ".held") }
         try await eventually("the agent is reported stuck", timeout: 60) { try health(playground.path)["agentState"] as? String == "stuck" }
+        // The wall clock set back an hour does not make the stuck agent's heartbeat look fresh.
+        #expect(try health(playground.path, clockStep: -3600)["agentState"] as? String == "stuck")
         let human = try basketSync(["-C", playground.path, "status"])
         #expect(human.stdout.contains("agent: STUCK? pid \(agent.process.processIdentifier)"), "\(human.stdout)")
         _ = FileManager.default.createFile(atPath: release, contents: nil)
         holder.waitUntilExit()
         try await eventually("running again", timeout: 60) { try health(playground.path)["agentState"] as? String == "running" }
+        #expect(agent.stop() == 0)
+    }
+
+    /// The wall clock stepped forward (NTP, a VM resumed) does not make a live agent look stuck,
+    /// nor its heartbeat older: its age is judged on the boot clock, which no step moves.
+    @Test func aClockStepDoesNotMakeALiveAgentStuck() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        try await eventually("the agent's heartbeat is seen") { try health(playground.path)["heartbeatAt"] as? String != nil }
+        for step in [600, 86_400, -600] {
+            let stepped = try health(playground.path, clockStep: step)
+            #expect(stepped["agentState"] as? String == "running", "clock stepped \(step) s: \(stepped)")
+            let age = stepped["heartbeatAgeSeconds"] as? Double ?? -1
+            #expect(age >= 0 && age <= 2 * 60 + 5, "clock stepped \(step) s: the heartbeat's age \(age) s")
+        }
         #expect(agent.stop() == 0)
     }
 

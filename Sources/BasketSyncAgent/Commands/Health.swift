@@ -36,7 +36,13 @@ struct AgentHealth: Equatable {
         var health = AgentHealth(state: agent == nil ? .none : .running, agent: agent)
         if note.count >= 4, let pid = Int32(note[1]), pid == agent?.pid {
             health.heartbeatAt = note[0]
-            health.heartbeatAge = Timestamp.date(note[0]).map { max(0, now.timeIntervalSince($0)) }
+            // On the boot clock when the note was written in this boot (a step of the wall clock
+            // neither ages a live agent nor hides a stuck one); on the wall clock otherwise.
+            if note.count >= 6, note[5] == Posix.bootId, let beat = Double(note[4]) {
+                health.heartbeatAge = max(0, Posix.bootSeconds() - beat)
+            } else {
+                health.heartbeatAge = Timestamp.date(note[0]).map { max(0, now.timeIntervalSince($0)) }
+            }
             health.lastWholePass = note[2].isEmpty ? nil : note[2]
             health.interval = Double(note[3])
         }

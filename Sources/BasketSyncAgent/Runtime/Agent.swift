@@ -369,7 +369,8 @@ public final class Agent {
         // After passes, at most every 5 s — and never more than a tenth of the time: a tree of
         // many carts takes a while to sum up.
         defer { if let metrics = configuration.metrics, idle || now - lastMetrics >= max(5, 10 * metricsCost) { writeMetrics(metrics, at: now) } }
-        let note = "\(Timestamp.text(Date()))\t\(Posix.processId)\t\(lastWholePass.map(Timestamp.text) ?? "")\t\(AgentConfiguration.number(Agent.heartbeatSeconds))"
+        // With the boot clock and the boot: its age is judged on a clock no step moves.
+        let note = "\(Timestamp.text(Date()))\t\(Posix.processId)\t\(lastWholePass.map(Timestamp.text) ?? "")\t\(AgentConfiguration.number(Agent.heartbeatSeconds))\t\(Posix.bootSeconds())\t\(Posix.bootId)"
         // Without an fsync of its own (the next commit makes it durable): a power cut that takes
         // it back took the agent too, and a sync on every beat would hold up the change after it.
         _ = try? database.rootRows.withQuickTransaction { () throws(AgentError) in try database.rootRows.setNote(.heartbeat, note) }

@@ -80,7 +80,7 @@ enum Note: String, CaseIterable, Sendable {
     case watch
     /// The last time two inbox deliveries could not be ordered: `AT\tMESSAGE`.
     case orderUnknown
-    /// The running agent's sign of life (on the root's row): `AT\tPID\tLAST-WHOLE-PASS-AT`,
+    /// The running agent's sign of life (on the root's row): `AT\tPID\tLAST-WHOLE-PASS-AT\tINTERVAL\tBOOT-SECONDS\tBOOT`,
     /// written at most once a minute while idle, and after passes (at most once a second).
     case heartbeat
     /// With `"database"` elsewhere, the id of the sync directory (or tree) the database serves:
