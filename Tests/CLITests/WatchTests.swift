@@ -215,12 +215,52 @@ import Testing
         try playground.write("cart.json", cartJSON([("A", 1), ("B", 1), ("X", 4)], syncedThrough: 1))
         try await eventually("the rewritten cart is notified") { lastNotification(playground) == ["A": 1, "B": 1] }
 
-        // Truncate, close, then write again: the empty version is rejected, the full one taken.
+        // Truncate, close, then write again: the full one taken.
         let handle = try FileHandle(forWritingTo: playground.url("cart.json"))
         try handle.truncate(atOffset: 0)
         try handle.close()
         try playground.write("cart.json", cartJSON([("B", 1), ("X", 4)], syncedThrough: 1))
         try await eventually("the truncated-then-written cart is notified") { lastNotification(playground) == ["B": 1] }
+        #expect(agent.stop() == 0)
+    }
+
+    /// A host writing in place may be read between its truncate and its write: a version that
+    /// does not parse is rejected only once it has stayed as it is for half a second. Read
+    /// empty, then written within that time: taken, no rejection said or counted. Left empty
+    /// (or torn), it is rejected as before.
+    @Test func aVersionReadBetweenATruncateAndItsWriteIsNotRejected() async throws {
+        let playground = try Playground()
+        let agent = try await started(playground)
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        try await eventually("the delta is in the outbox") { playground.records("outbox.jsonl").count == 1 }
+        try playground.write("cart.json", cartJSON([("X", 1), ("A", 1)], syncedThrough: 1))
+        try await eventually("the first version is taken") { lastNotification(playground) == ["A": 1] }
+        var shown = false
+        // A loaded machine may take longer than the half second between the two writes; that
+        // attempt proves nothing either way, and the next starts over.
+        for attempt in 1...5 {
+            let handle = try FileHandle(forWritingTo: playground.url("cart.json"))
+            try handle.truncate(atOffset: 0)
+            try handle.close()
+            let truncated = ProcessInfo.processInfo.systemUptime
+            usleep(150_000)  // time for the agent to read the empty version
+            try playground.write("cart.json", cartJSON([("X", 1), ("A", attempt + 1)], syncedThrough: 1))
+            let late = ProcessInfo.processInfo.systemUptime - truncated
+            try await eventually("the written version is taken") { lastNotification(playground) == ["A": attempt + 1] }
+            guard late < 0.4 else {
+                print("attempt \(attempt): written \(late) s after the truncate; starting over")
+                continue
+            }
+            shown = true
+            break
+        }
+        #expect(shown, "the write never came within the settle time")
+        #expect(!agent.log.contains("cart rejected"), "\(agent.log)")
+        let status = try basketSync(["-C", playground.path, "status", "--json"])
+        #expect(!status.stdout.contains("the file is empty"), "no error left in status: \(status.stdout)")
+        // Left torn: rejected once it has stayed so.
+        try playground.write("cart.json", "{\"products\": [")
+        try await eventually("a torn cart left as it is is rejected") { agent.log.contains("cart rejected: ") && agent.log.contains("cart.json:1:") }
         #expect(agent.stop() == 0)
     }
 

@@ -15,6 +15,7 @@ extension Commands {
             case .unchanged: return "unchanged"
             case .rejected: return "rejected"
             case .taken: return "taken"
+            case .unsettled: return "being written"
             }
         }
 

@@ -13,6 +13,23 @@ extension SyncEngine {
         /// Taken: it changed what basket-sync knows of the cart (a notification follows when the
         /// Mealz list changed).
         case taken
+        /// Not valid yet, but written less than ``SyncEngine/rejectionSettleSeconds`` ago (an
+        /// in-place write a host may still be making): read again once settled, then rejected
+        /// if it is still so. Only where ``SyncEngine/settlesRejections`` is set (the agent).
+        case unsettled
+    }
+
+    /// How long a version that does not parse must stay as it is before it is rejected, where
+    /// rejections settle: a host writing in place (truncate, then write) may be read between the two.
+    static let rejectionSettleSeconds = 0.5
+
+    /// Whether the version `identity` that does not parse has stayed as it is long enough to be
+    /// rejected; the first read of it starts its time.
+    func rejectionSettled(_ identity: FileIdentity) -> Bool {
+        let now = Posix.monotonicSeconds()
+        if let unsettled, unsettled.identity == identity { return now - unsettled.since >= Self.rejectionSettleSeconds }
+        unsettled = (identity, now)
+        return false
     }
 
     /// Reads the cart and, when it changed and is valid, notifies the library.
@@ -84,6 +101,11 @@ extension SyncEngine {
             } else {
                 // A large cart the one-pass reader gave up on goes to the tree decoder alone.
                 do throws(AgentError) { cart = try decodeCart(bytes, path: path, onePassTried: bytes.count >= Self.largeCartBytes) } catch {
+                    // Maybe read between a host's truncate and its write: judged once settled.
+                    if settlesRejections, let identity, !rejectionSettled(identity) {
+                        read.outcome = .unsettled
+                        return []
+                    }
                     read.rejected = (error, bytes)
                     return []
                 }
@@ -161,6 +183,7 @@ extension SyncEngine {
             return .rejected(error)
         }
         if let taken = read.taken {
+            unsettled = nil
             _ = cartReader.remember(taken, identity: read.takenIdentity, rejected: false)
             // A large cart's parse freed megabytes: given back, the agent's resident memory falls back.
             if taken.count > 1 << 20 { Posix.releaseFreedMemory() }

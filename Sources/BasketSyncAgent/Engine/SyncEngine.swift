@@ -29,6 +29,11 @@ public final class SyncEngine {
     let logger: Logger
     let inbox: Inbox
     var cartReader = CartReader()
+    /// Whether a cart version that does not parse is rejected only once it has stayed as it is
+    /// for ``rejectionSettleSeconds`` (the agent, which reads again); one-shot commands reject at once.
+    public var settlesRejections = false
+    /// The version that did not parse, waiting to settle, and since when (monotonic seconds).
+    var unsettled: (identity: FileIdentity, since: Double)?
     private var files: [Projection: JSONLinesFile] = [:]
     /// The next pending-window deadline, as the machine's timer effects last said; another
     /// process's commit makes it stale until ``refreshDeadline()``.

@@ -36,6 +36,8 @@ public final class Agent {
         /// Whether a pass that went through brought this back-off step's retry forward already
         /// (once per step: a cart changing all the time on a broken inbox logs nothing more).
         var broughtForward = false
+        /// The cart version that did not parse, waiting to settle (kept here: engines come and go).
+        var unsettled: (identity: FileIdentity, since: Double)?
         /// The next pending-window deadline, as its last pass left it (monotonic seconds).
         var deadline: Double? { didSet { if deadline != oldValue { timingChanged(self) } } }
 
@@ -190,6 +192,7 @@ public final class Agent {
             let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: isSynchronizerRegistered, logger: logger)
             // A person following the agent sees one line per record it makes.
             engine.logsActivity = true
+            engine.settlesRejections = true
             tree = nil
             database = engine.store.database
             configuration = engine.configuration

@@ -185,6 +185,8 @@ extension Agent {
         cart.firstPin = nil
         let engine = SyncEngine(store: pinned, configuration: configuration, isSynchronizerRegistered: isSynchronizerRegistered, logger: tree == nil ? logger : logger.tagged(cart: cart.id))
         engine.logsActivity = true
+        engine.settlesRejections = true
+        engine.unsettled = cart.unsettled
         // In a tree, each cart's turn is bounded (docs/spec.md §7): one group of events.
         if tree != nil { engine.inboxBudget = Agent.inboxBudgetPerTurn }
         engines[cart.id] = engine
@@ -223,6 +225,13 @@ extension Agent {
             if scope != .everything, let due = cart.retryAt, due > Posix.monotonicSeconds(), !cart.broughtForward {
                 engine.logger.log(.info, "a pass went through: the retry is brought forward")
                 cart.retryAt = Posix.monotonicSeconds()
+                cart.broughtForward = true
+            }
+            cart.unsettled = engine.unsettled
+            if summary.cart == .unsettled, let unsettled = engine.unsettled {
+                // Read again once settled: rejected then if it is still so. A part of a pass that
+                // goes through meanwhile does not bring it forward.
+                cart.retryAt = min(cart.retryAt ?? .infinity, unsettled.since + SyncEngine.rejectionSettleSeconds)
                 cart.broughtForward = true
             }
             cart.follow(engine)
