@@ -168,4 +168,25 @@ import Testing
         #expect(try basketSync(["-C", tree.path, "init", "--tree"]).status == 0)
         #expect(try basketSync(["-C", tree.path, "lock", "--", "true"]).status == 64)
     }
+
+    /// With `followSymlinks` and the cart in a folder reached through a link (`host` → a folder
+    /// elsewhere), the lock is made beside the cart, in the folder the link leads to — never in
+    /// the folder that holds that one — and `apply` and `lock` exclude each other there.
+    @Test func theLockOfACartBehindAFolderLinkIsBesideTheCart() throws {
+        let playground = try Playground()
+        let sync = playground.path + "/sync"
+        #expect(try basketSync(["-C", sync, "init"]).status == 0)
+        try playground.write("sync/basket-sync.json", #"{"followSymlinks": true, "cart": "host/cart.json"}"#)
+        #expect(mkdir(playground.path + "/elsewhere", 0o755) == 0 && mkdir(playground.path + "/elsewhere/real", 0o755) == 0)
+        try FileManager.default.createSymbolicLink(atPath: sync + "/host", withDestinationPath: playground.path + "/elsewhere/real")
+        try playground.write("elsewhere/real/cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        #expect(try basketSync(["-C", sync, "sync"]).status == 0)
+        #expect(try basketSync(["-C", sync, "push", "A=+1"]).status == 0)
+        let apply = try basketSync(["-C", sync, "apply"])
+        #expect(apply.status == 0, "\(apply)")
+        #expect(FileManager.default.fileExists(atPath: playground.path + "/elsewhere/real/cart.json.lock"), "the lock beside the cart")
+        #expect(!FileManager.default.fileExists(atPath: playground.path + "/elsewhere/cart.json.lock"), "nothing made in the folder above")
+        let held = try basketSync(["-C", sync, "lock", "--", "/bin/sh", "-c", "readlink /proc/$$/fd/3"])
+        #expect(held.status == 0 && held.stdout.hasSuffix("/elsewhere/real/cart.json.lock\n"), "\(held)")
+    }
 }

@@ -518,33 +518,30 @@ extension HostCommandTests {
 }
 
 extension HostCommandTests {
-    /// A cron host: its cart written inside a batch's window, the next `sync` run after the window
-    /// is over. The cart is judged when it was written (its change time): the batch is echoed in
-    /// time — no rollback said, none counted, no late echo.
-    @Test func aCartWrittenInTheWindowIsAnEchoInTimeForALaterPass() async throws {
-        let window = 4.0
-        // A loaded machine may write the echo after the window ended; that attempt proves
-        // nothing either way, so it starts over in a fresh directory instead of deciding on time.
+    /// A batch {A:+1} made in a fresh sync directory whose windows last `window` seconds (by
+    /// `makeBatch`, which may start an agent), then its echo written as a host does; `check` runs
+    /// once the echo went in inside the window. A loaded machine may write it after the window
+    /// ended: that attempt proves nothing either way, so it starts over in a fresh directory
+    /// instead of deciding on time.
+    func withAnEchoInsideTheWindow(_ window: Double, makeBatch: (Playground) async throws -> AgentProcess?,
+                                   check: (Playground, Date, AgentProcess?) async throws -> Void) async throws {
         for attempt in 1...4 {
             let playground = try syncDirectory()
             try playground.write("basket-sync.json", #"{"pendingTimeoutSeconds": \#(Int(window))}"#)
             try playground.writeAtomically("cart.json", cartJSON([("X", 1)]))
             #expect(try run(playground, ["sync"]).status == 0)
             #expect(try run(playground, ["push", "A=+1"]).status == 0)
-            #expect(try run(playground, ["sync"]).status == 0)
+            let agent = try await makeBatch(playground)
+            try await eventually("the batch is made") { playground.records("outbox.jsonl").count == 1 }
             let made = try #require(playground.records("outbox.jsonl").first.flatMap(Self.recordTime))
             try playground.write(".cart.tmp", cartJSON([("X", 1), ("A", 1)]))
             #expect(rename(playground.path + "/.cart.tmp", playground.path + "/cart.json") == 0)
             guard Date().timeIntervalSince(made) < window - 0.5 else {
                 print("attempt \(attempt): the echo was written \(Date().timeIntervalSince(made)) s after the batch, past its window; starting over")
+                _ = agent?.stop()
                 continue
             }
-            try await eventually("the window is over") { Date().timeIntervalSince(made) > window + 0.5 }
-            let late = try run(playground, ["sync"])
-            #expect(late.status == 0 && !late.stderr.contains("rolled back") && !late.stderr.contains("late"), "\(late)")
-            let status = try JSONSerialization.jsonObject(with: Data(try run(playground, ["status", "--json"]).stdout.utf8)) as? [String: Any]
-            let counters = status?["counters"] as? [String: Int] ?? [:]
-            #expect(counters["rolledBack"] == 0 && counters["lateEchoes"] == 0 && counters["settled"] == 1, "\(counters)")
+            try await check(playground, made, agent)
             return
         }
         Issue.record("the echo never went in inside its window in four attempts: the machine is too loaded to show anything")
@@ -557,44 +554,45 @@ extension HostCommandTests {
         return (record["at"] as? String).flatMap(formatter.date(from:))
     }
 
+    /// The counters `status --json` gives.
+    func counters(_ playground: Playground) throws -> [String: Int] {
+        let status = try JSONSerialization.jsonObject(with: Data(try run(playground, ["status", "--json"]).stdout.utf8)) as? [String: Any]
+        return status?["counters"] as? [String: Int] ?? [:]
+    }
+
+    /// A cron host: its cart written inside a batch's window, the next `sync` run after the window
+    /// is over. The cart is judged when it was written (its change time): the batch is echoed in
+    /// time — no rollback said, none counted, no late echo.
+    @Test func aCartWrittenInTheWindowIsAnEchoInTimeForALaterPass() async throws {
+        try await withAnEchoInsideTheWindow(4, makeBatch: { (playground: Playground) async throws -> AgentProcess? in
+            #expect(try run(playground, ["sync"]).status == 0)
+            return nil
+        }, check: { playground, made, _ in
+            try await eventually("the window is over") { Date().timeIntervalSince(made) > 4.5 }
+            let late = try run(playground, ["sync"])
+            #expect(late.status == 0 && !late.stderr.contains("rolled back") && !late.stderr.contains("late"), "\(late)")
+            let after = try counters(playground)
+            #expect(after["rolledBack"] == 0 && after["lateEchoes"] == 0 && after["settled"] == 1, "\(after)")
+        })
+    }
+
     /// The agent's own window timer: a cart written inside the window that the agent has not
     /// taken yet when the window ends (polled, its next look far off — as an event not read yet
     /// after the agent was stopped a while) is taken before the windows are rolled back, so the
     /// batch is echoed in time — no rollback, no late echo.
     @Test func theWindowsTimerTakesACartWrittenInsideItBeforeRollingBack() async throws {
-        let window = 15.0
-        // A loaded machine may write the echo after the window ended; that attempt proves
-        // nothing either way, so it starts over in a fresh directory instead of deciding on time.
-        for attempt in 1...4 {
-            let playground = try syncDirectory()
-            try playground.write("basket-sync.json", #"{"pendingTimeoutSeconds": \#(Int(window))}"#)
-            try playground.writeAtomically("cart.json", cartJSON([("X", 1)]))
-            #expect(try run(playground, ["sync"]).status == 0)
-            #expect(try run(playground, ["push", "A=+1"]).status == 0)
+        try await withAnEchoInsideTheWindow(15, makeBatch: { playground in
             let agent = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_WATCH_MODE": "poll=3600000"])
             try await agent.waitUntilWatching()
-            try await eventually("the agent made the batch") { playground.records("outbox.jsonl").count == 1 }
-            let made = try #require(playground.records("outbox.jsonl").first.flatMap(Self.recordTime))
-            try playground.write(".cart.tmp", cartJSON([("X", 1), ("A", 1)]))
-            #expect(rename(playground.path + "/.cart.tmp", playground.path + "/cart.json") == 0)
-            guard Date().timeIntervalSince(made) < window - 1 else {
-                print("attempt \(attempt): the echo was written \(Date().timeIntervalSince(made)) s after the batch, past its window; starting over")
-                _ = agent.stop()
-                continue
-            }
-            func counters() throws -> [String: Int] {
-                let status = try JSONSerialization.jsonObject(with: Data(try run(playground, ["status", "--json"]).stdout.utf8)) as? [String: Any]
-                return status?["counters"] as? [String: Int] ?? [:]
-            }
+            return agent
+        }, check: { playground, _, agent in
             try await eventually("the window's time came", timeout: 120) {
-                let now = (try? counters()) ?? [:]
+                let now = (try? counters(playground)) ?? [:]
                 return (now["settled"] ?? 0) + (now["rolledBack"] ?? 0) > 0
             }
-            let after = try counters()
-            #expect(after["rolledBack"] == 0 && after["lateEchoes"] == 0 && after["settled"] == 1, "\(after) \(agent.log)")
-            #expect(agent.stop() == 0)
-            return
-        }
-        Issue.record("the echo never went in inside its window in four attempts: the machine is too loaded to show anything")
+            let after = try counters(playground)
+            #expect(after["rolledBack"] == 0 && after["lateEchoes"] == 0 && after["settled"] == 1, "\(after) \(agent?.log ?? "")")
+            #expect(agent?.stop() == 0)
+        })
     }
 }

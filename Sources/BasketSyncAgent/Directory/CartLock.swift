@@ -62,6 +62,7 @@ public enum CartLock {
                 Posix.pause(microseconds: 5_000)
             }
         }
+        var retaken = 0
         while true {
             let fd: Int32
             do throws(AgentError) {
@@ -73,11 +74,18 @@ public enum CartLock {
             }
             do throws(AgentError) {
                 try wait(for: fd, named: path)
-                // Removed (or replaced) between its opening and its lock: the lock of a file
-                // nobody else will open excludes nobody — take the one at the name now.
-                guard let locked = try? Posix.fileInfo(fd, path: path), let named = Posix.info(path, follow: false),
-                      locked.device == named.device, locked.inode == named.inode else {
+                // Removed (or a file renamed over it) between its opening and its lock: no name
+                // leads to it any more, and the lock of a file nobody else will open excludes
+                // nobody — take the one at the name now.
+                let locked: FileInfo
+                do { locked = try Posix.fileInfo(fd, path: path) } catch { throw .system(error) }
+                guard locked.links > 0 else {
                     Posix.close(fd)
+                    retaken += 1
+                    // Removed each time it is taken: someone removes it without end.
+                    guard retaken < 100 else {
+                        throw .busy("\(path): the host's cart lock was removed each time it was taken (100 times): something removes it without end; stop it, then try again")
+                    }
                     continue
                 }
                 let folder: Int32
@@ -110,8 +118,10 @@ public enum CartLock {
     /// The lock opened (or made) in the cart's folder reached through its links, the lock's name
     /// itself not followed.
     static func lockInFollowedFolder(directory: String, configuration: AgentConfiguration, path: String) throws(AgentError) -> Int32 {
+        // The cart's folder itself, reached (a trailing slash: its last link followed too, and
+        // checked as a folder on the way is), never the folder that holds it.
         let folder = Posix.dirname(of: configuration.cart)
-        let reached = try Posix.follow(base: directory, relative: configuration.cart.contains("/") ? folder + "/." : ".")
+        let reached = try Posix.follow(base: directory, relative: configuration.cart.contains("/") ? folder + "/" : ".")
         defer { reached.close() }
         return try openOrMakeLock("/proc/self/fd/\(reached.folder)/\(Posix.basename(of: configuration.cart)).lock", path: path)
     }

@@ -134,6 +134,8 @@ extension Agent {
             if let ends = gone.away[id] {
                 logger.log(.info, "cart \(id): its directory left the tree: not served. Put back as it was (its marker with it) within \(AgentConfiguration.number(Tree.awaySeconds)) s, it is served again with its state; after that the cart ends")
                 markAway(id, until: ends)
+            } else if !gone.ended.contains(id) {
+                logger.log(.info, "cart \(id): its directory holds no marker of it now (made again, or another cart's): the cart as it was is no longer served")
             }
         } catch {
             logger.log(.error, "cart \(id): marking it away failed: \(error.description)")
