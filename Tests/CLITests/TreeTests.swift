@@ -112,8 +112,12 @@ import TestSupport
             #expect(notified(playground, id).isEmpty, "\(id) gave no notification")
         }
         // As the agent's account: the tree's configuration and database are its own, not root's.
-        let status = try #require(try basketSync(["-C", playground.path, "status"], killAfter: 60, user: 65534))
-        #expect(status.stdout.contains("carts with an error: 3"), "\(status.stdout)")
+        // The garbled cart is rejected once it has stayed as it is (half a second).
+        var status = Run(status: -1, stdout: "", stderr: "")
+        try await eventually("the three bad carts are said") {
+            status = try #require(try basketSync(["-C", playground.path, "status"], killAfter: 60, user: 65534))
+            return status.stdout.contains("carts with an error: 3")
+        }
         for (id, why) in [("fifo", "FIFO"), ("garbled", "garbled/cart.json:1:"), ("unreadable", "Permission denied")] {
             #expect(status.stdout.contains("  \(id): ") && agent.log.contains(why), "\(id): \(status.stdout)\n\(agent.log)")
         }

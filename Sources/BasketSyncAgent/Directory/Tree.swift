@@ -132,7 +132,13 @@ final class Tree {
         }
         // A cart known and marked as it: read without the write lock (committed rows and a
         // marker written before their commit say the same under it).
-        let marked = try database.withReadTransaction { () throws(AgentError) in try database.cart(id) }.flatMap { readMarker() == $0.syncId ? $0 : nil }
+        // Whether it was away (its directory had left the tree) is read in the same look.
+        var wasAway = false
+        let marked = try database.withReadTransaction { () throws(AgentError) -> (number: Int64, syncId: String)? in
+            guard let known = try database.cart(id) else { return nil }
+            wasAway = try database.rows(cart: known.number).note(.goneSince) != nil
+            return known
+        }.flatMap { readMarker() == $0.syncId ? $0 : nil }
         if readOnly {
             guard let marked else {
                 throw .missingInput("\(shown): cart \(id) is not adopted yet (the agent adopts it, or any command but status and wait: basket-sync -C \(shown) sync)")
@@ -162,7 +168,7 @@ final class Tree {
             database.signalCommit()
         }
         // Back in the tree (put back as it was, its marker with it): no longer away.
-        if try database.withReadTransaction({ () throws(AgentError) in try store.note(.goneSince) }) != nil {
+        if wasAway {
             try database.withTransaction { () throws(AgentError) in try store.deleteMeta(.note(.goneSince)) }
         }
         // The cart is the tree's from here on, whatever its folders: a folder that cannot be made
@@ -258,7 +264,7 @@ final class Tree {
         let held = Integrity.recordsHeld(in: folder.path)
         guard !held.isEmpty else { return nil }
         let directory = folder.shown
-        return "\(directory): holds records (\(held.joined(separator: ", "))) but is not a cart of the tree \(root): copied or moved in, its \(Layout.cartMarker) lost or changed, the tree's database lost it (restored from an older backup, its WAL deleted), or it was away from the tree longer than \(AgentConfiguration.number(Tree.awaySeconds)) s (the cart ended then); a new cart would number its records again from 1. Restore \(root)/\(Layout.stateDirectory)/ from a backup; or run basket-sync -C \(directory) init --adopt to make it a cart that goes on after its records, or move its .jsonl files away to start it afresh"
+        return "\(directory): holds records (\(held.joined(separator: ", "))) but is not a cart of the tree \(root): copied or moved in, its \(Layout.cartMarker) lost or changed, away from the tree longer than \(AgentConfiguration.number(Tree.awaySeconds)) s (the cart ended then), or the tree's database lost it (restored from an older backup, its WAL deleted); a new cart would number its records again from 1. Restore \(root)/\(Layout.stateDirectory)/ from a backup; or run basket-sync -C \(directory) init --adopt to make it a cart that goes on after its records, or move its .jsonl files away to start it afresh"
     }
 
     /// ``refusal(_:root:)`` of the folder `ROOT/ID` (opened without following a link; nil when
