@@ -151,7 +151,7 @@ import TestSupport
     /// A cart whose directory leaves the tree and comes back as it was (its marker with it) is
     /// served again with its state: its numbering, its pending batch and Mealz's share go on —
     /// moved out and back under the agent, and while the agent was down. Away longer than its
-    /// time (an hour; one second here), the cart ends: put back, it is refused as holding
+    /// time (an hour; two seconds here), the cart ends: put back, it is refused as holding
     /// records, and `init --adopt` goes on after them.
     @Test(arguments: [false, true])
     func aCartPutBackAsItWasIsServedAgain(whileDown: Bool) async throws {
@@ -172,6 +172,7 @@ import TestSupport
             #expect(pass.status == 0 && !pass.stdout.contains("ended") && !pass.stderr.contains("ended"), "\(pass)")
         }
         #expect(rename(away, playground.path + "/c1") == 0)
+        let putBack = Date()
         if whileDown {
             agent = try AgentProcess(directory: playground.path)
             try await agent.waitUntilWatching()
@@ -186,13 +187,17 @@ import TestSupport
         #expect(counters?["settled"] == 1 && counters?["rolledBack"] == 0, "the batch made before it left settled: \(status.stdout)")
         #expect(agent.stop() == 0)
 
-        // Away longer than its time: ended, and refused when it comes back.
-        let brief = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_AWAY_SECONDS": "1"])
+        // Away longer than its time: ended, and refused when it comes back. Its time counts from
+        // this leaving, not from the one before (more than its time ago by then).
+        let brief = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_AWAY_SECONDS": "2"])
         try await brief.waitUntilWatching()
+        try await eventually("the first time away is more than the time ago") { Date().timeIntervalSince(putBack) > 2.5 }
         #expect(rename(playground.path + "/c1", away) == 0)
-        try await eventually("the cart ends once away long enough") { brief.log.contains("cart c1: its directory left the tree more than 1 s ago: the cart ended") }
+        try await eventually("the cart ends once away long enough") { brief.log.contains("cart c1: its directory left the tree more than 2 s ago: the cart ended") }
+        // Away from its leaving, not from an earlier time away (put back, that one was forgotten).
+        #expect(brief.log.contains("cart c1: its directory left the tree: not served"), "\(brief.log)")
         #expect(rename(away, playground.path + "/c1") == 0)
-        try await eventually("put back after it ended, it is refused") { brief.log.contains("c1: holds records") && brief.log.contains("away from the tree longer than 1 s") }
+        try await eventually("put back after it ended, it is refused") { brief.log.contains("c1: holds records") && brief.log.contains("away from the tree longer than 2 s") }
         #expect(brief.stop() == 0)
         #expect(try basketSync(["-C", playground.path + "/c1", "init", "--adopt"]).status == 0)
         #expect(try basketSync(["-C", playground.path + "/c1", "push", "A=+1"]).status == 0)
