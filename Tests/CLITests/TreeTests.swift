@@ -607,6 +607,39 @@ import TestSupport
         #expect(stopped == 0, "\(shape): \(agent.log)")
     }
 
+    /// Two carts' directories swapped under the agent (`renameat2` with `RENAME_EXCHANGE`: each
+    /// name holds the other's marker and records) are refused, each until `init --adopt`; adopted,
+    /// both are served again: their events taken, their new versions notified.
+    @Test(arguments: [true, false])
+    func cartsSwappedUnderTheAgentAreServedOnceAdopted(seenRefused: Bool) async throws {
+        let playground = try tree()
+        for id in ["a", "b"] { try mealzLine(playground, id) }
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        typealias RenameAt2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
+        let symbol = try #require(dlsym(dlopen(nil, RTLD_NOW), "renameat2"), "glibc has renameat2")
+        let renameat2 = unsafeBitCast(symbol, to: RenameAt2.self)
+        #expect(renameat2(AT_FDCWD, playground.path + "/a", AT_FDCWD, playground.path + "/b", 2) == 0)
+        if seenRefused { try await eventually("both are refused") { agent.log.contains("cart a: ") && agent.log.contains("cart b: ") && agent.log.components(separatedBy: "it is not served until").count >= 3 } }
+        // The Mealz side goes on delivering meanwhile.
+        for id in ["a", "b"] {
+            try playground.write("\(id)/inbox/tmp/1764633600.M1P1Q1.test", "{\"id\":\"while-\(id)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"C\",\"quantity\":1}]}")
+            #expect(rename(playground.path + "/\(id)/inbox/tmp/1764633600.M1P1Q1.test", playground.path + "/\(id)/inbox/new/1764633600.M1P1Q1.test") == 0)
+        }
+        for id in ["a", "b"] {
+            let adopted = try basketSync(["-C", playground.path + "/" + id, "init", "--adopt"])
+            #expect(adopted.status == 0, "\(id): \(adopted.stdout)\(adopted.stderr)")
+        }
+        for id in ["a", "b"] {
+            #expect(try basketSync(["-C", playground.path + "/" + id, "push", "--id", "after-\(id)", "B=+1"]).status == 0)
+            try await eventually("\(id): its events are taken", timeout: 20) { Set(playground.records("\(id)/outbox.jsonl").compactMap { $0["source"] as? String }).isSuperset(of: ["while-\(id)", "after-\(id)"]) }
+            try playground.writeAtomically("\(id)/cart.json", cartJSON([("A", 1), ("B", 1), ("C", 1)]))
+            try await eventually("\(id): its new version is notified", timeout: 20) { !playground.records("\(id)/notifications.jsonl").isEmpty }
+        }
+        let stopped = agent.stop()
+        #expect(stopped == 0, "\(agent.log)")
+    }
+
     /// A cart's directory that is a link to another cart is never followed, whatever the
     /// command: shopper A's delta does not land in B's inbox (docs/spec.md §7).
     @Test func aCartDirectoryThatIsALinkIsRefusedByEveryCommand() throws {
