@@ -640,6 +640,31 @@ import TestSupport
         #expect(stopped == 0, "\(agent.log)")
     }
 
+    /// Many carts written broken in one wake-up (read together, in one commit) are each
+    /// rejected once their version has stayed as it is, not only those read alone.
+    @Test func cartsWrittenBrokenTogetherAreEachRejected() async throws {
+        let playground = try tree()
+        let ids = (1...6).map { "c\($0)" }
+        // No window open: nothing else has the agent read them again.
+        for id in ids {
+            try mkdir(playground, id)
+            try playground.writeAtomically("\(id)/cart.json", cartJSON([("A", 1)]))
+        }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        // Stopped while they are written: their events are read in one wake-up.
+        #expect(kill(agent.process.processIdentifier, SIGSTOP) == 0)
+        for id in ids { try playground.writeAtomically("\(id)/cart.json", "{\"products\": [") }
+        #expect(kill(agent.process.processIdentifier, SIGCONT) == 0)
+        try await eventually("every broken cart is rejected") {
+            try basketSync(["-C", playground.path, "status"]).stdout.contains("carts with an error: \(ids.count)")
+        }
+        for id in ids { #expect(agent.log.contains("cart \(id): error: cart rejected: "), "\(id): \(agent.log)") }
+        let stopped = agent.stop()
+        #expect(stopped == 0, "\(agent.log)")
+    }
+
     /// A cart's directory that is a link to another cart is never followed, whatever the
     /// command: shopper A's delta does not land in B's inbox (docs/spec.md §7).
     @Test func aCartDirectoryThatIsALinkIsRefusedByEveryCommand() throws {

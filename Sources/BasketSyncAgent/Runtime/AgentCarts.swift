@@ -229,19 +229,23 @@ extension Agent {
                 cart.retryAt = Posix.monotonicSeconds()
                 cart.broughtForward = true
             }
-            cart.unsettled = engine.unsettled
-            if summary.cart == .unsettled, let unsettled = engine.unsettled {
-                // Read again once settled: rejected then if it is still so. A part of a pass that
-                // goes through meanwhile does not bring it forward.
-                cart.retryAt = min(cart.retryAt ?? .infinity, unsettled.since + SyncEngine.rejectionSettleSeconds)
-                cart.broughtForward = true
-            }
+            settle(cart, engine, summary.cart)
             cart.follow(engine)
         } catch {
             cart.inboxLeft = 0  // the retry takes everything
             cart.heldAt = nil
             fail(cart, error, engine: engine)
         }
+    }
+
+    /// After a pass that read `cart`'s file (alone, or in a group's commit): a version that did
+    /// not parse and has not settled yet is read again once settled, and rejected then if it
+    /// is still so. A part of a pass that goes through meanwhile does not bring it forward.
+    func settle(_ cart: Cart, _ engine: SyncEngine, _ outcome: SyncEngine.CartOutcome?) {
+        cart.unsettled = engine.unsettled
+        guard outcome == .unsettled, let unsettled = engine.unsettled else { return }
+        cart.retryAt = min(cart.retryAt ?? .infinity, unsettled.since + SyncEngine.rejectionSettleSeconds)
+        cart.broughtForward = true
     }
 
     /// A failed pass of one cart: reported, and tried again later for that cart alone with a

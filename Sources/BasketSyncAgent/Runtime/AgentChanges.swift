@@ -240,7 +240,7 @@ extension Agent {
         // delay, all carts' together (``Agent/flushDue``).
         for (cart, engine, read) in reads {
             do {
-                _ = try engine.finishCart(read)
+                settle(cart, engine, try engine.finishCart(read))
                 cart.follow(engine)
                 engine.retainQuietly()
             } catch {
