@@ -201,6 +201,36 @@ import Testing
         #expect(agent.stop() == 0)
     }
 
+    /// A cart taken, then rejected under other settings (a limit lowered, SIGHUP or a one-shot
+    /// command), is read again and taken once the settings are back: its rejection no longer
+    /// stands, though the file never changed.
+    @Test(arguments: [true, false])
+    func aCartRejectedUnderOtherSettingsIsTakenWhenTheyAreBack(underTheAgent: Bool) async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1)], syncedThrough: 1))
+        // Taken once it is older than the margin of a version known without reading it.
+        usleep(1_200_000)
+        let agent = underTheAgent ? try AgentProcess(directory: playground.path) : nil
+        if let agent { try await agent.waitUntilWatching() } else { #expect(try basketSync(["-C", playground.path, "sync"]).status == 0) }
+        try await eventually("the cart is notified") { lastNotification(playground) == ["A": 1] }
+        func settle(_ settings: String, until said: String) async throws {
+            try playground.write("basket-sync.json", settings)
+            if let agent {
+                kill(agent.process.processIdentifier, SIGHUP)
+            } else {
+                _ = try basketSync(["-C", playground.path, "sync"])
+            }
+            try await eventually("status: \(said)") { try basketSync(["-C", playground.path, "status"]).stdout.contains(said) }
+        }
+        try await settle(#"{"limits": {"maxFileBytes": 10}}"#, until: "still current: no valid cart read since")
+        try await settle("{}", until: "a valid cart was read since")
+        let status = try basketSync(["-C", playground.path, "status", "--json"]).stdout
+        #expect(status.contains("\"read\":\"unchanged\""), "\(status)")
+        if let agent { #expect(agent.stop() == 0) }
+    }
+
     @Test func atomicRenameInPlaceRewriteAndTruncateThenWriteAreTaken() async throws {
         let playground = try Playground()
         let agent = try await started(playground)

@@ -147,6 +147,11 @@ extension SyncEngine {
             let at = Timestamp.text(Date())
             if let (error, _) = read.rejected {
                 try store.setNote(.cartRead, "\(at)\trejected\t\(error.description)")
+                // The version last taken is no longer the one to judge by: the next pass reads
+                // the file and judges it under the settings of then (a version taken, rejected
+                // under other limits or keys, then good again, is read again, never said
+                // "unchanged" while its rejection stands).
+                try store.setNote(.cartSeen, "")
             } else if read.taken != nil {
                 read.changed = summary.stateChanged || summary.notified != nil
                 try store.setNote(.cartRead, "\(at)\t\(read.changed ? "taken" : "unchanged")\t")
