@@ -120,7 +120,14 @@ import TestSupport
         }
         for (id, why) in [("fifo", "FIFO"), ("garbled", "garbled/cart.json:1:"), ("unreadable", "Permission denied")] {
             #expect(status.stdout.contains("  \(id): ") && agent.log.contains(why), "\(id): \(status.stdout)\n\(agent.log)")
+            // The same errors in the cart's health and the metrics: one rule says what holds now.
+            let own = try #require(try basketSync(["-C", "\(playground.path)/\(id)", "status", "--json"], killAfter: 60, user: 65534))
+            let report = try JSONSerialization.jsonObject(with: Data(own.stdout.utf8)) as? [String: Any]
+            let errors = (report?["health"] as? [String: Any])?["errors"] as? [String: Any]
+            #expect(errors?["cart"] as? String != nil, "\(id): \(own.stdout)")
         }
+        let metrics = try #require(try basketSync(["-C", playground.path, "metrics"], killAfter: 60, user: 65534)).stdout
+        #expect(metrics.contains("state=\"with_errors\"} 3\n") && metrics.contains("basket_sync_errors{directory=\"\(playground.path)\"} 3\n"), "\(metrics)")
         #expect(agent.stop() == 0)
     }
 

@@ -217,6 +217,11 @@ public struct CartStatus {
             cartError = "the cart says syncedThrough \(claim) but the outbox ends at \(state.lastOutboxSeq)"
         }
         let cartPath = "\(directory)/\(cart)"
+        // The cart that could not be read at all (a permission, an I/O error): no rejection is
+        // noted, the pass failed on it; it holds until a valid cart is read.
+        if cartError == nil, let error = errors.first(where: { $0.level == "error" && $0.message.hasPrefix(cartPath + ":") }), standing(of: error).current {
+            cartError = "\(error.at) \(error.message)"
+        }
         let pass = errors.first { error in
             error.level == "error" && !error.message.hasPrefix(cartPath + ":") && !error.message.hasPrefix("the cart says")
                 && !error.message.hasPrefix("\(directory)/inbox/")
@@ -225,12 +230,11 @@ public struct CartStatus {
         return (cartError, inboxProblem.map { "inbox unusable: \($0)" } ?? stuck, databaseBehind.first, pass)
     }
 
-    /// The last error when it still holds (see ``standing(of:)``).
+    /// The error that holds now, one of ``currentErrors`` (the same rule for `status`, its
+    /// health and the metrics): the database behind its files, the inbox, the cart, a pass.
     var currentError: String? {
-        if let problem = databaseBehind.first { return problem }
-        if let inboxProblem { return "inbox unusable: \(inboxProblem)" }
-        guard let error = errors.first(where: { $0.level == "error" }), standing(of: error).current else { return nil }
-        return "\(error.at) \(error.message)"
+        let current = currentErrors
+        return current.database ?? current.inbox ?? current.cart ?? current.pass
     }
 
     private var cartLine: String {

@@ -60,7 +60,7 @@ public enum Metrics {
         if report.only == nil {
             families.append(Family(name: "basket_sync_carts", type: "gauge", help: "Carts of the tree, by state (a cart may be in several).",
                                    samples: [([("state", "all")], Double(report.carts.count)),
-                                             ([("state", "with_errors")], Double(carts.filter { c in let e = c.currentErrors; return e.cart ?? e.inbox ?? e.database ?? e.pass != nil }.count + report.unreadable.count)),
+                                             ([("state", "with_errors")], Double(carts.filter { $0.currentError != nil }.count + report.unreadable.count)),
                                              ([("state", "waiting")], Double(carts.filter { $0.inboxWaiting > 0 }.count)),
                                              ([("state", "pending")], Double(carts.filter { !$0.state.pending.isEmpty }.count)),
                                              ([("state", "not_adopted")], Double(report.notAdopted.count))]))
