@@ -75,9 +75,32 @@ import Testing
         }
         #expect(playground.names("collector") == ["basket-sync.prom"], "no temp file left: \(playground.names("collector"))")
         #expect(agent.stop() == 0)
+        // Stopped, it says so last: no agent up.
+        let last = try parsed(playground.read("collector/basket-sync.prom"))
+        #expect(last["basket_sync_agent_up{}"] == 0 && last["basket_sync_agent_state{state=none}"] == 1, "\(last)")
         let bad = try basketSync(["-C", playground.path, "validate", "basket-sync.json"])
         #expect(bad.status == 0, "\(bad)")
         try playground.write("basket-sync.json", "{\"metrics\": \"../x.txt\"}")
         #expect(try basketSync(["-C", playground.path, "status"]).status == 78)
+    }
+
+    /// The metrics file's folder in the directory swapped for a link (another account of the
+    /// directory's group may) is never written through: the file outside stays as it was, and
+    /// the agent says why and goes on.
+    @Test func theMetricsFileIsNeverWrittenThroughALinkedFolder() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        for folder in ["collector", "elsewhere"] { try FileManager.default.createDirectory(atPath: playground.path + "/" + folder, withIntermediateDirectories: false) }
+        try playground.write("elsewhere/basket-sync.prom", "kept\n")
+        try playground.write("basket-sync.json", "{\"metrics\": \"collector/basket-sync.prom\"}")
+        #expect(rename(playground.path + "/collector", playground.path + "/collector.old") == 0)
+        #expect(symlink("elsewhere", playground.path + "/collector") == 0)
+        let agent = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_HEARTBEAT_SECONDS": "0.2"])
+        try await agent.waitUntilWatching()
+        try await eventually("the agent says the metrics cannot be written") { agent.log.contains("metrics: ") }
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        try await eventually("the agent goes on") { playground.records("outbox.jsonl").count == 1 }
+        #expect(agent.stop() == 0)
+        #expect(playground.read("elsewhere/basket-sync.prom") == "kept\n" && playground.names("elsewhere") == ["basket-sync.prom"], "\(playground.names("elsewhere"))")
     }
 }

@@ -14,14 +14,16 @@ public enum Metrics {
     }
 
     /// The exposition of `report`.
-    public static func text(_ report: StatusReport) -> String {
+    /// `stopping`: written by the agent as it stops, its lock still held: said as no agent.
+    public static func text(_ report: StatusReport, stopping: Bool = false) -> String {
         let directory = report.only?.directory ?? report.root
         let carts = report.only.map { [$0] } ?? report.carts.map(\.report)
         func sum(_ value: (CartStatus) -> UInt64) -> Double { Double(carts.reduce(UInt64(0)) { $0 + value($1) }) }
         func counter(_ name: String, _ help: String, _ value: (CartStatus) -> UInt64) -> Family {
             Family(name: "basket_sync_\(name)_total", type: "counter", help: help, samples: [([], sum(value))])
         }
-        let health = report.health
+        var health = report.health
+        if stopping { health.state = .none }
         let errors = carts.reduce(0) { total, cart in
             let current = cart.currentErrors
             return total + [current.cart, current.inbox, current.database, current.pass].compactMap { $0 }.count
@@ -88,11 +90,20 @@ public enum Metrics {
 
     /// Writes the metrics of `directory` to `path` (relative to `directory`, or absolute): a temp
     /// file beside it renamed over it, so that the collector never reads half a file.
-    public static func write(directory: String, to path: String) throws(AgentError) {
+    /// A path in the directory (relative, or absolute under it as named) is reached through
+    /// folders opened one by one without following a link, as every file basket-sync writes
+    /// there: a folder swapped for a link by another account is refused, never written through.
+    /// An absolute path elsewhere is the operator's, followed as given. `stopping`: see ``text(_:stopping:)``.
+    public static func write(directory: String, to path: String, stopping: Bool = false) throws(AgentError) {
         let report = try StatusReport(directory: directory)
+        let bytes = Array(text(report, stopping: stopping).utf8)
+        func write(_ target: String) throws(AgentError) {
+            do { _ = try Posix.writeFileAtomically(target, bytes, mode: 0o644) } catch { throw .system(error) }
+        }
+        let relative = path.hasPrefix("/") ? (path.hasPrefix(directory + "/") ? String(path.dropFirst(directory.count + 1)) : nil) : path
+        guard let relative else { return try write(path) }
         let (reached, folder) = try CartFolder.reach(directory)
-        let target = path.hasPrefix("/") ? path : "\(reached)/\(path)"
-        do { try Posix.writeFileAtomically(target, Array(text(report).utf8), mode: 0o644) } catch { throw .system(error) }
-        withExtendedLifetime(folder) {}
+        defer { withExtendedLifetime(folder) {} }
+        try Posix.withPinnedFolders(base: reached, relative: relative) { (target) throws(AgentError) in try write(target) }
     }
 }

@@ -270,6 +270,7 @@ public final class Agent {
         while true {
             if let fatal {
                 flushEverything()
+                lastMetricsOnStop()
                 throw fatal
             }
             let ready: [Bool]
@@ -293,6 +294,7 @@ public final class Agent {
                         logger.log(.info, "stopping on signal \(signal.number)")
                         SystemdNotify.send("STOPPING=1")
                         flushEverything()
+                        lastMetricsOnStop()
                         return
                     }
                 }
@@ -327,11 +329,17 @@ public final class Agent {
         }
     }
 
+    /// The metrics file's last write as the agent stops: no agent up (a killed agent leaves its
+    /// last file as it was; its age, node_exporter's `node_textfile_mtime_seconds`, tells).
+    func lastMetricsOnStop() {
+        if let metrics = configuration.metrics { writeMetrics(metrics, at: Posix.monotonicSeconds(), stopping: true) }
+    }
+
     /// Writes the metrics file (docs/spec.md §12); a failure is logged once until it works again.
-    func writeMetrics(_ path: String, at now: Double) {
+    func writeMetrics(_ path: String, at now: Double, stopping: Bool = false) {
         lastMetrics = now
         do throws(AgentError) {
-            try Metrics.write(directory: root, to: path)
+            try Metrics.write(directory: root, to: path, stopping: stopping)
             metricsCost = Posix.monotonicSeconds() - now
             metricsFailing = false
         } catch {
