@@ -602,6 +602,9 @@ import TestSupport
         try playground.writeAtomically("a/cart.json", cartJSON([("A", 3)]))
         let sync = try basketSync(["-C", playground.path + "/a", "sync"])
         #expect(sync.status == 73 && sync.stderr.contains("holds records"), "\(shape): \(sync.stderr)")
+        // status says it as every command does: what to run.
+        let status = try basketSync(["-C", playground.path + "/a", "status"])
+        #expect(status.status == 73 && status.stderr.contains("init --adopt"), "\(shape): \(status.stderr)")
         #expect(playground.records("a/notifications.jsonl").isEmpty, "\(shape)")
         // Adopted: served again, its records going on.
         for path in [marker] where shape == "directory" { try FileManager.default.removeItem(atPath: path) }

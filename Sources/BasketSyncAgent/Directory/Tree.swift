@@ -141,6 +141,8 @@ final class Tree {
         }.flatMap { readMarker() == $0.syncId ? $0 : nil }
         if readOnly {
             guard let marked else {
+                // One that holds records would be refused by every command: said as they say it.
+                if let refusal = Tree.refusal(folder, root: root) { throw .refused(refusal) }
                 throw .missingInput("\(shown): cart \(id) is not adopted yet (the agent adopts it, or any command but status and wait: basket-sync -C \(shown) sync)")
             }
             return Store(database: database, cart: marked.number, directory: shown, signalPath: "", folder: folder)
