@@ -142,6 +142,31 @@ import Testing
         #expect(late.status == 75 && late.stderr.contains("held by process \(pid)"), "the left process \(pid): \(late.stderr)")
     }
 
+    /// A timeout names the process holding the lock, never one waiting for it (a host's
+    /// `flock` blocked behind the holder has the file open too).
+    @Test func aTimeoutNamesTheHolderNotAWaiter() async throws {
+        let playground = try directoryWithARecordToApply()
+        #expect(try basketSync(["-C", playground.path, "lock", "--", "true"]).status == 0, "the lock file made")
+        let lockFile = playground.path + "/cart.json.lock"
+        func flock(_ arguments: [String]) throws -> Process {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/flock")
+            process.arguments = arguments
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            return process
+        }
+        let holder = try flock(["--no-fork", lockFile, "sleep", "600"])
+        defer { holder.terminate() }
+        try await eventually("the holder holds it") { FileManager.default.fileExists(atPath: "/proc/\(holder.processIdentifier)") && (try? String(contentsOfFile: "/proc/locks", encoding: .utf8))?.contains(" \(holder.processIdentifier) ") == true }
+        let waiter = try flock([lockFile, "true"])
+        defer { waiter.terminate() }
+        try await eventually("the waiter waits") { (try? String(contentsOfFile: "/proc/locks", encoding: .utf8))?.contains("-> FLOCK  ADVISORY  WRITE \(waiter.processIdentifier) ") == true }
+        let late = try basketSync(["-C", playground.path, "lock", "--timeout", "0.2", "--", "true"])
+        #expect(late.status == 75 && late.stderr.contains("process \(holder.processIdentifier)") && !late.stderr.contains("process \(waiter.processIdentifier)"), "holder \(holder.processIdentifier), waiter \(waiter.processIdentifier): \(late.stderr)")
+    }
+
     /// The lock file is a regular file made by basket-sync: a link, a FIFO or a folder in its
     /// place is refused (73) and never followed; the lock of a tree is one cart's.
     @Test func theLockFileIsARegularFileOrRefused() throws {

@@ -155,30 +155,52 @@ public enum CartLock {
         holders.isEmpty ? " by a process not seen from here (or let go just then)" : " by " + holders.map { "process \($0)" }.joined(separator: ", ")
     }
 
-    /// The live processes holding the lock on the file open as `fd`: those with a descriptor on
-    /// the file (a `flock` belongs to the open file, which a child inherits: `/proc/locks` names
-    /// only the process that took it, which may be gone), among those `/proc` lets this process
-    /// see; the one `/proc/locks` names when none is seen so.
+    /// The live processes holding the lock on the file open as `fd`. `/proc/locks` says which
+    /// process took each granted lock, and which wait (`->`): the taker, when it still has the
+    /// file open; else (a `flock` belongs to the open file, which a child inherits, and the
+    /// taker may be gone) the processes with a descriptor on the file that are not waiting for
+    /// it, among those `/proc` lets this process see; else the taker `/proc/locks` names.
     static func holders(of fd: Int32) -> [Int32] {
         guard let info = try? Posix.fileInfo(fd, path: "") else { return [] }
         let me = Posix.processId
-        var holding: [Int32] = []
+        var open: Set<Int32> = []
         for entry in Posix.listDirectory("/proc") {
             guard let pid = Int32(entry), pid != me else { continue }
             for descriptor in Posix.listDirectory("/proc/\(pid)/fd") {
                 if let target = Posix.info("/proc/\(pid)/fd/\(descriptor)", follow: true), target.device == info.device, target.inode == info.inode {
-                    holding.append(pid)
+                    open.insert(pid)
                     break
                 }
             }
         }
-        if !holding.isEmpty { return holding.sorted() }
-        guard let text = try? Posix.readFileAndInfo("/proc/locks", limit: 1 << 22, follow: true)?.bytes else { return [] }
-        let file = ":\(info.inode)"
-        return String(decoding: text, as: UTF8.self).split(separator: "\n").compactMap { line in
-            let fields = line.split(separator: " ")
-            guard fields.count >= 6, fields[1] == "FLOCK", fields.contains(where: { $0.hasSuffix(file) }) else { return nil }
-            return Int32(fields[4])
+        let (granted, waiting) = locks(device: info.device, inode: info.inode)
+        let taker = granted.filter(open.contains)
+        if !taker.isEmpty { return taker.sorted() }
+        let inherited = open.subtracting(waiting)
+        return inherited.isEmpty ? granted.sorted() : inherited.sorted()
+    }
+
+    /// The processes `/proc/locks` names for the `flock` locks on one file (its device as the
+    /// kernel prints it, `MAJOR:MINOR:INODE` with the numbers of the device in hexadecimal):
+    /// those granted, and those waiting (`->`).
+    static func locks(device: UInt64, inode: UInt64) -> (granted: Set<Int32>, waiting: Set<Int32>) {
+        guard let text = try? Posix.readFileAndInfo("/proc/locks", limit: 1 << 22, follow: true)?.bytes else { return ([], []) }
+        let major = ((device >> 8) & 0xfff) | ((device >> 32) & ~0xfff)
+        let minor = (device & 0xff) | ((device >> 12) & ~0xff)
+        func hex(_ number: UInt64) -> String {
+            let digits = String(number, radix: 16)
+            return digits.count < 2 ? "0" + digits : digits
         }
+        let file = "\(hex(major)):\(hex(minor)):\(inode)"
+        var granted: Set<Int32> = [], waiting: Set<Int32> = []
+        for line in String(decoding: text, as: UTF8.self).split(separator: "\n") {
+            var fields = line.split(separator: " ").dropFirst()
+            let waits = fields.first == "->"
+            if waits { fields = fields.dropFirst() }
+            let kept = Array(fields)
+            guard kept.count >= 5, kept[0] == "FLOCK", kept[4] == file, let pid = Int32(kept[3]) else { continue }
+            if waits { waiting.insert(pid) } else { granted.insert(pid) }
+        }
+        return (granted, waiting)
     }
 }
