@@ -126,19 +126,29 @@ public struct AgentConfiguration: Equatable, Sendable {
         package let directory: String
         /// A path's real path, as far as it exists (the rest kept as written).
         package let resolve: (String) -> String
-        /// A place for `directory` with `resolve`.
-        package init(directory: String, resolve: @escaping (String) -> String) {
+        /// What a path is (its device and inode), nil when it does not exist.
+        package let identity: (String) -> [UInt64]?
+        /// A place for `directory` with `resolve` and `identity`.
+        package init(directory: String, resolve: @escaping (String) -> String, identity: @escaping (String) -> [UInt64]? = { _ in nil }) {
             self.directory = directory
             self.resolve = resolve
+            self.identity = identity
         }
 
-        /// The components of `path` below the directory, if it is the directory or lies inside it.
+        /// The components of `path` below the directory, if it is the directory or lies inside
+        /// it: by its real path, or by what its folders are — a folder on its way that is the
+        /// directory itself under another name (a bind mount of it) puts it inside too.
         func inside(_ path: String) -> [Substring]? {
             let real = resolve(path), directory = resolve(directory)
             if real == directory { return [] }
             let prefix = directory == "/" ? "/" : directory + "/"
-            guard real.hasPrefix(prefix) else { return nil }
-            return real.dropFirst(prefix.count).split(separator: "/")
+            if real.hasPrefix(prefix) { return real.dropFirst(prefix.count).split(separator: "/") }
+            guard let target = identity(directory) else { return nil }
+            let components = real.split(separator: "/")
+            for count in stride(from: components.count, through: 1, by: -1) {
+                if identity("/" + components.prefix(count).joined(separator: "/")) == target { return Array(components.dropFirst(count)) }
+            }
+            return nil
         }
     }
 

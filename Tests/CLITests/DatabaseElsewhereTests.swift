@@ -186,4 +186,19 @@ extension DatabaseElsewhereTests {
         let root = try basketSync(["-C", tree.path, "init", "--tree"])
         #expect(root.status == 78 && root.stderr.contains("lies inside the sync directory"), "\(root)")
     }
+
+    /// The sync directory seen under another name that is no link (a bind mount of it): a
+    /// database under that name lies inside the directory all the same, told by what the
+    /// folders are (device and inode), not by how their paths are spelled.
+    @Test func aDatabaseUnderABindMountOfTheDirectoryIsRefused() throws {
+        let playground = try Playground()
+        for folder in ["share", "view"] { #expect(mkdir(playground.path + "/" + folder, 0o755) == 0) }
+        let mounted = try basketSync(["--bind", playground.path + "/share", playground.path + "/view"], executable: "/usr/bin/mount")
+        try #require(mounted.status == 0, "a bind mount can be made here (root): \(mounted.stderr)")
+        defer { _ = try? basketSync([playground.path + "/view"], executable: "/usr/bin/umount") }
+        try playground.write("share/basket-sync.json", "{\n  \"database\": \"\(playground.path)/view/db\"\n}")
+        let made = try basketSync(["-C", playground.path + "/share", "init"])
+        #expect(made.status == 78 && made.stderr.contains("basket-sync.json:2:") && made.stderr.contains("\"database\" lies inside the sync directory"), "\(made)")
+        #expect(!FileManager.default.fileExists(atPath: playground.path + "/share/db"), "nothing made")
+    }
 }
