@@ -157,12 +157,20 @@ import Testing
             try process.run()
             return process
         }
+        // The lines of /proc/locks, read to its end (its size says 0), split into fields.
+        func locks() -> [[Substring]] {
+            let data = FileHandle(forReadingAtPath: "/proc/locks")?.readDataToEndOfFile() ?? Data()
+            return String(decoding: data, as: UTF8.self).split(separator: "\n").map { $0.split(separator: " ") }
+        }
         let holder = try flock(["--no-fork", lockFile, "sleep", "600"])
         defer { holder.terminate() }
-        try await eventually("the holder holds it") { FileManager.default.fileExists(atPath: "/proc/\(holder.processIdentifier)") && (try? String(contentsOfFile: "/proc/locks", encoding: .utf8))?.contains(" \(holder.processIdentifier) ") == true }
+        try await eventually("the holder holds it") { locks().contains { $0.count >= 6 && $0[1] == "FLOCK" && $0[4] == "\(holder.processIdentifier)" } }
         let waiter = try flock([lockFile, "true"])
         defer { waiter.terminate() }
-        try await eventually("the waiter waits") { (try? String(contentsOfFile: "/proc/locks", encoding: .utf8))?.contains("-> FLOCK  ADVISORY  WRITE \(waiter.processIdentifier) ") == true }
+        try await eventually("the waiter waits", timeout: 60) {
+            try #require(waiter.isRunning, "the waiter got the lock: the holder does not hold it")
+            return locks().contains { $0.count >= 7 && $0[1] == "->" && $0[2] == "FLOCK" && $0[5] == "\(waiter.processIdentifier)" }
+        }
         let late = try basketSync(["-C", playground.path, "lock", "--timeout", "0.2", "--", "true"])
         #expect(late.status == 75 && late.stderr.contains("process \(holder.processIdentifier)") && !late.stderr.contains("process \(waiter.processIdentifier)"), "holder \(holder.processIdentifier), waiter \(waiter.processIdentifier): \(late.stderr)")
     }
