@@ -77,7 +77,8 @@ import Testing
         #expect(agent.stop() == 0)
         // Stopped, it says so last: no agent up.
         let last = try parsed(playground.read("collector/basket-sync.prom"))
-        #expect(last["basket_sync_agent_up{}"] == 0 && last["basket_sync_agent_state{state=none}"] == 1, "\(last)")
+        #expect(last["basket_sync_agent_up{}"] == 0 && last["basket_sync_agent_state{state=none}"] == 1 && last["basket_sync_agent_state{state=running}"] == 0, "\(last)")
+        #expect(last["basket_sync_records_total{file=outbox.jsonl}"] == 1, "every other sample kept: \(last)")
         let bad = try basketSync(["-C", playground.path, "validate", "basket-sync.json"])
         #expect(bad.status == 0, "\(bad)")
         try playground.write("basket-sync.json", "{\"metrics\": \"../x.txt\"}")

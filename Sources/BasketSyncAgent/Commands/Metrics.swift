@@ -14,16 +14,14 @@ public enum Metrics {
     }
 
     /// The exposition of `report`.
-    /// `stopping`: written by the agent as it stops, its lock still held: said as no agent.
-    public static func text(_ report: StatusReport, stopping: Bool = false) -> String {
+    public static func text(_ report: StatusReport) -> String {
         let directory = report.only?.directory ?? report.root
         let carts = report.only.map { [$0] } ?? report.carts.map(\.report)
         func sum(_ value: (CartStatus) -> UInt64) -> Double { Double(carts.reduce(UInt64(0)) { $0 + value($1) }) }
         func counter(_ name: String, _ help: String, _ value: (CartStatus) -> UInt64) -> Family {
             Family(name: "basket_sync_\(name)_total", type: "counter", help: help, samples: [([], sum(value))])
         }
-        var health = report.health
-        if stopping { health.state = .none }
+        let health = report.health
         let errors = carts.reduce(0) { total, cart in
             let current = cart.currentErrors
             return total + [current.cart, current.inbox, current.database, current.pass].compactMap { $0 }.count
@@ -89,14 +87,22 @@ public enum Metrics {
     }
 
     /// Writes the metrics of `directory` to `path` (relative to `directory`, or absolute): a temp
-    /// file beside it renamed over it, so that the collector never reads half a file.
-    /// A path in the directory (relative, or absolute under it as named) is reached through
-    /// folders opened one by one without following a link, as every file basket-sync writes
-    /// there: a folder swapped for a link by another account is refused, never written through.
-    /// An absolute path elsewhere is the operator's, followed as given. `stopping`: see ``text(_:stopping:)``.
-    public static func write(directory: String, to path: String, stopping: Bool = false) throws(AgentError) {
-        let report = try StatusReport(directory: directory)
-        let bytes = Array(text(report, stopping: stopping).utf8)
+    /// file beside it renamed over it, so that the collector never reads half a file. Returns
+    /// the text written.
+    @discardableResult
+    public static func write(directory: String, to path: String) throws(AgentError) -> String {
+        let text = text(try StatusReport(directory: directory))
+        try write(text, directory: directory, to: path)
+        return text
+    }
+
+    /// Writes `text` as the metrics of `directory` at `path`. A path in the directory
+    /// (relative, or absolute under it as named) is reached through folders opened one by one
+    /// without following a link, as every file basket-sync writes there: a folder swapped for
+    /// a link by another account is refused, never written through. An absolute path elsewhere
+    /// is the operator's, followed as given.
+    public static func write(_ text: String, directory: String, to path: String) throws(AgentError) {
+        let bytes = Array(text.utf8)
         func write(_ target: String) throws(AgentError) {
             do { _ = try Posix.writeFileAtomically(target, bytes, mode: 0o644) } catch { throw .system(error) }
         }
@@ -105,5 +111,16 @@ public enum Metrics {
         let (reached, folder) = try CartFolder.reach(directory)
         defer { withExtendedLifetime(folder) {} }
         try Posix.withPinnedFolders(base: reached, relative: relative) { (target) throws(AgentError) in try write(target) }
+    }
+
+    /// `text` (an exposition this type made) as the agent leaves it when it stops: no agent up,
+    /// its state none; every other sample as it was. Made without reading the carts again, so
+    /// that it fits in the second a stop is given, whatever the size of the tree.
+    public static func stopped(_ text: String) -> String {
+        text.split(separator: "\n", omittingEmptySubsequences: false).map { line -> String in
+            guard line.hasPrefix("basket_sync_agent_up{") || line.hasPrefix("basket_sync_agent_state{"), let space = line.lastIndex(of: " ") else { return String(line) }
+            let up = line.hasPrefix("basket_sync_agent_state{") && line[..<space].hasSuffix("state=\"\(AgentHealth.State.none.rawValue)\"}")
+            return "\(line[..<space]) \(up ? 1 : 0)"
+        }.joined(separator: "\n")
     }
 }

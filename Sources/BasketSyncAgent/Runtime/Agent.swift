@@ -94,6 +94,8 @@ public final class Agent {
     /// When the metrics file was last written (monotonic seconds), and whether that failed.
     var lastMetrics = -Double.infinity
     var metricsFailing = false
+    /// The metrics text last written, for the file's last write as the agent stops.
+    var lastMetricsText: String?
     /// How long the last metrics write took, in seconds.
     var metricsCost = 0.0
     /// A tree's directories that could not be taken on (refused: they hold records new to the
@@ -331,15 +333,18 @@ public final class Agent {
 
     /// The metrics file's last write as the agent stops: no agent up (a killed agent leaves its
     /// last file as it was; its age, node_exporter's `node_textfile_mtime_seconds`, tells).
+    /// The last text written is rewritten (``Metrics/stopped(_:)``), not made again: a stop has a
+    /// second, and a large tree takes longer to sum up.
     func lastMetricsOnStop() {
-        if let metrics = configuration.metrics { writeMetrics(metrics, at: Posix.monotonicSeconds(), stopping: true) }
+        guard let metrics = configuration.metrics, let text = lastMetricsText else { return }
+        try? Metrics.write(Metrics.stopped(text), directory: root, to: metrics)
     }
 
     /// Writes the metrics file (docs/spec.md §12); a failure is logged once until it works again.
-    func writeMetrics(_ path: String, at now: Double, stopping: Bool = false) {
+    func writeMetrics(_ path: String, at now: Double) {
         lastMetrics = now
         do throws(AgentError) {
-            try Metrics.write(directory: root, to: path, stopping: stopping)
+            lastMetricsText = try Metrics.write(directory: root, to: path)
             metricsCost = Posix.monotonicSeconds() - now
             metricsFailing = false
         } catch {
