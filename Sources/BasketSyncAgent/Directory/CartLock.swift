@@ -192,14 +192,21 @@ public enum CartLock {
             return digits.count < 2 ? "0" + digits : digits
         }
         let file = "\(hex(major)):\(hex(minor)):\(inode)"
-        var granted: Set<Int32> = [], waiting: Set<Int32> = []
-        for line in String(decoding: text, as: UTF8.self).split(separator: "\n") {
+        // Each flock line: whether it waits, its pid, its file.
+        let lines = String(decoding: text, as: UTF8.self).split(separator: "\n").compactMap { line -> (waits: Bool, pid: Int32, file: Substring)? in
             var fields = line.split(separator: " ").dropFirst()
             let waits = fields.first == "->"
             if waits { fields = fields.dropFirst() }
             let kept = Array(fields)
-            guard kept.count >= 5, kept[0] == "FLOCK", kept[4] == file, let pid = Int32(kept[3]) else { continue }
-            if waits { waiting.insert(pid) } else { granted.insert(pid) }
+            guard kept.count >= 5, kept[0] == "FLOCK", let pid = Int32(kept[3]) else { return nil }
+            return (waits, pid, kept[4])
+        }
+        // By the inode alone where no line names the device as stat gives it (an overlay file
+        // system locks the file beneath, on a device of its own).
+        let exact = lines.contains { $0.file == file }
+        var granted: Set<Int32> = [], waiting: Set<Int32> = []
+        for line in lines where exact ? line.file == file : line.file.hasSuffix(":\(inode)") {
+            if line.waits { waiting.insert(line.pid) } else { granted.insert(line.pid) }
         }
         return (granted, waiting)
     }
