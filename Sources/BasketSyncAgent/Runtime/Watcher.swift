@@ -108,17 +108,18 @@ final class Watcher {
         cart.split(separator: "/").count + 3 + (isTreeCart ? 0 : 1)
     }
 
-    /// The watch descriptors of this directory's watches.
-    var watches: [Int32] {
+    /// The names of this directory's watches (the library records a directory's path with a
+    /// trailing slash).
+    var watchNames: [String] {
         let paths = [directory, "\(directory)/inbox", "\(directory)/inbox/new", "\(directory)/inbox/tmp", signalDirectory]
             + cartComponents.dropLast().indices.map { "\(directory)/" + cartComponents[...$0].joined(separator: "/") }
-        // The library records a directory's path with a trailing slash.
-        return paths.compactMap { inotify.watchDescriptor($0 + "/") ?? inotify.watchDescriptor($0) }
+        return paths.map { inotify.watchDescriptor($0 + "/") != nil ? $0 + "/" : $0 }
     }
 
-    /// Stops watching this directory (its cart ended).
+    /// Stops watching this directory (its cart ended): each watch still under its name here,
+    /// never one another directory's watcher placed since on the same folder (swapped in).
     func removeWatches() {
-        for watch in watches { inotify.removeWatch(watch) }
+        for name in watchNames { inotify.removeWatch(named: name) }
     }
 
     /// Follows a new cart path (a SIGHUP changed `"cart"`): its directories are watched from now on.

@@ -79,7 +79,15 @@ package final class Inotify {
         let mask = mask.union(.dontFollow)
         guard path.hasPrefix(base + "/") else { return try watch(path, mask) }
         let relative = String(path.dropFirst(base.count + 1))
-        guard relative.contains("/") else { return try watch(path, mask) }
+        guard relative.contains("/") else {
+            // Right under the base: nothing between to pin; named here too, so that the name
+            // follows the latest placement (see ``removeWatch(named:)``).
+            let watch = inotify_add_watch(fd, path, mask.rawValue)
+            guard watch >= 0 else { throw .last("watch", path) }
+            aliases[watch] = path + "/"
+            aliased[path + "/"] = watch
+            return
+        }
         do throws(AgentError) {
             // Placed here, not by the library: its records go by name, and this name is a descriptor's.
             try Posix.withPinnedFolders(base: base, relative: relative) { (pinned) throws(AgentError) in
@@ -148,6 +156,17 @@ package final class Inotify {
     /// library would print an error). The library's record of its path stays: it names a
     /// descriptor no event comes from any more.
     package func removeWatch(_ watch: Int32) { _ = inotify_rm_watch(fd, watch) }
+
+    /// Removes the watch placed under `name` (a directory's path with its trailing slash),
+    /// unless it has been placed since under another name: the kernel keeps one watch per
+    /// directory (inode), so a directory renamed or swapped and watched again under its new
+    /// name — another cart's now — shares the descriptor, and is that cart's to remove.
+    package func removeWatch(named name: String) {
+        guard let watch = watchDescriptor(name) else { return }
+        aliased[name] = nil
+        if let owner = aliases[watch], owner != name { return }
+        removeWatch(watch)
+    }
 
     /// The watch descriptor of a watched path; nil when it is not watched.
     package func watchDescriptor(_ path: String) -> Int32? {
