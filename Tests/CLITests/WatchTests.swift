@@ -201,11 +201,12 @@ import Testing
         #expect(agent.stop() == 0)
     }
 
-    /// A cart taken, then rejected under other settings (a limit lowered, SIGHUP or a one-shot
-    /// command), is read again and taken once the settings are back: its rejection no longer
+    /// A cart taken is judged again under stricter settings (a limit on its size or its
+    /// quantities lowered, its list under another key; a SIGHUP or a one-shot command) and
+    /// rejected; once the settings are back it is read again and taken: its rejection no longer
     /// stands, though the file never changed.
-    @Test(arguments: [true, false])
-    func aCartRejectedUnderOtherSettingsIsTakenWhenTheyAreBack(underTheAgent: Bool) async throws {
+    @Test(arguments: [true, false], [#"{"limits": {"maxFileBytes": 10}}"#, #"{"keys": {"products": "items"}}"#])
+    func aCartRejectedUnderOtherSettingsIsTakenWhenTheyAreBack(underTheAgent: Bool, stricter: String) async throws {
         let playground = try Playground()
         #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
         #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
@@ -224,7 +225,7 @@ import Testing
             }
             try await eventually("status: \(said)") { try basketSync(["-C", playground.path, "status"]).stdout.contains(said) }
         }
-        try await settle(#"{"limits": {"maxFileBytes": 10}}"#, until: "still current: no valid cart read since")
+        try await settle(stricter, until: "still current: no valid cart read since")
         try await settle("{}", until: "a valid cart was read since")
         let status = try basketSync(["-C", playground.path, "status", "--json"]).stdout
         #expect(status.contains("\"read\":\"unchanged\""), "\(status)")

@@ -13,7 +13,16 @@ public final class SyncEngine {
     /// The sync directory as people know it, for messages and the configuration.
     public var shownDirectory: String { store.shownDirectory }
     /// The settings from `basket-sync.json`.
-    public internal(set) var configuration: AgentConfiguration
+    public internal(set) var configuration: AgentConfiguration {
+        didSet {
+            // What was read under the old reading says nothing of the new (keys, limits, links):
+            // the version last read is read and judged again, stricter or looser, as a start would.
+            if CartReader.readingHash(configuration) != CartReader.readingHash(oldValue) {
+                cartReader = CartReader()
+                largeCart = nil
+            }
+        }
+    }
     /// ``CartReader/readingHash(_:)`` of ``configuration``, made again only when it changed
     /// (a SIGHUP): a cart read is not a description of the configuration.
     var readingHash: Int64 {
