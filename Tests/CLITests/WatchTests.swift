@@ -210,12 +210,15 @@ import Testing
         let playground = try Playground()
         #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
         #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        #expect(playground.records("outbox.jsonl").count == 1)
         try playground.writeAtomically("cart.json", cartJSON([("A", 1)], syncedThrough: 1))
         // Taken once it is older than the margin of a version known without reading it.
         usleep(1_200_000)
         let agent = underTheAgent ? try AgentProcess(directory: playground.path) : nil
         if let agent { try await agent.waitUntilWatching() } else { #expect(try basketSync(["-C", playground.path, "sync"]).status == 0) }
         try await eventually("the cart is notified") { lastNotification(playground) == ["A": 1] }
+        #expect(try basketSync(["-C", playground.path, "status"]).stdout.contains("last error: none"), "no error before the settings change")
         func settle(_ settings: String, until said: String) async throws {
             try playground.write("basket-sync.json", settings)
             if let agent {
