@@ -189,8 +189,14 @@ import TestSupport
         #expect(try basketSync(["-C", playground.path + "/c1", "push", "A=+2"]).status == 0)
         try await eventually("the cart is served with its state") { playground.records("c1/outbox.jsonl").count == 2 }
         #expect(playground.records("c1/outbox.jsonl").map { $0["seq"] as? Int } == [1, 2])
-        let status = try basketSync(["-C", playground.path + "/c1", "status", "--json"])
-        let counters = (try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])?["counters"] as? [String: Int]
+        // The echo is taken in its own time (polled, it may come after the push's event).
+        var status = Run(status: -1, stdout: "", stderr: "")
+        var counters: [String: Int]?
+        try await eventually("the batch made before it left settles") {
+            status = try basketSync(["-C", playground.path + "/c1", "status", "--json"])
+            counters = (try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])?["counters"] as? [String: Int]
+            return counters?["settled"] == 1 || (counters?["rolledBack"] ?? 0) > 0
+        }
         #expect(counters?["settled"] == 1 && counters?["rolledBack"] == 0, "the batch made before it left settled: \(status.stdout)")
         #expect(agent.stop() == 0)
 
