@@ -662,6 +662,33 @@ import TestSupport
         #expect(stopped == 0, "\(agent.log)")
     }
 
+    /// A copy of a served cart (its marker and records with it), refused beside it, swapped in
+    /// under the cart's name while the agent is held up: the cart goes on in the folder now at
+    /// its name — its changes seen, its records written there, none into the folder swapped out
+    /// (the folder's one watch, shared with the refused copy's, is the cart's now).
+    @Test func aCopySwappedInUnderItsCartsNameIsThatCart() async throws {
+        let playground = try tree()
+        try mealzLine(playground, "c1")
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        try FileManager.default.copyItem(atPath: playground.path + "/c1", toPath: playground.path + "/c2")
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        try await eventually("the copy is refused") { agent.log.contains("error: cart c2: ") }
+        typealias RenameAt2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
+        let symbol = try #require(dlsym(dlopen(nil, RTLD_NOW), "renameat2"), "glibc has renameat2")
+        let renameat2 = unsafeBitCast(symbol, to: RenameAt2.self)
+        // Held up while they are swapped: it reads the move's reports together.
+        #expect(kill(agent.process.processIdentifier, SIGSTOP) == 0)
+        #expect(renameat2(AT_FDCWD, playground.path + "/c1", AT_FDCWD, playground.path + "/c2", 2) == 0)
+        #expect(kill(agent.process.processIdentifier, SIGCONT) == 0)
+        try await eventually("the agent read the move") { agent.log.components(separatedBy: "error: cart c2: ").count >= 3 }
+        try playground.writeAtomically("c1/cart.json", cartJSON([("A", 1)], syncedThrough: 1))
+        try await eventually("c1's new version is notified in the folder at its name", timeout: 20) { !playground.records("c1/notifications.jsonl").isEmpty }
+        #expect(playground.records("c2/notifications.jsonl").isEmpty, "nothing written into the folder swapped out")
+        let stopped = agent.stop()
+        #expect(stopped == 0, "\(agent.log)")
+    }
+
     /// Many carts written broken in one wake-up (read together, in one commit) are each
     /// rejected once their version has stayed as it is, not only those read alone.
     @Test func cartsWrittenBrokenTogetherAreEachRejected() async throws {

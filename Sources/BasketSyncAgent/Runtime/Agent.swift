@@ -502,6 +502,10 @@ public final class Agent {
 
     /// Serves `cart` from now on, and runs a whole pass on it.
     func serve(_ cart: Cart) {
+        // Taken on again while served (its name holds its marker, the folder there another —
+        // a copy swapped in): the cart as it was, its engine pinned to the folder that moved
+        // away, is let go first.
+        if carts[cart.id] != nil { forget(cart.id) }
         carts[cart.id] = cart
         polledList = nil
         if cart.poller != nil { polledCarts += 1 }

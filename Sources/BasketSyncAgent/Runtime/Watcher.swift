@@ -214,8 +214,11 @@ final class Watcher {
         switch role {
         case let .cartPath(path, next, isLast):
             if !mask.isDisjoint(with: [.deleteSelf, .moveSelf]) {
-                // The watch follows a moved directory: drop it, and wait for the path to come back.
-                if mask.contains(.moveSelf) { inotify.removeWatch(event.watch) }
+                // The watch follows a moved directory: drop it, and wait for the path to come back
+                // — but not a tree cart's own directory's: its one watch may be another cart's by
+                // now (swapped in under that cart's name, watched again there), and the cart's
+                // end removes its watches by name (``removeWatches()``).
+                if mask.contains(.moveSelf), !(isTreeCart && path == directory) { inotify.removeWatch(event.watch) }
                 changes.insert(path == directory ? .directoryGone : .cart)
                 return
             }
