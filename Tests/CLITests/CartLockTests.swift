@@ -163,10 +163,11 @@ import Testing
             return String(decoding: data, as: UTF8.self).split(separator: "\n").map { $0.split(separator: " ") }
         }
         let holder = try flock(["--no-fork", lockFile, "sleep", "600"])
-        defer { holder.terminate() }
+        // SIGKILL: the test runner's children may ignore SIGTERM.
+        defer { kill(holder.processIdentifier, SIGKILL); holder.waitUntilExit() }
         try await eventually("the holder holds it") { locks().contains { $0.count >= 6 && $0[1] == "FLOCK" && $0[4] == "\(holder.processIdentifier)" } }
         let waiter = try flock([lockFile, "true"])
-        defer { waiter.terminate() }
+        defer { kill(waiter.processIdentifier, SIGKILL); waiter.waitUntilExit() }
         try await eventually("the waiter waits", timeout: 60) {
             try #require(waiter.isRunning, "the waiter got the lock: the holder does not hold it")
             return locks().contains { $0.count >= 7 && $0[1] == "->" && $0[2] == "FLOCK" && $0[5] == "\(waiter.processIdentifier)" }
