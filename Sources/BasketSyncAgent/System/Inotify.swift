@@ -84,8 +84,7 @@ package final class Inotify {
             // follows the latest placement (see ``removeWatch(named:)``).
             let watch = inotify_add_watch(fd, path, mask.rawValue)
             guard watch >= 0 else { throw .last("watch", path) }
-            aliases[watch] = path + "/"
-            aliased[path + "/"] = watch
+            name(watch, path)
             return
         }
         do throws(AgentError) {
@@ -93,8 +92,7 @@ package final class Inotify {
             try Posix.withPinnedFolders(base: base, relative: relative) { (pinned) throws(AgentError) in
                 let watch = inotify_add_watch(fd, pinned, mask.rawValue)
                 guard watch >= 0 else { throw .system(.last("watch", path)) }
-                aliases[watch] = path + "/"
-                aliased[path + "/"] = watch
+                name(watch, path)
             }
         } catch {
             guard case let .system(failure) = error else { throw SystemError(operation: "watch", path: path, code: EIO) }
@@ -121,8 +119,7 @@ package final class Inotify {
                 let watch = inotify_add_watch(fd, pinnedFolder, mask.rawValue)
                 var failure: SystemError?
                 if watch >= 0 {
-                    aliases[watch] = folder + "/"
-                    aliased[folder + "/"] = watch
+                    name(watch, folder)
                     folderWatched = true
                 } else if errno == ENOSPC {
                     // No watch left: said, as a leaf's failure is (the caller polls instead).
@@ -135,8 +132,7 @@ package final class Inotify {
                         if failure == nil { failure = .last("watch", path) }
                         continue
                     }
-                    aliases[watch] = path + "/"
-                    aliased[path + "/"] = watch
+                    name(watch, path)
                 }
                 if let failure { throw .system(failure) }
             }
@@ -151,6 +147,13 @@ package final class Inotify {
     /// latest by name.
     private var aliases: [Int32: String] = [:]
     private var aliased: [String: Int32] = [:]
+
+    /// Records that `watch` is the watch of the directory `path` (named with a trailing slash, as
+    /// the library names a directory): the latest placement names it.
+    private func name(_ watch: Int32, _ path: String) {
+        aliases[watch] = path + "/"
+        aliased[path + "/"] = watch
+    }
 
     /// Removes a watch, silently when the kernel already did (its directory was deleted; the
     /// library would print an error). The library's record of its path stays: it names a
