@@ -238,17 +238,21 @@ import Testing
     }
 
     /// What a directory is cannot change under a running agent, either way: a sync directory's
-    /// agent refuses a configuration that now says "layout": "tree" and keeps its settings.
+    /// agent refuses a configuration that now says "layout": "tree" and keeps its settings. The
+    /// refusal names the setting's place, as a one-shot command's does.
     @Test func aSyncDirectorysAgentRefusesToBecomeATreeOnSighup() async throws {
         let playground = try Playground()
         _ = try basketSync(["-C", playground.path, "init"])
         let agent = try AgentProcess(directory: playground.path)
         try await agent.waitUntilWatching()
-        try playground.write("basket-sync.json", "{\"layout\": \"tree\"}")
+        try playground.write("basket-sync.json", "{\n  \"layout\": \"tree\"\n}")
         kill(agent.process.processIdentifier, SIGHUP)
         try await eventually("the reload is refused") { agent.log.contains("a sync directory cannot become a tree under a running agent") }
         try await eventually("the settings in force are kept") { agent.log.contains("the settings in force are kept") }
+        #expect(agent.log.contains("basket-sync.json:2:13: \"layout\" is now \"tree\""), "\(agent.log)")
         #expect(!agent.log.contains("reloaded basket-sync.json"), "\(agent.log)")
         #expect(agent.stop() == 0)
+        let status = try basketSync(["-C", playground.path, "status"])
+        #expect(status.status == 78 && status.stderr.contains("basket-sync.json:2:13: \"layout\" says \"tree\""), "\(status)")
     }
 }

@@ -136,9 +136,10 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: database) }
         let agent = try AgentProcess(directory: playground.path)
         try await agent.waitUntilWatching()
-        try playground.write("basket-sync.json", "{\"database\": null}")
+        try playground.write("basket-sync.json", "{\n  \"database\": null\n}")
         kill(agent.process.processIdentifier, SIGHUP)
         try await eventually("the reload is refused") { agent.log.contains("\"database\" changed") }
+        #expect(agent.log.contains("basket-sync.json:2:15: \"database\" changed"), "the setting's place is named: \(agent.log)")
         try playground.write("basket-sync.json", "{\"database\": \"\(database)\"}")
         #expect(try basketSync(["-C", playground.path, "push", "--id", "e1", "A=+1"]).status == 0)
         try await eventually("the agent goes on with its database") { playground.records("outbox.jsonl").count == 1 }

@@ -436,9 +436,13 @@ import TestSupport
         #expect(!FileManager.default.fileExists(atPath: playground.path + "/c/.basket-sync"))
         // "layout" changed on a tree's root: a configuration error, nothing made.
         try playground.write("basket-sync.json", configuration.replacingOccurrences(of: "\"layout\": \"tree\"", with: "\"layout\": \"directory\""))
+        // The error names the setting's value, as any wrong value's does.
+        let lines = playground.read("basket-sync.json").split(separator: "\n", omittingEmptySubsequences: false)
+        let layoutLine = try #require(lines.firstIndex { $0.contains("\"layout\"") })
+        let layoutColumn = lines[layoutLine].distance(from: lines[layoutLine].startIndex, to: try #require(lines[layoutLine].range(of: "\"directory\"")).lowerBound) + 1
         for command in [["sync"], ["status"], ["init"]] {
             let run = try basketSync(["-C", playground.path] + command)
-            #expect(run.status == 78 && run.stderr.contains("\"layout\""), "\(command): \(run.status) \(run.stderr)")
+            #expect(run.status == 78 && run.stderr.contains("basket-sync.json:\(layoutLine + 1):\(layoutColumn): the database is a tree's"), "\(command): \(run.status) \(run.stderr)")
         }
         #expect(!FileManager.default.fileExists(atPath: playground.path + "/inbox"))
         // The same on the root, and with the file gone.
@@ -449,7 +453,7 @@ import TestSupport
         }
         try FileManager.default.removeItem(at: playground.url("basket-sync.json"))
         let lost = try basketSync(["-C", playground.path + "/c", "sync"])
-        #expect(lost.status == 78 && lost.stderr.contains("\"layout\""), "\(lost.status) \(lost.stderr)")
+        #expect(lost.status == 78 && lost.stderr.contains("basket-sync.json:1:1: the database is a tree's"), "no file, no setting: its start is named: \(lost.status) \(lost.stderr)")
         // A tree is not made over a sync directory.
         let above = try Playground()
         #expect(try basketSync(["-C", above.path + "/s", "init"]).status == 0)

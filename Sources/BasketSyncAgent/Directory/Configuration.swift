@@ -51,6 +51,19 @@ extension AgentConfiguration {
         }
     }
 
+    /// A configuration error about `setting`: it names the setting's value (line:column) where
+    /// the file in `directory` sets it, and the file's start where it does not (its default holds).
+    static func settingError(directory: String, setting: String, reason: String) -> AgentError {
+        let path = "\(directory)/\(fileName)"
+        var place = (line: 1, column: 1)
+        // Read again, as bounded and as unfollowed as the settings were: only to find the place.
+        if let bytes = (try? Posix.readFileAndInfo(path, limit: maximumFileBytes))?.bytes,
+           let node = (try? JSONParser.parse(bytes, allowComments: true))?[setting] {
+            place = lineAndColumn(of: node.offset, in: bytes)
+        }
+        return .configuration(path: path, line: place.line, column: place.column, reason: reason)
+    }
+
     /// `path` (absolute) with the links of its longest existing part resolved, the rest as written.
     static func resolvedAsFarAsItExists(_ path: String) -> String {
         var head = path

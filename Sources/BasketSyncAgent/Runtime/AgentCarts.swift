@@ -300,15 +300,15 @@ extension Agent {
             let reloaded = try AgentConfiguration.loadFile(directory: root)
             // What the directory is cannot change under a running agent, either way.
             guard reloaded.isTree == (tree != nil) else {
-                throw .configuration(path: "\(root)/\(AgentConfiguration.fileName)", line: 1, column: 1, reason: tree != nil
+                throw AgentConfiguration.settingError(directory: root, setting: "layout", reason: tree != nil
                     ? "\"layout\" is no longer \"tree\"; a tree cannot become a sync directory under a running agent"
                     : "\"layout\" is now \"tree\"; a sync directory cannot become a tree under a running agent (its database is a single directory's)")
             }
             // Nor where its database is: the agent has it open, and one-shot commands would find
             // another.
             guard reloaded.database == configuration.database else {
-                throw .configuration(path: "\(root)/\(AgentConfiguration.fileName)", line: 1, column: 1,
-                                     reason: "\"database\" changed; the database cannot move under a running agent: stop the agent, move the database's directory, then start it again")
+                throw AgentConfiguration.settingError(directory: root, setting: "database",
+                                                         reason: "\"database\" changed; the database cannot move under a running agent: stop the agent, move the database's directory, then start it again")
             }
             let cartMoved = reloaded.cart != configuration.cart
             // Read under other keys, limits or links: every cart is read again now, not at its

@@ -60,9 +60,9 @@ extension Database {
     /// What a read-only open says of a database of an older layout (it cannot convert it).
     static let olderLayout = "written by an older basket-sync"
 
-    /// The configuration error of a layout that does not match the database.
+    /// The configuration error of a layout that does not match the database, at `"layout"`.
     static func layoutMismatch(_ directory: String, _ reason: String) -> AgentError {
-        .configuration(path: "\(directory)/\(AgentConfiguration.fileName)", line: 1, column: 1, reason: reason)
+        AgentConfiguration.settingError(directory: directory, setting: "layout", reason: reason)
     }
 
     /// Every table and index of layout 3, as ``Table`` lists them.
