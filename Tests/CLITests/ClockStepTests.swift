@@ -88,14 +88,10 @@ import Testing
         try await eventually("a second passed since the cart was written") { Date().timeIntervalSince(written) > 1.2 }
         #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
         // The database as a boot before this one left it: the clock noted under another boot's id.
-        let noted = playground.databaseRows("SELECT CAST(value AS TEXT) FROM meta WHERE key = 'note.clock'").first?.first ?? ""
+        let noted = playground.keptValue("note.clock") ?? ""
         let offset = noted.split(separator: " ").first.map(String.init) ?? ""
         #expect(!offset.isEmpty, "the clock is noted beside a pending batch: \(noted)")
-        var handle: OpaquePointer?
-        #expect(sqlite3_open(playground.path + "/.basket-sync/state.db", &handle) == SQLITE_OK)
-        let sql = "UPDATE meta SET value = CAST('\(offset) 00000000-0000-4000-8000-000000000000' AS BLOB) WHERE key = 'note.clock'"
-        #expect(sqlite3_exec(handle, sql, nil, nil, nil) == SQLITE_OK && sqlite3_changes(handle) == 1, "\(sql)")
-        sqlite3_close(handle)
+        #expect(playground.setKeptValue("note.clock", "\(offset) 00000000-0000-4000-8000-000000000000"))
         try playground.write("clock-step", "0")
         let agent = try AgentProcess(directory: playground.path, environment: [
             "LD_PRELOAD": FaultTests.shim, "FAULTSHIM_CLOCK": playground.path + "/clock-step",

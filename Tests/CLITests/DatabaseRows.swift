@@ -20,3 +20,78 @@ extension Playground {
         return rows
     }
 }
+
+/// A cart's kept values (its state, its notes, what its files were given) as the layout keeps
+/// them: one row of the table `kept` per cart, its entries one after the other — the key's
+/// length (one byte), the key, the value's length (four bytes, little-endian), the value. The
+/// host cart keeps rows of its own.
+enum KeptValues {
+    static func decode(_ row: [UInt8]) -> [(key: String, value: [UInt8])] {
+        var entries: [(key: String, value: [UInt8])] = []
+        var at = 0
+        while at < row.count {
+            let keyLength = Int(row[at])
+            guard at + 1 + keyLength + 4 <= row.count else { return entries }
+            let key = String(decoding: row[(at + 1)..<(at + 1 + keyLength)], as: UTF8.self)
+            let lengthAt = at + 1 + keyLength
+            let length = (0..<4).reduce(0) { $0 | Int(row[lengthAt + $1]) << (8 * $1) }
+            guard lengthAt + 4 + length <= row.count else { return entries }
+            entries.append((key, Array(row[(lengthAt + 4)..<(lengthAt + 4 + length)])))
+            at = lengthAt + 4 + length
+        }
+        return entries
+    }
+
+    static func encode(_ entries: [(key: String, value: [UInt8])]) -> [UInt8] {
+        var row: [UInt8] = []
+        for (key, value) in entries {
+            row.append(UInt8(key.utf8.count))
+            row.append(contentsOf: key.utf8)
+            row.append(contentsOf: (0..<4).map { UInt8(truncatingIfNeeded: value.count >> (8 * $0)) })
+            row.append(contentsOf: value)
+        }
+        return row
+    }
+}
+
+extension Playground {
+    /// The row of kept values of a cart (`cart`: its id in a tree; nil: a sync directory's own, 0).
+    func keptValuesRow(cart: String? = nil, handle given: OpaquePointer? = nil) -> [UInt8]? {
+        var handle = given
+        if handle == nil, sqlite3_open_v2(path + "/.basket-sync/state.db", &handle, SQLITE_OPEN_READONLY, nil) != SQLITE_OK { return nil }
+        defer { if given == nil { sqlite3_close(handle) } }
+        var statement: OpaquePointer?
+        let number = cart.map { "(SELECT n FROM carts WHERE id = '\($0)')" } ?? "0"
+        guard sqlite3_prepare_v2(handle, "SELECT kept FROM kept WHERE cart = \(number)", -1, &statement, nil) == SQLITE_OK else { return nil }
+        defer { sqlite3_finalize(statement) }
+        guard sqlite3_step(statement) == SQLITE_ROW, let bytes = sqlite3_column_blob(statement, 0) else { return nil }
+        return Array(UnsafeRawBufferPointer(start: bytes, count: Int(sqlite3_column_bytes(statement, 0))))
+    }
+
+    /// A cart's kept value `key` as text (see ``KeptValues``).
+    func keptValue(_ key: String, cart: String? = nil) -> String? {
+        keptValuesRow(cart: cart).flatMap { row in KeptValues.decode(row).first { $0.key == key }.map { String(decoding: $0.value, as: UTF8.self) } }
+    }
+
+    /// Sets a sync directory's kept value `key` (a database left as another run would leave it).
+    func setKeptValue(_ key: String, _ value: String) -> Bool {
+        var handle: OpaquePointer?
+        guard sqlite3_open(path + "/.basket-sync/state.db", &handle) == SQLITE_OK else { return false }
+        defer { sqlite3_close(handle) }
+        guard let row = keptValuesRow(handle: handle) else { return false }
+        var entries = KeptValues.decode(row).filter { $0.key != key }
+        entries.append((key, Array(value.utf8)))
+        return writeKeptValues(entries, handle: handle)
+    }
+
+    /// Writes cart 0's row of kept values.
+    func writeKeptValues(_ entries: [(key: String, value: [UInt8])], handle: OpaquePointer?) -> Bool {
+        var statement: OpaquePointer?
+        guard sqlite3_prepare_v2(handle, "UPDATE kept SET kept = ? WHERE cart = 0", -1, &statement, nil) == SQLITE_OK else { return false }
+        defer { sqlite3_finalize(statement) }
+        let row = KeptValues.encode(entries)
+        return row.withUnsafeBytes { bytes in
+            sqlite3_bind_blob(statement, 1, bytes.baseAddress, Int32(bytes.count), nil) == SQLITE_OK && sqlite3_step(statement) == SQLITE_DONE
+        } && sqlite3_changes(handle) == 1
+    }
+}

@@ -113,8 +113,8 @@ import TestSupport
         var before = snapshot.mapValues { Dictionary(uniqueKeysWithValues: $0.map { ($0.seq, $0.at) }) }
         for (table, records) in snapshotNow() { for record in records { before[table, default: [:]][record.seq] = record.at } }
         // What the host acknowledged (or echoed), and the batches pending, as the state says.
-        let state = query(playground, "SELECT value FROM meta WHERE key = 'state'").first.flatMap {
-            try? JSONSerialization.jsonObject(with: Data($0[0].utf8)) as? [String: Any]
+        let state = playground.keptValue("state").flatMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
         } ?? [:]
         let synced = state["hostSyncedThrough"] as? Int ?? 0
         acknowledged = max(synced, state["echoedThrough"] as? Int ?? 0)
@@ -239,12 +239,19 @@ extension RetentionTests {
         // Back to what schema 1 kept: the ids in the state, no tables for them.
         var handle: OpaquePointer?
         #expect(sqlite3_open(playground.path + "/.basket-sync/state.db", &handle) == SQLITE_OK)
-        let blob = query(playground, "SELECT value FROM meta WHERE key = 'state'").first?[0] ?? ""
+        let blob = playground.keptValue("state") ?? ""
         var state = (try? JSONSerialization.jsonObject(with: Data(blob.utf8)) as? [String: Any]) ?? [:]
         state["recordedOrders"] = ["o-1": 1]
         state["landedTransfers"] = ["t-1"]
         let text = String(decoding: try JSONSerialization.data(withJSONObject: state), as: UTF8.self).replacingOccurrences(of: "'", with: "''")
-        for sql in ["DELETE FROM orders", "DELETE FROM transfers", "UPDATE meta SET value = CAST('\(text)' AS BLOB) WHERE key = 'state'"] {
+        // Layout 1 kept each value in a row of its own.
+        let kept = KeptValues.decode(playground.keptValuesRow() ?? [])
+        #expect(kept.contains { $0.key == "state" }, "\(kept.map(\.key))")
+        for (key, value) in kept where key != "state" {
+            let hex = value.map { String(format: "%02X", $0) }.joined()
+            #expect(sqlite3_exec(handle, "INSERT INTO meta(cart, key, value) VALUES(0, '\(key)', X'\(hex)')", nil, nil, nil) == SQLITE_OK, "\(key)")
+        }
+        for sql in ["DELETE FROM orders", "DELETE FROM transfers", "DROP TABLE kept", "INSERT INTO meta(cart, key, value) VALUES(0, 'state', CAST('\(text)' AS BLOB))"] {
             #expect(sqlite3_exec(handle, sql, nil, nil, nil) == SQLITE_OK, "\(sql)")
         }
         // The tables as layout 1 made them: no cart column (the tables of layout 2 made empty).
@@ -275,7 +282,7 @@ extension RetentionTests {
         #expect(try run(playground, ["sync"]).status == 0)
         #expect(query(playground, "SELECT COUNT(*) FROM outbox").first == outboxBefore, "the transfer did not land twice")
         #expect(query(playground, "SELECT id FROM orders").map { $0[0] } == ["o-1"])
-        #expect(query(playground, "PRAGMA user_version").first == ["4"])
+        #expect(query(playground, "PRAGMA user_version").first == ["5"])
         #expect(query(playground, "SELECT DISTINCT cart FROM outbox").map { $0[0] } == ["0"], "every row is cart 0's")
 
         // Layout 3 (before the host cart's changes were kept beside it) is read as it is by a
@@ -286,11 +293,11 @@ extension RetentionTests {
         let reader = try run(playground, ["status"])
         #expect(reader.status == 0, "\(reader.stderr)")
         #expect(try run(playground, ["sync"]).status == 0)
-        #expect(query(playground, "PRAGMA user_version").first == ["4"])
+        #expect(query(playground, "PRAGMA user_version").first == ["5"])
 
         // A database of a later layout is refused, not read wrong nor written over.
         #expect(sqlite3_open(playground.path + "/.basket-sync/state.db", &handle) == SQLITE_OK)
-        #expect(sqlite3_exec(handle, "PRAGMA user_version = 5", nil, nil, nil) == SQLITE_OK)
+        #expect(sqlite3_exec(handle, "PRAGMA user_version = 6", nil, nil, nil) == SQLITE_OK)
         sqlite3_close(handle)
         for command in [["sync"], ["status"]] {
             let refused = try run(playground, command)

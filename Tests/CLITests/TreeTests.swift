@@ -774,11 +774,10 @@ import TestSupport
         try await eventually("a second passed since the cart was written") { Date().timeIntervalSince(written) > 1.2 }
         #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
         #expect(try basketSync(["-C", playground.path, "set-store", "shop-1", "--mode", "retailer"]).status == 0)
-        let state = "SELECT CAST(value AS TEXT) FROM meta WHERE key = 'state' AND cart = (SELECT n FROM carts WHERE id = 'a')"
-        #expect(playground.databaseRows(state).first?.first?.contains("\"storeId\":\"shop-1\"") == false, "not taken before a step")
+        #expect(playground.keptValue("state", cart: "a")?.contains("\"storeId\":\"shop-1\"") == false, "not taken before a step")
         let agent = try AgentProcess(directory: playground.path)
         try await agent.waitUntilWatching()
-        let kept = playground.databaseRows(state).first?.first ?? ""
+        let kept = playground.keptValue("state", cart: "a") ?? ""
         #expect(kept.contains("\"storeId\":\"shop-1\"") && kept.contains("\"mode\":\"retailer\""), "\(kept)")
         #expect(agent.stop() == 0)
     }
@@ -1047,10 +1046,9 @@ extension TreeTests {
         // What each file was given is written down as the file is (a new cart's empty files
         // noted in the group's transaction): the next pass finds every file as given, with
         // nothing to read back.
-        let notes = grouped.databaseRows("SELECT carts.id, meta.key, meta.value FROM meta JOIN carts ON carts.n = meta.cart WHERE meta.key LIKE 'given.%'")
         for id in ids where outcomes[id] == "pass" {
             for projection in ["outbox", "notifications", "payments"] {
-                let fields = notes.first { $0[0] == id && $0[1] == "given.\(projection)" }.map { $0[2].split(separator: " ").map(String.init) } ?? []
+                let fields = grouped.keptValue("given.\(projection)", cart: id).map { $0.split(separator: " ").map(String.init) } ?? []
                 let file = try FileManager.default.attributesOfItem(atPath: "\(grouped.path)/\(id)/\(projection).jsonl")
                 let lastSeq = grouped.records("\(id)/\(projection).jsonl").last.flatMap { $0["seq"] as? Int } ?? 0
                 #expect(fields.count >= 4 && fields[1] == "\(file[.systemFileNumber] as? Int ?? -1)" && fields[2] == "\(file[.size] as? Int ?? -1)" && fields[3] == "\(lastSeq)",

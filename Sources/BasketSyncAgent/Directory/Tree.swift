@@ -82,7 +82,7 @@ final class Tree {
         let database = try Database(directory: root, create: true)
         try database.withTransaction { () throws(AgentError) in
             if try !database.isTree() {
-                if try database.connection.scalar("SELECT COUNT(*) FROM meta WHERE cart = 0 AND key = 'state'") != 0 {
+                if try database.meta(0, .state) != nil {
                     throw .refused("\(root): its database is a single sync directory's; make the tree in another directory")
                 }
                 try database.markTree()

@@ -65,14 +65,36 @@ final class Database {
     private var builtStatements: [String: SQLiteConnection.Statement] = [:]
     /// `projections.lock`, held open between catch-ups (see ``projectionsLockDescriptor()``).
     private var projectionsLock: (fd: Int32, info: FileInfo)?
+    /// Inside a transaction: each cart's kept values are read once, in its image (``MetaImage``).
+    var usesMetaImages = false
+    /// Inside a write transaction: the images are written to the table just before the commit
+    /// (outside one, a value set is written at once).
+    var imagesWritable = false
+    /// Whether the table of kept values is there (a reader of a database of layout 4 finds none).
+    private(set) var hasKeptTable = true
+    /// The images of the carts the running transaction touched.
+    var metaImages: [Int64: MetaImage] = [:]
+    /// The carts' images as this connection last read or committed them, while no other
+    /// connection committed since (`PRAGMA data_version`, ``committedImagesVersion``): a cart's
+    /// values are read again only when another process wrote. At most ``committedImagesBound``.
+    var committedImages: [Int64: MetaImage] = [:]
+    var committedImagesVersion: Int64 = -1
+    static let committedImagesBound = 512
+    /// Inside a transaction: whether ``committedImages`` was checked against `data_version` yet.
+    var committedImagesChecked = false
+    /// What the savepoints' steps wrote in the images, to take it back (``MetaUndo``).
+    var metaUndo: [MetaUndo] = []
+    /// Where each open savepoint began in ``metaUndo``.
+    var savepointMarks: [Int] = []
 
     /// The layout this version writes: 2 keeps the ids of orders and transfers in tables, and the
     /// host cart beside the state, not in it; 3 gives every row its cart (a tree of carts); 4
     /// keeps the host cart's latest changes beside it (``MetaKey/hostCartChanges``), which a
-    /// version before would not read.
-    static let schemaVersion: Int64 = 4
+    /// version before would not read; 5 keeps a cart's small values in one row (``MetaImage``),
+    /// converted a cart at a time as it is written (a reader reads either).
+    static let schemaVersion: Int64 = 5
     /// The oldest layout read as it is by a reader (`status`): 3 differs from 4 only by a key it
-    /// never holds.
+    /// never holds, and 4 from 5 by the rows a cart's values are in, which are read either way.
     static let oldestReadable: Int64 = 3
 
     /// Opens the database of `directory` (a sync directory or a tree's root), creating
@@ -158,6 +180,7 @@ final class Database {
                 throw .database(path: databasePath, message: "\(Database.olderLayout) (database layout \(version)); run any other command once (basket-sync sync) to bring it up to date, then this one")
             }
             if elsewhere != nil, try connection.scalar("SELECT COUNT(*) FROM sqlite_master WHERE name = 'meta'") != 0 { try checkServes() }
+            hasKeptTable = try connection.scalar("SELECT COUNT(*) FROM sqlite_master WHERE name = 'kept'") != 0
             return
         }
         // Pages freed by retention go back to the file system (SQLite can set it only on a new
@@ -272,9 +295,21 @@ final class Database {
                 }
             }
         }
+        usesMetaImages = true
+        imagesWritable = !readOnly
+        defer {
+            usesMetaImages = false
+            imagesWritable = false
+            committedImagesChecked = false
+            metaImages = [:]
+            metaUndo = []
+            savepointMarks = []
+        }
         do {
             let result = try body()
+            try writeMetaImages()
             try run("COMMIT")
+            keepCommittedImages()
             return result
         } catch {
             try? run("ROLLBACK")
@@ -291,7 +326,13 @@ final class Database {
             try? run("ROLLBACK")
             throw .databaseGone(path: databasePath)
         }
-        defer { try? run("COMMIT") }
+        usesMetaImages = true
+        defer {
+            usesMetaImages = false
+            committedImagesChecked = false
+            metaImages = [:]
+            try? run("COMMIT")
+        }
         return try body()
     }
 
@@ -299,13 +340,18 @@ final class Database {
     /// (one input of a group that fails does not undo the others).
     func withSavepoint<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
         try run("SAVEPOINT step")
+        savepointMarks.append(metaUndo.count)
         do {
             let result = try body()
             try run("RELEASE step")
+            savepointMarks.removeLast()
+            // Released into the transaction: nothing left to take back but by a savepoint around it.
+            if savepointMarks.isEmpty { metaUndo.removeAll(keepingCapacity: true) }
             return result
         } catch {
             try? run("ROLLBACK TO step")
             try? run("RELEASE step")
+            undoMeta(to: savepointMarks.removeLast())
             rollbacks += 1
             throw error
         }
@@ -414,6 +460,7 @@ final class Database {
             statement.bind(1, number)
             _ = try statement.step()
         }
+        forgetMeta(of: number)
         let statement = try cached("DELETE FROM carts WHERE n = ?")
         defer { statement.reset() }
         statement.bind(1, number)

@@ -8,6 +8,9 @@ enum Table: String, CaseIterable {
     /// The inbox's files filed away in `cur/` or `bad/`, for retention (the name older layouts gave it).
     case settled
     case pending, carts
+    /// Each cart's small values in one row (``MetaImage``): a table of its own whose rows hold up
+    /// to about 4 KiB in their page (a `WITHOUT ROWID` row spills past about 1 KiB).
+    case kept
 
     /// Its columns in layout 3: each row belongs to a cart (`carts` numbers them).
     var definition: String {
@@ -23,6 +26,7 @@ enum Table: String, CaseIterable {
         case .settled: return "cart INTEGER NOT NULL, folder TEXT NOT NULL, name TEXT NOT NULL, at TEXT NOT NULL, PRIMARY KEY(cart, folder, name)"
         case .pending: return "cart INTEGER NOT NULL, seq INTEGER NOT NULL, batch BLOB NOT NULL, PRIMARY KEY(cart, seq)"
         case .carts: return "n INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, sync_id TEXT NOT NULL, made TEXT NOT NULL"
+        case .kept: return "cart INTEGER PRIMARY KEY, kept BLOB NOT NULL"
         }
     }
 
@@ -45,7 +49,7 @@ enum Table: String, CaseIterable {
         case .transfers: return "id, at"
         case .unfinished: return "order_id, at"
         case .settled: return "folder, name, at"
-        case .pending, .carts: return nil
+        case .pending, .carts, .kept: return nil
         }
     }
 

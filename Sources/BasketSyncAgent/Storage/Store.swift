@@ -176,31 +176,12 @@ package final class Store {
 
     // MARK: State
 
-    func metaBlob(_ key: MetaKey) throws(AgentError) -> [UInt8]? {
-        let statement = try cached("SELECT value FROM meta WHERE cart = ? AND key = ?")
-        defer { statement.reset() }
-        statement.bind(1, cart)
-        statement.bind(2, key.literal)
-        return try statement.step() ? statement.blob(0) : nil
-    }
+    /// The cart's row `key` (see ``Database/meta(_:_:)``).
+    func metaBlob(_ key: MetaKey) throws(AgentError) -> [UInt8]? { try database.meta(cart, key) }
 
-    func deleteMeta(_ key: MetaKey) throws(AgentError) {
-        let statement = try cached("DELETE FROM meta WHERE cart = ? AND key = ?")
-        defer { statement.reset() }
-        statement.bind(1, cart)
-        statement.bind(2, key.literal)
-        _ = try statement.step()
-    }
+    func deleteMeta(_ key: MetaKey) throws(AgentError) { try database.setMeta(cart, key, nil) }
 
-    func setMeta(_ key: MetaKey, _ value: [UInt8]) throws(AgentError) {
-        // One B-tree (WITHOUT ROWID) updated in place: the state costs one page a commit, not three.
-        let statement = try cached("INSERT INTO meta(cart, key, value) VALUES(?, ?, ?) ON CONFLICT(cart, key) DO UPDATE SET value = excluded.value")
-        defer { statement.reset() }
-        statement.bind(1, cart)
-        statement.bind(2, key.literal)
-        statement.bind(3, value)
-        _ = try statement.step()
-    }
+    func setMeta(_ key: MetaKey, _ value: [UInt8]) throws(AgentError) { try database.setMeta(cart, key, value) }
 
     /// A note (``Note``); nil when never set.
     func note(_ note: Note) throws(AgentError) -> String? {

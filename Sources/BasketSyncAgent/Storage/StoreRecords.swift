@@ -159,12 +159,7 @@ extension Store {
     /// Remembers what a file was given, inside the caller's transaction, unless a note of it is
     /// there already.
     func noteGivenUnlessNoted(_ projection: Projection, _ given: AppendCursor) throws(AgentError) {
-        let statement = try cached("INSERT INTO meta(cart, key, value) VALUES(?, ?, ?) ON CONFLICT(cart, key) DO NOTHING")
-        defer { statement.reset() }
-        statement.bind(1, cart)
-        statement.bind(2, MetaKey.given(projection).literal)
-        statement.bind(3, given.bytes)
-        _ = try statement.step()
+        if try metaBlob(.given(projection)) == nil { try setMeta(.given(projection), given.bytes) }
     }
 
     /// Runs a kept statement once.
