@@ -85,6 +85,27 @@ import Testing
         #expect(try basketSync(["-C", playground.path, "status"]).status == 78)
     }
 
+    /// A pass that comes within five seconds of the last write is written once they are over,
+    /// not left for the next heartbeat (an hour here): the file never stays behind a pass.
+    @Test func aPassRightAfterAWriteIsWrittenOnceItsIntervalIsOver() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try FileManager.default.createDirectory(atPath: playground.path + "/collector", withIntermediateDirectories: false)
+        try playground.write("basket-sync.json", "{\"metrics\": \"collector/basket-sync.prom\"}")
+        let agent = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_HEARTBEAT_SECONDS": "3600"])
+        try await agent.waitUntilWatching()
+        try await eventually("the agent writes its metrics at its start") {
+            (try? parsed(playground.read("collector/basket-sync.prom")))?["basket_sync_errors{}"] == 0
+        }
+        // A cart that does not parse, renamed in (no command to wake the agent another way).
+        try playground.write(".cart.tmp", "{\"products\": 3}")
+        #expect(rename(playground.path + "/.cart.tmp", playground.path + "/cart.json") == 0)
+        try await eventually("the rejection reaches the file", timeout: 30) {
+            (try? parsed(playground.read("collector/basket-sync.prom")))?["basket_sync_errors{}"] == 1
+        }
+        #expect(agent.stop() == 0)
+    }
+
     /// The metrics file's folder in the directory swapped for a link (another account of the
     /// directory's group may) is never written through: the file outside stays as it was, and
     /// the agent says why and goes on.

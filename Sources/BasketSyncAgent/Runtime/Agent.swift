@@ -98,6 +98,13 @@ public final class Agent {
     var lastMetricsText: String?
     /// How long the last metrics write took, in seconds.
     var metricsCost = 0.0
+    /// A pass went through since the heartbeat note, or the metrics file, was last written: each
+    /// is written once its interval is over (a second; five, or ten times what the last write
+    /// took), woken for it if nothing else comes — never left as it was before the last pass.
+    var beatOwed = false
+    var metricsOwed = false
+    /// How long the metrics file waits after its last write before the next.
+    var metricsInterval: Double { max(5, 10 * metricsCost) }
     /// A tree's directories that could not be taken on (refused: they hold records new to the
     /// tree), watched for their marker: `init --adopt` writing it has them served.
     var waiting: [String: Watcher] = [:]
@@ -280,8 +287,12 @@ public final class Agent {
             // A cart with entries left waits for nothing: its next turn comes at once.
             let busy = !inboxWaiting.isEmpty
             var timeout = busy ? 0 : polls ? looks.timeout(within: waitTimeout()) : waitTimeout()
-            // The heartbeat: the one wake-up of an idle agent (once a minute).
-            let untilBeat = Int32(max(0, ((lastBeat + Agent.heartbeatSeconds - Posix.monotonicSeconds()) * 1000).rounded(.up)))
+            // The heartbeat: the one wake-up of an idle agent (once a minute); sooner when a
+            // pass left the note or the metrics file to write.
+            var beatAt = lastBeat + Agent.heartbeatSeconds
+            if beatOwed { beatAt = min(beatAt, lastBeat + 1) }
+            if metricsOwed, configuration.metrics != nil { beatAt = min(beatAt, lastMetrics + metricsInterval) }
+            let untilBeat = Int32(max(0, ((beatAt - Posix.monotonicSeconds()) * 1000).rounded(.up)))
             timeout = timeout < 0 ? untilBeat : min(timeout, untilBeat)
             let untilFlush = flushTimeout()
             if untilFlush >= 0 { timeout = timeout < 0 ? untilFlush : min(timeout, untilFlush) }
@@ -348,7 +359,9 @@ public final class Agent {
             metricsCost = Posix.monotonicSeconds() - now
             metricsFailing = false
         } catch {
-            if !metricsFailing { logger.log(.warning, "metrics: \(error.description); the agent goes on, and tries again with its next heartbeat") }
+            // A folder read-only to the agent alone (systemd's ProtectSystem=) says how to open it.
+            let systemd = error.description.contains("read-only") ? " (or, under systemd, a unit with ProtectSystem= needs the file's folder in ReadWritePaths=)" : ""
+            if !metricsFailing { logger.log(.warning, "metrics: \(error.description)\(systemd); the agent goes on, and tries again with its next heartbeat") }
             metricsFailing = true
         }
     }
@@ -375,16 +388,26 @@ public final class Agent {
     /// busy a moment): the next one tries again.
     func beat(passed: Bool) {
         let now = Posix.monotonicSeconds()
-        // Every cart with a retry ahead is among the timed ones.
-        if passed { lastWholePass = fatal == nil && !timed.values.contains { $0.retryAt != nil } ? Date() : lastWholePass }
-        guard now - lastBeat >= Agent.heartbeatSeconds || (passed && now - lastBeat >= 1) else { return }
+        if passed {
+            // Every cart with a retry ahead is among the timed ones.
+            lastWholePass = fatal == nil && !timed.values.contains { $0.retryAt != nil } ? Date() : lastWholePass
+            beatOwed = true
+            metricsOwed = true
+        }
+        // After passes, at most every 5 s — and never more than a tenth of the time: a tree of
+        // many carts takes a while to sum up; with each heartbeat whatever happened.
         let idle = now - lastBeat >= Agent.heartbeatSeconds
+        defer {
+            if let metrics = configuration.metrics, idle || (metricsOwed && now - lastMetrics >= metricsInterval) {
+                metricsOwed = false
+                writeMetrics(metrics, at: now)
+            }
+        }
+        guard idle || (beatOwed && now - lastBeat >= 1) else { return }
+        beatOwed = false
         lastBeat = now
         // The systemd watchdog is pinged with the heartbeat: an agent stuck in a step is restarted.
         SystemdNotify.send("WATCHDOG=1")
-        // After passes, at most every 5 s — and never more than a tenth of the time: a tree of
-        // many carts takes a while to sum up.
-        defer { if let metrics = configuration.metrics, idle || now - lastMetrics >= max(5, 10 * metricsCost) { writeMetrics(metrics, at: now) } }
         // With the boot clock and the boot: its age is judged on a clock no step moves.
         let note = "\(Timestamp.text(Date()))\t\(Posix.processId)\t\(lastWholePass.map(Timestamp.text) ?? "")\t\(AgentConfiguration.number(Agent.heartbeatSeconds))\t\(Posix.bootSeconds())\t\(Posix.bootId)"
         // Without an fsync of its own (the next commit makes it durable): a power cut that takes
