@@ -128,6 +128,13 @@ import Testing
         let bad = try sample(wrapper, [directory])
         #expect(bad.status == 65)
         #expect(bad.stderr.contains("cart.json:1:14: \"products\" must be an array of lines, not a number"))
+        // A pass still running (its lock held): this one is skipped, logged, and says "try again later".
+        let lock = open(directory + "/.basket-sync/cron.lock", O_RDWR | O_CREAT, 0o600)
+        #expect(lock >= 0 && flock(lock, LOCK_EX) == 0)
+        let skipped = try sample(wrapper, [directory])
+        close(lock)
+        #expect(skipped.status == 75, "\(skipped.status) \(skipped.stderr)")
+        #expect(skipped.stdout.hasSuffix(#" {"skipped":"a pass is still running"}"# + "\n"), "log line: \(skipped.stdout)")
     }
 
     @Test func systemd() async throws {
@@ -136,6 +143,8 @@ import Testing
             unit.split(separator: "\n").first { $0.hasPrefix(key + "=") }.map { String($0.dropFirst(key.count + 1)) }
         }
         #expect(value("Restart") == "on-failure")
+        // The folder operations.md gives for "metrics" is writable under its ProtectSystem=strict.
+        #expect(value("ProtectSystem") == "strict" && unit.contains("\nReadWritePaths=-/var/lib/prometheus/node-exporter\n"))
         // Not the sync directory, which others write (the Swift runtime would look for its crash
         // helper there); the instance directory is made by init.
         #expect(value("WorkingDirectory") == "/")
@@ -263,6 +272,13 @@ import Testing
                 "the others are left alone")
         let waits = try basketSync(["-f", "wait", "-C", playground.path], executable: "/usr/bin/pgrep")
         #expect(waits.stdout.split(separator: "\n").count <= 1, "one wait for the tree: \(waits.stdout)")
+        // A SIGTERM to the host alone (not its process group) ends it while it waits, and its wait with it.
+        kill(host.processIdentifier, SIGTERM)
+        try await eventually("the host ends on SIGTERM") { !host.isRunning }
+        #expect(host.terminationStatus == 143)
+        try await eventually("its wait ends with it") {
+            ((try? basketSync(["-f", "\(playground.path) wait"], executable: "/usr/bin/pgrep"))?.stdout ?? "x").isEmpty
+        }
     }
 
     /// Samples/tree/basket-sync-tree.service: its commands start the tree's agent.
@@ -275,6 +291,8 @@ import Testing
         let playground = try Playground()
         let root = playground.path + "/tree"
         #expect(unit.contains("\nWorkingDirectory=/\n") && unit.contains("\nRestartPreventExitStatus=64 78\n"))
+        // The folder operations.md gives for "metrics" is writable under its ProtectSystem=strict.
+        #expect(unit.contains("\nProtectSystem=strict\n") && unit.contains("\nReadWritePaths=-/var/lib/prometheus/node-exporter\n"))
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         func here(_ arguments: [String]) -> [String] { arguments.map { $0 == "/srv/basket-sync-tree" ? root : $0 } }
         #expect(try basketSync(here(Array(try command("ExecStartPre").dropFirst())), in: "/").status == 0)
