@@ -154,6 +154,10 @@ public enum HostCheck {
         }
         let settings = try Posix.readFile("\(directory)/\(AgentConfiguration.fileName)", limit: 1 << 20, follow: true)
         let configuration = try settings.map { (bytes) throws(AgentError) in try AgentConfiguration.parse(bytes, path: "\(directory)/\(AgentConfiguration.fileName)", in: directory) } ?? AgentConfiguration()
+        // A host serves one cart: a tree's root is named as every one-cart command names it.
+        if configuration.isTree {
+            throw .usage("\(directory): is a tree of carts; check-host checks the host of one cart, with the tree's settings: basket-sync -C \(directory)/CART-ID check-host -- CMD")
+        }
         let base = Posix.environment("TMPDIR").flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
         let scratch: String
         do { scratch = try Posix.makeTemporaryDirectory("\(base)/basket-sync-check-XXXXXX") } catch { throw .system(error) }
@@ -179,6 +183,10 @@ public enum HostCheck {
             // The check itself could not go on (the command cannot run, the disk is full): no report.
             Posix.removeTree(scratch)
             throw error
+        }
+        // A host that wrote no cart in any scenario reported no syncedThrough, whatever else it broke.
+        if !report.hostWroteCart, !report.findings.contains(where: { $0.rule == .reports }), let first = report.scenarios.first {
+            report.findings.append(Finding(scenario: first, rule: .reports, detail: "the host never wrote \(configuration.cart) in any scenario: it applied no record and reported no \"\(configuration.keys.syncedThrough)\""))
         }
         if report.passed { Posix.removeTree(scratch) }
         return report

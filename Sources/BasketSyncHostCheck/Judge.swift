@@ -108,6 +108,11 @@ extension ScenarioRun {
         "\"" + id.string.unicodeScalars.map { $0.isASCII ? String($0) : "\\u{\(String($0.value, radix: 16, uppercase: true))}" }.joined() + "\""
     }
 
+    /// Whether `id` is the line of its own a record adds (`R01`, `R02`, …, ``ScenarioRun/push(_:)``).
+    static func isOwnLine(_ id: String) -> Bool {
+        id.utf8.count >= 3 && id.utf8.first == UInt8(ascii: "R") && id.utf8.dropFirst().allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }
+    }
+
     static func shown(_ quantities: [ExactID: Int]) -> String {
         "{" + quantities.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ", ") + "}"
     }
@@ -126,6 +131,16 @@ extension ScenarioRun {
         guard let cart = try leftCart() else {
             if Posix.info(cartPath, follow: false).map({ $0.kind != .regular }) == true {
                 fail(.valid, "after \(moment), \(configuration.cart) is not a regular file (a link, a FIFO…): basket-sync reads a cart that is a file\(configuration.followSymlinks ? "" : " (a link only with \"followSymlinks\")")")
+                return false
+            }
+            // Too large is a cart basket-sync rejects, whole or torn: said as such, not as a torn write.
+            var tooLarge = false
+            do { _ = try Posix.readFile(cartPath, limit: configuration.limits.maxFileBytes, follow: configuration.followSymlinks) } catch {
+                if case .tooLarge = error { tooLarge = true }
+            }
+            if tooLarge {
+                let size = Posix.info(cartPath, follow: configuration.followSymlinks)?.size ?? 0
+                fail(.valid, "after \(moment), \(configuration.cart) is \(size) bytes, over \"limits.maxFileBytes\" (\(configuration.limits.maxFileBytes)): basket-sync rejects it; raise the limit in basket-sync.json, or keep the cart smaller")
                 return false
             }
             if killed {
@@ -221,9 +236,21 @@ extension ScenarioRun {
         if model(before + since.reversed()) == left || model(applied.reversed()) == left {
             return fail(.order, "after \(moment), \(leftText): the records were applied out of seq order; \(wanted)")
         }
+        // Records left out with records after them applied: a skip, however many (each record
+        // adds a line of its own, which tells which records the cart holds).
+        let own: [(seq: UInt64, id: ExactID)] = applied.compactMap { record in
+            guard record.type == .updateBasket, let line = record.products.first(where: { Self.isOwnLine($0.id) && $0.quantity == 1 }) else { return nil }
+            return (record.seq, ExactID(line.id))
+        }
+        if let lastHeld = own.lastIndex(where: { left[$0.id] != nil }) {
+            let holes = own[..<lastHeld].filter { left[$0.id] == nil }
+            if let first = holes.first {
+                let named = holes.prefix(5).map { "#\($0.seq)" }.joined(separator: ", ") + (holes.count > 5 ? ", …" : "")
+                return fail(.skip, "after \(moment), \(leftText): record\(holes.count > 1 ? "s" : "") \(named) \(holes.count > 1 ? "are" : "is") missing (no line \(first.id) in the cart) while records after \(holes.count > 1 ? "them" : "it") were applied; \(wanted)\(rotatedHint)")
+            }
+        }
         // The last records missing (each record adds a line of its own: which ones is read from
-        // the cart): it claims more than it applied. A hole with records applied after it is a
-        // skip, below.
+        // the cart): it claims more than it applied.
         for count in stride(from: applied.count - 1, through: 0, by: -1) where model(Array(applied.prefix(count))) == left {
             let through = count == 0 ? 0 : applied[count - 1].seq
             return fail(.tooFar, "after \(moment), \(leftText), but it holds only records 1…\(through); \(wanted)")
@@ -252,8 +279,13 @@ extension ScenarioRun {
         if model(applied, clamp: false) == left {
             return fail(.clamp, "after \(moment), \(leftText): a line went below 0 along the way and was not clamped there (the deltas of a SKU summed before clamping, or clamped only at the end); clamp at 0 after each record, in seq order; \(wanted)")
         }
-        let rotated = name == Scenario.rotated.rawValue ? " (outbox.jsonl was rotated in this scenario: take the records by seq after your syncedThrough, never by line number, and from the rotated files too — or from basket-sync wait, which reads them from the database)" : ""
-        fail(.result, "after \(moment), \(leftText); \(wanted)\(rotated)")
+        fail(.result, "after \(moment), \(leftText); \(wanted)\(rotatedHint)")
+    }
+
+    /// In the scenario whose outbox rotated, how records are taken (a host that counts lines
+    /// skips those of the rotated files).
+    var rotatedHint: String {
+        name == Scenario.rotated.rawValue ? " (outbox.jsonl was rotated in this scenario: take the records by seq after your syncedThrough, never by line number, and from the rotated files too — or from basket-sync wait, which reads them from the database)" : ""
     }
 }
 

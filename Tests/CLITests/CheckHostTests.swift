@@ -70,8 +70,9 @@ import TestSupport
         // Each SKU's deltas summed, then clamped: D 1 −2 +2 is 1, not 2.
         ("net", "past-zero-then-add", "clamp"),
         ("noneg", "past-zero", "removals"),
-        // Records taken by line number: wrong once the outbox rotated.
-        ("linenumber", "rotated", "result"),
+        // Records taken by line number: once the outbox rotated, those of the rotated file are
+        // left out and later ones applied — a skip, said with how records are taken.
+        ("linenumber", "rotated", "skip"),
         // syncedThrough written in a cart of its own before the lines: seen on the cart it
         // replaces 20 ms later, not by a kill that happens to land between.
         ("ackfirst", "new-and-existing", "acknowledgesWithLines"),
@@ -107,7 +108,7 @@ import TestSupport
         ("noneg", "applies removals (negative deltas)"),
         ("ackfirst", "writes syncedThrough in the same cart as the lines it covers (never before, never after)"),
         ("acklast", "writes syncedThrough in the same cart as the lines it covers (never before, never after)"),
-        ("linenumber", "leaves the quantities the records lead to"),
+        ("linenumber", "skips no record"),
         ("losefields", "keeps other lines and fields"),
         ("inplace", "writes the cart atomically (a temp file renamed over it)"),
         ("nosynced", "reports syncedThrough"),
@@ -129,6 +130,8 @@ import TestSupport
         ("linkout", "leaves a cart basket-sync can read"),
         // A redirect not counted in syncedThrough.
         ("noredirect", "skips no record"),
+        // Records 3, 8, 13, … left out, those after them applied: holes, however many.
+        ("skipmany", "skips no record"),
         // A host that never writes the cart breaks "reports syncedThrough"; the rules about the
         // carts it writes are not judged (rather than passed).
         ("nothing", "reports syncedThrough"),
@@ -143,6 +146,28 @@ import TestSupport
         let kept = keptDirectory(run.stdout)
         #expect(kept.map { FileManager.default.fileExists(atPath: $0) } == true, "the scratch directories are kept for a look")
         if let kept { try? FileManager.default.removeItem(atPath: kept) }
+    }
+
+    /// A host that fails at once, never writing the cart, breaks "runs to its end" and
+    /// "reports syncedThrough" — the rules about the carts it writes are not judged.
+    @Test func aHostThatFailsAtOnceReportsNothing() throws {
+        let playground = try Playground()
+        let run = try checkHost(["-C", playground.path, "check-host", "--", CheckHostTests.python, path("Tests/Support/broken-host.py"), "fails"])
+        #expect(run.status == 65, "\(run.stderr)")
+        #expect(brokenRules(run.stdout) == ["runs to its end (exit 0) within the time limit", "reports syncedThrough"], "\(run.stdout)")
+        if let kept = keptDirectory(run.stdout) { try? FileManager.default.removeItem(atPath: kept) }
+    }
+
+    /// An atomic host whose cart is over limits.maxFileBytes: the cart is rejected for its size,
+    /// said as such — not taken for a torn write, even when the host is killed.
+    @Test func aCartOverTheLimitIsSaidSoNotTakenForATornWrite() throws {
+        let playground = try Playground()
+        try playground.write("basket-sync.json", "{\"limits\": {\"maxFileBytes\": 65536}}")
+        let run = try checkHost(["-C", playground.path, "check-host", "--", CheckHostTests.python, path("Tests/Support/broken-host.py"), "huge"])
+        #expect(run.status == 65, "\(run.stderr)")
+        #expect(brokenRules(run.stdout) == ["leaves a cart basket-sync can read"], "\(run.stdout)")
+        #expect(run.stdout.contains("over \"limits.maxFileBytes\" (65536)"), "\(run.stdout)")
+        if let kept = keptDirectory(run.stdout) { try? FileManager.default.removeItem(atPath: kept) }
     }
 
     /// Runs killed at random instants are judged by what the cart holds, never by a guess: a
@@ -215,6 +240,11 @@ import TestSupport
         #expect(silent.status == 65)
         #expect(silent.stdout.contains("FAIL  redirect: reports syncedThrough: after its run, cart.json is still the cart check-host wrote"), "a host that does nothing: \(silent.stdout)")
         if let kept = keptDirectory(silent.stdout) { try? FileManager.default.removeItem(atPath: kept) }
+        // A tree's root: the host of one cart is checked; the message names the root given.
+        let tree = try Playground()
+        #expect(try basketSync(["-C", tree.path, "init", "--tree"]).status == 0)
+        let root = try checkHost(["-C", tree.path, "check-host", "--", "true"])
+        #expect(root.status == 64 && root.stderr.contains("\(tree.path): is a tree of carts") && root.stderr.contains("-C \(tree.path)/CART-ID check-host"), "\(root.stderr)")
     }
 }
 

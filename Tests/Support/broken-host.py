@@ -15,7 +15,10 @@ MODE: good, twice, noclamp, losefields, inplace, nosynced, toofar, reverse, skip
       but writes that syncedThrough back unchanged: every run applies them all again),
       backwards (a run with nothing new writes syncedThrough one lower), claimhalf (applies the
       first half of the records it read and claims them all); skip leaves record 2 out when a
-      later record is applied (a hole: leaving the last records out is claiming too far)
+      later record is applied (a hole: leaving the last records out is claiming too far);
+      skipmany leaves records 3, 8, 13, … out when a later delta is applied; fails (exits 1 at
+      once, the cart never written); huge (good, but its cart carries 100 KB more: over a
+      limits.maxFileBytes of 64 KiB)
 """
 import subprocess
 import time
@@ -27,6 +30,8 @@ import sys
 mode = sys.argv[1]
 if mode == "nothing":
     sys.exit(0)
+if mode == "fails":
+    sys.exit(1)
 with open("cart.json", encoding="utf-8") as f:
     cart = json.load(f)
 progress_file = ".host-progress"
@@ -75,6 +80,8 @@ if mode == "claimhalf":
 for record in records:
     if record["type"] != "updateBasket" or (mode == "skip" and record["seq"] == 2 and last_read > 2):
         continue
+    if mode == "skipmany" and record["seq"] % 5 == 3 and any(r["seq"] > record["seq"] and r["type"] == "updateBasket" for r in records):
+        continue
     for delta in record["products"]:
         line = next((l for l in lines if l["id"] == delta["id"]), None)
         if line is None:
@@ -103,6 +110,8 @@ elif mode == "claimhalf":
     cart["syncedThrough"] = max(last_read, done)
 else:
     cart["syncedThrough"] = max(last, cart.get("syncedThrough", 0))
+if mode == "huge":
+    cart["padding"] = "x" * 100_000
 text = json.dumps(cart, ensure_ascii=False)
 if mode == "raceack":
     time.sleep(0.3)
