@@ -178,6 +178,16 @@ import Testing
 
     /// The lock file is a regular file made by basket-sync: a link, a FIFO or a folder in its
     /// place is refused (73) and never followed; the lock of a tree is one cart's.
+    /// A folder that is not a sync directory is refused (66), as by every command: no lock
+    /// file is made there, no command run (a host with a wrong -C would edit under a lock apply
+    /// never takes).
+    @Test func lockOutsideASyncDirectoryIsRefused() throws {
+        let playground = try Playground()
+        let refused = try basketSync(["-C", playground.path, "lock", "--", "touch", playground.path + "/ran"])
+        #expect(refused.status == 66 && refused.stderr.contains("not a sync directory"), "\(refused.status) \(refused.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: playground.path + "/cart.json.lock") && !FileManager.default.fileExists(atPath: playground.path + "/ran"))
+    }
+
     @Test func theLockFileIsARegularFileOrRefused() throws {
         let playground = try directoryWithARecordToApply()
         let lock = playground.path + "/cart.json.lock"

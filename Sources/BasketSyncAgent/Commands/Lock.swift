@@ -10,6 +10,12 @@ extension Commands {
             throw .usage("\(directory): is a tree of carts; the cart lock is one cart's: basket-sync -C \(directory)/CART-ID lock -- CMD")
         }
         let configuration = try AgentConfiguration.load(directory: directory)
+        // A sync directory (or a tree's) as every command wants one: a lock in any other folder
+        // would be one apply never takes.
+        switch Workspace.of(directory) {
+        case let .treeCart(root, _): _ = try Database(directory: root, create: false, readOnly: true)
+        default: _ = try Database(directory: directory, create: false, readOnly: true)
+        }
         if let why = Posix.whyNotRunnable(command[0]) {
             throw .missingInput("cannot run \(command[0]): \(why); give a command on the PATH or a path to one (with -C, a relative path is relative to the sync directory)")
         }
