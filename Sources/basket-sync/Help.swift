@@ -246,9 +246,11 @@ enum Help {
                 usage: basket-sync [-C DIR] validate [--cart|--event|--config] FILE…
 
                 Checks files and prints every problem as path:line:column: reason; exits 65 when any
-                file has one. The kind comes from the name (basket-sync.json: configuration; under
-                inbox/: an event; else a cart) unless given. Carts are checked with the sync
-                directory's key names and limits. FILE - reads standard input.
+                file has one. A file that cannot be read (66 when missing) is said and the others
+                checked; its code is then the exit status. The kind comes from the name
+                (basket-sync.json: configuration; under inbox/: an event; else a cart) unless given.
+                Carts are checked with the sync directory's key names and limits. FILE - reads
+                standard input.
 
                 example:
                   basket-sync validate cart.json basket-sync.json

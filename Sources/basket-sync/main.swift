@@ -118,9 +118,19 @@ func run() throws(AgentError) -> Int32 {
         emit(json ? summary.json : summary.human)
     case let .validate(files, kind):
         var invalid = false
+        // A file that cannot be read (missing, say) is said and the others checked all the same;
+        // its error's code is the exit status, before 65.
+        var unreadable: Int32?
         for file in files {
-            let problems = try Commands.validate(path: file, kind: kind ?? Commands.guessKind(of: file), directory: directory,
+            let problems: [String]
+            do throws(AgentError) {
+                problems = try Commands.validate(path: file, kind: kind ?? Commands.guessKind(of: file), directory: directory,
                                                  enteredDirectory: invocation.directory == nil ? nil : directory)
+            } catch {
+                emit("basket-sync: \(error.description)", to: .error)
+                unreadable = unreadable ?? error.exitCode
+                continue
+            }
             if problems.isEmpty {
                 emit("\(file == "-" ? "standard input" : file): valid")
             } else {
@@ -128,6 +138,7 @@ func run() throws(AgentError) -> Int32 {
                 for problem in problems { emit(problem) }
             }
         }
+        if let unreadable { return unreadable }
         if invalid { return 65 }
     }
     return 0

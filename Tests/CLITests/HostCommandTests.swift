@@ -382,6 +382,10 @@ import Testing
 
             """)
         #expect(try run(playground, ["validate", "missing.json"]).status == 66)
+        // A file that cannot be read is said, and the files after it checked all the same.
+        let some = try run(playground, ["validate", "good.json", "missing.json", "cart.json"])
+        #expect(some.status == 66 && some.stderr.contains("missing.json: no such file"), "\(some.status) \(some.stderr)")
+        #expect(some.stdout.hasPrefix("good.json: valid\ncart.json:2:10: "), "\(some.stdout)")
     }
 
     /// A cart whose lines of one id add up past a quantity's range, each line within the limit,
