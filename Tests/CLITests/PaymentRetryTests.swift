@@ -405,6 +405,11 @@ import Testing
         #expect(answer["duplicate"] as? Bool == true, "\(late.stdout)")
         #expect(answer["seq"] as? Int == 2)
         #expect(try run(playground, ["payment-started", "--total", "5", "--order-id", "o-1"]).stdout.contains("already recorded as payment #2"))
+        // The cart gone (a completion that empties it): the duplicate is all that is said —
+        // nothing is read, nothing said skipped.
+        try FileManager.default.removeItem(atPath: playground.path + "/cart.json")
+        let gone = try run(playground, ["payment-started", "--total", "5", "--order-id", "o-1"])
+        #expect(gone.status == 0 && gone.stdout.contains("already recorded as payment #2") && !gone.stderr.contains("skipped"), "\(gone.stdout) \(gone.stderr)")
         #expect(playground.records("payments.jsonl").map { $0["type"] as! String } == ["paymentStarted", "handlePayment"])
     }
 }

@@ -127,11 +127,16 @@ extension Commands {
         try engine.publishAll()
         if let orderId { try checkIdentifier(orderId, "payment-started: the order id", limits: engine.configuration.limits) }
         var products: [RetailerProduct]?
-        // The cart is taken first, so that the payment counts what it acknowledges — the products
-        // given or the cart's, Mealz's share of them is what the cart on disk shows.
-        _ = try? engine.takeCart()
-        do { products = try Commands.products(productsFile, engine: engine) } catch {
-            logger.log(.warning, "\(error.description); the payment is recorded as skipped")
+        // An order paid already is a duplicate before anything else: its products are not read
+        // (nor said unreadable: nothing is recorded).
+        let paid = try orderId.map { (orderId) throws(AgentError) in try engine.recordedPayment(orderId: orderId) } ?? nil
+        if paid == nil {
+            // The cart is taken first, so that the payment counts what it acknowledges — the
+            // products given or the cart's, Mealz's share of them is what the cart on disk shows.
+            _ = try? engine.takeCart()
+            do { products = try Commands.products(productsFile, engine: engine) } catch {
+                logger.log(.warning, "\(error.description); the payment is recorded as skipped")
+            }
         }
         let summary = try engine.step(order: orderId) { (machine, now) throws(AgentError) in
             machine.paymentStarted(totalPrice: total, productList: products, orderId: orderId, at: now)
