@@ -118,7 +118,9 @@ final class MetaImage {
     }
 }
 
-/// What a savepoint rolled back puts back: a value and the image's mark as they were before a write.
+/// What a savepoint rolled back puts back: a value and the image's mark as they were before a
+/// write — or, with no ordinal (-1), an image read inside it, dropped (what it read may be what
+/// the savepoint did to the table).
 struct MetaUndo {
     let cart: Int64
     let ordinal: Int
@@ -237,7 +239,10 @@ extension Database {
                 image.fromRows = true
             }
         }
-        if usesMetaImages { metaImages[cart] = image }
+        if usesMetaImages {
+            metaImages[cart] = image
+            if !savepointMarks.isEmpty { metaUndo.append(MetaUndo(cart: cart, ordinal: -1, value: nil, dirty: false)) }
+        }
         // Read outside a write transaction, it is what is committed; inside one, the
         // transaction may have changed the table under it already (a cart's rows deleted): it is
         // kept once committed (``keepCommittedImages()``).
@@ -280,6 +285,10 @@ extension Database {
     func undoMeta(to mark: Int) {
         while metaUndo.count > mark {
             let undo = metaUndo.removeLast()
+            if undo.ordinal < 0 {
+                metaImages[undo.cart] = nil
+                continue
+            }
             guard let image = metaImages[undo.cart] else { continue }
             image[undo.ordinal] = undo.value
             image.dirty = undo.dirty
