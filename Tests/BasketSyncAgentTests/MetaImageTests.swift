@@ -19,22 +19,10 @@ import TestSupport
         #expect(ordinal("hostCart") == nil && ordinal("") == nil && MetaKey.hostCart.hasRowOfItsOwn)
     }
 
-    /// The row as the layout says, read without the product's decoder: each entry the key's
-    /// length (one byte), the key, the value's length (four bytes, little-endian), the value.
+    /// The row as the layout says, read without the product's decoder (``KeptValues``).
     static func entries(_ row: [UInt8]) -> [String: [UInt8]]? {
-        var entries: [String: [UInt8]] = [:]
-        var at = 0
-        while at < row.count {
-            let keyLength = Int(row[at])
-            guard at + 1 + keyLength + 4 <= row.count else { return nil }
-            let key = String(decoding: row[(at + 1)..<(at + 1 + keyLength)], as: UTF8.self)
-            let lengthAt = at + 1 + keyLength
-            let length = (0..<4).reduce(0) { $0 | Int(row[lengthAt + $1]) << (8 * $1) }
-            guard lengthAt + 4 + length <= row.count else { return nil }
-            entries[key] = Array(row[(lengthAt + 4)..<(lengthAt + 4 + length)])
-            at = lengthAt + 4 + length
-        }
-        return entries
+        let entries = KeptValues.decode(row)
+        return KeptValues.encode(entries) == row ? Dictionary(entries.map { ($0.key, $0.value) }) { $1 } : nil
     }
 
     /// The `meta` rows of `cart`, by key, and its row of values (under "values").
