@@ -1,3 +1,4 @@
+import CSQLite
 import Foundation
 import Testing
 
@@ -235,6 +236,28 @@ import Testing
         let report = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any]
         let lastError = report?["lastError"] as? [String: Any]
         #expect((lastError?["message"] as? String)?.contains("notifications.jsonl") == true, "\(status.stdout)")
+    }
+
+    /// A command finding the database of an older layout while another process holds the agent
+    /// lock (an agent of an older version: one of this version brings the layout up at its
+    /// start) refuses (75) and changes nothing; once the lock is free, it converts and runs.
+    @Test func anOlderAgentsDatabaseIsNotConvertedUnderIt() throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        var handle: OpaquePointer?
+        #expect(sqlite3_open(playground.path + "/.basket-sync/state.db", &handle) == SQLITE_OK)
+        #expect(sqlite3_exec(handle, "PRAGMA user_version = 4", nil, nil, nil) == SQLITE_OK)
+        sqlite3_close(handle)
+        let lock = open(playground.path + "/.basket-sync/agent.lock", O_RDWR | O_CREAT, 0o600)
+        #expect(lock >= 0 && flock(lock, LOCK_EX) == 0)
+        let refused = try basketSync(["-C", playground.path, "set-store", "shop-1", "--mode", "retailer"])
+        #expect(refused.status == 75 && refused.stderr.contains("an agent of an older basket-sync serves it"), "\(refused.status) \(refused.stderr)")
+        #expect(playground.databaseRows("PRAGMA user_version").first == ["4"], "nothing converted")
+        #expect(try basketSync(["-C", playground.path, "status"]).status == 0, "a reader reads it as it is")
+        close(lock)
+        #expect(try basketSync(["-C", playground.path, "set-store", "shop-1", "--mode", "retailer"]).status == 0)
+        #expect(playground.databaseRows("PRAGMA user_version").first == ["5"])
     }
 
     /// What a directory is cannot change under a running agent, either way: a sync directory's

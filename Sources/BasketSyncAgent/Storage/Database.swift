@@ -195,7 +195,15 @@ final class Database {
         try connection.execute("PRAGMA temp_store=MEMORY")
         try withTransaction { () throws(AgentError) in
             let isOld = try connection.scalar("SELECT COUNT(*) FROM sqlite_master WHERE name = 'meta'") != 0
-            if isOld, try connection.scalar("PRAGMA user_version") ?? 0 < 3 {
+            let layout = try connection.scalar("PRAGMA user_version") ?? 0
+            // An agent of an older version serving the directory (a new agent would have brought
+            // the layout up at its own open): converted under it, it would read the new layout
+            // wrong. Nothing changes until it is restarted with this version.
+            if isOld, layout < Database.schemaVersion,
+               Posix.lockHolders("\(markerDirectory)/\(Layout.agentLock)").contains(where: { $0 != Posix.processId }) {
+                throw .busy("\(Posix.dirname(of: markerDirectory)): an agent of an older basket-sync serves it (database layout \(layout), this version writes \(Database.schemaVersion)); restart the agent with this version first (systemctl restart basket-sync@…), then run this again — nothing was changed")
+            }
+            if isOld, layout < 3 {
                 try convertToCartRows()
             } else {
                 try connection.execute(Database.tables)
