@@ -67,7 +67,8 @@ import TestSupport
         try SQLiteConnection(path: database.databasePath).execute("UPDATE kept SET kept = X'05737461' WHERE cart = 0")
         #expect(throws: AgentError.self) { try database.meta(0, .state) }
         do { _ = try database.meta(0, .state) } catch {
-            #expect(error.description.contains("restore .basket-sync/ from a backup"), "\(error)")
+            #expect(error.description.contains("the sync directory's kept values") && error.description.contains("restore .basket-sync/ from a backup")
+                    && error.description.contains("init --adopt"), "\(error)")
         }
     }
 

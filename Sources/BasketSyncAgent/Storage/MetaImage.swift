@@ -223,7 +223,9 @@ extension Database {
         let image: MetaImage
         if let row = try readKept(cart) {
             guard let read = MetaImage(row: row) else {
-                throw .database(path: databasePath, message: "the kept values of cart \(cart) cannot be read; restore .basket-sync/ from a backup")
+                let named = cart == 0 ? "the sync directory's" : "cart \(((try? self.cartId(cart)) ?? nil).map { JSONWriter.quoted($0) } ?? "#\(cart)")'s"
+                let directory = Posix.dirname(of: markerDirectory)
+                throw .database(path: databasePath, message: "\(named) kept values (its state, notes) cannot be read: the database is damaged; restore \(Layout.stateDirectory)/ from a backup, or move it aside (mv \(stateDirectory) \(stateDirectory).damaged) and make it again from the files' records with basket-sync -C \(directory) init \(cart == 0 ? "" : "--tree ")--adopt")
             }
             image = read
         } else {
@@ -293,6 +295,14 @@ extension Database {
             image[undo.ordinal] = undo.value
             image.dirty = undo.dirty
         }
+    }
+
+    /// The id of cart `number` in a tree.
+    func cartId(_ number: Int64) throws(AgentError) -> String? {
+        let statement = try cached("SELECT id FROM carts WHERE n = ?")
+        defer { statement.reset() }
+        statement.bind(1, number)
+        return try statement.step() ? statement.text(0) : nil
     }
 
     /// `cart`'s row of values, if it has one (a database of layout 4 read as it is has no table of them).
