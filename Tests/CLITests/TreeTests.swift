@@ -1,3 +1,4 @@
+import CSQLite
 import Foundation
 import Testing
 import TestSupport
@@ -406,6 +407,28 @@ import TestSupport
     }
 
     /// Where a directory stands is told right, before anything is made.
+    /// Two carts' kept values swapped in the database (by hand, a restore gone wrong): each is
+    /// another synchronization's, refused (74) with the way out — never one shopper's state
+    /// serving another, nor another cart's ids written into this cart's files.
+    @Test func cartsWhoseKeptValuesAreAnotherCartsAreRefused() throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init", "--tree"]).status == 0)
+        for id in ["alice", "bob"] { #expect(try basketSync(["-C", playground.path + "/" + id, "push", "A=+1"]).status == 0) }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        var handle: OpaquePointer?
+        #expect(sqlite3_open(playground.path + "/.basket-sync/state.db", &handle) == SQLITE_OK)
+        for sql in ["UPDATE kept SET cart = -1 WHERE cart = (SELECT n FROM carts WHERE id = 'alice')",
+                    "UPDATE kept SET cart = (SELECT n FROM carts WHERE id = 'alice') WHERE cart = (SELECT n FROM carts WHERE id = 'bob')",
+                    "UPDATE kept SET cart = (SELECT n FROM carts WHERE id = 'bob') WHERE cart = -1"] {
+            #expect(sqlite3_exec(handle, sql, nil, nil, nil) == SQLITE_OK, "\(sql)")
+        }
+        sqlite3_close(handle)
+        #expect(try basketSync(["-C", playground.path + "/bob", "push", "A=+1"]).status == 0)
+        let refused = try basketSync(["-C", playground.path + "/bob", "sync"])
+        #expect(refused.status == 74 && refused.stderr.contains("cart \"bob\"'s kept values are another synchronization's") && refused.stderr.contains("init --tree --adopt"), "\(refused.status) \(refused.stderr)")
+        #expect(playground.records("bob/outbox.jsonl").count == 1, "nothing written with alice's ids")
+    }
+
     @Test func misplacedCommandsAreRefusedBeforeTheyMakeAnything() throws {
         let playground = try tree()
         try mealzLine(playground, "c")

@@ -305,6 +305,14 @@ extension Database {
         return try statement.step() ? statement.text(0) : nil
     }
 
+    /// The sync id cart `number` was given when the tree took it on.
+    func cartSyncId(_ number: Int64) throws(AgentError) -> String? {
+        let statement = try cached("SELECT sync_id FROM carts WHERE n = ?")
+        defer { statement.reset() }
+        statement.bind(1, number)
+        return try statement.step() ? statement.text(0) : nil
+    }
+
     /// `cart`'s row of values, if it has one (a database of layout 4 read as it is has no table of them).
     private func readKept(_ cart: Int64) throws(AgentError) -> [UInt8]? {
         guard hasKeptTable else { return nil }

@@ -238,8 +238,13 @@ package final class Store {
             rows = []
             while try statement.step() { rows!.append(statement.blob(0)) }
         }
+        // A tree's cart: its values are its own synchronization's — rows moved between carts
+        // would serve one shopper's state to another and write its ids into this cart's files.
+        let own = cart != 0 ? try database.cartSyncId(cart) : nil
+        var foreign: String?
         do throws(JSONProblem) {
             var state = try StateFormat.decode(blob)
+            if let own, own != state.syncId { foreign = state.syncId }
             if let rows {
                 state.pending = []
                 for row in rows { state.pending.append(try StateFormat.decodeBatch(row)) }
@@ -263,13 +268,18 @@ package final class Store {
                 savedCartChanges = nil
             }
             savedDeadline = nil
-            cachedState = state
-            cachedDataVersion = version
-            cachedRollbacks = database.rollbacks
-            return state
+            if foreign == nil {
+                cachedState = state
+                cachedDataVersion = version
+                cachedRollbacks = database.rollbacks
+                return state
+            }
         } catch {
             throw .database(path: stateDirectory, message: "the saved state cannot be read (offset \(error.offset): \(error.reason)); restore .basket-sync/ from a backup")
         }
+        let named = ((try? database.cartId(cart)) ?? nil).map { JSONWriter.quoted($0) } ?? "#\(cart)"
+        let directory = Posix.dirname(of: database.markerDirectory)
+        throw .database(path: stateDirectory, message: "cart \(named)'s kept values are another synchronization's (sync id \(foreign ?? ""), the cart's is \(own ?? "")): the database is damaged; restore \(Layout.stateDirectory)/ from a backup, or move it aside (mv \(stateDirectory) \(stateDirectory).damaged) and make it again from the files' records with basket-sync -C \(directory) init --tree --adopt")
     }
 
     /// The next pending-window deadline of the state as saved (from the state itself when it was
