@@ -222,11 +222,7 @@ extension Database {
         }
         let image: MetaImage
         if let row = try readKept(cart) {
-            guard let read = MetaImage(row: row) else {
-                let named = cart == 0 ? "the sync directory's" : "cart \(((try? self.cartId(cart)) ?? nil).map { JSONWriter.quoted($0) } ?? "#\(cart)")'s"
-                let directory = Posix.dirname(of: markerDirectory)
-                throw .database(path: databasePath, message: "\(named) kept values (its state, notes) cannot be read: the database is damaged; restore \(Layout.stateDirectory)/ from a backup, or move it aside (mv \(stateDirectory) \(stateDirectory).damaged) and make it again from the files' records with basket-sync -C \(directory) init \(cart == 0 ? "" : "--tree ")--adopt")
-            }
+            guard let read = MetaImage(row: row) else { throw damaged(cart, "kept values (its state, notes) cannot be read") }
             image = read
         } else {
             // Written by layout 4 (a row each), or a cart with nothing kept yet.
@@ -295,6 +291,14 @@ extension Database {
             image[undo.ordinal] = undo.value
             image.dirty = undo.dirty
         }
+    }
+
+    /// The error of cart `cart`'s values found damaged (`what`), named by its id, with both ways
+    /// out: a backup, or the database moved aside and made again from the files' records.
+    func damaged(_ cart: Int64, _ what: String) -> AgentError {
+        let named = cart == 0 ? "the sync directory's" : "cart \(((try? cartId(cart)) ?? nil).map { JSONWriter.quoted($0) } ?? "#\(cart)")'s"
+        let directory = Posix.dirname(of: markerDirectory)
+        return .database(path: databasePath, message: "\(named) \(what): the database is damaged; restore \(Layout.stateDirectory)/ from a backup, or move it aside (mv \(stateDirectory) \(stateDirectory).damaged) and make it again from the files' records with basket-sync -C \(directory) init \(cart == 0 ? "" : "--tree ")--adopt")
     }
 
     /// The id of cart `number` in a tree.

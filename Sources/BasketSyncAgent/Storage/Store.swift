@@ -275,11 +275,9 @@ package final class Store {
                 return state
             }
         } catch {
-            throw .database(path: stateDirectory, message: "the saved state cannot be read (offset \(error.offset): \(error.reason)); restore .basket-sync/ from a backup")
+            throw database.damaged(cart, "saved state cannot be read (offset \(error.offset): \(error.reason))")
         }
-        let named = ((try? database.cartId(cart)) ?? nil).map { JSONWriter.quoted($0) } ?? "#\(cart)"
-        let directory = Posix.dirname(of: database.markerDirectory)
-        throw .database(path: stateDirectory, message: "cart \(named)'s kept values are another synchronization's (sync id \(foreign ?? ""), the cart's is \(own ?? "")): the database is damaged; restore \(Layout.stateDirectory)/ from a backup, or move it aside (mv \(stateDirectory) \(stateDirectory).damaged) and make it again from the files' records with basket-sync -C \(directory) init --tree --adopt")
+        throw database.damaged(cart, "kept values are another synchronization's (sync id \(foreign ?? ""), the cart's is \(own ?? ""))")
     }
 
     /// The next pending-window deadline of the state as saved (from the state itself when it was
