@@ -510,6 +510,9 @@ final class JSONLinesFile {
         unsynced = syncsNow ? nil : (fd, path, unsynced?.sizeBefore ?? size, unsynced.map { $0.givenBefore } ?? given)
         given = AppendCursor(device: info.device, inode: info.inode, size: size + Int64(bytes.count), seq: newLast, durable: syncsNow ? newLast : durable)
         lastAppended = (info.device, info.inode, given!.size, newLast, records.last!.line)
+        // Noted before the writers' lock is let go: another process goes by the note alone, and
+        // a note behind the file, once the file is moved away under another name than NAME.1,
+        // would give it the records since again (only a crash may leave it behind).
         try saveGiven(given!)
         outcome.appended = records.count
         if let rotation, given!.size > Int64(rotation.maxBytes) {
