@@ -160,7 +160,9 @@ enum Help {
                 a new line; other lines and fields are kept as they are), then writes the cart
                 atomically (temp file, fsync, rename, fsync of the directory) with the new
                 syncedThrough. A bare-array cart becomes an object, to hold syncedThrough. Safe beside
-                a running agent, which takes the new cart on its rename.
+                a running agent, which takes the new cart on its rename. A cart claiming beyond the
+                outbox's last seq (a backup of the database restored, another directory's cart) is
+                refused (74), nothing written: what it holds already would be applied twice.
                 It holds the host's cart lock (cart.json.lock beside the cart, flock) from its read
                 to its rename, waiting up to SECONDS for it (default 30; then exit 75, naming the
                 process that holds it), and renames only if the cart on disk is still the one it
@@ -303,7 +305,8 @@ enum Help {
                 Lines (as the outbox holds them) and exits 0; exits 75 when SECONDS pass first
                 (--timeout 0: look once). SEQ defaults to the host's progress, as apply takes it:
                 what the database knows the host applied, or the cart's syncedThrough (its
-                configured key) when it claims only records that existed when the cart was written.
+                configured key) when it claims only records that existed when the cart was written;
+                a cart claiming beyond the outbox's last seq is refused (74), as apply refuses it.
                 It sleeps on inotify (and looks at every interval where the directory is polled:
                 "watch" in basket-sync.json) and writes nothing: it works beside the agent,
                 beside sync run from cron, and on a read-only file system. A shell host loops on it

@@ -129,7 +129,9 @@ import Testing
     }
 
     /// Case 4: a `syncedThrough` beyond the outbox acknowledges nothing (docs/spec.md §4 rule 4),
-    /// neither the batches made before it nor those made after: apply applies them all.
+    /// neither the batches made before it nor those made after: none is lost. `apply` cannot know
+    /// which of them the cart holds, so it refuses (74) and changes nothing until the claim is
+    /// within the outbox again; then it applies them all.
     @Test func aClaimBeyondTheOutboxDoesNotLoseLaterBatches() throws {
         let playground = try syncDirectory()
         _ = try run(playground, ["push", "--id", "b1", "A=+1"])
@@ -138,6 +140,12 @@ import Testing
         _ = try run(playground, ["sync"])
         _ = try run(playground, ["push", "--id", "b2", "B=+3"])
         _ = try run(playground, ["sync"])
+        let refused = try basketSync(["-C", playground.path, "apply", "--json"])
+        #expect(refused.status == 74 && refused.stderr.contains("cart.json: says \"syncedThrough\" 100, beyond the outbox's last record (2)"), "\(refused.stderr)")
+        let untouched = try cart(playground)
+        #expect(products(untouched) == ["A": 1] && untouched["syncedThrough"] as? Int == 100, "nothing written")
+        // The host says the cart holds none of this directory's records.
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1)], syncedThrough: 0))
         let applied = try run(playground, ["apply", "--json"])
         #expect(applied.stdout.contains("\"applied\":[1,2]"), "\(applied.stdout)")
         #expect(products(try cart(playground)) == ["A": 2, "B": 3])
@@ -338,14 +346,17 @@ import Testing
         _ = try run(beyond, ["push", "A=+1"])
         _ = try run(beyond, ["sync"])
         try beyond.writeAtomically("cart.json", cartJSON([("A", 2)], syncedThrough: 5))
-        // A claim beyond the outbox acknowledges nothing: status, wait and apply agree on the
-        // records to apply (one host progress).
+        // A claim beyond the outbox acknowledges nothing (status: progress 0), and where the host
+        // got to cannot be known: wait (going by the cart) and apply agree, both refusing (74).
         let status = try JSONSerialization.jsonObject(with: Data(try run(beyond, ["status", "--json"]).stdout.utf8)) as? [String: Any]
         #expect(status?["hostProgress"] as? Int == 0, "\(String(describing: status))")
-        let listed = try run(beyond, ["wait", "--timeout", "0"])
+        for command in [["wait", "--timeout", "0"], ["apply", "--json"]] {
+            let refused = try basketSync(["-C", beyond.path] + command)
+            #expect(refused.status == 74 && refused.stderr.contains("beyond the outbox's last record (2)") && refused.stdout.isEmpty, "\(command): \(refused.stdout) \(refused.stderr)")
+        }
+        // Given its own progress (--after), wait does not go by the cart.
+        let listed = try run(beyond, ["wait", "--after", "0", "--timeout", "0"])
         #expect(listed.stdout.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
             .compactMap { $0["seq"] as? Int } == [1, 2], "\(listed.stdout)")
-        let applying = try run(beyond, ["apply", "--json"])
-        #expect(applying.stdout.contains("\"applied\":[1,2]"), "\(applying.stdout)")
     }
 }

@@ -161,6 +161,7 @@ extension Commands {
         // cart restored from before the records, or one claiming beyond the outbox, must not make
         // records applied twice or skipped.
         let state = try engine.currentState()
+        if let error = CartReader.claimBeyondOutbox(document.cart.syncedThrough, state: state, cartPath: cartPath, configuration: configuration) { throw error }
         let writtenThrough = try engine.store.withTransaction { () throws(AgentError) in
             try engine.store.writtenThrough(cart: CartReader.identity(cartPath), bytesHash: document.cart.syncedThrough != nil ? CartReader.contentHash(bytes) : nil, lastSeq: state.lastOutboxSeq, showsTheCartTaken: state.showsTheCartTaken(document.cart.products))
         }

@@ -36,7 +36,9 @@ extension Commands {
             // for the agent; the others are served.
             guard let store = try? tree.cartStore(id, create: false, readOnly: true) else { continue }
             let state = try store.withTransaction { () throws(AgentError) in try store.loadState() }
-            let progress = try CartReader.hostProgress(state, store: store, directory: store.directory, configuration: tree.configuration)
+            // A cart claiming beyond its outbox cannot be served (its apply refuses, 74): left out,
+            // looked at again at the next look; status says why.
+            guard let progress = try? CartReader.hostProgress(state, store: store, directory: store.directory, configuration: tree.configuration, refusingClaimBeyond: true) else { continue }
             known[number] = progress
             if last > progress { waiting.append(CartWaiting(cart: id, after: progress, through: last)) }
         }

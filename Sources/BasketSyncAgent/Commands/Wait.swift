@@ -44,7 +44,7 @@ extension Commands {
                 start = after
             } else {
                 let state = try store.withTransaction { () throws(AgentError) in try store.loadState() }
-                start = try CartReader.hostProgress(state, store: store, directory: directory, configuration: configuration)
+                start = try CartReader.hostProgress(state, store: store, directory: directory, configuration: configuration, refusingClaimBeyond: true)
             }
         }
         // Where inotify is blind (a share written by another machine: docs/spec.md §10), it looks at

@@ -233,6 +233,18 @@ struct CartReader {
 }
 
 extension CartReader {
+    /// The refusal of a host's side that goes by the cart's claim (`apply`, `wait` without
+    /// `--after`) when the cart says it processed records beyond the outbox's last one (74): the
+    /// database is behind the cart (restored from an older backup, its files consumed since, or
+    /// made again) or the cart is another directory's. Its progress cannot be known: starting
+    /// after the database's own would apply again what the cart may hold already, and write its
+    /// claim back lower. Nil when the claim is within the outbox (or there is none).
+    static func claimBeyondOutbox(_ claim: UInt64?, state: SyncState, cartPath: String, configuration: AgentConfiguration) -> AgentError? {
+        guard let claim, claim > state.lastOutboxSeq else { return nil }
+        let key = JSONWriter.quoted(configuration.keys.syncedThrough)
+        return .database(path: PinnedNames.named(cartPath), message: "says \(key) \(claim), beyond the outbox's last record (\(state.lastOutboxSeq)): the database is behind the cart (restored from an older backup, or made again) or the cart is another directory's, so where the host got to cannot be known, and nothing is applied (what the cart holds already would be applied twice). Restore .basket-sync/ from a backup at least as new as the cart; or, if this directory was made again on purpose, write the cart's \(key) as the last record of this directory it holds (0 for none), then run the command again")
+    }
+
     /// The `syncedThrough` of the cart of `directory` as it stands, read by the cart's open policy
     /// (no link followed unless `followSymlinks`); nil when there is no readable cart or it has none.
     static func claim(in directory: String, configuration: AgentConfiguration) -> UInt64? {
@@ -244,7 +256,8 @@ extension CartReader {
     /// The host's progress as `wait` and `status` see it (docs/spec.md §4 rule 4): as if the cart
     /// on disk were taken now — its claim checked against the records that existed when it was
     /// written, what it echoes settled — which is what `apply` does before it starts after it.
-    static func hostProgress(_ state: SyncState, store: Store, directory: String, configuration: AgentConfiguration) throws(AgentError) -> UInt64 {
+    /// `refusingClaimBeyond`: a cart claiming beyond the outbox throws (see ``claimBeyondOutbox``).
+    static func hostProgress(_ state: SyncState, store: Store, directory: String, configuration: AgentConfiguration, refusingClaimBeyond: Bool = false) throws(AgentError) -> UInt64 {
         let cart: HostCart?
         var read: [UInt8]?
         if case let .new(bytes, _)? = try? CartReader().read("\(directory)/\(configuration.cart)", configuration: configuration) {
@@ -252,6 +265,9 @@ extension CartReader {
             read = bytes
         } else {
             cart = nil
+        }
+        if refusingClaimBeyond, let error = claimBeyondOutbox(cart?.syncedThrough, state: state, cartPath: "\(directory)/\(configuration.cart)", configuration: configuration) {
+            throw error
         }
         let writtenThrough = try store.withTransaction { () throws(AgentError) in
             try store.writtenThrough(cart: identity("\(directory)/\(configuration.cart)"), bytesHash: cart?.syncedThrough != nil ? read.map(CartReader.contentHash) : nil, lastSeq: state.lastOutboxSeq,
