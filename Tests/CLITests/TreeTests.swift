@@ -288,6 +288,32 @@ import TestSupport
         #expect(odd.status != 0 && !FileManager.default.fileExists(atPath: playground.url(".hidden").path))
     }
 
+    /// Watches are counted as the agent holds them: a cart that leaves gives its own back (the
+    /// kernel says so), and a cart polled for want of them is watched with them — over weeks of
+    /// carts coming and going, carts are not left polled while watches are free.
+    @Test func watchesACartThatLeftGaveBackGoToACartPolledForWantOfThem() async throws {
+        let playground = try tree()
+        let settings = playground.read("basket-sync.json").replacingOccurrences(of: "\"pollIntervalMs\": 1000", with: "\"pollIntervalMs\": 50")
+        try playground.writeAtomically("basket-sync.json", settings)
+        for id in ["a", "b", "c"] { try mkdir(playground, id) }
+        // a and b watched (1 + 2 × 4 watches), c polled.
+        let agent = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_MAX_WATCHES": "12", "BASKET_SYNC_WATCH_MODE": ""])
+        try await agent.waitUntilWatching()
+        func watch() throws -> String { try basketSync(["-C", playground.path, "status"]).stdout.split(separator: "\n").first { $0.hasPrefix("watch: ") }.map(String.init) ?? "" }
+        let first = try watch()
+        #expect(first.hasPrefix("watch: 1 of 3 carts polled"), "\(first)")
+        try FileManager.default.removeItem(atPath: playground.path + "/a")
+        try await eventually("c takes the watches a gave back") { try watch().hasPrefix("watch: inotify") }
+        try playground.writeAtomically("c/cart.json", cartJSON([("X", 3)]))
+        try await eventually("cart c is notified") { notified(playground, "c").count == 1 }
+        // No watch left again: the next cart is polled, and served.
+        try mkdir(playground, "d")
+        try await eventually("d is polled") { try watch().hasPrefix("watch: 1 of 3 carts polled") }
+        try playground.writeAtomically("d/cart.json", cartJSON([("X", 4)]))
+        try await eventually("cart d is notified") { notified(playground, "d").count == 1 }
+        #expect(agent.stop() == 0)
+    }
+
     /// Past the inotify watches it may use, the agent says how many the tree needs and what raises
     /// the limit (here BASKET_SYNC_MAX_WATCHES, which lowers it below the system's; the sysctl when
     /// the system's is the one short), and polls the carts beyond it (docs/spec.md §10): every cart

@@ -160,8 +160,18 @@ public final class Agent {
     let watchOverride: WatchChoice.Override?
     /// How the root is seen; when it polls, every cart is polled (and a tree's root listed).
     var rootChoice = WatchChoice(polls: false, intervalMs: 1000, reason: "")
-    /// The inotify watches left for carts; past them, carts are polled.
-    var watchesLeft = Int.max
+    /// The inotify watches this agent may hold (Int.max: no limit known): the limit, lowered to
+    /// what it held when the kernel refused one (other programs hold the rest).
+    var watchLimit = Int.max
+    /// The inotify watches left for carts, by what the agent holds now (a cart that leaves gives
+    /// its watches back); past them, carts are polled.
+    var watchesLeft: Int {
+        guard watchLimit != Int.max, let inotify else { return Int.max }
+        return max(0, watchLimit - inotify.liveWatches)
+    }
+    /// The carts polled for want of watches (not for their file system): watched as soon as
+    /// watches are free again (see ``watchFreedCarts()``).
+    var polledForWant = Set<String>()
     var looks = LookClock(intervalMs: 1000)
     /// A tree root's identity at the last look (a polled root is listed when it changed).
     var rootIdentity: FileIdentity?
@@ -312,7 +322,10 @@ public final class Agent {
                     }
                 }
             }
-            if ready[0] { try takeEvents() }
+            if ready[0] {
+                try takeEvents()
+                watchFreedCarts()
+            }
             // The carts whose budget was spent, one more turn each, in the order they were left.
             for cart in Array(inboxWaiting.values) where carts[cart.id] === cart && cart.inboxLeft > 0 && cart.heldAt != wakeup {
                 if SignalPipe.stopRequested { break }
@@ -467,7 +480,7 @@ public final class Agent {
             logger.log(.info, "the tree has \(ids.count) carts, polled every \(rootChoice.intervalMs) ms (\(rootChoice.reason))")
         } else {
             logger.log(.info, "the tree has \(ids.count) carts: \(needed) inotify watches needed (\(perCart) per cart), the limit is \(limit == Int.max ? "unknown" : String(limit))")
-            watchesLeft = limit == Int.max ? Int.max : limit - 1
+            watchLimit = limit
             if needed > limit {
                 logger.log(.warning, "\(tree.root): \(ids.count) carts need \(needed) inotify watches, over the limit of \(limit): the carts beyond it are polled every \(rootChoice.intervalMs) ms; \(needed <= systemLimit ? "BASKET_SYNC_MAX_WATCHES lowers the limit below the system's \(systemLimit): raise or unset it" : "raise the limit (sysctl fs.inotify.max_user_watches=\(max(needed * 2, 65536)), and in /etc/sysctl.d/ to keep it)") to watch them all")
             }
@@ -516,6 +529,7 @@ public final class Agent {
     /// Cart `id` no longer served: forgotten with its engine, its timing and its turn.
     func forget(_ id: String) {
         if carts[id]?.poller != nil { polledCarts -= 1 }
+        polledForWant.remove(id)
         carts[id] = nil
         polledList = nil
         engines[id] = nil

@@ -27,6 +27,7 @@ extension Agent {
             // every write; polled otherwise (docs/spec.md §10).
             let perCart = Watcher.watchCount(cart: configuration.cart, isTreeCart: true)
             var polls = rootChoice.polls || watchesLeft < perCart
+            var forWant = !rootChoice.polls && polls
             if !polls, let choice = try? WatchChoice.decide(directory: directory, cart: configuration.cart, settings: configuration.watch, override: watchOverride), choice.polls {
                 polls = true
                 logger.tagged(cart: id).log(.info, "polled every \(rootChoice.intervalMs) ms (\(choice.reason))")
@@ -35,12 +36,13 @@ extension Agent {
             if !polls {
                 do throws(AgentError) {
                     watcher = try Watcher(directory: directory, cart: configuration.cart, inotify: inotify, isTreeCart: true)
-                    if watchesLeft != Int.max { watchesLeft -= perCart }
                 } catch {
-                    // The watch limit reached (other watchers on the machine): polled instead.
+                    // The watch limit reached (other watchers on the machine): polled instead,
+                    // the limit taken as what the agent holds now.
                     guard case let .system(failure) = error, failure.isWatchLimit else { throw error }
-                    watchesLeft = 0
-                    logger.log(.warning, "cart \(id): \(SystemError.watchLimitReached): this cart and those made after it are polled every \(rootChoice.intervalMs) ms")
+                    watchLimit = inotify.liveWatches
+                    forWant = true
+                    logger.log(.warning, "cart \(id): \(SystemError.watchLimitReached): this cart and those made after it are polled every \(rootChoice.intervalMs) ms, watched again as carts that leave give watches back")
                 }
             }
             if watcher == nil, pollRoot == nil { pollRoot = PollRoot(tree.root, folders: pollFolders) }
@@ -53,6 +55,7 @@ extension Agent {
             takeOnRetries[id] = nil
             away[id] = nil
             serve(cart)
+            if forWant, watcher == nil { polledForWant.insert(id) }
             cart.firstPin = nil
         } catch {
             switch error {
@@ -72,6 +75,20 @@ extension Agent {
                     waiting[id] = try? Watcher(directory: directory, cart: configuration.cart, inotify: inotify, isTreeCart: true)
                 }
             }
+        }
+    }
+
+    /// Carts polled for want of watches are taken on again with watches once carts that left
+    /// gave theirs back (the kernel said so: `IN_IGNORED`), the oldest names first: over weeks of
+    /// carts coming and going, the watches follow the carts served, never the carts of the start.
+    func watchFreedCarts() {
+        guard !polledForWant.isEmpty, !rootChoice.polls else { return }
+        let perCart = Watcher.watchCount(cart: configuration.cart, isTreeCart: true)
+        for id in polledForWant.sorted() {
+            guard watchesLeft >= perCart else { return }
+            polledForWant.remove(id)
+            guard carts[id] != nil else { continue }
+            takeOn(id)
         }
     }
 

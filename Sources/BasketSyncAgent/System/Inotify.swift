@@ -66,7 +66,17 @@ package final class Inotify {
         guard inotifytools_watch_file(path, Int32(bitPattern: mask.rawValue)) != 0 else {
             throw SystemError(operation: "watch", path: path, code: inotifytools_error())
         }
+        // The library names a directory with a trailing slash, a file without.
+        if let watch = watchDescriptor(path.hasSuffix("/") ? path : path + "/") ?? watchDescriptor(path) { live.insert(watch) }
     }
+
+    /// The watches this instance holds now: each placed, until the kernel says it is gone
+    /// (`IN_IGNORED`: removed, or its directory deleted). The kernel keeps one watch per
+    /// directory, so a directory watched again is counted once.
+    private var live = Set<Int32>()
+
+    /// How many watches this instance holds now (see ``live``): what it takes of the limit.
+    package var liveWatches: Int { live.count }
 
     /// Watches `path`, a folder under `base`, never through a link: the folders between are
     /// opened one by one without following one, and the last is watched with `IN_DONT_FOLLOW`
@@ -151,6 +161,7 @@ package final class Inotify {
     /// Records that `watch` is the watch of the directory `path` (named with a trailing slash, as
     /// the library names a directory): the latest placement names it.
     private func name(_ watch: Int32, _ path: String) {
+        live.insert(watch)
         aliases[watch] = path + "/"
         aliased[path + "/"] = watch
     }
@@ -197,6 +208,7 @@ package final class Inotify {
                 let event = buffer.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: offset, as: inotify_event.self) }
                 let length = Int(event.len)
                 let name = length == 0 ? "" : String(decoding: buffer[(offset + header)..<(offset + header + length)].prefix { $0 != 0 }, as: UTF8.self)
+                if event.mask & UInt32(IN_IGNORED) != 0 { live.remove(event.wd) }
                 events.append(InotifyEvent(watch: event.wd, mask: InotifyMask(rawValue: event.mask), name: name))
                 offset += header + length
             }
