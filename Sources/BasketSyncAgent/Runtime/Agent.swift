@@ -19,8 +19,8 @@ public final class Agent {
         let id: String
         let store: Store
         /// inotify's watches of the cart, or the poller that looks at it (docs/spec.md §10): one of them.
-        let watcher: Watcher?
-        let poller: Poller?
+        var watcher: Watcher?
+        var poller: Poller?
         /// When to try again after a failure (monotonic seconds: a step of the wall clock moves
         /// no wait of the agent), and the delay after that.
         var retryAt: Double? { didSet { timingChanged(self) } }

@@ -78,17 +78,39 @@ extension Agent {
         }
     }
 
-    /// Carts polled for want of watches are taken on again with watches once carts that left
-    /// gave theirs back (the kernel said so: `IN_IGNORED`), the oldest names first: over weeks of
-    /// carts coming and going, the watches follow the carts served, never the carts of the start.
+    /// Carts polled for want of watches are watched once carts that left gave theirs back (the
+    /// kernel said so: `IN_IGNORED`), the oldest names first: over weeks of carts coming and
+    /// going, the watches follow the carts served, never only the carts of the start. Nothing is
+    /// made in the cart's directory (it may be going); what changed between its last look and
+    /// its watches is taken at once.
     func watchFreedCarts() {
-        guard !polledForWant.isEmpty, !rootChoice.polls else { return }
+        guard !polledForWant.isEmpty, !rootChoice.polls, let tree, let inotify else { return }
         let perCart = Watcher.watchCount(cart: configuration.cart, isTreeCart: true)
         for id in polledForWant.sorted() {
             guard watchesLeft >= perCart else { return }
             polledForWant.remove(id)
-            guard carts[id] != nil else { continue }
-            takeOn(id)
+            guard let cart = carts[id], cart.watcher == nil, tree.markerMatches(id, number: cart.store.cart) else { continue }
+            let watcher: Watcher
+            do throws(AgentError) {
+                watcher = try Watcher(directory: "\(tree.root)/\(id)", cart: configuration.cart, inotify: inotify, isTreeCart: true)
+            } catch {
+                // Other programs took the watches meanwhile: polled still, the limit taken as what
+                // the agent holds now.
+                if case let .system(failure) = error, failure.isWatchLimit {
+                    watchLimit = inotify.liveWatches
+                    polledForWant.insert(id)
+                    return
+                }
+                continue
+            }
+            cart.watcher = watcher
+            if !configuration.followSymlinks, cart.poller != nil {
+                cart.poller = nil
+                polledCarts -= 1
+            }
+            polledList = nil
+            recordWatch()
+            attempt(cart, [.cart, .inbox])
         }
     }
 
