@@ -311,7 +311,8 @@ enum Help {
                 "watch" in basket-sync.json) and writes nothing: it works beside the agent,
                 beside sync run from cron, and on a read-only file system. A shell host loops on it
                 instead of polling the outbox; it ends with the process that started it (a host
-                killed while it waits leaves none behind). A host that does not write syncedThrough keeps its
+                killed while it waits leaves none behind; one killed the instant it started wait
+                cannot be told from the process that adopts wait: give --timeout). A host that does not write syncedThrough keeps its
                 own progress and gives it with --after (else it is shown the same records until
                 basket-sync sees them echoed in its cart).
 
