@@ -388,6 +388,67 @@ import Testing
         #expect(some.stdout.hasPrefix("good.json: valid\ncart.json:2:10: "), "\(some.stdout)")
     }
 
+    /// A file of the sync directory is judged as basket-sync reads it there: whatever its shape,
+    /// `validate` says it valid exactly when `sync` takes it — a cart or an inbox entry that is a
+    /// symbolic link (to a valid file inside or outside) is not, nor is its target read; with
+    /// "followSymlinks" a cart's link is followed by both. A file outside the directory is the
+    /// user's own, its link followed; a FIFO or a device is refused, said as what it is.
+    @Test(arguments: ["regular", "link inside", "link outside", "dangling link", "FIFO", "device link", "directory"], [false, true])
+    func validateJudgesAFileOfTheDirectoryAsSyncTakesIt(shape: String, followSymlinks: Bool) throws {
+        let playground = try syncDirectory()
+        if followSymlinks { try playground.write("basket-sync.json", #"{"followSymlinks": true}"#) }
+        let outside = try Playground()
+        let cart = cartJSON([("A", 1)])
+        let event = #"{"id":"e1","type":"basketDelta","products":[{"id":"A","quantity":1}]}"#
+        try outside.write("cart.json", cart)
+        try outside.write("event", event)
+        for (name, valid) in [("cart.json", cart), ("inbox/new/e1", event)] {
+            let path = playground.path + "/" + name
+            switch shape {
+            case "regular": try playground.write(name, valid)
+            case "link inside":
+                let target = name == "cart.json" ? "target-cart" : "target-event"
+                try playground.write(target, valid)
+                try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: "\(playground.path)/\(target)")
+            case "link outside": try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: outside.path + "/" + (name == "cart.json" ? "cart.json" : "event"))
+            case "dangling link": try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: "/nonexistent/basket-sync")
+            case "FIFO": #expect(mkfifo(path, 0o644) == 0)
+            case "device link": try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: "/dev/zero")
+            default: try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+            }
+        }
+        let statuses = ["cart.json", "inbox/new/e1"].map { name in (try? run(playground, ["validate", name]))?.status ?? -1 }
+        let validated = statuses.map { $0 == 0 }
+        let sync = try run(playground, ["sync"])
+        let cartTaken = sync.status == 0 && !sync.stderr.contains("cart.json")
+        let eventTaken = FileManager.default.fileExists(atPath: playground.path + "/inbox/cur/e1")
+        let context = "\(shape), followSymlinks \(followSymlinks): validate \(validated), sync \(sync.status) \(sync.stderr)"
+        if shape == "dangling link" && followSymlinks {
+            // Followed, it leads nowhere: no cart, to sync as to validate (66).
+            #expect(statuses[0] == 66 && sync.status == 0, "the cart: \(context)")
+        } else {
+            #expect(validated[0] == cartTaken, "the cart: \(context)")
+        }
+        #expect(validated[1] == eventTaken, "the inbox entry: \(context)")
+        #expect(validated[0] == (shape == "regular" || followSymlinks && shape.hasPrefix("link")), "\(context)")
+        // Outside the directory, a link is the user's own and followed; a FIFO is said as what it is.
+        let linked = outside.path + "/linked.json"
+        try FileManager.default.createSymbolicLink(atPath: linked, withDestinationPath: outside.path + "/cart.json")
+        #expect(try run(playground, ["validate", linked]).status == 0)
+        #expect(mkfifo(outside.path + "/fifo", 0o644) == 0)
+        let fifo = try run(playground, ["validate", outside.path + "/fifo"])
+        #expect(fifo.status == 65 && fifo.stdout.contains("is a FIFO, not a regular file; validate reads regular files (or standard input, -)"), "\(fifo.stdout)")
+    }
+
+    /// Standard input is read as it comes: past the limit it is refused without being read to
+    /// its end (an endless stream), and said as more than the limit, never a size it did not know.
+    @Test func anEndlessStandardInputIsRefusedAsMoreThanTheLimit() throws {
+        let playground = try syncDirectory()
+        try playground.write("basket-sync.json", #"{"limits": {"maxFileBytes": 4096}}"#)
+        let validate = try basketSync(["-c", "yes | \"$0\" -C \"$1\" validate -", binary.path, playground.path], executable: "/bin/sh")
+        #expect(validate.status == 65 && validate.stderr.contains("standard input: more than 4096 bytes is over the limit of 4096"), "\(validate.status) \(validate.stdout) \(validate.stderr)")
+    }
+
     /// A cart whose lines of one id add up past a quantity's range, each line within the limit,
     /// is not valid to `validate`, as a pass refuses it: what validate says, the commands do.
     @Test func validateRefusesLinesThatAddUpPastTheRangeAsAPassDoes() throws {

@@ -22,7 +22,9 @@ extension Commands {
             } catch {
                 // Not a regular file (a directory, a FIFO, a link): a rejected products list, 65 as sync's rejected cart.
                 if case let .system(failure) = error, failure.isNotRegular {
-                    throw .badData(path: path, line: 1, column: 1, reason: failure.shapeReason ?? failure.description)
+                    // A file given on the command line is not the sync directory's: said as such.
+                    let reason = file != nil && failure.refusal == nil ? failure.shape.map { "is \($0), not a regular file; --products reads a regular file (or standard input, -)" } : nil
+                    throw .badData(path: path, line: 1, column: 1, reason: reason ?? failure.shapeReason ?? failure.description)
                 }
                 throw error
             }

@@ -28,9 +28,16 @@ extension Commands {
         if path == "-" {
             bytes = try Posix.readToEnd(0, path: "standard input", limit: configuration.limits.maxFileBytes)
         } else {
+            // A file of the sync directory is read as basket-sync reads it there: never through a
+            // symbolic link (the cart through one only with "followSymlinks"), and valid only if
+            // the agent would take it. A file elsewhere is the user's own: its link is followed.
+            // A FIFO or a device is refused either way.
+            let folder = Posix.resolved(Posix.dirname(of: path))
+            let root = Posix.resolved(directory)
+            let inside = folder != nil && root != nil && (folder == root || folder!.hasPrefix(root! + "/"))
+            let follow = !inside || (kind == .cart && configuration.followSymlinks)
             do throws(AgentError) {
-                // A path given on the command line is the user's: a link is followed, a FIFO refused.
-                guard let read = try Posix.readFile(path, limit: configuration.limits.maxFileBytes, follow: true) else {
+                guard let read = try Posix.readFile(path, limit: configuration.limits.maxFileBytes, follow: follow) else {
                     if let enteredDirectory, !path.hasPrefix("/") {
                         throw AgentError.missingInput("\(path): no such file; with -C, paths are relative to the sync directory \(enteredDirectory) (as with git -C): give a path from there, or an absolute one")
                     }
@@ -39,7 +46,10 @@ extension Commands {
                 bytes = read
             } catch {
                 if case .tooLarge = error { return [error.description] }
-                if case let .system(failure) = error, failure.isNotRegular { return [failure.description] }
+                if case var .system(failure) = error, failure.isNotRegular {
+                    if !inside, let shape = failure.shape { failure.refusal = "is \(shape), not a regular file; validate reads regular files (or standard input, -)" }
+                    return [failure.description]
+                }
                 throw error
             }
         }

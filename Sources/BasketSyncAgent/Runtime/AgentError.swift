@@ -4,7 +4,8 @@ import BasketSyncWire
 public enum AgentError: Error, CustomStringConvertible, Equatable {
     /// A system call failed.
     case system(SystemError)
-    /// A file is larger than the configured limit.
+    /// A file is larger than the configured limit (`size` negative: a stream stopped past the
+    /// limit, its size unknown).
     case tooLarge(path: String, size: Int, limit: Int)
     /// A data file (cart, inbox event, products) is not valid: `path:line:column: reason`.
     case badData(path: String, line: Int, column: Int, reason: String)
@@ -41,7 +42,8 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
         switch self {
         case let .system(error): return error.description
         case let .tooLarge(path, size, limit):
-            return "\(path): \(size) bytes is over the limit of \(limit); raise limits.maxFileBytes in basket-sync.json if this is intended"
+            // A negative size: read as it came (a pipe), stopped past the limit, its size unknown.
+            return "\(path): \(size < 0 ? "more than \(limit) bytes" : "\(size) bytes") is over the limit of \(limit); raise limits.maxFileBytes in basket-sync.json if this is intended"
         case let .badData(path, line, column, reason): return "\(path):\(line):\(column): \(reason)"
         case let .configuration(path, line, column, reason): return "\(path):\(line):\(column): \(reason)"
         case let .usage(message): return message

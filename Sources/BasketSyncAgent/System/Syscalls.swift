@@ -200,9 +200,13 @@ package enum Posix {
 
     /// Reads from the current offset to the end, refusing more than `limit` bytes; `expected`
     /// sizes the first buffer (one byte more tells whether the file grew since).
+    /// Never more than one byte past the limit is read: an endless stream is refused as "more
+    /// than" the limit (its size is known only when its end was reached).
     package static func readToEnd(_ fd: Int32, path: String, limit: Int, expected: Int = 0) throws(AgentError) -> [UInt8] {
         var bytes: [UInt8] = []
-        var capacity = max(expected + 1, 4096)
+        let most = limit == Int.max ? limit : limit + 1
+        var capacity = min(max(expected + 1, 4096), most)
+        var ended = false
         while true {
             var failure: SystemError?
             let start = bytes.count
@@ -212,7 +216,10 @@ package enum Posix {
                 while count < capacity {
                     do throws(SystemError) {
                         let got = try read(fd, into: UnsafeMutableRawBufferPointer(rebasing: UnsafeMutableRawBufferPointer(buffer)[count...]), path: path) ?? 0
-                        if got == 0 { return }
+                        if got == 0 {
+                            ended = true
+                            return
+                        }
                         count += got
                     } catch {
                         failure = error
@@ -221,9 +228,9 @@ package enum Posix {
                 }
             }
             if let failure { throw .system(failure) }
-            if bytes.count > limit { throw .tooLarge(path: path, size: bytes.count, limit: limit) }
-            if bytes.count < capacity { return bytes }
-            capacity *= 2
+            if bytes.count > limit { throw .tooLarge(path: path, size: ended ? bytes.count : -1, limit: limit) }
+            if ended || bytes.count < capacity { return bytes }
+            capacity = capacity > most / 2 ? most : capacity * 2
         }
     }
 
