@@ -117,7 +117,7 @@ import Testing
         try await eventually("the edit read the cart under the lock") { FileManager.default.fileExists(atPath: playground.path + "/read") }
         #expect(unlink(playground.path + "/cart.json.lock") == 0)
         let apply = try basketSync(["-C", playground.path, "apply", "--timeout", "0.2"])
-        #expect(apply.status == 75 && apply.stderr.contains("the host's cart lock is held by ") && apply.stderr.contains("process \(edit.processIdentifier)"), "\(apply)")
+        #expect(apply.status == 75 && apply.stderr.contains("the sync directory's lock (taken with the host's cart lock") && apply.stderr.contains("process \(edit.processIdentifier)"), "\(apply)")
         let lock = try basketSync(["-C", playground.path, "lock", "--timeout", "0.2", "--", "true"])
         #expect(lock.status == 75, "\(lock)")
         #expect(try lines(playground) == ["X": 1], "nothing written while the edit holds the lock")
@@ -127,6 +127,23 @@ import Testing
         let after = try basketSync(["-C", playground.path, "apply"])
         #expect(after.status == 0, "\(after)")
         #expect(try lines(playground) == ["X": 1, "Y": 2, "A": 2], "the shopper's Y and Mealz's A both kept: \(playground.read("cart.json"))")
+    }
+
+    /// What a timeout names is the lock that is held: a process holding only the sync
+    /// directory's lock (anyone who can read the directory can take it) is said as holding
+    /// that, never the lock file nobody holds.
+    @Test func aTimeoutNamesTheLockThatIsHeld() throws {
+        let playground = try directoryWithARecordToApply()
+        let folder = open(playground.path, O_RDONLY | O_DIRECTORY)
+        #expect(folder >= 0 && flock(folder, LOCK_EX) == 0)
+        defer { close(folder) }
+        for command in [["apply", "--timeout", "0.2"], ["lock", "--timeout", "0.2", "--", "true"]] {
+            let late = try basketSync(["-C", playground.path] + command)
+            #expect(late.status == 75, "\(command): \(late)")
+            #expect(late.stderr.contains("\(playground.path): the sync directory's lock (taken with the host's cart lock") && late.stderr.contains("held by process \(getpid())"), "\(command): \(late.stderr)")
+            #expect(!late.stderr.contains("cart.json.lock"), "\(command): \(late.stderr)")
+        }
+        #expect(try lines(playground) == ["X": 1], "nothing written")
     }
 
     /// A process that `lock -- CMD` left running keeps the lock (it inherited descriptor 3): a

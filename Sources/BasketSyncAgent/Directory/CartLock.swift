@@ -40,7 +40,8 @@ public enum CartLock {
         let path = path(directory: directory, configuration: configuration)
         let deadline = timeout.map { Posix.monotonicSeconds() + $0 }
         var told = false
-        func wait(for fd: Int32, named shown: String) throws(AgentError) {
+        /// `what`: the lock as said (the lock file, or the sync directory taken with it).
+        func wait(for fd: Int32, named shown: String, what: String) throws(AgentError) {
             var refused = 0
             while true {
                 let taken: Bool
@@ -53,11 +54,11 @@ public enum CartLock {
                     let seen = holders(of: fd)
                     if !seen.isEmpty || refused > 1 {
                         told = true
-                        waiting(path, seen)
+                        waiting(shown, seen)
                     }
                 }
                 if let deadline, Posix.monotonicSeconds() >= deadline {
-                    throw .busy("\(path): the host's cart lock is held\(describe(holders(of: fd))) for more than \(AgentConfiguration.number(timeout ?? 0)) s; try again once it is released, or give a longer --timeout")
+                    throw .busy("\(shown): \(what) is held\(describe(holders(of: fd))) for more than \(AgentConfiguration.number(timeout ?? 0)) s; try again once it is released, or give a longer --timeout")
                 }
                 Posix.pause(microseconds: 5_000)
             }
@@ -73,7 +74,7 @@ public enum CartLock {
                 throw error
             }
             do throws(AgentError) {
-                try wait(for: fd, named: path)
+                try wait(for: fd, named: path, what: "the host's cart lock")
                 // Removed (or a file renamed over it) between its opening and its lock: no name
                 // leads to it any more, and the lock of a file nobody else will open excludes
                 // nobody — take the one at the name now.
@@ -90,7 +91,7 @@ public enum CartLock {
                 }
                 let folder: Int32
                 do { folder = try Posix.open(directory, [.directory], follow: true) } catch { throw .system(error) }
-                do throws(AgentError) { try wait(for: folder, named: directory) } catch {
+                do throws(AgentError) { try wait(for: folder, named: directory, what: "the sync directory's lock (taken with the host's cart lock; any process that can read the directory can take it)") } catch {
                     Posix.close(folder)
                     throw error
                 }
