@@ -760,6 +760,13 @@ extension CatchUpTests {
         try run(["push", "--state", "--id", "s1", "A=3", "B=3"])
         try run(["push", "--id", "e3", "Z=+1"])
         try run(["sync"])
+        if damage == "bogusClaim" {
+            // Still claiming 50 while the outbox ends at 3: apply cannot know what the cart holds
+            // (74, nothing written) until the host says it honestly.
+            let refused = try basketSync(["-C", dir, "apply"])
+            #expect(refused.status == 74 && refused.stderr.contains("beyond the outbox's last record (3)"), "\(refused.stderr)")
+            try playground.write("cart.json", cartJSON([("A", 3), ("B", 3)], syncedThrough: 2))
+        }
         try run(["apply"])
         let seqs = playground.read("outbox.jsonl").split(separator: "\n").compactMap { line -> Int? in
             guard let record = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], record["type"] != nil else { return nil }
