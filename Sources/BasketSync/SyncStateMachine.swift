@@ -572,6 +572,14 @@ public struct SyncStateMachine: Sendable {
         }
     }
 
+    /// Whether a cart's `syncedThrough` acknowledges nothing, whether or not it is reported
+    /// again: it claims a record beyond the outbox, or beyond what existed when the cart was
+    /// written (`writtenThrough`). The one rule ``retailerBasketChanged(_:syncedThrough:outboxSeqWhenWritten:writtenAt:at:)``
+    /// follows, for a caller that keeps what the refused version was.
+    public func refuses(claim: UInt64, writtenThrough: UInt64) -> Bool {
+        claim > state.lastOutboxSeq || claim > writtenThrough
+    }
+
     /// Checks a `syncedThrough` and returns the outbox seq the host has acknowledged so far. By
     /// causality, not by value: a cart version acknowledges only records that existed when it was
     /// written (`writtenThrough`, the last seq committed before it appeared). A claim beyond the
@@ -593,7 +601,7 @@ public struct SyncStateMachine: Sendable {
                 effects.append(.acknowledgementBeyondOutbox(syncedThrough: claim, lastSeq: state.lastOutboxSeq))
                 state.counters.acknowledgementsBeyondOutbox += 1
             }
-        } else if claim > writtenThrough {
+        } else if refuses(claim: claim, writtenThrough: writtenThrough) {
             acknowledged = 0
             if isNew {
                 effects.append(.acknowledgementBeforeRecords(syncedThrough: claim, writtenThrough: writtenThrough))

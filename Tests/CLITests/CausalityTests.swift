@@ -86,6 +86,31 @@ import TestSupport
         #expect(try cartLines(playground) == ["A": 1, "B": 1, "C": 3])
     }
 
+    /// A claim refused is kept with the bytes of every version that made it, said or not: the
+    /// same claim in a later version of other bytes is not reported again, but that version,
+    /// restored once the records it claims exist, still acknowledges nothing.
+    @Test func aRepeatedRefusedClaimKeepsEachVersionRefused() throws {
+        let playground = try syncDirectory()
+        try run(playground, ["push", "--id", "e1", "A=+1"])
+        try run(playground, ["push", "--id", "e2", "A=+1"])
+        try run(playground, ["sync"])
+        try playground.writeAtomically("cart.json", cartJSON([("Z", 1)], syncedThrough: 5))
+        #expect(try run(playground, ["sync"]).stderr.contains("syncedThrough 5"), "said once")
+        try run(playground, ["push", "--id", "e3", "A=+1"])
+        let second = cartJSON([("Z", 2)], syncedThrough: 5)
+        try playground.writeAtomically("cart.json", second)
+        #expect(!(try run(playground, ["sync"]).stderr.contains("syncedThrough 5")), "the same claim is not said again")
+        try playground.writeAtomically("cart.json", cartJSON([("A", 3)], syncedThrough: 3))
+        try run(playground, ["sync"])
+        for index in 4...5 { try run(playground, ["push", "--id", "e\(index)", "A=+1"]) }
+        try run(playground, ["sync"])
+        // The second version brought back in place, now that record 5 exists.
+        try playground.write("cart.json", second)
+        try run(playground, ["sync"])
+        let status = try JSONSerialization.jsonObject(with: Data(try run(playground, ["status", "--json"]).stdout.utf8)) as? [String: Any]
+        #expect(status?["hostProgress"] as? Int == 3, "the restored version acknowledges nothing: \(String(describing: status?["hostProgress"]))")
+    }
+
     /// A backup of the database restored after the readers consumed the JSON Lines files (theirs
     /// to remove): nothing in the files shows the loss, but the cart apply wrote claims records
     /// the restored database does not have. apply and wait refuse (74) and change nothing — the

@@ -120,6 +120,9 @@ extension SyncEngine {
             let writtenAt = identity.map { Date(timeIntervalSince1970: Double($0.changed) / 1e9) }
             read.taken = bytes
             read.takenIdentity = identity
+            // Asked before the step, which moves nothing it depends on: refused, whether said
+            // again or not (the same claim is reported once).
+            let refused = cart.syncedThrough.map { machine.refuses(claim: $0, writtenThrough: writtenBefore) } ?? false
             let effects: [SyncEffect]
             if let large, let summed = large.summed {
                 // Whether the host cart changed is known from the changed lines when the state's
@@ -139,8 +142,10 @@ extension SyncEngine {
                 }
             }
             // A claim refused as past what existed: these bytes were written by then, whenever
-            // they come back (restored, copied) — the claim they make stays refused.
-            if let claimsHash, effects.contains(where: \.refusesAClaim) { try store.noteCartVersion(bytesHash: claimsHash, through: writtenBefore) }
+            // they come back (restored, copied) — the claim they make stays refused. Every
+            // version refused is kept so, the claim said or not (a host repeating a claim in
+            // versions of other bytes).
+            if let claimsHash, refused { try store.noteCartVersion(bytesHash: claimsHash, through: writtenBefore) }
             return effects
         }, record: { (summary) throws(AgentError) in
             // What status tells of the last cart read: when, and what it produced.
@@ -231,13 +236,4 @@ extension SyncEngine {
     }
 }
 
-extension SyncEffect {
-    /// Whether the effect says a cart's `syncedThrough` claimed records that did not exist when
-    /// it was written.
-    var refusesAClaim: Bool {
-        switch self {
-        case .acknowledgementBeyondOutbox, .acknowledgementBeforeRecords: return true
-        default: return false
-        }
-    }
-}
+
