@@ -288,17 +288,24 @@ import TestSupport
         #expect(odd.status != 0 && !FileManager.default.fileExists(atPath: playground.url(".hidden").path))
     }
 
-    /// Watches are counted as the agent holds them: a cart that leaves gives its own back (the
-    /// kernel says so), and a cart polled for want of them is watched with them — over weeks of
-    /// carts coming and going, carts are not left polled while watches are free.
-    @Test func watchesACartThatLeftGaveBackGoToACartPolledForWantOfThem() async throws {
+    /// A tree of carts a, b and c polled every 50 ms past a limit of 12 watches, its agent
+    /// watching: a and b watched (1 + 2 × 4 watches), c polled — auto whatever the suite's
+    /// environment says.
+    func threeCartsOverTheWatchLimit() async throws -> (Playground, AgentProcess) {
         let playground = try tree()
         let settings = playground.read("basket-sync.json").replacingOccurrences(of: "\"pollIntervalMs\": 1000", with: "\"pollIntervalMs\": 50")
         try playground.writeAtomically("basket-sync.json", settings)
         for id in ["a", "b", "c"] { try mkdir(playground, id) }
-        // a and b watched (1 + 2 × 4 watches), c polled.
         let agent = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_MAX_WATCHES": "12", "BASKET_SYNC_WATCH_MODE": ""])
         try await agent.waitUntilWatching()
+        return (playground, agent)
+    }
+
+    /// Watches are counted as the agent holds them: a cart that leaves gives its own back (the
+    /// kernel says so), and a cart polled for want of them is watched with them — over weeks of
+    /// carts coming and going, carts are not left polled while watches are free.
+    @Test func watchesACartThatLeftGaveBackGoToACartPolledForWantOfThem() async throws {
+        let (playground, agent) = try await threeCartsOverTheWatchLimit()
         func watch() throws -> String { try basketSync(["-C", playground.path, "status"]).stdout.split(separator: "\n").first { $0.hasPrefix("watch: ") }.map(String.init) ?? "" }
         let first = try watch()
         #expect(first.hasPrefix("watch: 1 of 3 carts polled"), "\(first)")
@@ -319,13 +326,7 @@ import TestSupport
     /// the system's is the one short), and polls the carts beyond it (docs/spec.md §10): every cart
     /// is served.
     @Test func pastTheWatchLimitTheCartsBeyondArePolledAndTheSysctlNamed() async throws {
-        let playground = try tree()
-        let settings = playground.read("basket-sync.json").replacingOccurrences(of: "\"pollIntervalMs\": 1000", with: "\"pollIntervalMs\": 50")
-        try playground.writeAtomically("basket-sync.json", settings)
-        for id in ["a", "b", "c"] { try mkdir(playground, id) }
-        // Auto whatever the suite's environment says: a and b watched (1 + 2 × 4 watches), c polled.
-        let agent = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_MAX_WATCHES": "12", "BASKET_SYNC_WATCH_MODE": ""])
-        try await agent.waitUntilWatching()
+        let (playground, agent) = try await threeCartsOverTheWatchLimit()
         #expect(agent.log.contains("3 carts need 13 inotify watches, over the limit of 12") && agent.log.contains("BASKET_SYNC_MAX_WATCHES lowers the limit below the system's"), "the advice that helps here: \(agent.log)")
         #expect(agent.log.contains("1 polled every 50 ms"), "\(agent.log)")
         for (index, id) in ["a", "b", "c"].enumerated() { try playground.writeAtomically("\(id)/cart.json", cartJSON([("X", index + 1)])) }
