@@ -90,9 +90,12 @@ extension Agent {
             guard watchesLeft >= perCart else { return }
             polledForWant.remove(id)
             guard let cart = carts[id], cart.watcher == nil, tree.markerMatches(id, number: cart.store.cart) else { continue }
+            // A cart whose file system inotify cannot see stays polled (not for want of watches).
+            let directory = "\(tree.root)/\(id)"
+            if let choice = try? WatchChoice.decide(directory: directory, cart: configuration.cart, settings: configuration.watch, override: watchOverride), choice.polls { continue }
             let watcher: Watcher
             do throws(AgentError) {
-                watcher = try Watcher(directory: "\(tree.root)/\(id)", cart: configuration.cart, inotify: inotify, isTreeCart: true)
+                watcher = try Watcher(directory: directory, cart: configuration.cart, inotify: inotify, isTreeCart: true)
             } catch {
                 // Other programs took the watches meanwhile: polled still, the limit taken as what
                 // the agent holds now.
