@@ -832,6 +832,24 @@ import TestSupport
         #expect(agent.stop() == 0)
     }
 
+    /// `wait` on the root leaves out a cart whose cart claims beyond its outbox (its apply would
+    /// refuse, 74) and serves the others; the claim made honest, the cart is listed again.
+    @Test func waitOnTheRootLeavesOutACartClaimingBeyondItsOutbox() throws {
+        let playground = try tree()
+        for id in ["a", "b"] {
+            try mkdir(playground, id)
+            try playground.write("\(id)/cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+            #expect(try basketSync(["-C", playground.path + "/" + id, "push", "A=+1"]).status == 0)
+        }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        try playground.writeAtomically("a/cart.json", cartJSON([("X", 1)], syncedThrough: 9))
+        let found = try basketSync(["-C", playground.path, "wait", "--timeout", "0"])
+        #expect(found.status == 0 && found.stdout == "{\"cart\":\"b\",\"after\":0,\"through\":1}\n", "\(found)")
+        try playground.writeAtomically("a/cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        let both = try basketSync(["-C", playground.path, "wait", "--timeout", "0"])
+        #expect(both.stdout.contains("{\"cart\":\"a\",\"after\":0,\"through\":1}"), "\(both)")
+    }
+
     /// `wait` on the root lists the carts with records after their host's progress, one JSON
     /// line each, and blocks (one process) until there is one; `apply` on the root serves each.
     @Test func waitAndApplyOnTheRootServeEveryCart() async throws {

@@ -37,8 +37,9 @@ extension Commands {
             guard let store = try? tree.cartStore(id, create: false, readOnly: true) else { continue }
             let state = try store.withTransaction { () throws(AgentError) in try store.loadState() }
             // A cart claiming beyond its outbox cannot be served (its apply refuses, 74): left out,
-            // looked at again at the next look; status says why.
-            guard let progress = try? CartReader.hostProgress(state, store: store, directory: store.directory, configuration: tree.configuration, refusingClaimBeyond: true) else { continue }
+            // looked at again at the next look; status says why. Any other error is the wait's.
+            if CartReader.claimBeyondOutbox(CartReader.claim(in: store.directory, configuration: tree.configuration), state: state, cartPath: "\(store.directory)/\(tree.configuration.cart)", configuration: tree.configuration) != nil { continue }
+            let progress = try CartReader.hostProgress(state, store: store, directory: store.directory, configuration: tree.configuration)
             known[number] = progress
             if last > progress { waiting.append(CartWaiting(cart: id, after: progress, through: last)) }
         }
