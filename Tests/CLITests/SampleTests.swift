@@ -422,7 +422,9 @@ import Testing
             return Array(records.reversed().prefix { missed.contains($0) })
         }
         #expect(missed == Set(tails), "tail -F missed only records appended as the file was renamed, the last of a rotated part (\(mode)): missed \(missed.sorted().prefix(5)), of which not at a part's end \(missed.subtracting(tails).sorted().prefix(5))")
-        #expect(seen.last == 1001 && missed.count <= rotated.runs, "\(missed.count) missed over \(rotated.runs) rotations")
+        // How many land in the moved part is not bounded by the rotations: one append may carry
+        // several records (a wake-up's batch), and a loaded machine widens the window.
+        #expect(seen.last == 1001, "the reader saw the last record (\(missed.count) missed over \(rotated.runs) rotations)")
     }
 
     @Test func sandbox() throws {
