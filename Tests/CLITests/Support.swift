@@ -113,8 +113,9 @@ func asUser(_ user: UInt32?, _ arguments: [String]) -> (executable: String?, arg
 func basketSync(_ arguments: [String], killAfter seconds: Double, user: UInt32? = nil) throws -> Run? {
     let command = asUser(user, arguments)
     let (process, out, err) = try started(command.arguments, environment: [:], in: nil, executable: command.executable)
-    let deadline = Date().addingTimeInterval(seconds)
-    while process.isRunning, Date() < deadline { usleep(2_000) }
+    // On the monotonic clock: a test that steps the wall clock moves no deadline.
+    let deadline = ContinuousClock.now + .seconds(seconds)
+    while process.isRunning, ContinuousClock.now < deadline { usleep(2_000) }
     if process.isRunning {
         kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
@@ -181,8 +182,9 @@ struct TimedOut: Error, CustomStringConvertible {
 
 /// Waits for a condition with a generous deadline; the outcome never depends on timing.
 func eventually(_ what: String, timeout: Double = 30, _ condition: () throws -> Bool) async throws {
-    let deadline = Date().addingTimeInterval(timeout)
-    while Date() < deadline {
+    // On the monotonic clock: a step of the wall clock (a test's, an operator's) moves no deadline.
+    let deadline = ContinuousClock.now + .seconds(timeout)
+    while ContinuousClock.now < deadline {
         if try condition() { return }
         try await Task.sleep(nanoseconds: 5_000_000)
     }
