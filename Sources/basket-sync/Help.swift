@@ -252,9 +252,10 @@ enum Help {
                 checked; its code is then the exit status. The kind comes from the name
                 (basket-sync.json: configuration; under inbox/: an event; else a cart) unless given.
                 Carts are checked with the sync directory's key names and limits. A file of the
-                sync directory is read as basket-sync reads it there (never through a symbolic
-                link; a cart through one only with "followSymlinks"): valid means the agent takes
-                it. A file elsewhere is yours: its link is followed. FILE - reads standard input.
+                sync directory (by the path as written, through any link) is read as basket-sync
+                reads it there: no symbolic link followed on the way, a cart's only with
+                "followSymlinks"; valid means the agent takes it. A file elsewhere is yours: its
+                link is followed. FILE - reads standard input.
 
                 example:
                   basket-sync validate cart.json basket-sync.json

@@ -440,6 +440,57 @@ import Testing
         #expect(fifo.status == 65 && fifo.stdout.contains("is a FIFO, not a regular file; validate reads regular files (or standard input, -)"), "\(fifo.stdout)")
     }
 
+    /// A file of the sync directory reached through one of its folders that is a link — the
+    /// cart's folder, `inbox/new`, a tree's cart folder — is judged by the path as written, as
+    /// `sync` reaches it: `validate` says it valid exactly when `sync` takes it (the cart's folder
+    /// link followed with "followSymlinks" only, the inbox's and a tree cart's never), whether
+    /// the path is given from the directory, from elsewhere, or absolute.
+    @Test(arguments: [false, true])
+    func validateJudgesAFileBehindALinkedFolderOfTheDirectoryAsSyncDoes(followSymlinks: Bool) throws {
+        let outside = try Playground()
+        for folder in ["host", "new"] { try FileManager.default.createDirectory(atPath: outside.path + "/" + folder, withIntermediateDirectories: false) }
+        try outside.write("host/cart.json", cartJSON([("A", 1)]))
+        try outside.write("new/e1", #"{"id":"e1","type":"basketDelta","products":[{"id":"A","quantity":1}]}"#)
+
+        // The cart's folder is a link out of the directory.
+        let cartSide = try Playground()
+        #expect(try basketSync(["-C", cartSide.path, "init"]).status == 0)
+        try cartSide.write("basket-sync.json", #"{"cart": "host/cart.json", "followSymlinks": \#(followSymlinks)}"#)
+        try FileManager.default.createSymbolicLink(atPath: cartSide.path + "/host", withDestinationPath: outside.path + "/host")
+        let sync = try run(cartSide, ["sync"])
+        let cartTaken = sync.status == 0 && !sync.stderr.contains("cart.json")
+        #expect(cartTaken == followSymlinks, "sync: \(sync.status) \(sync.stderr)")
+        for spelling in ["host/cart.json", "./host/../host/cart.json", cartSide.path + "/host/cart.json"] {
+            let validate = try run(cartSide, ["validate", spelling])
+            #expect((validate.status == 0) == cartTaken, "\(spelling), followSymlinks \(followSymlinks): \(validate.status) \(validate.stdout)\(validate.stderr)")
+        }
+        let fromElsewhere = try basketSync(["-C", cartSide.path, "validate", cartSide.path + "/host/cart.json"])
+        #expect((fromElsewhere.status == 0) == cartTaken, "\(fromElsewhere.stdout)\(fromElsewhere.stderr)")
+
+        // inbox/new is a link out of the directory: never made through, nor read.
+        let inboxSide = try syncDirectory()
+        if followSymlinks { try inboxSide.write("basket-sync.json", #"{"followSymlinks": true}"#) }
+        try FileManager.default.removeItem(atPath: inboxSide.path + "/inbox/new")
+        try FileManager.default.createSymbolicLink(atPath: inboxSide.path + "/inbox/new", withDestinationPath: outside.path + "/new")
+        for spelling in ["inbox/new/e1", inboxSide.path + "/inbox/new/e1"] {
+            let validate = try run(inboxSide, ["validate", spelling])
+            #expect(validate.status == 65 && validate.stdout.contains("inbox/new: is a symbolic link, not a directory"), "\(spelling): \(validate.status) \(validate.stdout)\(validate.stderr)")
+        }
+        _ = try run(inboxSide, ["sync"])
+        #expect(FileManager.default.fileExists(atPath: outside.path + "/new/e1") && !FileManager.default.fileExists(atPath: inboxSide.path + "/inbox/cur/e1"), "sync took nothing through the link")
+
+        // A tree's cart folder that is a link is no cart of the tree: refused, never read.
+        let tree = try Playground()
+        #expect(try basketSync(["-C", tree.path, "init", "--tree"]).status == 0)
+        if followSymlinks {
+            let configuration = try String(contentsOfFile: tree.path + "/basket-sync.json", encoding: .utf8)
+            try tree.write("basket-sync.json", configuration.replacingOccurrences(of: #""followSymlinks": false"#, with: #""followSymlinks": true"#))
+        }
+        try FileManager.default.createSymbolicLink(atPath: tree.path + "/c1", withDestinationPath: outside.path + "/host")
+        let treeCart = try run(tree, ["validate", "c1/cart.json"])
+        #expect(treeCart.status == 65 && treeCart.stdout.contains("c1: is a symbolic link, not a directory"), "\(treeCart.status) \(treeCart.stdout)\(treeCart.stderr)")
+    }
+
     /// Standard input is read as it comes: past the limit it is refused without being read to
     /// its end (an endless stream), and said as more than the limit, never a size it did not know.
     @Test func anEndlessStandardInputIsRefusedAsMoreThanTheLimit() throws {

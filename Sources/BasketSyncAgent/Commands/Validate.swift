@@ -28,16 +28,25 @@ extension Commands {
         if path == "-" {
             bytes = try Posix.readToEnd(0, path: "standard input", limit: configuration.limits.maxFileBytes)
         } else {
-            // A file of the sync directory is read as basket-sync reads it there: never through a
-            // symbolic link (the cart through one only with "followSymlinks"), and valid only if
-            // the agent would take it. A file elsewhere is the user's own: its link is followed.
-            // A FIFO or a device is refused either way.
-            let folder = Posix.resolved(Posix.dirname(of: path))
-            let root = Posix.resolved(directory)
-            let inside = folder != nil && root != nil && (folder == root || folder!.hasPrefix(root! + "/"))
-            let follow = !inside || (kind == .cart && configuration.followSymlinks)
+            // A file of the sync directory is read as basket-sync reads it there: its folders
+            // opened one by one from the directory, none through a symbolic link, nor the file
+            // itself (the cart through links only with "followSymlinks", as every reader of it
+            // does), and valid only if the agent would take it. A file elsewhere is the user's
+            // own: its link is followed. A FIFO or a device is refused either way.
+            let place = placeInDirectory(path, directory: directory)
             do throws(AgentError) {
-                guard let read = try Posix.readFile(path, limit: configuration.limits.maxFileBytes, follow: follow) else {
+                let read: [UInt8]?
+                do throws(AgentError) {
+                    if let place {
+                        read = try readInside(place.relative, base: place.base, kind: kind, configuration: configuration)
+                    } else {
+                        read = try Posix.readFile(path, limit: configuration.limits.maxFileBytes, follow: true)
+                    }
+                } catch {
+                    guard case let .system(failure) = error, failure.isMissing else { throw error }
+                    read = nil
+                }
+                guard let read else {
                     if let enteredDirectory, !path.hasPrefix("/") {
                         throw AgentError.missingInput("\(path): no such file; with -C, paths are relative to the sync directory \(enteredDirectory) (as with git -C): give a path from there, or an absolute one")
                     }
@@ -45,9 +54,11 @@ extension Commands {
                 }
                 bytes = read
             } catch {
+                // What the agent would refuse the file for is a problem of the file.
                 if case .tooLarge = error { return [error.description] }
+                if case .badData = error { return [error.description] }
                 if case var .system(failure) = error, failure.isNotRegular {
-                    if !inside, let shape = failure.shape { failure.refusal = "is \(shape), not a regular file; validate reads regular files (or standard input, -)" }
+                    if place == nil, let shape = failure.shape { failure.refusal = "is \(shape), not a regular file; validate reads regular files (or standard input, -)" }
                     return [failure.description]
                 }
                 throw error
@@ -76,6 +87,42 @@ extension Commands {
             return []
         } catch {
             return error.descriptions(path: shown, bytes: bytes)
+        }
+    }
+
+    /// Where `path` lies in the sync directory: the path from it and the directory it is taken
+    /// from; nil when the file is elsewhere. Judged by the path as spelled (against the working
+    /// directory, `.` and `..` taken as written), so that a file reached through a folder of the
+    /// directory that is a link is still the directory's and refused as the agent refuses it;
+    /// then by where its folder really is, for a spelling of the directory through a link.
+    static func placeInDirectory(_ path: String, directory: String) -> (base: String, relative: String)? {
+        let spelled = Posix.lexicallyAbsolute(path), root = Posix.lexicallyAbsolute(directory)
+        if spelled.hasPrefix(root == "/" ? "/" : root + "/"), spelled.count > root.count {
+            return (directory, String(spelled.dropFirst(root == "/" ? 1 : root.count + 1)))
+        }
+        guard let resolvedRoot = Posix.resolved(directory), let folder = Posix.resolved(Posix.dirname(of: path)) else { return nil }
+        let name = Posix.basename(of: spelled)
+        if folder == resolvedRoot { return (resolvedRoot, name) }
+        guard folder.hasPrefix(resolvedRoot + "/") else { return nil }
+        return (resolvedRoot, String(folder.dropFirst(resolvedRoot.count + 1)) + "/" + name)
+    }
+
+    /// Reads `relative` under `base` (the sync directory) as basket-sync reads a file there:
+    /// the folders on the way opened without following a link; a cart, with "followSymlinks",
+    /// as every reader of the cart follows it, other files never through a link.
+    private static func readInside(_ relative: String, base: String, kind: FileKind, configuration: AgentConfiguration) throws(AgentError) -> [UInt8]? {
+        let limit = configuration.limits.maxFileBytes
+        let cart = configuration.cart
+        if kind == .cart, configuration.followSymlinks, relative == cart || relative.hasSuffix("/" + cart) {
+            let folder = String(relative.dropLast(cart.utf8.count))
+            guard !folder.isEmpty else { return try CartReader.readCart(base + "/" + cart, configuration: configuration)?.bytes }
+            // A tree's cart: its folder opened first, as the agent pins it.
+            return try Posix.withPinnedFolders(base: base, relative: folder + ".") { (pinned) throws(AgentError) in
+                try CartReader.readCart(pinned + "/" + cart, configuration: configuration)?.bytes
+            }
+        }
+        return try Posix.withPinnedFolders(base: base, relative: relative) { (pinned) throws(AgentError) in
+            try Posix.readFile(pinned, limit: limit, follow: false)
         }
     }
 }

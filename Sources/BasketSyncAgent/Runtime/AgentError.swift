@@ -129,7 +129,9 @@ extension AgentError {
     /// (a pinned folder's /proc/self/fd path, named as the user knows it).
     func replacingPathPrefix(_ prefix: String, with replacement: String) -> AgentError {
         func renamed(_ path: String) -> String {
-            path.hasPrefix(prefix) ? replacement + path.dropFirst(prefix.count) : path
+            // "PREFIX/./REST", a pinned folder's file, is "REPLACEMENT/REST".
+            if path.hasPrefix(prefix + "/./") { return replacement + path.dropFirst(prefix.count + 2) }
+            return path.hasPrefix(prefix) ? replacement + path.dropFirst(prefix.count) : path
         }
         switch self {
         case var .system(error):

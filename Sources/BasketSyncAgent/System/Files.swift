@@ -167,6 +167,21 @@ extension Posix {
         return made
     }
 
+    /// `path` made absolute against the working directory, its `.`, `..` and repeated slashes
+    /// taken as written (no link followed, nothing looked at on disk).
+    package static func lexicallyAbsolute(_ path: String) -> String {
+        var components: [Substring] = []
+        let whole = path.hasPrefix("/") ? path : (currentDirectory() ?? "") + "/" + path
+        for component in whole.split(separator: "/") {
+            switch component {
+            case ".": continue
+            case "..": _ = components.popLast()
+            default: components.append(component)
+            }
+        }
+        return "/" + components.joined(separator: "/")
+    }
+
     package static func dirname(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
         return slash == path.startIndex ? "/" : String(path[..<slash])

@@ -352,6 +352,7 @@ extension Posix {
         _ = execv("/proc/self/exe", CommandLine.unsafeArgv)
     }
 
+    /// The working directory, absolute; nil when it cannot be said (removed, say).
     package static func currentDirectory() -> String? {
         guard let pointer = getcwd(nil, 0) else { return nil }
         defer { free(pointer) }
