@@ -135,11 +135,22 @@ import TestSupport
         for file in ["outbox.jsonl", "notifications.jsonl"] { try FileManager.default.removeItem(atPath: playground.path + "/" + file) }
         try FileManager.default.removeItem(atPath: state)
         try FileManager.default.copyItem(atPath: older, toPath: state)
+        // The database as status shows it, but for the ages that grow by themselves.
+        func database() throws -> String {
+            try run(playground, ["status", "--json"]).stdout.replacingOccurrences(of: #""ageSeconds":[0-9.e-]+"#, with: "", options: .regularExpression)
+        }
+        let before = try database()
         for command in [["apply"], ["wait", "--timeout", "0"]] {
             let refused = try basketSync(["-C", playground.path] + command)
             #expect(refused.status == 74 && refused.stdout.isEmpty, "\(command): \(refused.stdout) \(refused.stderr)")
             #expect(refused.stderr.contains("says \"syncedThrough\" 2, beyond the outbox's last record (1)") && refused.stderr.contains("Restore .basket-sync/ from a backup at least as new as the cart"), "\(refused.stderr)")
             #expect(playground.read("cart.json") == applied, "\(command): the cart is left as it was")
+            // Nothing taken nor written: no notification of the cart, no file made again.
+            for file in ["outbox.jsonl", "notifications.jsonl"] {
+                #expect(!FileManager.default.fileExists(atPath: playground.path + "/" + file), "\(command) wrote \(file)")
+            }
+            let after = try database()
+            #expect(after == before, "\(command) changed the database: \(before)\n\(after)")
         }
         // The newer backup put back: nothing left to apply, nothing applied twice.
         try FileManager.default.removeItem(atPath: state)

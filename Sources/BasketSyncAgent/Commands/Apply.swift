@@ -102,6 +102,12 @@ extension Commands {
         // The outbox file is what a host reads: make sure it holds every committed record (and
         // that no file holds more than the database: then nothing is applied).
         try engine.checkDatabaseNotBehind()
+        // A cart claiming beyond the outbox is refused before anything is taken or written: the
+        // database is behind it, and nothing it would make could be trusted (checked again below
+        // on the cart as read under the lock).
+        if let error = CartReader.claimBeyondOutbox(CartReader.claim(in: directory, configuration: configuration), state: try engine.currentState(), cartPath: engine.cartPath, configuration: configuration) {
+            throw error
+        }
         try engine.publish(.outbox)
         // The cart in place is taken first: what it acknowledges or echoes, and a claim beyond the
         // outbox, decide where apply starts — not whether a sync happened to run before.
