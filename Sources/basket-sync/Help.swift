@@ -171,8 +171,9 @@ enum Help {
                 run wraps its edit in basket-sync lock.
                 On a tree's root it applies every cart that has records after its host's progress
                 (the carts wait on the root lists), one after the other: one line per cart (--json:
-                one object per line, with "cart"); a cart that fails is said on stderr and the
-                others are served (the exit status is the first failure's).
+                one object per line, with "cart"); a cart that fails, or whose records wait said it
+                cannot list, is said on stderr and the others are served (the exit status is the
+                first failure's).
 
                 example:
                   basket-sync apply --json
@@ -322,7 +323,10 @@ enum Help {
                 On a tree's root it waits for every cart at once: it blocks until one cart or more
                 has records after its host's progress and prints one line per such cart,
                 {"cart":"ID","after":N,"through":M} (no --after: each cart has its own progress).
-                One process serves a fleet; apply on the root then applies them cart by cart.
+                One process serves a fleet; apply on the root then applies them cart by cart. A
+                cart whose records cannot be applied (its cart claims beyond its outbox: its apply
+                refuses, 74) is not listed but said on stderr when first seen, and named if the
+                wait times out.
 
                 example:
                   while basket-sync wait >/dev/null; do basket-sync apply || exit; done

@@ -109,7 +109,10 @@ func run() throws(AgentError) -> Int32 {
         guard after == nil else {
             throw .usage("wait on a tree's root takes no --after: each cart is waited for after its own host's progress (give -C \(directory)/CART-ID for one cart)")
         }
-        emit(try Commands.waitTree(root: directory, timeout: timeout).map(\.json).joined(separator: "\n"))
+        let waiting = try Commands.waitTree(root: directory, timeout: timeout) { cart, error in
+            emit("basket-sync: cart \(cart): warning: its records are not listed: \(error.description)", to: .error)
+        }
+        emit(waiting.map(\.json).joined(separator: "\n"))
     case let .wait(after, timeout):
         let result = try Commands.wait(directory: directory, after: after, timeout: timeout)
         emit(String(decoding: result.lines.joined(), as: UTF8.self))

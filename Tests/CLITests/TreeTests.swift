@@ -832,8 +832,10 @@ import TestSupport
         #expect(agent.stop() == 0)
     }
 
-    /// `wait` on the root leaves out a cart whose cart claims beyond its outbox (its apply would
-    /// refuse, 74) and serves the others; the claim made honest, the cart is listed again.
+    /// `wait` on the root does not list a cart whose cart claims beyond its outbox (its apply
+    /// refuses, 74) but says it, and serves the others; left alone with it, it times out naming
+    /// it; `apply` on the root reports it failed (74) and applies the others. The claim made
+    /// honest, the cart is listed again.
     @Test func waitOnTheRootLeavesOutACartClaimingBeyondItsOutbox() throws {
         let playground = try tree()
         for id in ["a", "b"] {
@@ -845,6 +847,12 @@ import TestSupport
         try playground.writeAtomically("a/cart.json", cartJSON([("X", 1)], syncedThrough: 9))
         let found = try basketSync(["-C", playground.path, "wait", "--timeout", "0"])
         #expect(found.status == 0 && found.stdout == "{\"cart\":\"b\",\"after\":0,\"through\":1}\n", "\(found)")
+        let refusal = "cart a: warning: its records are not listed: \(playground.path)/a/cart.json: says \"syncedThrough\" 9, beyond the outbox's last record (1)"
+        #expect(found.stderr.contains(refusal), "\(found.stderr)")
+        let applied = try basketSync(["-C", playground.path, "apply"])
+        #expect(applied.status == 74 && applied.stdout.hasPrefix("b: applied 1 updateBasket record(s)") && applied.stderr.contains("cart a: \(playground.path)/a/cart.json: says \"syncedThrough\" 9"), "\(applied)")
+        let alone = try basketSync(["-C", playground.path, "wait", "--timeout", "0"])
+        #expect(alone.status == 75 && alone.stdout.isEmpty && alone.stderr.contains(refusal) && alone.stderr.contains("no cart has records to apply within 0 s but 1 whose records are refused (said above: a)"), "\(alone)")
         try playground.writeAtomically("a/cart.json", cartJSON([("X", 1)], syncedThrough: 0))
         let both = try basketSync(["-C", playground.path, "wait", "--timeout", "0"])
         #expect(both.stdout.contains("{\"cart\":\"a\",\"after\":0,\"through\":1}"), "\(both)")

@@ -22,35 +22,43 @@ extension Commands {
     }
 
     /// The carts of the tree at `root` whose outbox holds records after their host's progress,
-    /// by id. `known` caches each cart's progress between looks (a cart whose last seq is not
-    /// past it is not read again); one read-only connection, opened and closed for this look.
-    static func cartsWaiting(root: String, known: inout [Int64: UInt64]) throws(AgentError) -> [CartWaiting] {
+    /// by id, and the carts with records that cannot be served: their cart claims beyond their
+    /// outbox (their `apply` refuses, 74), each with its error. `known` caches each cart's
+    /// progress between looks (a cart whose last seq is not past it is not read again); one
+    /// read-only connection, opened and closed for this look.
+    static func cartsWaiting(root: String, known: inout [Int64: UInt64]) throws(AgentError) -> (waiting: [CartWaiting], refused: [(cart: String, error: AgentError)]) {
         let tree = try Tree(root: root, readOnly: true)
         let (carts, lasts) = try tree.database.withTransaction { () throws(AgentError) in
             (try tree.database.carts(), try tree.database.lastOutboxSeqs())
         }
         var waiting: [CartWaiting] = []
+        var refused: [(cart: String, error: AgentError)] = []
         for (id, number) in carts.sorted(by: { $0.key < $1.key }) {
             guard let last = lasts[number], last > known[number] ?? 0 else { continue }
             // A cart that cannot be read now (its directory made again, not adopted yet) is left
             // for the agent; the others are served.
             guard let store = try? tree.cartStore(id, create: false, readOnly: true) else { continue }
             let state = try store.withTransaction { () throws(AgentError) in try store.loadState() }
-            // A cart claiming beyond its outbox cannot be served (its apply refuses, 74): left out,
-            // looked at again at the next look; status says why. Any other error is the wait's.
-            if CartReader.claimBeyondOutbox(CartReader.claim(in: store.directory, configuration: tree.configuration), state: state, cartPath: "\(store.directory)/\(tree.configuration.cart)", configuration: tree.configuration) != nil { continue }
+            // A cart claiming beyond its outbox cannot be served (its apply refuses, 74): said, never
+            // hidden, and looked at again at the next look. Any other error is the wait's.
+            if let error = CartReader.claimBeyondOutbox(CartReader.claim(in: store.directory, configuration: tree.configuration), state: state, cartPath: "\(store.directory)/\(tree.configuration.cart)", configuration: tree.configuration) {
+                refused.append((id, error.named))
+                continue
+            }
             let progress = try CartReader.hostProgress(state, store: store, directory: store.directory, configuration: tree.configuration)
             known[number] = progress
             if last > progress { waiting.append(CartWaiting(cart: id, after: progress, through: last)) }
         }
-        return waiting
+        return (waiting, refused)
     }
 
     /// `wait` on a tree's root: blocks until one cart or more has records after its host's
     /// progress, and returns them — one process serves a fleet. It sleeps on inotify (the tree's
     /// database written: any commit) — and looks at every poll interval where the root is
     /// polled — and writes nothing. Throws `.busy` (75) when `timeout` seconds pass first.
-    public static func waitTree(root: String, timeout: Double?) throws(AgentError) -> [CartWaiting] {
+    /// A cart with records that cannot be served (its cart claims beyond its outbox) is given
+    /// to `refused` once, when first seen, and waited for again once it can be.
+    public static func waitTree(root: String, timeout: Double?, refused: (String, AgentError) -> Void = { _, _ in }) throws(AgentError) -> [CartWaiting] {
         let configuration = try AgentConfiguration.load(directory: root)
         let databaseDirectory = try Database.place(of: root).state
         let inotify: Inotify
@@ -64,18 +72,27 @@ extension Commands {
         let polling = (try? WatchChoice.decide(directory: root, cart: configuration.cart, settings: configuration.watch, override: nil))
             .flatMap { $0.polls ? $0.intervalMs : nil }
         var known: [Int64: UInt64] = [:]
+        var said = Set<String>()
         // Under a busy agent (a commit a millisecond) a look every 20 ms at most.
         let loop = WaitLoop(inotify: inotify, path: root, pollMs: polling, timeout: timeout, minimumGap: 0.02)
-        return try loop.run(timedOut: "\(root): no cart has records after its host's progress within \(AgentConfiguration.number(timeout ?? 0)) s; run wait again to go on waiting",
-                            worthALook: { event in
-            // A commit writes the database's WAL (the agent's, a one-shot command's); its own reads
-            // (the shared-memory index, a connection closing) are not worth a look.
-            event.name == Layout.commitSignal || (event.name == Layout.database + "-wal" && event.mask.contains(.modify))
-                // The database replaced (a backup restored).
-                || (event.name == Layout.database && !event.mask.isDisjoint(with: [.movedTo, .create]))
-        }) { () throws(AgentError) -> [CartWaiting]? in
-            let waiting = try cartsWaiting(root: root, known: &known)
-            return waiting.isEmpty ? nil : waiting
+        do throws(AgentError) {
+            return try loop.run(timedOut: "\(root): no cart has records after its host's progress within \(AgentConfiguration.number(timeout ?? 0)) s; run wait again to go on waiting",
+                                worthALook: { event in
+                // A commit writes the database's WAL (the agent's, a one-shot command's); its own
+                // reads (the shared-memory index, a connection closing) are not worth a look.
+                event.name == Layout.commitSignal || (event.name == Layout.database + "-wal" && event.mask.contains(.modify))
+                    // The database replaced (a backup restored).
+                    || (event.name == Layout.database && !event.mask.isDisjoint(with: [.movedTo, .create]))
+            }) { () throws(AgentError) -> [CartWaiting]? in
+                let (waiting, refusedNow) = try cartsWaiting(root: root, known: &known)
+                for (cart, error) in refusedNow where !said.contains(cart) { refused(cart, error) }
+                said = Set(refusedNow.map(\.cart))
+                return waiting.isEmpty ? nil : waiting
+            }
+        } catch {
+            // The carts that could not be served are named with the time out, not left to be missed.
+            guard case .busy = error, !said.isEmpty else { throw error }
+            throw .busy("\(root): no cart has records to apply within \(AgentConfiguration.number(timeout ?? 0)) s but \(said.count) whose records are refused (said above: \(said.sorted().prefix(5).joined(separator: ", "))\(said.count > 5 ? ", …" : "")); run wait again to go on waiting")
         }
     }
 
@@ -109,7 +126,9 @@ extension Commands {
     public static func applyTree(root: String, lockTimeout: Double?, logger: Logger) throws(AgentError) -> TreeApplySummary {
         var known: [Int64: UInt64] = [:]
         var summary = TreeApplySummary()
-        for cart in try cartsWaiting(root: root, known: &known) {
+        let (waiting, refused) = try cartsWaiting(root: root, known: &known)
+        summary.failed = refused
+        for cart in waiting {
             do throws(AgentError) {
                 summary.applied.append((cart.cart, try apply(directory: "\(root)/\(cart.cart)", lockTimeout: lockTimeout, logger: logger)))
             } catch {
