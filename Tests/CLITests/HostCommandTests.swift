@@ -524,6 +524,35 @@ import Testing
         #expect(validate.status == 65 && validate.stdout.contains("basket-sync.json:1:1: the configuration is over 1048576 bytes"), "\(validate.status) \(validate.stdout)")
         #expect(try run(playground, ["sync"]).status == 78, "what validate says, the commands do")
     }
+
+    /// The directory's configuration that every command refuses for who may change it — writable
+    /// by its group or by others, another account's, in a directory others may write — is not
+    /// "valid" to validate: what validate says, the commands do, whatever makes them refuse it.
+    /// A cart is then not judged under the defaults instead: the refusal is said (78).
+    @Test(arguments: ["group-writable", "world-writable", "another account's", "an open directory"])
+    func validateJudgesTheDirectorysConfigurationAsTheCommandsLoadIt(shape: String) throws {
+        let playground = try syncDirectory()
+        try playground.write("cart.json", cartJSON([("A", 1)]))
+        let configuration = playground.path + "/basket-sync.json"
+        switch shape {
+        case "group-writable": #expect(chmod(configuration, 0o660) == 0)
+        case "world-writable": #expect(chmod(configuration, 0o646) == 0)
+        case "another account's": #expect(chown(configuration, 65534, 65534) == 0)
+        default: #expect(chmod(playground.path, 0o777) == 0)
+        }
+        let sync = try run(playground, ["sync"])
+        #expect(sync.status == 78, "\(shape): \(sync.stderr)")
+        for spelling in ["basket-sync.json", configuration] {
+            let validate = try run(playground, ["validate", spelling])
+            // The very refusal the commands give.
+            #expect(validate.status == 65 && !validate.stdout.isEmpty && sync.stderr == "basket-sync: " + validate.stdout, "\(shape), \(spelling): \(validate.status) \(validate.stdout)\(validate.stderr)")
+        }
+        let cart = try run(playground, ["validate", "cart.json"])
+        #expect(cart.status == 78 && cart.stdout.isEmpty && cart.stderr == sync.stderr, "\(shape): \(cart.status) \(cart.stdout)\(cart.stderr)")
+        // Its own configuration again, it is valid.
+        #expect(chmod(configuration, 0o644) == 0 && chown(configuration, 0, 0) == 0 && chmod(playground.path, 0o755) == 0)
+        #expect(try run(playground, ["validate", "basket-sync.json", "cart.json"]).status == 0)
+    }
 }
 
 extension HostCommandTests {

@@ -23,7 +23,10 @@ extension Commands {
     /// `validate`: every problem of a file as `path:line:column: reason`; empty when valid.
     /// `enteredDirectory` is the sync directory when `-C` made relative paths relative to it.
     public static func validate(path: String, kind: FileKind, directory: String, enteredDirectory: String? = nil) throws(AgentError) -> [String] {
-        let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
+        // A cart or an event is judged under the directory's settings, as the commands load them:
+        // a configuration they refuse (78) is said, not replaced by the defaults. A configuration
+        // being checked is judged on its own.
+        let configuration = kind == .config ? AgentConfiguration() : try AgentConfiguration.load(directory: directory)
         let bytes: [UInt8]
         if path == "-" {
             bytes = try Posix.readToEnd(0, path: "standard input", limit: configuration.limits.maxFileBytes)
@@ -71,6 +74,11 @@ extension Commands {
                 return ["\(shown):1:1: the configuration is over \(AgentConfiguration.maximumFileBytes) bytes (every command refuses it, 78); it holds a few settings, check that this is the right file"]
             }
             do { _ = try AgentConfiguration.parse(bytes, path: shown, in: path == "-" ? directory : Posix.dirname(of: path)) } catch { return [error.description] }
+            // The directory's own configuration is judged as every command loads it, its owner and
+            // mode (and the directory's) too: valid means the commands take it.
+            if path != "-", let place = placeInDirectory(path, directory: directory), place.relative == AgentConfiguration.fileName {
+                do { _ = try AgentConfiguration.loadFile(directory: place.base) } catch { return [error.description] }
+            }
             return []
         }
         do throws(DecodingFailure) {
