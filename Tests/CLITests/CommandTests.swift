@@ -203,7 +203,8 @@ import Testing
 
     /// With "followSymlinks", a cart that is a link to a file in another folder is taken when
     /// that file changes — inotify sees the sync directory's names, not the link's target, so
-    /// the agent looks at the cart every interval as well.
+    /// the agent looks at the cart every interval as well, and says so (its log, `status`): not
+    /// "inotify" alone.
     @Test func aCartThatIsALinkElsewhereIsTakenWhenItsTargetChanges() async throws {
         let playground = try Playground()
         let dir = playground.path + "/sync"
@@ -220,6 +221,10 @@ import Testing
         try await eventually("the target's new version is taken") {
             playground.records("sync/notifications.jsonl").last?["syncedThrough"] as? Int == 1
         }
+        let said = "the cart also looked at every 1000 ms (\"followSymlinks\": a link may lead to a file inotify does not see here)"
+        #expect(agent.log.contains(said), "\(agent.log)")
+        let status = try basketSync(["-C", dir, "status"])
+        #expect(status.stdout.contains(said), "\(status.stdout)")
         #expect(agent.stop() == 0)
     }
 

@@ -510,11 +510,9 @@ public final class Agent {
     private func startLine() -> String {
         let synchronizer = isSynchronizerRegistered ? "" : ", no synchronizer registered: Mealz deltas are ignored"
         guard tree != nil else {
-            return "watching \(root) (cart \(configuration.cart), pid \(Posix.processId), \(rootChoice.description)\(synchronizer))"
+            return "watching \(root) (cart \(configuration.cart), pid \(Posix.processId), \(watchDescription)\(synchronizer))"
         }
-        let polled = polledCarts
-        let how = rootChoice.polls || (polled == carts.count && polled > 0) ? "polled every \(rootChoice.intervalMs) ms" : polled == 0 ? "inotify" : "\(polled) polled every \(rootChoice.intervalMs) ms"
-        return "watching the tree \(root) (\(carts.count) carts, \(how), cart \(configuration.cart), pid \(Posix.processId)\(synchronizer))"
+        return "watching the tree \(root) (\(carts.count) carts, \(watchDescription), cart \(configuration.cart), pid \(Posix.processId)\(synchronizer))"
     }
 
     /// Keeps `cart` in ``timed`` while it has a retry or a deadline ahead, and in

@@ -389,10 +389,20 @@ extension Agent {
     /// How this agent sees its carts, kept for `status` (with its pid: a note of an agent gone is
     /// not shown as the truth of now).
     func recordWatch() {
-        let polled = polledCarts
-        let how = tree == nil ? rootChoice.description
-            : rootChoice.polls || (polled == carts.count && polled > 0) ? "polling every \(rootChoice.intervalMs) ms (\(rootChoice.reason))" : polled == 0 ? "inotify"
-            : "\(polled) of \(carts.count) carts polled every \(rootChoice.intervalMs) ms, the others inotify"
-        _ = try? database.withTransaction { () throws(AgentError) in try database.rootRows.setNote(.watch, "\(Posix.processId)\t\(how)") }
+        _ = try? database.withTransaction { () throws(AgentError) in try database.rootRows.setNote(.watch, "\(Posix.processId)\t\(watchDescription)") }
+    }
+
+    /// How the carts are seen, for the log and `status`: inotify, polling, or some of each — and,
+    /// with "followSymlinks", that a watched cart is looked at every interval as well (a link may
+    /// lead to a file whose writes inotify does not see in the directory).
+    var watchDescription: String {
+        // With followSymlinks every cart has a poller; those polled alone have no watcher.
+        let polled = configuration.followSymlinks ? carts.values.reduce(0) { $0 + ($1.watcher == nil ? 1 : 0) } : polledCarts
+        let watched = carts.count - polled
+        let also = configuration.followSymlinks && !rootChoice.polls && (tree == nil || watched > 0)
+            ? ", \(tree == nil ? "the cart" : "the watched carts") also looked at every \(rootChoice.intervalMs) ms (\"followSymlinks\": a link may lead to a file inotify does not see here)" : ""
+        guard tree != nil else { return rootChoice.description + also }
+        if rootChoice.polls || (polled == carts.count && polled > 0) { return "polling every \(rootChoice.intervalMs) ms (\(rootChoice.reason))" }
+        return (polled == 0 ? "inotify" : "\(polled) of \(carts.count) carts polled every \(rootChoice.intervalMs) ms, the others inotify") + also
     }
 }
