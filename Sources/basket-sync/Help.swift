@@ -126,7 +126,9 @@ enum Help {
                 --redirect asks the host to open its cart. A redelivered --id is processed once.
                 A state carries the Mealz basket it was based on: the current one, or --basket N
                 (the "basket" of the notification the WebView saw); a state for a basket a payment
-                or a store change has closed is stale, ignored and counted, never diffed.
+                or a store change has closed is stale, ignored and counted, never diffed. An
+                account that may not read the database takes the last notification's basket (73
+                when none tells it: give --basket N).
 
                 example:
                   basket-sync push sku-1=+2 sku-9=-1

@@ -1,4 +1,5 @@
 import BasketSync
+import Glibc
 import BasketSyncWire
 
 extension Commands {
@@ -57,10 +58,20 @@ extension Commands {
         case .delta: event = .basketDelta(products)
         case let .state(basket):
             var based = basket
-            // A database this account may not read (another account's, in a shared directory)
-            // leaves the basket unsaid: the agent takes the state as of the current one. A
-            // delivery is never refused for it.
-            if based == nil { based = try? currentBasket(directory: directory, workspace: workspace) ?? nil }
+            if based == nil {
+                do throws(AgentError) { based = try currentBasket(directory: directory, workspace: workspace) } catch {
+                    // A database this account may not read (another account's, in a shared
+                    // directory): the basket as the notifications tell it (closing a basket
+                    // writes one of the new basket at once). Left unsaid, the state would be
+                    // diffed against whatever basket is current when the agent takes it — a
+                    // payment in between, and the paid units pushed again — so, when nothing
+                    // tells it, the state is refused, never delivered without its basket.
+                    guard let told = basketFromNotifications(directory: folder?.path ?? directory, shown: directory) else {
+                        throw .refused("push --state: the current Mealz basket cannot be known here (\(error.description)); and \(directory)/\(Projection.notifications.fileName) tells none: give --basket N, the \"basket\" of the last notification the WebView saw, or push as the directory's owner")
+                    }
+                    based = told
+                }
+            }
             event = .basketState(products, basket: based)
         case let .transfer(transferId): event = .basketTransfer(products, transferId: transferId)
         case .redirect: event = .redirectToCart
@@ -75,10 +86,31 @@ extension Commands {
         return eventId
     }
 
+    /// The basket of the last notification of `directory` (its live file, else its newest rotated
+    /// part), read only from a file its owner or root owns and nobody else may write; nil when
+    /// none tells it.
+    private static func basketFromNotifications(directory: String, shown: String) -> UInt64? {
+        let path = "\(directory)/\(Projection.notifications.fileName)"
+        let owner = Posix.info(directory, follow: true)?.owner ?? geteuid()
+        for file in [path] + JSONLinesFile.rotatedParts(of: path).prefix(1) {
+            guard let last = JSONLinesFile(path: file).lastRecord(isRecord: Projection.notifications.isRecord) else { continue }
+            guard Trust.refusal(last.info, path: file, what: "the notifications", as: owner) == nil,
+                  let notification = try? RecordFormat.notification(last.line) else { return nil }
+            return notification.basket
+        }
+        return nil
+    }
+
     /// The current Mealz basket of `directory`, as a WebView that saw the last notification knows
     /// it; nil before the database exists (the agent makes it, and a state is then diffed).
     private static func currentBasket(directory: String, workspace: Workspace) throws(AgentError) -> UInt64? {
-        if workspace == .directory, !Posix.exists(try Database.path(of: directory)) { return nil }
+        let database = try Database.path(of: directory)
+        // Not there yet (the agent makes it): a state before it is diffed. One this account may
+        // not look at is not missing: it is said.
+        if workspace == .directory, !Posix.exists(database) {
+            guard Posix.isPermissionDenied(database) else { return nil }
+            throw .system(SystemError(operation: "open", path: database, code: SystemError.permissionDenied))
+        }
         let store = try Store.open(directory: directory, readOnly: true)
         return try store.withTransaction { () throws(AgentError) in try store.loadState().basket }
     }

@@ -670,6 +670,24 @@ final class JSONLinesFile {
         return found
     }
 
+    /// The file's last whole record (with its newline), read backwards past lines that are not
+    /// records, without following a link, and its file's information (who owns it, its mode);
+    /// nil when there is none or the file cannot be read.
+    func lastRecord(isRecord: ([UInt8]) -> Bool) -> (line: [UInt8], info: FileInfo)? {
+        guard let fd = try? Posix.open(path, [.readOnly]) else { return nil }
+        defer { Posix.close(fd) }
+        guard let info = try? Posix.fileInfo(fd, path: path), info.kind == .regular, !Posix.hasHole(fd, size: info.size),
+              let tail = try? readTail(fd, size: info.size) else { return nil }
+        var found: [UInt8]?
+        try? linesBackward(fd, end: tail.completeSize) { (start, length) throws(AgentError) in
+            guard RecordFormat.seq(ofLine: try read(fd, at: start, count: min(length, 32))) > 0 else { return true }
+            let line = try read(fd, at: start, count: length + 1)
+            if isRecord(line) { found = line; return false }
+            return true
+        }
+        return found.map { ($0, info) }
+    }
+
     /// The whole record lines after `seq` at the end of the file, in order (with their newline),
     /// read backwards until a record at or below `seq`: what a reader of the file has to take.
     func recordLines(after seq: UInt64, isRecord: ([UInt8]) -> Bool) -> [[UInt8]] {
