@@ -1,5 +1,7 @@
 import Foundation
 import Testing
+import TestSupport
+import Seeded
 
 /// Nothing holds the agent up, and no cart holds up another (docs/spec.md §7): SIGTERM is looked
 /// at between events and between carts, and from the agent's first instant; a tree's cart takes
@@ -242,5 +244,56 @@ extension ISO8601DateFormatter {
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         return formatter
+    }
+}
+
+extension StopAndShareTests {
+    /// Two passes at once over one inbox (a cron `sync` beside another, or beside the agent):
+    /// seeded deliveries of valid events, redeliveries of their ids under other names and
+    /// malformed events, both passes run together, round after round. From the SPEC's words:
+    /// every entry set aside in `bad/` has its `.error` beside it; `cur/` holds taken +
+    /// duplicates (each delivery counted once, whichever pass took it); `status` counts in
+    /// `bad/` what is there; every id is taken once.
+    @Test func twoPassesAtOnceCountEachDeliveryOnceAndSetAsideEachWithItsReason() async throws {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.write("cart.json", cartJSON([], syncedThrough: 0))
+        var delivered = 0, malformed = 0
+        var ids = Set<String>()
+        for round in 0..<3 {
+            for _ in 0..<120 {
+                delivered += 1
+                let name = String(format: "%010d.M%06dP1R%d.race", 1_796_000_000 + round, delivered, delivered)
+                let text: String
+                switch rng.next() % 4 {
+                case 0:
+                    malformed += 1
+                    text = "{\"id\":\"bad-\(delivered)\",\"type\":"
+                default:
+                    // Ids drawn from a small set: many are redeliveries.
+                    let id = "e\(rng.next() % 40)"
+                    ids.insert(id)
+                    text = "{\"id\":\"\(id)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\",\"quantity\":1}]}"
+                }
+                try playground.write("inbox/tmp/\(name)", text)
+                #expect(rename(playground.path + "/inbox/tmp/\(name)", playground.path + "/inbox/new/\(name)") == 0)
+            }
+            let passes = try (0..<2).map { _ in try startedInBackground(["-C", playground.path, "sync"]) }
+            for pass in passes { pass.waitUntilExit() }
+            let context = "seed \(seed) (replay: BASKET_SYNC_SEED=\(seed)), round \(round + 1)"
+            let bad = playground.names("inbox/bad")
+            let setAside = bad.filter { !$0.hasSuffix(".error") && !$0.hasPrefix(".") }
+            #expect(setAside.count == malformed, "\(context): \(setAside.count) set aside of \(malformed) malformed")
+            #expect(setAside.allSatisfy { bad.contains("\($0).error") }, "\(context): set aside without its reason: \(setAside.filter { !bad.contains("\($0).error") }.prefix(5))")
+            let status = try JSONSerialization.jsonObject(with: Data(try basketSync(["-C", playground.path, "status", "--json"]).stdout.utf8)) as? [String: Any]
+            let inbox = status?["inbox"] as? [String: Any]
+            let taken = inbox?["taken"] as? Int ?? -1, duplicates = inbox?["duplicates"] as? Int ?? -1
+            #expect(taken == ids.count, "\(context): \(taken) taken of \(ids.count) ids")
+            #expect(taken + duplicates == playground.names("inbox/cur").count && taken + duplicates == delivered - malformed, "\(context): taken \(taken) + duplicates \(duplicates), cur/ \(playground.names("inbox/cur").count), valid deliveries \(delivered - malformed)")
+            #expect(inbox?["bad"] as? Int == malformed, "\(context): \(String(describing: inbox))")
+        }
+        #expect(playground.records("outbox.jsonl").count == ids.count, "seed \(seed): each id's record once")
     }
 }

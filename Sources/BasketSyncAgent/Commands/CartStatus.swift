@@ -168,7 +168,7 @@ public struct CartStatus {
             inboxProblem = error.description
             oldestWaiting = nil
         }
-        inboxBad = Posix.listDirectory("\(directory)/inbox/bad").filter { !$0.hasSuffix(".error") }.count
+        inboxBad = Posix.listDirectory("\(directory)/inbox/bad").filter(Inbox.isSetAside).count
         now = Date()
     }
 

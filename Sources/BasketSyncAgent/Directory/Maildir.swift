@@ -220,6 +220,10 @@ struct Inbox {
         return (nil, target == name ? nil : target)
     }
 
+    /// Whether a name of `bad/` is an entry set aside: not its `.error`, nor a file being written
+    /// there (a hidden temporary name, left by a process killed while it wrote).
+    static func isSetAside(_ name: String) -> Bool { !name.hasSuffix(".error") && !name.hasPrefix(".") }
+
     /// Moves an entry to `bad/` with a `.error` file beside it saying why. An entry whose name is
     /// too long for its `.error`, or that `bad/` cannot take under its name, goes there under a
     /// name of its own: it never blocks the entries behind it. Returns its name in `bad/`; nil
@@ -246,7 +250,10 @@ struct Inbox {
                 return base
             } catch {
                 if error.isMissing, Posix.info(path(of: name), follow: false) == nil {
-                    Posix.unlink("\(bad)/\(base).error")
+                    // Another process took it meanwhile. One that set it aside under this very
+                    // name (both saw it free) wrote this `.error` too, replaced by ours, the same
+                    // words: it stays beside the entry. Otherwise it was ours alone.
+                    if Posix.info("\(bad)/\(base)", follow: false) == nil { Posix.unlink("\(bad)/\(base).error") }
                     return nil
                 }
                 Posix.unlink("\(bad)/\(base).error")

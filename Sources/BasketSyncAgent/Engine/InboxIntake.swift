@@ -279,13 +279,17 @@ extension SyncEngine {
                 duplicate = true
                 // A redelivery (another file with the same id) is counted for status: cur/ holds
                 // one file per delivery, the inbox table one row per id. This very file taken by
-                // another process meanwhile (the agent and a sync racing) is not a redelivery.
-                try store.recordFiled(folder: "cur", name: name, at: now)
+                // another process meanwhile (the agent and a sync racing) is not a redelivery; a
+                // redelivery another process counted meanwhile (it filed it first) is not
+                // counted again.
                 if takenFrom != name {
-                    try store.setNote(.inboxDuplicates, String((Int(try store.note(.inboxDuplicates) ?? "") ?? 0) + 1))
+                    if try !store.isFiled(folder: "cur", name: name) {
+                        try store.setNote(.inboxDuplicates, String((Int(try store.note(.inboxDuplicates) ?? "") ?? 0) + 1))
+                    }
                 } else {
                     sameFile = true
                 }
+                try store.recordFiled(folder: "cur", name: name, at: now)
                 return []
             }
             do throws(SyncInputError) { return try machine.receive(event.event, source: event.id, at: now) } catch {

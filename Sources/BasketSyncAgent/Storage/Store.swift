@@ -78,7 +78,7 @@ package final class Store {
                 for folder in ["cur", "bad"] {
                     let path = "\(directory)/inbox/\(folder)"
                     // Read without following a link: a folder that is one is none of basket-sync's.
-                    for name in (try? Posix.entries(of: path)) ?? [] where !(folder == "bad" && name.hasSuffix(".error")) {
+                    for name in (try? Posix.entries(of: path)) ?? [] where folder == "cur" || Inbox.isSetAside(name) {
                         let modified = Posix.info("\(path)/\(name)", follow: false)?.modified ?? 0
                         try recordFiled(folder: folder, name: name, at: Date(timeIntervalSince1970: Double(modified) / 1e9))
                     }

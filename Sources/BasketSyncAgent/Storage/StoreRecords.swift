@@ -297,6 +297,16 @@ extension Store {
         return files
     }
 
+    /// Whether `name` in `inbox/FOLDER/` is known as filed there (by this process or another).
+    func isFiled(folder: String, name: String) throws(AgentError) -> Bool {
+        let statement = try cached("SELECT 1 FROM settled WHERE cart = ? AND folder = ? AND name = ?")
+        defer { statement.reset() }
+        statement.bind(1, cart)
+        statement.bind(2, folder)
+        statement.bind(3, name)
+        return try statement.step()
+    }
+
     /// Forgets files retention removed.
     func forgetFiled(_ files: [(folder: String, name: String)]) throws(AgentError) {
         let statement = try cached("DELETE FROM settled WHERE cart = ? AND folder = ? AND name = ?")
