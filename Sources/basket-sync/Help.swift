@@ -54,10 +54,11 @@ enum Help {
 
                 --tree makes ROOT the root of a tree of carts: its basket-sync.json says "layout":
                 "tree" and one database serves every cart, each a subdirectory ROOT/ID (an id is 1 to
-                128 of A-Z a-z 0-9 . _ -, not starting with a dot). init -C ROOT/ID makes cart ID
-                (--adopt: a directory holding records goes on after them). A tree whose database is
-                gone while its carts hold records is refused (73) unless --tree --adopt, which adopts
-                each such cart. Nothing is made inside a sync directory or a tree but a tree's carts.
+                128 of A-Z a-z 0-9 . _ -, not starting with a dot, not basket-sync.json). init -C
+                ROOT/ID makes cart ID (--adopt: a directory holding records goes on after them). A
+                tree whose database is gone while its carts hold records is refused (73) unless
+                --tree --adopt, which adopts each such cart. Nothing is made inside a sync directory
+                or a tree but a tree's carts.
 
                 --shared GROUP sets the directory up for the host's and the Mealz side's accounts,
                 members of GROUP, beside the agent's (run it as the agent's account): the directory

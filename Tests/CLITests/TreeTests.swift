@@ -473,9 +473,15 @@ import TestSupport
             #expect(run.status == 73 && (run.stderr.contains("is inside") || run.stderr.contains("inside a tree")), "\(command): \(run.status) \(run.stderr)")
             #expect(!FileManager.default.fileExists(atPath: made), "\(command) made \(made)")
         }
-        // A name under a tree that is not a cart id.
-        let odd = try basketSync(["-C", playground.path + "/with space", "push", "A=+1"])
-        #expect(odd.status == 64 && odd.stderr.contains("is not a cart id"), "\(odd.stderr)")
+        // A name under a tree that is not a cart id — nor the root's own configuration, whose
+        // name fits the characters of an id: every command refuses it (64), none advises removing it.
+        for name in ["with space", "basket-sync.json"] {
+            for command in [["push", "A=+1"], ["sync"], ["apply"], ["status"], ["init"]] {
+                let odd = try basketSync(["-C", playground.path + "/" + name] + command)
+                #expect(odd.status == 64 && odd.stderr.contains("is not a cart id") && !odd.stderr.contains("remove"), "\(name), \(command): \(odd.status) \(odd.stderr)")
+            }
+        }
+        #expect(playground.read("basket-sync.json").contains("\"layout\": \"tree\""))
         // A broken tree configuration is its error, with its place.
         let configuration = playground.read("basket-sync.json")
         try playground.write("basket-sync.json", configuration.replacingOccurrences(of: "\"pendingTimeoutSeconds\": 10", with: "\"pendingTimeoutSeconds\": \"x\""))

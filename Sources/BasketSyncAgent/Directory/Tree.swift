@@ -6,10 +6,14 @@ import BasketSyncWire
 /// sync id of its own, and a marker file (`.basket-sync-cart`) holding that sync id, so that a
 /// directory removed and made again under the same id is known as a new cart.
 final class Tree {
-    /// Whether `name` is a cart id: 1–128 bytes of `[A-Za-z0-9._-]`, not starting with `.`.
+    /// What a cart id is, for messages.
+    static let idRule = "1 to 128 of A-Z a-z 0-9 . _ -, not starting with a dot, not \(AgentConfiguration.fileName)"
+
+    /// Whether `name` is a cart id: 1–128 bytes of `[A-Za-z0-9._-]`, not starting with `.`, and
+    /// not the name of the root's own configuration (`basket-sync.json`).
     static func isCartId(_ name: String) -> Bool {
         let bytes = name.utf8
-        guard (1...128).contains(bytes.count), bytes.first != UInt8(ascii: ".") else { return false }
+        guard (1...128).contains(bytes.count), bytes.first != UInt8(ascii: "."), name != AgentConfiguration.fileName else { return false }
         return bytes.allSatisfy { byte in
             (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
                 || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-")
@@ -111,7 +115,7 @@ final class Tree {
     func cartStore(_ id: String, create: Bool, readOnly: Bool = false, adopting: ((Store) throws(AgentError) -> Void)? = nil) throws(AgentError) -> Store {
         let shown = "\(root)/\(id)"
         guard Tree.isCartId(id) else {
-            throw .usage("\(id): not a cart id (1 to 128 of A-Z a-z 0-9 . _ -, not starting with a dot)")
+            throw .usage("\(id): not a cart id (\(Tree.idRule))")
         }
         if Posix.info(shown, follow: false) == nil {
             guard create, !readOnly else {

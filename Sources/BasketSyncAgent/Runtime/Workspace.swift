@@ -58,12 +58,12 @@ extension Workspace {
             throw Database.layoutMismatch(parent, "the database is a tree's (basket-sync init --tree made it), but \"layout\" is not \"tree\" here; put \"layout\": \"tree\" back")
         }
         if configuration.isTree, !Tree.isCartId(name) {
-            throw .usage("\(directory): \(JSONWriter.quoted(name)) is not a cart id of the tree \(parent) (1 to 128 of A-Z a-z 0-9 . _ -, not starting with a dot)")
+            throw .usage("\(directory): \(JSONWriter.quoted(name)) is not a cart id of the tree \(parent) (\(Tree.idRule))")
         }
         // A cart's directory that is a link leads to another cart, or out of the tree: whoever
         // can write the root could send one shopper's deltas to another (docs/spec.md §7).
         if configuration.isTree, let info = Posix.info(directory, follow: false), info.kind != .directory {
-            throw .refused("\(directory): is \(info.kind.name), not a directory: a tree's cart is a directory of its own, never followed through a link; remove it (the cart is made again where needed)")
+            throw .refused("\(directory): is \(info.kind.name), not a directory: a tree's cart is a directory of its own, never followed through a link; if no one needs it there, move it away (the cart is made again where needed), else give the cart another id")
         }
     }
 }
