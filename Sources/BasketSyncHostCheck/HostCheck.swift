@@ -50,13 +50,26 @@ public enum HostCheck {
         /// Whether the host wrote the cart in at least one scenario: the rules about the carts it
         /// writes are judged only then (a host that does nothing breaks none of them).
         public var hostWroteCart = false
+        /// Whether the host left a cart basket-sync reads in at least one scenario: the rules about
+        /// what a cart holds are judged only then (a host that writes only garbage breaks the
+        /// rule of a readable cart, and is not said to keep lines or apply records once).
+        public var hostLeftReadableCart = false
         /// Every rule holds.
         public var passed: Bool { findings.isEmpty }
 
         /// Whether `rule` was judged: the rules about the carts a host writes are judged only
-        /// when it wrote one.
+        /// when it wrote one, the rules about what a cart holds only when it left one basket-sync
+        /// reads (a host that never wrote the cart broke the rule of reporting syncedThrough).
         public func judged(_ rule: Rule) -> Bool {
-            hostWroteCart || [.exits, .reports].contains(rule) || findings.contains { $0.rule == rule }
+            if rule == .exits || findings.contains(where: { $0.rule == rule }) { return true }
+            if [.valid, .atomic].contains(rule) { return hostWroteCart }
+            if rule == .reports, !hostWroteCart { return true }
+            return hostLeftReadableCart
+        }
+
+        /// Why `rule` was not judged, for people.
+        func whyNotJudged(_ rule: Rule) -> String {
+            hostWroteCart && ![.valid, .atomic].contains(rule) ? "the host never left a cart basket-sync reads" : "the host never wrote the cart"
         }
 
         /// The report for scripts and CI: one JSON object — `passed`, `seed`, the command, each
@@ -112,7 +125,7 @@ public enum HostCheck {
                 if !broken.isEmpty {
                     lines.append("  FAIL  \(rule.rawValue) (\(broken.joined(separator: ", ")))")
                 } else if !judged(rule) {
-                    lines.append("  --    \(rule.rawValue) (not judged: the host never wrote the cart)")
+                    lines.append("  --    \(rule.rawValue) (not judged: \(whyNotJudged(rule)))")
                 } else {
                     lines.append("  ok    \(rule.rawValue)")
                 }
@@ -174,6 +187,7 @@ public enum HostCheck {
                 try check.play(scenario, random: &random)
                 report.findings += check.findings
                 report.hostWroteCart = report.hostWroteCart || check.hostWroteCart
+                report.hostLeftReadableCart = report.hostLeftReadableCart || check.hostLeftReadableCart
                 if check.neverExits {
                     report.scenarios = Array(chosen.prefix { $0 != scenario }.map(\.rawValue)) + [scenario.rawValue]
                     break

@@ -159,6 +159,8 @@ extension ScenarioRun {
             fail(.valid, "after \(moment), basket-sync rejects the cart: \(error.descriptions(path: configuration.cart, bytes: bytes).first ?? "invalid")")
             return false
         }
+        // A cart basket-sync reads: the rules about what it holds are judged from here on.
+        if hostWroteCart { hostLeftReadableCart = true }
         // Other lines and fields: X is never in a record, labels stay with their lines.
         if cart.quantities["X"] != initial.quantities["X"] {
             fail(.keeps, "after \(moment), the line X (the shopper's, in no record) is \(cart.quantities["X"].map(String.init) ?? "gone"), it was \(initial.quantities["X"] ?? 0)")

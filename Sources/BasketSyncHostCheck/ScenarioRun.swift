@@ -32,6 +32,8 @@ struct ScenarioRun {
     /// The identity of the cart check-host wrote, and whether the host wrote one since.
     var initialIdentity: FileIdentity?
     var hostWroteCart = false
+    /// Whether the host left, once at least, a cart basket-sync reads.
+    var hostLeftReadableCart = false
     /// The outbox's records, as check-host made them (read again after each push): what a cart
     /// the host writes is judged against while the host runs, without asking the database (the
     /// host may hold its write lock while it is stopped for the look).

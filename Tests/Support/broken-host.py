@@ -32,6 +32,12 @@ if mode == "nothing":
     sys.exit(0)
 if mode == "fails":
     sys.exit(1)
+if mode == "garbage":
+    # Only ever writes, atomically, a cart that does not parse.
+    with open(".cart.tmp", "w", encoding="utf-8") as f:
+        f.write('{"products":[{"id":')
+    os.rename(".cart.tmp", "cart.json")
+    sys.exit(0)
 with open("cart.json", encoding="utf-8") as f:
     cart = json.load(f)
 progress_file = ".host-progress"
