@@ -16,6 +16,9 @@ public struct RecoveredRecords: Hashable, Sendable {
     /// Events taken since the cart was last written (filed in `inbox/cur/` after it): each may
     /// have made one record the files no longer hold.
     public var eventsSinceCart: UInt64
+    /// Records made after the last the files hold, lost from them (a last line torn by a crash)
+    /// but held by the host (its claim reaches them): their numbers are never used again.
+    public var heldAfterOutbox: UInt64 = 0
     /// The host's cart as it stands (its lines), when it can be read: taken when it was written.
     public var cartLines: [RetailerProduct]?
     /// When the host's cart was last written (its modification time), if known.
@@ -58,7 +61,7 @@ extension SyncStateMachine {
     /// host had not processed are lost, and the host goes on from the first one held. Nothing is
     /// written: the records are in the files already.
     public mutating func recover(from records: RecoveredRecords) -> [SyncEffect] {
-        if let last = records.outbox.last?.seq { state.lastOutboxSeq = last }
+        if let last = records.outbox.last?.seq { state.lastOutboxSeq = last.addingReportingOverflow(records.heldAfterOutbox).overflow ? .max : last + records.heldAfterOutbox }
         // The last notification's syncedThrough was checked against the outbox before the loss:
         // records went that far, whatever files the host moved away since (seq rises forever).
         state.lastOutboxSeq = max(state.lastOutboxSeq, records.notifications.last?.syncedThrough ?? 0)

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// A damaged database, or a rotated part that is not basket-sync's, gets the advice that works
 /// for it (docs/spec.md §7): followed as written, it mends the directory.
@@ -61,3 +62,59 @@ import Testing
         #expect(!(try basketSync(["-C", playground.path, "status"]).stdout.contains("not basket-sync's")))
     }
 }
+
+extension DamagedStateTests {
+    /// The database lost and the outbox's last record cut short by a crash, anywhere in the line
+    /// (seeded cut points, and the edges): `init --adopt` cuts the torn line (the file holds whole
+    /// lines, and the next record is the next number), and the event that made that record is not
+    /// taken when the cut line still names it — delivered again under its id, it is done, the cart
+    /// reaching every delta once; when the line no longer names it, adopt names the events that
+    /// may have made it. A host whose claim shows it read that record before the crash holds it:
+    /// the event stays taken, nothing is applied twice.
+    @Test(arguments: [false, true])
+    func aLastRecordTornWithTheDatabaseLostIsCutAndItsEventNotTaken(hostReadIt: Bool) throws {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        let sample = try Playground()
+        #expect(try basketSync(["-C", sample.path, "init"]).status == 0)
+        try sample.writeAtomically("cart.json", cartJSON([], syncedThrough: 0))
+        for id in ["e1", "e2", "e3"] { #expect(try basketSync(["-C", sample.path, "push", "--id", id, "A=+1"]).status == 0) }
+        #expect(try basketSync(["-C", sample.path, "sync"]).status == 0)
+        let whole = Array(sample.read("outbox.jsonl").utf8)
+        let lastStart = whole.dropLast().lastIndex(of: 0x0A)! + 1
+        let lastLength = whole.count - lastStart - 1
+        let namedFrom = Array(whole[lastStart...]).firstRange(of: Array(",\"source\":\"e3\"".utf8))!.upperBound
+        var cuts = [8, namedFrom - 1, namedFrom, lastLength - 1]
+        for _ in 0..<6 { cuts.append(8 + Int(rng.next() % UInt64(lastLength - 8))) }
+        for cut in cuts {
+            let context = "seed \(seed) (replay: BASKET_SYNC_SEED=\(seed)), cut after \(cut) of \(lastLength) bytes, host read it \(hostReadIt)"
+            let playground = try Playground()
+            #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+            try playground.writeAtomically("cart.json", cartJSON([], syncedThrough: 0))
+            for id in ["e1", "e2", "e3"] { #expect(try basketSync(["-C", playground.path, "push", "--id", id, "A=+1"]).status == 0) }
+            #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+            // The host applied the three records before the crash, or the first two.
+            try playground.writeAtomically("cart.json", hostReadIt ? cartJSON([("A", 3)], syncedThrough: 3) : cartJSON([("A", 2)], syncedThrough: 2))
+            try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
+            let outbox = Array(playground.read("outbox.jsonl").utf8)
+            try Data(outbox[..<(lastStart + cut)]).write(to: URL(fileURLWithPath: playground.path + "/outbox.jsonl"))
+            let adopted = try basketSync(["-C", playground.path, "init", "--adopt"])
+            #expect(adopted.status == 0 && adopted.stdout.contains("record 3 was cut short by a crash"), "\(context): \(adopted.stdout)\(adopted.stderr)")
+            #expect(playground.read("outbox.jsonl").hasSuffix("\n") && Array(playground.read("outbox.jsonl").utf8).count == lastStart, "\(context): the torn line cut")
+            let named = cut >= namedFrom
+            if !hostReadIt && !named { #expect(adopted.stdout.contains("made it (\"e3\")"), "\(context): \(adopted.stdout)") }
+            // The Mealz side delivers e3 again; the host applies what comes.
+            #expect(try basketSync(["-C", playground.path, "push", "--id", "e3", "A=+1"]).status == 0)
+            #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+            let apply = try basketSync(["-C", playground.path, "apply"])
+            #expect(apply.status == 0, "\(context): \(apply.stderr)")
+            let seqs = playground.records("outbox.jsonl").compactMap { $0["seq"] as? Int }
+            // Numbered on: after the torn record where the host holds it (its line is gone).
+            #expect(seqs == (hostReadIt ? [1, 2] : Array(1...seqs.count)), "\(context): seqs \(seqs)")
+            let expected = hostReadIt || named ? 3 : 2
+            let lines = products(try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as? [String: Any] ?? [:])
+            #expect(lines["A"] == expected, "\(context): \(playground.read("cart.json"))")
+        }
+    }
+}
+

@@ -25,12 +25,13 @@ extension Commands {
                 return []
             }
             var adopted: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
+            var torn: Recovery.TornRecord?
             _ = try tree.cartStore(id, create: true, adopting: adopt ? { (store) throws(AgentError) in
                 // Through the cart's folder as opened.
                 adopted = try Recovery.recordsInFiles(store.directory)
-                try Recovery.adoptRecords(adopted, into: store, directory: store.directory)
+                torn = try Recovery.adoptRecords(adopted, into: store, directory: store.directory)
             } : nil)
-            return ["\(directory) (cart \(id) of the tree \(root))"] + Recovery.adoptedLines(adopted, directory: directory)
+            return ["\(directory) (cart \(id) of the tree \(root))"] + Recovery.adoptedLines(adopted, directory: directory, torn: torn)
         case .directory:
             if let outer = Workspace.enclosing(directory) {
                 throw .refused("\(directory): is inside \(outer), a sync directory or a tree of carts; make the sync directory elsewhere (in a tree, a cart is a directory right under its root)")
@@ -81,8 +82,8 @@ extension Commands {
         }
         if isNew {
             // Also without records: events in inbox/cur/ were taken (their ids stay taken).
-            try store.withTransaction { () throws(AgentError) in try Recovery.adoptRecords(found, into: store, directory: directory) }
-            created += Recovery.adoptedLines(found, directory: directory)
+            let torn = try store.withTransaction { () throws(AgentError) in try Recovery.adoptRecords(found, into: store, directory: directory) }
+            created += Recovery.adoptedLines(found, directory: directory, torn: torn)
         }
         return created
     }
@@ -111,12 +112,13 @@ extension Commands {
                 let known = try tree.database.withTransaction { () throws(AgentError) in try tree.database.cart(id) }
                 guard known.map({ tree.markerMatches(id, number: $0.number) }) != true, Tree.refusal(id: id, root: root) != nil else { continue }
                 var adopted: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
+                var torn: Recovery.TornRecord?
                 _ = try tree.cartStore(id, create: false, adopting: { (store) throws(AgentError) in
                     // Through the cart's folder as opened.
                     adopted = try Recovery.recordsInFiles(store.directory)
-                    try Recovery.adoptRecords(adopted, into: store, directory: store.directory)
+                    torn = try Recovery.adoptRecords(adopted, into: store, directory: store.directory)
                 })
-                created += ["\(directory) (cart \(id) of the tree \(root))"] + Recovery.adoptedLines(adopted, directory: directory)
+                created += ["\(directory) (cart \(id) of the tree \(root))"] + Recovery.adoptedLines(adopted, directory: directory, torn: torn)
             } catch {
                 failed.append("cart \(id): \(error.description)")
             }

@@ -35,24 +35,78 @@ enum Recovery {
         return found
     }
 
+    /// A record of this directory the live outbox ends with, cut short by a crash (no newline):
+    /// its seq (the one after the last whole record), the event that made it when the cut line
+    /// still names it, and where the whole lines end.
+    struct TornRecord: Equatable {
+        var seq: UInt64
+        var source: String?
+        var wholeSize: Int
+        /// The host's claim reaches it: it read the record whole before the crash.
+        var heldByTheHost = false
+    }
+
+    /// The torn record the live outbox of `directory` ends with, if any: an unfinished last line
+    /// that starts as this directory's record after `found`'s last would (`{"seq":N,"id":"SYNCID-N"`,
+    /// as far as it goes). Another program's unfinished line is none.
+    static func tornRecord(directory: String, found: [Projection: [(seq: UInt64, line: [UInt8])]]) -> TornRecord? {
+        guard let last = found[.outbox]?.last, let record = try? RecordFormat.outboxRecord(last.line),
+              let dash = record.id.lastIndex(of: "-") else { return nil }
+        let path = "\(directory)/\(Projection.outbox.fileName)"
+        guard let bytes = try? Posix.readFile(path, limit: Int.max), let end = bytes.last, end != 0x0A else { return nil }
+        let wholeSize = bytes.lastIndex(of: 0x0A).map { $0 + 1 } ?? 0
+        let unfinished = Array(bytes[wholeSize...])
+        let seq = last.seq + 1
+        let expected = Array("{\"seq\":\(seq),\"id\":\"\(record.id[..<dash])-\(seq)\"".utf8)
+        // As far as the cut line goes, it is the record due next; a few bytes tell nothing.
+        guard unfinished.count >= 8, unfinished.starts(with: expected.prefix(unfinished.count)) else { return nil }
+        var source: String?
+        let key = Array(",\"source\":\"".utf8)
+        if let start = (0...max(0, unfinished.count - key.count)).first(where: { unfinished[$0...].starts(with: key) }) {
+            let rest = unfinished[(start + key.count)...]
+            if let close = rest.firstIndex(of: UInt8(ascii: "\"")), !rest[..<close].contains(UInt8(ascii: "\\")) {
+                source = String(decoding: rest[..<close], as: UTF8.self)
+            }
+        }
+        return TornRecord(seq: seq, source: source, wholeSize: wholeSize)
+    }
+
     /// Takes the files' records into a new database's cart (inside the caller's transaction):
     /// every seq goes on after them, a recorded order stays recorded, and an event taken before
     /// stays taken — its id from an outbox record's `source` or from its file in `inbox/cur/`, a
     /// transfer that landed from its record's `transferId` — so a redelivery is not done again.
-    static func adoptRecords(_ found: [Projection: [(seq: UInt64, line: [UInt8])]], into store: Store, directory: String) throws(AgentError) {
+    @discardableResult
+    static func adoptRecords(_ found: [Projection: [(seq: UInt64, line: [UInt8])]], into store: Store, directory: String) throws(AgentError) -> TornRecord? {
         let now = Date()
+        // A last record torn by a crash is lost with the database: cut (it is this directory's),
+        // its number the next record's. The event it names is not taken, so that a redelivery is
+        // done — unless the host shows it read that record whole before the crash (its cart's
+        // claim, the last notification's, reaching it): the host holds it, the event stays taken.
+        let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
+        let notifiedClaim = (found[.notifications]?.last).flatMap { try? RecordFormat.notification($0.line).syncedThrough } ?? 0
+        var torn = tornRecord(directory: directory, found: found)
+        if let seq = torn?.seq, max(CartReader.claim(in: directory, configuration: configuration) ?? 0, notifiedClaim) >= seq { torn?.source = nil; torn?.heldByTheHost = true }
+        if let torn {
+            let path = "\(directory)/\(Projection.outbox.fileName)"
+            do {
+                let fd = try Posix.open(path, [.writeOnly])
+                defer { Posix.close(fd) }
+                try Posix.truncate(fd, to: Int64(torn.wholeSize), path: path)
+            } catch {
+                throw .system(error)
+            }
+        }
         for (projection, records) in found {
             for record in records { try store.adopt(projection, seq: record.seq, line: record.line) }
             // The files were given them all, rotated parts included: none is appended again.
             try store.adoptGiven(projection, seq: records.map(\.seq).max()!)
         }
-        let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
         let outbox = (found[.outbox] ?? []).compactMap { try? RecordFormat.outboxRecord($0.line) }
-        let taken = try learnTakenEvents(directory: directory, into: store)
+        let taken = try learnTakenEvents(directory: directory, into: store, except: torn?.source.map { [$0] } ?? [])
         // The cart on disk, as the engine identifies it (CartReader.identity: stat, following).
         let cart = Posix.info("\(directory)/\(configuration.cart)", follow: true)
         let writtenThrough = cart.map { cartWrittenThrough(modified: $0.modified, outbox: outbox) }
-        let recovered = RecoveredRecords(
+        var recovered = RecoveredRecords(
             outbox: outbox,
             notifications: (found[.notifications] ?? []).compactMap { try? RecordFormat.notification($0.line) },
             payments: (found[.payments] ?? []).compactMap { try? RecordFormat.payment($0.line) },
@@ -61,6 +115,8 @@ enum Recovery {
             eventsSinceCart: outbox.isEmpty ? recordsAfterClaim(directory: directory, configuration: configuration, taken: taken) : 0,
             cartLines: cartLines(directory: directory, configuration: configuration),
             cartModified: cart.map { Date(timeIntervalSince1970: Double($0.modified) / 1e9) })
+        // A torn record the host holds keeps its number: the next record is the one after it.
+        if torn?.heldByTheHost == true { recovered.heldAfterOutbox = 1 }
         // The cart on disk was written before the records after that: remembered as the cart at
         // those records, so that taking it later acknowledges none of them (rule 4).
         if let cart, let through = writtenThrough, let last = outbox.last?.seq, through < last {
@@ -81,6 +137,7 @@ enum Recovery {
         var machine = SyncStateMachine(state: try store.loadState(), configuration: configuration.syncConfiguration)
         _ = machine.recover(from: recovered)
         try store.saveState(machine.state)
+        return torn
     }
 
     /// The last outbox record that existed when the cart was last written (`modified`, in ns),
@@ -108,10 +165,10 @@ enum Recovery {
     /// transfers among them landed, so a redelivery under a new event id is not landed again.
     /// Returns how many events it found: each made at most one outbox record.
     @discardableResult
-    static func learnTakenEvents(directory: String, into store: Store, configuration: AgentConfiguration? = nil) throws(AgentError) -> UInt64 {
+    static func learnTakenEvents(directory: String, into store: Store, configuration: AgentConfiguration? = nil, except lost: Set<String> = []) throws(AgentError) -> UInt64 {
         let now = Date()
         let events = takenEvents(directory: directory, configuration: configuration)
-        for (name, event) in events {
+        for (name, event) in events where !lost.contains(event.id) {
             try store.recordInbox(id: event.id, file: name, outcome: "adopted from inbox/cur/", at: now, unlessKnown: true)
             try store.recordFiled(folder: "cur", name: name, at: now)
             if case let .basketTransfer(_, transferId) = event.event, try !store.transferLanded(transferId) {
@@ -170,9 +227,23 @@ enum Recovery {
     }
 
     /// What `init` says of the records it adopted.
-    static func adoptedLines(_ found: [Projection: [(seq: UInt64, line: [UInt8])]], directory: String) -> [String] {
+    static func adoptedLines(_ found: [Projection: [(seq: UInt64, line: [UInt8])]], directory: String, torn: TornRecord? = nil) -> [String] {
         let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
         var lost: [String] = []
+        if let torn {
+            let event: String
+            if torn.heldByTheHost {
+                event = "the host's claim shows it read that record before the crash: the event that made it stays taken, and records go on after it (a reader going by seq finds no line \(torn.seq))"
+            } else if let source = torn.source {
+                event = "the event that made it, \(JSONWriter.quoted(source)), is not taken: delivered again (under its id), it is done"
+            } else {
+                let named = Set((found[.outbox] ?? []).compactMap { try? RecordFormat.outboxRecord($0.line).source })
+                let candidates = takenEvents(directory: directory).map(\.event.id).filter { !named.contains($0) }.sorted()
+                event = candidates.isEmpty ? "the cut line names no event"
+                    : "the cut line names no event; one of those inbox/cur/ holds that no whole record names made it (\(candidates.prefix(5).map { JSONWriter.quoted($0) }.joined(separator: ", "))\(candidates.count > 5 ? ", …" : "")): deliver it again under a new id if the host does not hold it"
+            }
+            lost.append("\(directory)/\(Projection.outbox.fileName): record \(torn.seq) was cut short by a crash and is lost with the database: cut from the file; \(event)")
+        }
         if found[.outbox] == nil, let claim = cartClaim(directory: directory) {
             let taken = UInt64(takenEvents(directory: directory).count)
             let events = recordsAfterClaim(directory: directory, configuration: configuration, taken: taken)
