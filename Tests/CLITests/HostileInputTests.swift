@@ -456,6 +456,26 @@ import Testing
         }
     }
 
+    /// A file at an output's name that holds lines but no record of basket-sync (another
+    /// program's, a forged one): `init` and `init --adopt` refuse (73) before making a database
+    /// for it, as every command would refuse to append to it; moved away, init makes the directory.
+    @Test(arguments: ["outbox.jsonl", "notifications.jsonl", "payments.jsonl"])
+    func initRefusesAnOutputFileThatHoldsNoRecordOfBasketSync(file: String) throws {
+        let playground = try Playground()
+        try playground.write(file, "{\"seq\":1,\"id\":\"someone-else\",\"note\":\"not a record\"}\n")
+        for command in [["init"], ["init", "--adopt"]] {
+            let run = try basketSync(["-C", playground.path] + command)
+            #expect(run.status == 73 && run.stderr.contains("\(file): holds lines but no record of basket-sync") && run.stderr.contains("Move it away"), "\(command): \(run.status) \(run.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: playground.path + "/.basket-sync/state.db"), "\(command) made a database")
+        }
+        try FileManager.default.moveItem(atPath: playground.path + "/" + file, toPath: playground.path + "/" + file + ".someone")
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        try playground.write("cart.json", cartJSON([], syncedThrough: 0))
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+    }
+
+
     /// `init` in a directory that holds records but no database refuses (73); `--adopt` goes
     /// on after the files' last records, and a recorded order is still answered as recorded.
     @Test func initRefusesToNumberAgainAndAdoptGoesOn() throws {

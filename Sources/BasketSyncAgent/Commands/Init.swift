@@ -60,6 +60,14 @@ extension Commands {
         var found: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
         if isNew {
             found = try Recovery.recordsInFiles(directory)
+            // A file at an output's name holding lines but none of basket-sync's records: every
+            // command refuses to append to it (73); said now, before a database is made for it.
+            for projection in Projection.allCases where found[projection] == nil {
+                let path = "\(directory)/\(projection.fileName)"
+                if let info = Posix.info(path, follow: false), info.kind != .regular || info.size > 0 {
+                    throw .refused("\(path): holds \(info.kind == .regular ? "lines but no record of basket-sync" : "no file but \(info.kind.name)") (another program's, or a forged one): basket-sync appends only to its own files, and would refuse it at its first record. Move it away (the first record starts a new file), then run init again")
+                }
+            }
             if !found.isEmpty && !adopt {
                 let counts = found.map { "\($0.key.fileName) up to \($0.value.map(\.seq).max()!)" }.sorted().joined(separator: ", ")
                 throw .refused("\(directory): holds records (\(counts)) but no database: the database was lost. A new one would number them again from 1. Restore .basket-sync/ from a backup, or run basket-sync init --adopt to go on after the files' last records")
