@@ -260,7 +260,7 @@ extension StopAndShareTests {
         let playground = try Playground()
         #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
         try playground.write("cart.json", cartJSON([], syncedThrough: 0))
-        var delivered = 0, malformed = 0
+        var delivered = 0, malformed = 0, malformedBefore = 0
         var ids = Set<String>()
         for round in 0..<3 {
             for _ in 0..<120 {
@@ -280,9 +280,19 @@ extension StopAndShareTests {
                 try playground.write("inbox/tmp/\(name)", text)
                 #expect(rename(playground.path + "/inbox/tmp/\(name)", playground.path + "/inbox/new/\(name)") == 0)
             }
-            let passes = try (0..<2).map { _ in try startedInBackground(["-C", playground.path, "sync"]) }
+            let outputs = (0..<2).map { playground.path + "/../pass-\(round)-\($0)-\(UUID().uuidString).json" }
+            defer { for output in outputs { try? FileManager.default.removeItem(atPath: output) } }
+            let passes = try outputs.map { try startedInBackground(["-C", playground.path, "sync", "--json"], output: $0) }
             for pass in passes { pass.waitUntilExit() }
             let context = "seed \(seed) (replay: BASKET_SYNC_SEED=\(seed)), round \(round + 1)"
+            // What the passes report adds up to what was delivered: each entry reported by the
+            // one pass that took it.
+            var reported = ["taken": 0, "duplicates": 0, "bad": 0]
+            for output in outputs {
+                let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+                let inbox = (try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])?["inbox"] as? [String: Int] ?? [:]
+                for key in reported.keys { reported[key]! += inbox[key] ?? 0 }
+            }
             let bad = playground.names("inbox/bad")
             let setAside = bad.filter { !$0.hasSuffix(".error") && !$0.hasPrefix(".") }
             #expect(setAside.count == malformed, "\(context): \(setAside.count) set aside of \(malformed) malformed")
@@ -293,6 +303,8 @@ extension StopAndShareTests {
             #expect(taken == ids.count, "\(context): \(taken) taken of \(ids.count) ids")
             #expect(taken + duplicates == playground.names("inbox/cur").count && taken + duplicates == delivered - malformed, "\(context): taken \(taken) + duplicates \(duplicates), cur/ \(playground.names("inbox/cur").count), valid deliveries \(delivered - malformed)")
             #expect(inbox?["bad"] as? Int == malformed, "\(context): \(String(describing: inbox))")
+            #expect(reported["taken"]! + reported["duplicates"]! + reported["bad"]! == 120 && reported["bad"]! == malformed - malformedBefore, "\(context): the passes reported \(reported) for 120 deliveries, \(malformed - malformedBefore) malformed")
+            malformedBefore = malformed
         }
         #expect(playground.records("outbox.jsonl").count == ids.count, "seed \(seed): each id's record once")
     }

@@ -241,7 +241,7 @@ extension SyncEngine {
                 if !duplicate {
                     summary.taken += 1
                 } else if sameFile {
-                    logger.log(.info, "\(entry.path): event \(entry.event.id) was taken before from this very file (by another basket-sync process meanwhile, or its move to cur/ failed); acknowledged again, not done again")
+                    logger.log(.info, "\(entry.path): event \(entry.event.id) was taken or filed before from this very file (by another basket-sync process meanwhile, or its move to cur/ failed); acknowledged again, not done again")
                 } else {
                     summary.duplicates += 1
                     logger.log(.info, "\(entry.path): event \(entry.event.id) was already taken; acknowledged without doing it again")
@@ -279,15 +279,14 @@ extension SyncEngine {
                 duplicate = true
                 // A redelivery (another file with the same id) is counted for status: cur/ holds
                 // one file per delivery, the inbox table one row per id. This very file taken by
-                // another process meanwhile (the agent and a sync racing) is not a redelivery; a
-                // redelivery another process counted meanwhile (it filed it first) is not
-                // counted again.
-                if takenFrom != name {
-                    if try !store.isFiled(folder: "cur", name: name) {
-                        try store.setNote(.inboxDuplicates, String((Int(try store.note(.inboxDuplicates) ?? "") ?? 0) + 1))
-                    }
-                } else {
+                // another process meanwhile (the agent and a sync racing) is not a redelivery, nor
+                // one another process filed first (it counted and reported it): counted once.
+                let filedMeanwhile = try store.isFiled(folder: "cur", name: name)
+                if takenFrom == name || filedMeanwhile {
+                    // This very file, taken or filed by another process meanwhile: counted there.
                     sameFile = true
+                } else {
+                    try store.setNote(.inboxDuplicates, String((Int(try store.note(.inboxDuplicates) ?? "") ?? 0) + 1))
                 }
                 try store.recordFiled(folder: "cur", name: name, at: now)
                 return []
