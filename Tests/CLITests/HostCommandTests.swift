@@ -466,14 +466,23 @@ import Testing
         }
         let fromElsewhere = try basketSync(["-C", cartSide.path, "validate", cartSide.path + "/host/cart.json"])
         #expect((fromElsewhere.status == 0) == cartTaken, "\(fromElsewhere.stdout)\(fromElsewhere.stderr)")
+        // The directory named through a link of its own (-C LINK): the same directory, the same files.
+        let linkToDirectory = outside.path + "/to-the-directory"
+        try FileManager.default.createSymbolicLink(atPath: linkToDirectory, withDestinationPath: cartSide.path)
+        for spelling in ["host/cart.json", linkToDirectory + "/host/cart.json"] {
+            let validate = try basketSync(["-C", linkToDirectory, "validate", spelling])
+            #expect((validate.status == 0) == cartTaken, "-C through a link, \(spelling), followSymlinks \(followSymlinks): \(validate.status) \(validate.stdout)\(validate.stderr)")
+        }
 
         // inbox/new is a link out of the directory: never made through, nor read.
         let inboxSide = try syncDirectory()
         if followSymlinks { try inboxSide.write("basket-sync.json", #"{"followSymlinks": true}"#) }
         try FileManager.default.removeItem(atPath: inboxSide.path + "/inbox/new")
         try FileManager.default.createSymbolicLink(atPath: inboxSide.path + "/inbox/new", withDestinationPath: outside.path + "/new")
-        for spelling in ["inbox/new/e1", inboxSide.path + "/inbox/new/e1"] {
-            let validate = try run(inboxSide, ["validate", spelling])
+        let linkToInboxSide = outside.path + "/to-the-inbox-side"
+        try FileManager.default.createSymbolicLink(atPath: linkToInboxSide, withDestinationPath: inboxSide.path)
+        for (directory, spelling) in [(inboxSide.path, "inbox/new/e1"), (inboxSide.path, inboxSide.path + "/inbox/new/e1"), (linkToInboxSide, "inbox/new/e1")] {
+            let validate = try basketSync(["-C", directory, "validate", spelling])
             #expect(validate.status == 65 && validate.stdout.contains("inbox/new: is a symbolic link, not a directory"), "\(spelling): \(validate.status) \(validate.stdout)\(validate.stderr)")
         }
         _ = try run(inboxSide, ["sync"])
@@ -489,6 +498,12 @@ import Testing
         try FileManager.default.createSymbolicLink(atPath: tree.path + "/c1", withDestinationPath: outside.path + "/host")
         let treeCart = try run(tree, ["validate", "c1/cart.json"])
         #expect(treeCart.status == 65 && treeCart.stdout.contains("c1: is a symbolic link, not a directory"), "\(treeCart.status) \(treeCart.stdout)\(treeCart.stderr)")
+
+        // Run from a folder that is no sync directory, every file is the user's: its links followed.
+        let user = try Playground()
+        try FileManager.default.createSymbolicLink(atPath: user.path + "/linked", withDestinationPath: outside.path + "/host")
+        let mine = try basketSync(["-c", "cd \"$1\" && \"$0\" validate \"$1/linked/cart.json\" linked/cart.json", binary.path, user.path], executable: "/bin/sh")
+        #expect(mine.status == 0 && mine.stdout.components(separatedBy: ": valid").count == 3, "\(mine.status) \(mine.stdout)\(mine.stderr)")
     }
 
     /// Standard input is read as it comes: past the limit it is refused without being read to
@@ -544,8 +559,8 @@ import Testing
         #expect(sync.status == 78, "\(shape): \(sync.stderr)")
         for spelling in ["basket-sync.json", configuration] {
             let validate = try run(playground, ["validate", spelling])
-            // The very refusal the commands give.
-            #expect(validate.status == 65 && !validate.stdout.isEmpty && sync.stderr == "basket-sync: " + validate.stdout, "\(shape), \(spelling): \(validate.status) \(validate.stdout)\(validate.stderr)")
+            // The very refusal the commands give, with their code.
+            #expect(validate.status == 78 && validate.stdout.isEmpty && validate.stderr == sync.stderr, "\(shape), \(spelling): \(validate.status) \(validate.stdout)\(validate.stderr)")
         }
         let cart = try run(playground, ["validate", "cart.json"])
         #expect(cart.status == 78 && cart.stdout.isEmpty && cart.stderr == sync.stderr, "\(shape): \(cart.status) \(cart.stdout)\(cart.stderr)")

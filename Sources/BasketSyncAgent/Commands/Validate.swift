@@ -77,7 +77,11 @@ extension Commands {
             // The directory's own configuration is judged as every command loads it, its owner and
             // mode (and the directory's) too: valid means the commands take it.
             if path != "-", let place = placeInDirectory(path, directory: directory), place.relative == AgentConfiguration.fileName {
-                do { _ = try AgentConfiguration.loadFile(directory: place.base) } catch { return [error.description] }
+                do { _ = try AgentConfiguration.loadFile(directory: place.base) } catch {
+                    // Refused for who may change it: the commands' very error and code (78).
+                    if case .notReady = error { throw error }
+                    return [error.description]
+                }
             }
             return []
         }
@@ -104,9 +108,17 @@ extension Commands {
     /// directory that is a link is still the directory's and refused as the agent refuses it;
     /// then by where its folder really is, for a spelling of the directory through a link.
     static func placeInDirectory(_ path: String, directory: String) -> (base: String, relative: String)? {
-        let spelled = Posix.lexicallyAbsolute(path), root = Posix.lexicallyAbsolute(directory)
-        if spelled.hasPrefix(root == "/" ? "/" : root + "/"), spelled.count > root.count {
-            return (directory, String(spelled.dropFirst(root == "/" ? 1 : root.count + 1)))
+        // A folder that is no sync directory nor tree (validate run from anywhere) has no files
+        // of its own: every file is the user's.
+        guard Workspace.of(directory) != .directory || Posix.exists("\(directory)/\(Layout.stateDirectory)")
+                || Posix.exists("\(directory)/\(AgentConfiguration.fileName)") else { return nil }
+        let spelled = Posix.lexicallyAbsolute(path)
+        // The directory as spelled, and where it really is (-C through a link: the working
+        // directory, which relative paths start from, is the real one).
+        for root in Set([Posix.lexicallyAbsolute(directory), Posix.resolved(directory)].compactMap { $0 }) {
+            if spelled.hasPrefix(root == "/" ? "/" : root + "/"), spelled.count > root.count {
+                return (directory, String(spelled.dropFirst(root == "/" ? 1 : root.count + 1)))
+            }
         }
         guard let resolvedRoot = Posix.resolved(directory), let folder = Posix.resolved(Posix.dirname(of: path)) else { return nil }
         let name = Posix.basename(of: spelled)
