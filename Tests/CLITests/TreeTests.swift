@@ -714,9 +714,15 @@ import TestSupport
         }
         for id in ["a", "b"] {
             #expect(try basketSync(["-C", playground.path + "/" + id, "push", "--id", "after-\(id)", "B=+1"]).status == 0)
-            try await eventually("\(id): its events are taken", timeout: 20) { Set(playground.records("\(id)/outbox.jsonl").compactMap { $0["source"] as? String }).isSuperset(of: ["while-\(id)", "after-\(id)"]) }
-            try playground.writeAtomically("\(id)/cart.json", cartJSON([("A", 1), ("B", 1), ("C", 1)]))
-            try await eventually("\(id): its new version is notified", timeout: 20) { !playground.records("\(id)/notifications.jsonl").isEmpty }
+            do {
+                try await eventually("\(id): its events are taken", timeout: 20) { Set(playground.records("\(id)/outbox.jsonl").compactMap { $0["source"] as? String }).isSuperset(of: ["while-\(id)", "after-\(id)"]) }
+                try playground.writeAtomically("\(id)/cart.json", cartJSON([("A", 1), ("B", 1), ("C", 1)]))
+                try await eventually("\(id): its new version is notified", timeout: 20) { !playground.records("\(id)/notifications.jsonl").isEmpty }
+            } catch {
+                // What the agent did, to tell a lost watch from a refusal that stayed.
+                Issue.record("\(error): inbox/new \(playground.names("\(id)/inbox/new")), outbox \(playground.read("\(id)/outbox.jsonl")), status \((try? basketSync(["-C", playground.path + "/" + id, "status"]))?.stdout ?? ""), agent log:\n\(agent.log)")
+                throw error
+            }
         }
         let stopped = agent.stop()
         #expect(stopped == 0, "\(agent.log)")
