@@ -358,5 +358,17 @@ extension TrustTests {
         #expect(try Account.writer.shell("umask 007; printf '{not json' > \(root)/c2/inbox/tmp/x && mv \(root)/c2/inbox/tmp/x \(root)/c2/inbox/new/x").status == 0)
         let again = try Account.agent.basketSync(["-C", root, "sync"])
         #expect(again.stdout.contains("1 bad") && playground.names("tree/c2/inbox/new").isEmpty, "\(again.stdout) \(again.stderr)")
+        // Its state for either cart — the one it made too — carries the basket the cart's last
+        // notification tells (the agent's file: the tree's root's account owns it).
+        for id in ["c1", "c2"] {
+            #expect(try Account.writer.shell("cd \(root)/\(id) && printf '{\"products\":[{\"id\":\"A\",\"quantity\":1}],\"syncedThrough\":1}' > .c && mv .c cart.json").status == 0)
+        }
+        #expect(try Account.agent.basketSync(["-C", root, "sync"]).status == 0)
+        for id in ["c1", "c2"] {
+            let state = try Account.writer.basketSync(["-C", root + "/" + id, "push", "--state", "--id", "s-\(id)", "A=1"])
+            #expect(state.status == 0, "\(id): \(state.status) \(state.stderr)")
+            let delivered = playground.names("tree/\(id)/inbox/new").map { playground.read("tree/\(id)/inbox/new/\($0)") }
+            #expect(delivered.count == 1 && delivered[0].contains("\"basket\":1"), "\(id): \(delivered)")
+        }
     }
 }

@@ -66,7 +66,7 @@ extension Commands {
                     // diffed against whatever basket is current when the agent takes it — a
                     // payment in between, and the paid units pushed again — so, when nothing
                     // tells it, the state is refused, never delivered without its basket.
-                    guard let told = basketFromNotifications(directory: folder?.path ?? directory, shown: directory) else {
+                    guard let told = basketFromNotifications(directory: folder?.path ?? directory, workspace: workspace, shown: directory) else {
                         throw .refused("push --state: the current Mealz basket cannot be known here (\(error.description)); and \(directory)/\(Projection.notifications.fileName) tells none: give --basket N, the \"basket\" of the last notification the WebView saw, or push as the directory's owner")
                     }
                     based = told
@@ -87,11 +87,14 @@ extension Commands {
     }
 
     /// The basket of the last notification of `directory` (its live file, else its newest rotated
-    /// part), read only from a file its owner or root owns and nobody else may write; nil when
-    /// none tells it.
-    private static func basketFromNotifications(directory: String, shown: String) -> UInt64? {
+    /// part), read only from a file the agent's account (the sync directory's owner, a tree's
+    /// root's — a cart's folder may be the Mealz side's) or root owns and nobody else may write;
+    /// nil when none tells it.
+    private static func basketFromNotifications(directory: String, workspace: Workspace, shown: String) -> UInt64? {
         let path = "\(directory)/\(Projection.notifications.fileName)"
-        let owner = Posix.info(directory, follow: true)?.owner ?? geteuid()
+        var agentPlace = shown
+        if case let .treeCart(root, _) = workspace { agentPlace = root }
+        let owner = Posix.info(agentPlace, follow: true)?.owner ?? geteuid()
         for file in [path] + JSONLinesFile.rotatedParts(of: path).prefix(1) {
             guard let last = JSONLinesFile(path: file).lastRecord(isRecord: Projection.notifications.isRecord) else { continue }
             guard Trust.refusal(last.info, path: file, what: "the notifications", as: owner) == nil,
