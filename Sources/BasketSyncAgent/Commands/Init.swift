@@ -31,6 +31,7 @@ extension Commands {
                 adopted = try Recovery.recordsInFiles(store.directory)
                 torn = try Recovery.adoptRecords(adopted, into: store, directory: store.directory)
             } : nil)
+            try Recovery.cut(torn, directory: directory)
             return ["\(directory) (cart \(id) of the tree \(root))"] + Recovery.adoptedLines(adopted, directory: directory, torn: torn)
         case .directory:
             if let outer = Workspace.enclosing(directory) {
@@ -91,6 +92,7 @@ extension Commands {
         if isNew {
             // Also without records: events in inbox/cur/ were taken (their ids stay taken).
             let torn = try store.withTransaction { () throws(AgentError) in try Recovery.adoptRecords(found, into: store, directory: directory) }
+            try Recovery.cut(torn, directory: directory)
             created += Recovery.adoptedLines(found, directory: directory, torn: torn)
         }
         return created
@@ -126,6 +128,7 @@ extension Commands {
                     adopted = try Recovery.recordsInFiles(store.directory)
                     torn = try Recovery.adoptRecords(adopted, into: store, directory: store.directory)
                 })
+                try Recovery.cut(torn, directory: directory)
                 created += ["\(directory) (cart \(id) of the tree \(root))"] + Recovery.adoptedLines(adopted, directory: directory, torn: torn)
             } catch {
                 failed.append("cart \(id): \(error.description)")

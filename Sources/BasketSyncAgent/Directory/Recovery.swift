@@ -71,6 +71,24 @@ enum Recovery {
         return TornRecord(seq: seq, source: source, wholeSize: wholeSize)
     }
 
+    /// Cuts the torn record the outbox ends with (``tornRecord(directory:found:)``), once the
+    /// database that adopted the records before it is committed: the file holds whole lines, and
+    /// the next record starts one of its own.
+    static func cut(_ torn: TornRecord?, directory: String) throws(AgentError) {
+        guard let torn else { return }
+        // A tree's cart through its folder opened without following a link, as its files are.
+        let (reached, folder) = try CartFolder.reach(directory)
+        defer { withExtendedLifetime(folder) {} }
+        let path = "\(reached)/\(Projection.outbox.fileName)"
+        do {
+            let fd = try Posix.open(path, [.writeOnly])
+            defer { Posix.close(fd) }
+            try Posix.truncate(fd, to: Int64(torn.wholeSize), path: path)
+        } catch {
+            throw .system(error)
+        }
+    }
+
     /// Takes the files' records into a new database's cart (inside the caller's transaction):
     /// every seq goes on after them, a recorded order stays recorded, and an event taken before
     /// stays taken — its id from an outbox record's `source` or from its file in `inbox/cur/`, a
@@ -78,24 +96,15 @@ enum Recovery {
     @discardableResult
     static func adoptRecords(_ found: [Projection: [(seq: UInt64, line: [UInt8])]], into store: Store, directory: String) throws(AgentError) -> TornRecord? {
         let now = Date()
-        // A last record torn by a crash is lost with the database: cut (it is this directory's),
-        // its number the next record's. The event it names is not taken, so that a redelivery is
+        // A last record torn by a crash is lost with the database: cut once the new database is
+        // committed (``cut(_:directory:)``; a failed adoption leaves it to be found again), its
+        // number the next record's. The event it names is not taken, so that a redelivery is
         // done — unless the host shows it read that record whole before the crash (its cart's
         // claim, the last notification's, reaching it): the host holds it, the event stays taken.
         let configuration = (try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()
         let notifiedClaim = (found[.notifications]?.last).flatMap { try? RecordFormat.notification($0.line).syncedThrough } ?? 0
         var torn = tornRecord(directory: directory, found: found)
         if let seq = torn?.seq, max(CartReader.claim(in: directory, configuration: configuration) ?? 0, notifiedClaim) >= seq { torn?.source = nil; torn?.heldByTheHost = true }
-        if let torn {
-            let path = "\(directory)/\(Projection.outbox.fileName)"
-            do {
-                let fd = try Posix.open(path, [.writeOnly])
-                defer { Posix.close(fd) }
-                try Posix.truncate(fd, to: Int64(torn.wholeSize), path: path)
-            } catch {
-                throw .system(error)
-            }
-        }
         for (projection, records) in found {
             for record in records { try store.adopt(projection, seq: record.seq, line: record.line) }
             // The files were given them all, rotated parts included: none is appended again.
