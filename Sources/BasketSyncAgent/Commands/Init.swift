@@ -63,8 +63,11 @@ extension Commands {
             found = try Recovery.recordsInFiles(directory)
             // A file at an output's name holding lines but none of basket-sync's records: every
             // command refuses to append to it (73); said now, before a database is made for it.
+            // (A torn record of this directory alone is its own: cut when adopted.)
+            let torn = Recovery.tornRecord(directory: directory, found: found)
             for projection in Projection.allCases where found[projection] == nil {
                 let path = "\(directory)/\(projection.fileName)"
+                if projection == .outbox, let torn, torn.wholeSize == 0 { continue }
                 if let info = Posix.info(path, follow: false), info.kind != .regular || info.size > 0 {
                     throw .refused("\(path): holds \(info.kind == .regular ? "lines but no record of basket-sync" : "no file but \(info.kind.name)") (another program's, or a forged one): basket-sync appends only to its own files, and would refuse it at its first record. Move it away (the first record starts a new file), then run init again")
                 }

@@ -47,19 +47,40 @@ enum Recovery {
     }
 
     /// The torn record the live outbox of `directory` ends with, if any: an unfinished last line
-    /// that starts as this directory's record after `found`'s last would (`{"seq":N,"id":"SYNCID-N"`,
-    /// as far as it goes). Another program's unfinished line is none.
+    /// that starts as a record of this directory numbered after the whole ones would
+    /// (`{"seq":N,"id":"SYNCID-N"`, as far as it goes: the record due next after `found`'s last,
+    /// or — no whole record left, the host having moved the file away — any N, its sync id 16
+    /// hex digits). Another program's unfinished line is none.
     static func tornRecord(directory: String, found: [Projection: [(seq: UInt64, line: [UInt8])]]) -> TornRecord? {
-        guard let last = found[.outbox]?.last, let record = try? RecordFormat.outboxRecord(last.line),
-              let dash = record.id.lastIndex(of: "-") else { return nil }
+        let last = found[.outbox]?.last
+        let lastRecord = last.flatMap { try? RecordFormat.outboxRecord($0.line) }
         let path = "\(directory)/\(Projection.outbox.fileName)"
         guard let bytes = try? Posix.readFile(path, limit: Int.max), let end = bytes.last, end != 0x0A else { return nil }
         let wholeSize = bytes.lastIndex(of: 0x0A).map { $0 + 1 } ?? 0
         let unfinished = Array(bytes[wholeSize...])
-        let seq = last.seq + 1
-        let expected = Array("{\"seq\":\(seq),\"id\":\"\(record.id[..<dash])-\(seq)\"".utf8)
-        // As far as the cut line goes, it is the record due next; a few bytes tell nothing.
-        guard unfinished.count >= 8, unfinished.starts(with: expected.prefix(unfinished.count)) else { return nil }
+        // A few bytes tell nothing.
+        guard unfinished.count >= 8 else { return nil }
+        let head = Array("{\"seq\":".utf8)
+        guard unfinished.starts(with: head) else { return nil }
+        let digits = unfinished[head.count...].prefix { (0x30...0x39).contains($0) }
+        let seq: UInt64
+        if let lastSeq = last?.seq {
+            seq = lastSeq + 1
+        } else {
+            // The number as far as the line goes (cut within it, the digits it has).
+            guard let number = UInt64(String(decoding: digits, as: UTF8.self)), number > 0 else { return nil }
+            seq = number
+        }
+        var expected = Array("{\"seq\":\(seq),\"id\":\"".utf8)
+        if let id = lastRecord?.id, let dash = id.lastIndex(of: "-") {
+            expected += Array("\(id[..<dash])-\(seq)\"".utf8)
+        } else {
+            // No whole record to say the sync id: 16 hex digits, as basket-sync makes them.
+            let hex = unfinished.dropFirst(expected.count).prefix(16)
+            guard hex.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }) else { return nil }
+            expected += Array(hex) + (hex.count == 16 ? Array("-\(seq)\"".utf8) : [])
+        }
+        guard unfinished.starts(with: expected.prefix(unfinished.count)) else { return nil }
         var source: String?
         let key = Array(",\"source\":\"".utf8)
         if let start = (0...max(0, unfinished.count - key.count)).first(where: { unfinished[$0...].starts(with: key) }) {
@@ -126,6 +147,12 @@ enum Recovery {
             cartModified: cart.map { Date(timeIntervalSince1970: Double($0.modified) / 1e9) })
         // A torn record the host holds keeps its number: the next record is the one after it.
         if torn?.heldByTheHost == true { recovered.heldAfterOutbox = 1 }
+        // No whole record left: the torn one was the newest, and the records before it are all
+        // there were — its number is the next one's, unless the host holds it.
+        if outbox.isEmpty, let torn {
+            let before = torn.heldByTheHost ? torn.seq : torn.seq - 1
+            recovered.eventsSinceCart = before > recovered.hostClaim ? before - recovered.hostClaim : 0
+        }
         // The cart on disk was written before the records after that: remembered as the cart at
         // those records, so that taking it later acknowledges none of them (rule 4).
         if let cart, let through = writtenThrough, let last = outbox.last?.seq, through < last {
@@ -255,7 +282,9 @@ enum Recovery {
         }
         if found[.outbox] == nil, let claim = cartClaim(directory: directory) {
             let taken = UInt64(takenEvents(directory: directory).count)
-            let events = recordsAfterClaim(directory: directory, configuration: configuration, taken: taken)
+            var events = recordsAfterClaim(directory: directory, configuration: configuration, taken: taken)
+            // The torn record's own event is said above (and its number is known).
+            if let torn, !torn.heldByTheHost { events = torn.seq - 1 > claim ? torn.seq - 1 - claim : 0 }
             if events > 0 {
                 lost.append("\(directory)/\(Projection.outbox.fileName): no record is left, and inbox/cur/ holds events that may have made records after the cart's claim \(claim) (\(events == 1 ? "record \(claim + 1)" : "records \(claim + 1)…\(claim + events)") at most), which the host had not applied: they are lost with the outbox (a rotated file basket-sync cannot read, such as a compressed one, may hold them) — deliver those events again under new ids if the host does not hold them; records go on after \(claim + events), so that no number a record had is used again")
             }
