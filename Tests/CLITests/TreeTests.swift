@@ -482,6 +482,14 @@ import TestSupport
             }
         }
         #expect(playground.read("basket-sync.json").contains("\"layout\": \"tree\""))
+        // A tree's configuration copied into a cart's folder is none of the cart's: the cart is
+        // the tree's still, its commands work.
+        try playground.write("c/basket-sync.json", playground.read("basket-sync.json"))
+        for command in [["status"], ["push", "A=+1"], ["sync"], ["apply"]] {
+            let run = try basketSync(["-C", playground.path + "/c"] + command)
+            #expect(run.status == 0, "a configuration copied into the cart, \(command): \(run.status) \(run.stderr)")
+        }
+        try FileManager.default.removeItem(atPath: playground.path + "/c/basket-sync.json")
         // A broken tree configuration is its error, with its place.
         let configuration = playground.read("basket-sync.json")
         try playground.write("basket-sync.json", configuration.replacingOccurrences(of: "\"pendingTimeoutSeconds\": 10", with: "\"pendingTimeoutSeconds\": \"x\""))

@@ -18,12 +18,14 @@ public enum Workspace: Equatable, Sendable {
     public static func of(_ directory: String) -> Workspace {
         // A cart's folder as opened (`/proc/self/fd/N/.`) is where it is known to be.
         let directory = PinnedNames.named(directory)
-        if AgentConfiguration.layoutIsTree(directory: directory) { return .treeRoot }
+        // A cart of a tree first: nothing is made inside a tree but its carts, so a configuration
+        // found in a cart's folder (copied there) is none of the cart's, never a tree's root.
         let root = Posix.dirname(of: directory)
         let id = String(directory[directory.index(after: directory.lastIndex(of: "/") ?? directory.startIndex)...])
         if root != directory, Tree.isCartId(id), AgentConfiguration.layoutIsTree(directory: root) {
             return .treeCart(root: root, id: id)
         }
+        if AgentConfiguration.layoutIsTree(directory: directory) { return .treeRoot }
         return .directory
     }
 }
