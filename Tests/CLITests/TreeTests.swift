@@ -1279,3 +1279,30 @@ extension TreeTests {
         #expect(lines < 12, "one failure said per retry, not per wake-up: \(lines) lines\n\(agent.log.suffix(1500))")
     }
 }
+
+extension TreeTests {
+    /// A tree's root named through a link of the user's (`-C /srv/shop`, a link to the real
+    /// root), with and without a trailing slash: every command and the agent serve the tree, as
+    /// they serve a sync directory named so; the links under the root stay never followed.
+    @Test func aTreeNamedThroughALinkIsServed() async throws {
+        let playground = try tree()
+        try mealzLine(playground, "c1")
+        let outside = try Playground()
+        let link = outside.path + "/shop"
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: playground.path)
+        try FileManager.default.createSymbolicLink(atPath: playground.path + "/c2", withDestinationPath: outside.path)
+        for spelling in [link, link + "/"] {
+            for command in [["sync"], ["status"], ["metrics"], ["wait", "--timeout", "0"]] {
+                let run = try basketSync(["-C", spelling] + command)
+                #expect(run.status == 0, "\(spelling) \(command): \(run.status) \(run.stderr)")
+            }
+        }
+        #expect(playground.records("c1/outbox.jsonl").count == 1)
+        #expect(!FileManager.default.fileExists(atPath: outside.path + "/inbox"), "the link under the root is no cart")
+        let agent = try AgentProcess(directory: link)
+        try await agent.waitUntilWatching()
+        try mealzLine(playground, "c1")
+        try await eventually("the agent through the link takes the event") { playground.records("c1/outbox.jsonl").count == 2 }
+        #expect(agent.stop() == 0, "\(agent.log)")
+    }
+}

@@ -22,6 +22,10 @@ final class Tree {
 
     /// The tree's root.
     let root: String
+
+    /// `root` to be opened as the folder it names: the root is the user's to name, through a
+    /// link if they like (as a sync directory is); the links under it are never followed.
+    static func followed(_ root: String) -> String { root.hasSuffix("/") ? root + "." : root + "/." }
     /// The one database of the tree.
     let database: Database
     /// The settings of every cart.
@@ -66,7 +70,7 @@ final class Tree {
                 throw .refused("\(root): holds a database (\(Layout.stateDirectory)/) but no \(AgentConfiguration.fileName); restore the configuration, or make the tree in another directory")
             }
             // A sync directory below would become a cart of the tree, unusable as what it is.
-            if let inner = ((try? Posix.entries(of: root)) ?? []).sorted().first(where: { Posix.info("\(root)/\($0)/\(Layout.stateDirectory)", follow: false)?.kind == .directory }) {
+            if let inner = ((try? Posix.entries(of: Tree.followed(root))) ?? []).sorted().first(where: { Posix.info("\(root)/\($0)/\(Layout.stateDirectory)", follow: false)?.kind == .directory }) {
                 throw .refused("\(root)/\(inner): is a sync directory of its own; a tree made here would take it for a cart. Make the tree elsewhere")
             }
             var configuration = AgentConfiguration()
@@ -77,7 +81,7 @@ final class Tree {
         let databasePath = try Database.path(of: root)
         let isNew = !Posix.exists(databasePath)
         // Carts holding records and no database: it was lost. A new one would know none of them.
-        let holding = isNew ? ((try? Posix.entries(of: root)) ?? []).sorted().filter {
+        let holding = isNew ? ((try? Posix.entries(of: Tree.followed(root))) ?? []).sorted().filter {
             Tree.isCartId($0) && Posix.info("\(root)/\($0)", follow: false)?.kind == .directory && Tree.refusal(id: $0, root: root) != nil
         } : []
         if !holding.isEmpty, !adopt {
@@ -100,7 +104,11 @@ final class Tree {
     /// other names are not carts).
     func cartDirectories() throws(AgentError) -> [String] {
         let names: [String]
-        do { names = try Posix.entries(of: root) } catch { throw .system(error) }
+        do { names = try Posix.entries(of: Tree.followed(root)) } catch {
+            var error = error
+            error.path = root
+            throw .system(error)
+        }
         return names.filter { Tree.isCartId($0) && Posix.info("\(root)/\($0)", follow: false)?.kind == .directory }.sorted()
     }
 
