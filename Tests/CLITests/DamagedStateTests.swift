@@ -111,6 +111,8 @@ extension DamagedStateTests {
             #expect(adopted.status == 0 && adopted.stdout.contains("record 3 was cut short by a crash"), "\(context): \(adopted.stdout)\(adopted.stderr)")
             let left = playground.read("outbox.jsonl")
             #expect((left.isEmpty || left.hasSuffix("\n")) && Array(left.utf8).count == lastStart, "\(context): the torn line cut")
+            // A host that holds the record is not told its claim acknowledges nothing.
+            if hostReadIt { #expect(!adopted.stdout.contains("acknowledges") && adopted.stdout.contains("going on after 3"), "\(context): \(adopted.stdout)") }
             let named = cut >= namedFrom
             if !hostReadIt && !named && !movedAway { #expect(adopted.stdout.contains("made it (\"e3\")"), "\(context): \(adopted.stdout)") }
             // The Mealz side delivers e3 again; the host applies what comes.
@@ -118,6 +120,7 @@ extension DamagedStateTests {
             #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
             let apply = try basketSync(["-C", playground.path, "apply"])
             #expect(apply.status == 0, "\(context): \(apply.stderr)")
+            #expect(!hostReadIt || apply.stdout.contains("synced through 3"), "\(context): \(apply.stdout)")
             let seqs = playground.records("outbox.jsonl").compactMap { $0["seq"] as? Int }
             // Numbered on: after the torn record where the host holds it (its line is gone).
             let first = movedAway ? 3 : 1

@@ -135,7 +135,8 @@ enum Recovery {
         let taken = try learnTakenEvents(directory: directory, into: store, except: torn?.source.map { [$0] } ?? [])
         // The cart on disk, as the engine identifies it (CartReader.identity: stat, following).
         let cart = Posix.info("\(directory)/\(configuration.cart)", follow: true)
-        let writtenThrough = cart.map { cartWrittenThrough(modified: $0.modified, outbox: outbox) }
+        // A torn record the host holds existed when its cart was written: the cart claims it.
+        let writtenThrough = cart.map { max(cartWrittenThrough(modified: $0.modified, outbox: outbox), torn?.heldByTheHost == true ? torn!.seq : 0) }
         var recovered = RecoveredRecords(
             outbox: outbox,
             notifications: (found[.notifications] ?? []).compactMap { try? RecordFormat.notification($0.line) },
@@ -297,7 +298,9 @@ enum Recovery {
             lost.append("\(directory)/\(Projection.payments.fileName): records are in no file while the notifications show a basket closed: a retried order of those is not recognised, payment seqs may repeat, and a basket's close is read from its notification")
         }
         return lost + found.sorted(by: { $0.key.rawValue < $1.key.rawValue }).map { (projection, records) in
-            var line = "\(directory)/\(projection.fileName): adopted \(records.count) records, going on after \(records.map(\.seq).max()!)"
+            // A torn record the host holds is the last record made: records go on after it.
+            let held: UInt64 = projection == .outbox && torn?.heldByTheHost == true ? 1 : 0
+            var line = "\(directory)/\(projection.fileName): adopted \(records.count) records, going on after \(records.map(\.seq).max()! + held)"
             if projection == .outbox, let first = records.first?.seq, first > 1 {
                 let claim = cartClaim(directory: directory) ?? 0
                 if claim < first - 1 {
@@ -307,8 +310,8 @@ enum Recovery {
             if projection == .outbox, let claim = cartClaim(directory: directory), claim > 0,
                let cart = Posix.info("\(directory)/\(((try? AgentConfiguration.load(directory: directory)) ?? AgentConfiguration()).cart)", follow: true) {
                 let outbox = records.compactMap { try? RecordFormat.outboxRecord($0.line) }
-                let through = cartWrittenThrough(modified: cart.modified, outbox: outbox)
-                let last = records.map(\.seq).max() ?? 0
+                let through = max(cartWrittenThrough(modified: cart.modified, outbox: outbox), held > 0 ? torn!.seq : 0)
+                let last = (records.map(\.seq).max() ?? 0) + held
                 if claim > last {
                     line += "; the cart claims syncedThrough \(claim), beyond the files (they end at \(last)): it acknowledges nothing (a cart of another sync directory, or a counter run ahead); the records wait until a cart claims within them"
                 } else if claim > through {
