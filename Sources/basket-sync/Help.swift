@@ -259,10 +259,11 @@ enum Help {
                 sync directory (by the path as written, through any link) is read as basket-sync
                 reads it there: no symbolic link followed on the way, a cart's only with
                 "followSymlinks"; valid means the agent takes it (the directory's configuration:
-                its owner and mode too, refused with the commands' 78). A file elsewhere, or any
-                file when DIR is no sync directory, is yours: its link is followed. A cart or event
-                is judged under the directory's configuration: one the commands refuse is said
-                (78). FILE - reads standard input.
+                its owner and mode too, refused with the commands' 78). A file that lies in another
+                sync directory or tree is judged by that one, wherever it is named from; a file in
+                none is yours: its link is followed. A cart or event is judged under its
+                directory's configuration: one the commands refuse is said (78). FILE - reads
+                standard input.
 
                 example:
                   basket-sync validate cart.json basket-sync.json

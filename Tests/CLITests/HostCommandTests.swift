@@ -506,6 +506,29 @@ import Testing
         #expect(mine.status == 0 && mine.stdout.components(separatedBy: ": valid").count == 3, "\(mine.status) \(mine.stdout)\(mine.stderr)")
     }
 
+    /// A file that lies in a sync directory or a tree is that directory's, wherever it is named
+    /// from — `-C` elsewhere, a working directory inside its inbox, the tree's parent: judged
+    /// under its settings (here a tree's maxQuantity of 3) and its rules (its configuration's
+    /// owner and mode), as the agent judges it.
+    @Test func aFileInASyncDirectoryIsJudgedByItWhereverItIsNamedFrom() throws {
+        let parent = try Playground()
+        let root = parent.path + "/tree"
+        #expect(try basketSync(["-C", root, "init", "--tree"]).status == 0)
+        let configuration = try String(contentsOfFile: root + "/basket-sync.json", encoding: .utf8)
+        try parent.write("tree/basket-sync.json", configuration.replacingOccurrences(of: #""maxQuantity": 1000000"#, with: #""maxQuantity": 3"#))
+        #expect(try basketSync(["-C", root + "/c1", "init"]).status == 0)
+        try parent.write("tree/c1/cart.json", cartJSON([("A", 5)]))
+        try parent.write("tree/c1/inbox/new/e1", #"{"id":"e1","type":"basketDelta","products":[{"id":"A","quantity":5}]}"#)
+        let elsewhere = try Playground()
+        for (from, file) in [(parent.path, "tree/c1/cart.json"), (root + "/c1/inbox/new", "e1"), (elsewhere.path, root + "/c1/inbox/new/e1"), (root + "/c1", "cart.json")] {
+            let run = try basketSync(["-c", "cd \"$1\" && \"$0\" validate \"$2\"", binary.path, from, file], executable: "/bin/sh")
+            #expect(run.status == 65 && run.stdout.contains("3"), "from \(from), \(file): \(run.status) \(run.stdout)\(run.stderr)")
+        }
+        #expect(chmod(root + "/basket-sync.json", 0o664) == 0)
+        let refused = try basketSync(["-c", "cd \"$1\" && \"$0\" validate tree/basket-sync.json", binary.path, parent.path], executable: "/bin/sh")
+        #expect(refused.status == 78 && refused.stderr.contains("writable by its group"), "\(refused.status) \(refused.stdout)\(refused.stderr)")
+    }
+
     /// Standard input is read as it comes: past the limit it is refused without being read to
     /// its end (an endless stream), and said as more than the limit, never a size it did not know.
     @Test func anEndlessStandardInputIsRefusedAsMoreThanTheLimit() throws {

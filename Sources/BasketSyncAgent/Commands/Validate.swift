@@ -23,6 +23,10 @@ extension Commands {
     /// `validate`: every problem of a file as `path:line:column: reason`; empty when valid.
     /// `enteredDirectory` is the sync directory when `-C` made relative paths relative to it.
     public static func validate(path: String, kind: FileKind, directory: String, enteredDirectory: String? = nil) throws(AgentError) -> [String] {
+        // A file that lies in another sync directory than DIR (or DIR is none: validate run from
+        // anywhere) is that directory's: judged by its rules and settings, wherever it is named from.
+        var directory = directory
+        if path != "-", placeInDirectory(path, directory: directory) == nil, let enclosing = enclosingSyncDirectory(of: path) { directory = enclosing }
         // A cart or an event is judged under the directory's settings, as the commands load them:
         // a configuration they refuse (78) is said, not replaced by the defaults. A configuration
         // being checked is judged on its own.
@@ -110,8 +114,7 @@ extension Commands {
     static func placeInDirectory(_ path: String, directory: String) -> (base: String, relative: String)? {
         // A folder that is no sync directory nor tree (validate run from anywhere) has no files
         // of its own: every file is the user's.
-        guard Workspace.of(directory) != .directory || Posix.exists("\(directory)/\(Layout.stateDirectory)")
-                || Posix.exists("\(directory)/\(AgentConfiguration.fileName)") else { return nil }
+        guard isSyncDirectory(directory) else { return nil }
         let spelled = Posix.lexicallyAbsolute(path)
         // The directory as spelled, and where it really is (-C through a link: the working
         // directory, which relative paths start from, is the real one).
@@ -125,6 +128,24 @@ extension Commands {
         if folder == resolvedRoot { return (resolvedRoot, name) }
         guard folder.hasPrefix(resolvedRoot + "/") else { return nil }
         return (resolvedRoot, String(folder.dropFirst(resolvedRoot.count + 1)) + "/" + name)
+    }
+
+    /// Whether `directory` holds files of its own: a sync directory, a tree's root or cart.
+    private static func isSyncDirectory(_ directory: String) -> Bool {
+        Workspace.of(directory) != .directory || Posix.exists("\(directory)/\(Layout.stateDirectory)")
+            || Posix.exists("\(directory)/\(AgentConfiguration.fileName)")
+    }
+
+    /// The nearest folder above `path` (as spelled) that is a sync directory, a tree's cart or a
+    /// tree's root; nil when the file lies in none.
+    static func enclosingSyncDirectory(of path: String) -> String? {
+        var current = Posix.dirname(of: Posix.lexicallyAbsolute(path))
+        while true {
+            if isSyncDirectory(current) { return current }
+            let up = Posix.dirname(of: current)
+            if up == current { return nil }
+            current = up
+        }
     }
 
     /// Reads `relative` under `base` (the sync directory) as basket-sync reads a file there:
