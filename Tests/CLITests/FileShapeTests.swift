@@ -596,7 +596,7 @@ import Testing
 
     /// The `.error` file of a quarantined event is made under a name nobody can guess: a link
     /// planted under a predictable name is never written through (nor one planted as its
-    /// `.error`: a name bad/ holds sends the event under a name of its own).
+    /// `.error`: renamed over, it is replaced, its target untouched).
     @Test func aPlantedLinkUnderTheOldTemporaryNameIsNeverWrittenThrough() throws {
         let playground = try Playground()
         let canary = try Canary(in: playground.path)
@@ -608,9 +608,9 @@ import Testing
         try FileManager.default.createSymbolicLink(atPath: dir + "/inbox/bad/evil.error", withDestinationPath: "/nonexistent")
         try "{not json".write(toFile: dir + "/inbox/new/evil", atomically: false, encoding: .utf8)
         #expect(try basketSync(["-C", dir, "sync"]).status == 0)
-        // Set aside under a name of its own: bad/ holds a (planted) evil.error already.
+        // A `.error` alone is no entry's: the event goes beside it, the planted link replaced.
         let moved = playground.names("sync/inbox/bad").first { $0.hasPrefix("evil") && !$0.hasSuffix(".error") } ?? "none"
-        #expect(moved.hasPrefix("evil.again."), "\(playground.names("sync/inbox/bad"))")
+        #expect(moved == "evil", "\(playground.names("sync/inbox/bad"))")
         let error = try FileManager.default.attributesOfItem(atPath: dir + "/inbox/bad/\(moved).error")
         #expect(error[.type] as? FileAttributeType == .typeRegular, "a file of its own, no link followed")
         #expect(error[.posixPermissions] as? Int == 0o640, "a fixed mode, never one read from a link")
@@ -778,7 +778,9 @@ import Testing
     }
 
     /// A second bad delivery under a name bad/ holds never replaces the first and its .error:
-    /// the first stays; the second goes under a name of its own.
+    /// the first stays; the second goes under a name of its own. A `.error` left alone (a pass
+    /// killed between writing it and moving its entry) gets its entry beside it, its reason
+    /// written again: no `.error` stays without an entry.
     @Test func aSecondBadEventOfTheSameNameKeepsTheFirst() throws {
         let playground = try Playground()
         let dir = playground.path
@@ -792,6 +794,11 @@ import Testing
         let again = names.first { $0.hasPrefix("same.again.") && !$0.hasSuffix(".error") }
         #expect(again.map { playground.read("inbox/bad/" + $0) } == "junk2", "\(names)")
         #expect(names.filter { $0.hasSuffix(".error") }.count == 2, "\(names)")
+        try playground.write("inbox/bad/left.error", "what a killed pass wrote\n")
+        try playground.write("inbox/new/left", "junk3")
+        #expect(try basketSync(["-C", dir, "sync"]).status == 0)
+        #expect(playground.read("inbox/bad/left") == "junk3" && playground.read("inbox/bad/left.error").contains("inbox/bad/left"), "\(playground.names("inbox/bad"))")
+        #expect(!playground.names("inbox/bad").contains { $0.hasPrefix("left.again.") }, "\(playground.names("inbox/bad"))")
     }
 
     /// A cart hard-linked to a file outside is never read: rejected (65) by sync, apply and the

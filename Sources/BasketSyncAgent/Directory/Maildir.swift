@@ -239,8 +239,10 @@ struct Inbox {
         try Posix.makeDirectory(bad, mode: 0o755)
         var base = name.utf8.count > 200 ? "long-name.\(Posix.randomName())" : name
         // A name bad/ holds already (the same name delivered bad twice): the first stays, the
-        // second goes under a name of its own, as in cur/.
-        if Posix.info("\(bad)/\(base)", follow: false) != nil || Posix.info("\(bad)/\(base).error", follow: false) != nil {
+        // second goes under a name of its own, as in cur/. A `.error` alone is no entry's: left
+        // by a pass killed before its move, or written by one moving this very entry now — the
+        // entry goes beside it, its reason written again.
+        if Posix.info("\(bad)/\(base)", follow: false) != nil {
             base = "\(base).again.\(Posix.randomName())"
         }
         for attempt in 0..<2 {
