@@ -26,7 +26,11 @@ extension Commands {
         // A file that lies in another sync directory than DIR (or DIR is none: validate run from
         // anywhere) is that directory's: judged by its rules and settings, wherever it is named from.
         var directory = directory
-        if path != "-", placeInDirectory(path, directory: directory) == nil, let enclosing = enclosingSyncDirectory(of: path) { directory = enclosing }
+        var place = path == "-" ? nil : placeInDirectory(path, directory: directory)
+        if path != "-", place == nil, let enclosing = enclosingSyncDirectory(of: path) {
+            directory = enclosing
+            place = placeInDirectory(path, directory: enclosing)
+        }
         // A cart or an event is judged under the directory's settings, as the commands load them:
         // a configuration they refuse (78) is said, not replaced by the defaults. A configuration
         // being checked is judged on its own.
@@ -40,7 +44,6 @@ extension Commands {
             // itself (the cart through links only with "followSymlinks", as every reader of it
             // does), and valid only if the agent would take it. A file elsewhere is the user's
             // own: its link is followed. A FIFO or a device is refused either way.
-            let place = placeInDirectory(path, directory: directory)
             do throws(AgentError) {
                 let read: [UInt8]?
                 do throws(AgentError) {
@@ -80,7 +83,7 @@ extension Commands {
             do { _ = try AgentConfiguration.parse(bytes, path: shown, in: path == "-" ? directory : Posix.dirname(of: path)) } catch { return [error.description] }
             // The directory's own configuration is judged as every command loads it, its owner and
             // mode (and the directory's) too: valid means the commands take it.
-            if path != "-", let place = placeInDirectory(path, directory: directory), place.relative == AgentConfiguration.fileName {
+            if let place, place.relative == AgentConfiguration.fileName {
                 do { _ = try AgentConfiguration.loadFile(directory: place.base) } catch {
                     // Refused for who may change it: the commands' very error and code (78).
                     if case .notReady = error { throw error }

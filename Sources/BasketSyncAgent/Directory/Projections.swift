@@ -688,6 +688,18 @@ final class JSONLinesFile {
         return found.map { ($0, info) }
     }
 
+    /// The file's unfinished last line (no newline): its first `limit` bytes at most, where the
+    /// whole lines end, and the file's information; nil when it ends with a newline, is empty,
+    /// has a hole or cannot be read. Read backwards in chunks: a long line costs time, never memory.
+    func unfinishedLine(limit: Int) -> (start: [UInt8], completeSize: Int64, info: FileInfo)? {
+        guard let fd = try? Posix.open(path, [.readOnly]) else { return nil }
+        defer { Posix.close(fd) }
+        guard let info = try? Posix.fileInfo(fd, path: path), info.kind == .regular, !Posix.hasHole(fd, size: info.size),
+              let tail = try? readTail(fd, size: info.size), tail.completeSize < info.size,
+              let start = try? read(fd, at: tail.completeSize, count: Int(min(info.size - tail.completeSize, Int64(limit)))) else { return nil }
+        return (start, tail.completeSize, info)
+    }
+
     /// The whole record lines after `seq` at the end of the file, in order (with their newline),
     /// read backwards until a record at or below `seq`: what a reader of the file has to take.
     func recordLines(after seq: UInt64, isRecord: ([UInt8]) -> Bool) -> [[UInt8]] {

@@ -54,10 +54,12 @@ enum Recovery {
     static func tornRecord(directory: String, found: [Projection: [(seq: UInt64, line: [UInt8])]]) -> TornRecord? {
         let last = found[.outbox]?.last
         let lastRecord = last.flatMap { try? RecordFormat.outboxRecord($0.line) }
-        let path = "\(directory)/\(Projection.outbox.fileName)"
-        guard let bytes = try? Posix.readFile(path, limit: Int.max), let end = bytes.last, end != 0x0A else { return nil }
-        let wholeSize = bytes.lastIndex(of: 0x0A).map { $0 + 1 } ?? 0
-        let unfinished = Array(bytes[wholeSize...])
+        // The line's start only (its seq, id and source lie there), from a file of this account's:
+        // another's is none of its records, as recordsInFiles reads them.
+        guard let tail = JSONLinesFile(path: "\(directory)/\(Projection.outbox.fileName)").unfinishedLine(limit: 4096),
+              Trust.foreignOutput(tail.info) == nil else { return nil }
+        let wholeSize = Int(tail.completeSize)
+        let unfinished = tail.start
         // A few bytes tell nothing.
         guard unfinished.count >= 8 else { return nil }
         let head = Array("{\"seq\":".utf8)
