@@ -243,6 +243,36 @@ import Testing
         #expect((lastError?["message"] as? String)?.contains("notifications.jsonl") == true, "\(status.stdout)")
     }
 
+    /// A delivery into a sync directory is not stopped by a configuration the commands refuse —
+    /// broken, or writable by others — and `status` says so.
+    @Test func aDeliveryIsNotStoppedByARefusedConfiguration() throws {
+        let playground = try Playground()
+        let single = playground.path + "/single"
+        #expect(try basketSync(["-C", single, "init"]).status == 0)
+        let settings = playground.read("single/basket-sync.json")
+        for (what, mend) in [("broken", { try playground.write("single/basket-sync.json", settings + "}") }),
+                             ("writable by others", { try playground.write("single/basket-sync.json", settings); chmod(single + "/basket-sync.json", 0o666) })] {
+            try mend()
+            #expect(try basketSync(["-C", single, "sync"]).status == 78, "\(what): the commands refuse it")
+            let push = try basketSync(["-C", single, "push", "A=+1"])
+            #expect(push.status == 0 && playground.names("single/inbox/new").count == 1, "\(what): \(push.stderr)")
+            let status = try basketSync(["-C", single, "status"])
+            #expect(status.status == 78 && status.stdout.contains("every other command but push refuses"), "\(what): \(status.stdout)")
+            try FileManager.default.removeItem(atPath: single + "/inbox/new/" + playground.names("single/inbox/new")[0])
+        }
+        // In a tree the configuration says which folders are carts: under one the commands
+        // refuse, a push is refused too, and nothing is made.
+        let root = playground.path + "/tree"
+        #expect(try basketSync(["-C", root, "init", "--tree"]).status == 0)
+        let treeSettings = playground.read("tree/basket-sync.json")
+        for (what, mend) in [("broken", { try playground.write("tree/basket-sync.json", treeSettings + "}") }),
+                             ("writable by others", { try playground.write("tree/basket-sync.json", treeSettings); chmod(root + "/basket-sync.json", 0o666) })] {
+            try mend()
+            let refused = try basketSync(["-C", root + "/c1", "push", "A=+1"])
+            #expect(refused.status == 78 && refused.stderr.contains(root + "/basket-sync.json") && !FileManager.default.fileExists(atPath: root + "/c1"), "\(what): \(refused.status) \(refused.stderr)")
+        }
+    }
+
     /// A command finding the database of an older layout while another process holds the agent
     /// lock (an agent of an older version: one of this version brings the layout up at its
     /// start) refuses (75) and changes nothing; once the lock is free, it converts and runs.

@@ -57,7 +57,7 @@ public struct CartStatus {
     /// Why no agent could start with the settings of now (a bad BASKET_SYNC_WATCH_MODE), if so.
     let watchProblem: String?
     /// Why `basket-sync.json` cannot be used (file:line:column and what to do), if it cannot:
-    /// the report then shows the defaults, and every other command refuses with 78.
+    /// the report then shows the defaults, and every other command but `push` refuses with 78.
     public let configurationProblem: String?
     /// The database file, and what is wrong with where it is (a network file system), if anything.
     let database: (path: String, warning: String?)
@@ -263,7 +263,7 @@ public struct CartStatus {
         var lines: [String] = []
         lines.append("sync directory \(directory) (id \(state.syncId))")
         if let configurationProblem {
-            lines.append("configuration: BROKEN, every other command refuses (78) until it is mended; this report shows the defaults: \(configurationProblem)")
+            lines.append("configuration: BROKEN, every other command but push refuses (78) until it is mended; this report shows the defaults: \(configurationProblem)")
         }
         let from = switch storeSource {
         case "tree": "; the tree's default, set on the root (set-store on this cart gives it its own)"

@@ -23,7 +23,7 @@ public struct StatusReport {
     let database: (path: String, warning: String?)
 
     /// Why `basket-sync.json` cannot be used (file:line:column and what to do), if it cannot:
-    /// the report then shows the defaults, and every other command refuses with 78.
+    /// the report then shows the defaults, and every other command but `push` refuses with 78.
     public var configurationProblem: String? { only?.configurationProblem }
 
     /// Reads every cart of `directory` as committed now (read only).
