@@ -401,3 +401,38 @@ extension RetentionTests {
         #expect(outside.read("secret") == "keep me" && outside.read("folder/inner") == "keep me too")
     }
 }
+
+extension RetentionTests {
+    /// With retention set, the temporaries a process killed while writing left — an `apply`
+    /// beside the cart, a pass in `inbox/bad/` — go once over an hour old: only files of this
+    /// account's named as basket-sync names them, never a younger one (a writer may be busy
+    /// with it), another account's, a link, or a name of the host's.
+    @Test func temporariesAKilledWriterLeftGoOnceOverAnHourOld() throws {
+        let playground = try Playground()
+        #expect(try run(playground, ["init"]).status == 0)
+        try playground.write("basket-sync.json", "{\"retention\": {\"days\": 30}}")
+        try playground.write("inbox/tmp/bad1", "{ not json")
+        try FileManager.default.moveItem(atPath: playground.path + "/inbox/tmp/bad1", toPath: playground.path + "/inbox/new/bad1")
+        #expect(try run(playground, ["sync"]).status == 0)
+        let old = Date().addingTimeInterval(-2 * 3600)
+        let files = FileManager.default
+        func plant(_ path: String, age: Date, owner: UInt32? = nil) throws {
+            try playground.write(path, "{\"products\":[]}")
+            try files.setAttributes([.modificationDate: age], ofItemAtPath: playground.path + "/" + path)
+            if let owner { #expect(chown(playground.path + "/" + path, owner, owner) == 0) }
+        }
+        let stale = [".cart.json.0123456789abcdef.tmp", "inbox/bad/.bad1.error.fedcba9876543210.tmp", ".x.1111111111111111.tmp"]
+        for path in stale { try plant(path, age: old) }
+        let kept = [".cart.json.00000000000000aa.tmp", ".cart.json.notahexnumber000.tmp", ".cart.json.0123456789ABCDEF.tmp",
+                    "cart.json.0123456789abcdef.tmp", ".cart.json.0123456789abcdef.tmp.x"]
+        try plant(kept[0], age: Date())
+        for path in kept.dropFirst() { try plant(path, age: old) }
+        try plant(".y.2222222222222222.tmp", age: old, owner: 4211)
+        try files.createSymbolicLink(atPath: playground.path + "/.z.3333333333333333.tmp", withDestinationPath: "cart.json")
+        #expect(try run(playground, ["sync"]).status == 0)
+        for path in stale { #expect(!files.fileExists(atPath: playground.path + "/" + path), "\(path) goes") }
+        for path in kept + [".y.2222222222222222.tmp"] { #expect(files.fileExists(atPath: playground.path + "/" + path), "\(path) stays") }
+        #expect((try? files.destinationOfSymbolicLink(atPath: playground.path + "/.z.3333333333333333.tmp")) == "cart.json", "a link stays")
+        #expect(playground.names("inbox/bad").sorted() == ["bad1", "bad1.error"])
+    }
+}

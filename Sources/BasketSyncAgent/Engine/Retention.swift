@@ -9,11 +9,13 @@ public struct RetentionSlice: Equatable, Sendable {
     public var ids = 0
     /// Files removed from `inbox/cur/` and `inbox/bad/` (a `.error` beside counts with its entry).
     public var files = 0
+    /// Temporaries a process killed while writing left beside the cart or in `inbox/bad/`.
+    public var temporaries = 0
     /// Whether a limit was reached: more is due at the next wake-up.
     public var more = false
 
     /// Whether nothing was removed.
-    public var isEmpty: Bool { records.values.allSatisfy { $0 == 0 } && ids == 0 && files == 0 }
+    public var isEmpty: Bool { records.values.allSatisfy { $0 == 0 } && ids == 0 && files == 0 && temporaries == 0 }
 }
 
 extension SyncEngine {
@@ -71,15 +73,32 @@ extension SyncEngine {
             try store.vacuumFreePages()
             return slice
         }
+        slice.temporaries = removeStaleTemporaries(inbox: inbox, now: now)
         // Nothing more due now: look again after a tenth of the retention (at most a minute), at
         // an ordinary wake-up — no timer is armed for it.
         retentionDue = slice.more ? nil : now.addingTimeInterval(min(retention.seconds / 10, 60))
         if !slice.isEmpty {
             let records = Projection.allCases.map { "\(slice.records[$0.rawValue] ?? 0) \($0.rawValue)" }.joined(separator: ", ")
-            logger.log(.info, "retention: removed records older than \(SyncEngine.shownDays(retention.days)) (\(records)), \(slice.ids) ids, \(slice.files) inbox files")
+            logger.log(.info, "retention: removed records older than \(SyncEngine.shownDays(retention.days)) (\(records)), \(slice.ids) ids, \(slice.files) inbox files\(slice.temporaries == 0 ? "" : ", \(slice.temporaries) temporaries a killed writer left")")
         }
         return slice
     }
+
+    /// The temporaries a process killed while writing atomically left (an `apply` beside the
+    /// cart, a pass setting an event aside in `inbox/bad/`), over an hour old: removed, looked
+    /// for at most once an hour. Returns how many went.
+    private func removeStaleTemporaries(inbox: Inbox?, now: Date) -> Int {
+        if let due = temporariesDue, now < due { return 0 }
+        temporariesDue = now.addingTimeInterval(Self.staleTemporaryAge)
+        var removed = (try? Posix.withPinnedFolders(base: directory, relative: configuration.cart) { (cart) throws(AgentError) in
+            Posix.removeStaleTemporaries(in: Posix.dirname(of: cart), olderThan: Self.staleTemporaryAge, now: now.timeIntervalSince1970)
+        }) ?? 0
+        if let inbox { removed += Posix.removeStaleTemporaries(in: inbox.folder("bad"), olderThan: Self.staleTemporaryAge, now: now.timeIntervalSince1970) }
+        return removed
+    }
+
+    /// How old a temporary nobody renamed is before retention removes it.
+    static let staleTemporaryAge: Double = 3600
 
     /// `30 days`, `0.5 days`.
     static func shownDays(_ days: Double) -> String {

@@ -77,6 +77,29 @@ extension Posix {
         return true
     }
 
+    /// Whether `name` is one of the temporaries ``writeFileAtomically(_:_:mode:replacing:madeFor:stillSo:)``
+    /// makes: `.NAME.<16 hex>.tmp`.
+    package static func isAtomicTemporary(_ name: String) -> Bool {
+        let bytes = Array(name.utf8)
+        guard bytes.count >= 23, bytes[0] == UInt8(ascii: "."), name.hasSuffix(".tmp"), bytes[bytes.count - 21] == UInt8(ascii: ".") else { return false }
+        return bytes[(bytes.count - 20)..<(bytes.count - 4)].allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }
+    }
+
+    /// Removes from `folder` the temporaries a process killed while writing a file atomically
+    /// left there: files of this account's named as ``isAtomicTemporary(_:)`` says, last written
+    /// more than `age` seconds before `now` (a live writer renames its temporary within
+    /// moments; `now` in seconds since 1970). Returns how many went.
+    package static func removeStaleTemporaries(in folder: String, olderThan age: Double, now: Double) -> Int {
+        let before = Int64((now - age) * 1_000_000_000)
+        var removed = 0
+        for name in listDirectory(folder) where isAtomicTemporary(name) {
+            let path = "\(folder)/\(name)"
+            guard let info = info(path, follow: false), info.kind == .regular, info.owner == geteuid(), info.modified < before else { continue }
+            if remove(path) { removed += 1 }
+        }
+        return removed
+    }
+
     /// Runs `body` with a path to `base/relative` whose folders were opened one by one with
     /// `openat` and `O_NOFOLLOW`: a folder that is a link, or is swapped for one while basket-sync
     /// works, is refused, never followed. The path goes through `/proc/self/fd/N` (the folder
