@@ -258,7 +258,8 @@ enum Help {
                 checked; its code is then the exit status. The kind comes from the name
                 (basket-sync.json: configuration; under inbox/: an event; else a cart) unless given.
                 Carts are checked with the sync directory's key names and limits. A file of the
-                sync directory (by the path as written, through any link) is read as basket-sync
+                sync directory (by the path as written, through any link; a .. as the kernel
+                takes it) is read as basket-sync
                 reads it there: no symbolic link followed on the way, a cart's only with
                 "followSymlinks"; valid means the agent takes it (the directory's configuration:
                 its owner and mode too, refused with the commands' 78). A file that lies in another

@@ -460,10 +460,16 @@ import Testing
         let sync = try run(cartSide, ["sync"])
         let cartTaken = sync.status == 0 && !sync.stderr.contains("cart.json")
         #expect(cartTaken == followSymlinks, "sync: \(sync.status) \(sync.stderr)")
-        for spelling in ["host/cart.json", "./host/../host/cart.json", cartSide.path + "/host/cart.json"] {
+        for spelling in ["host/cart.json", "./host/./cart.json", cartSide.path + "/host/cart.json"] {
             let validate = try run(cartSide, ["validate", spelling])
             #expect((validate.status == 0) == cartTaken, "\(spelling), followSymlinks \(followSymlinks): \(validate.status) \(validate.stdout)\(validate.stderr)")
         }
+        // A `..` after the linked folder is the kernel's: the parent of where the link leads,
+        // out of the directory — the file read and judged is that one, the user's.
+        try outside.write("cart.json", "{not json")
+        let dotDot = try run(cartSide, ["validate", "host/../cart.json"])
+        #expect(dotDot.status == 65 && dotDot.stdout.contains("host/../cart.json:1:2: unexpected"), "\(dotDot.status) \(dotDot.stdout)\(dotDot.stderr)")
+        #expect(try run(cartSide, ["validate", "host/../host/cart.json"]).status == 0, "the link's target's own cart, outside: the user's")
         let fromElsewhere = try basketSync(["-C", cartSide.path, "validate", cartSide.path + "/host/cart.json"])
         #expect((fromElsewhere.status == 0) == cartTaken, "\(fromElsewhere.stdout)\(fromElsewhere.stderr)")
         // The directory named through a link of its own (-C LINK): the same directory, the same files.

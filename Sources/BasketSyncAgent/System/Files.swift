@@ -190,15 +190,22 @@ extension Posix {
         return made
     }
 
-    /// `path` made absolute against the working directory, its `.`, `..` and repeated slashes
-    /// taken as written (no link followed, nothing looked at on disk).
+    /// `path` made absolute against the working directory as spelled: its `.` and repeated
+    /// slashes dropped, the links on the way kept as named — but a `..` means what the kernel
+    /// makes of it, the parent of where the folder before it really is: after a link, the
+    /// link's target's parent (the path so far is then where it leads).
     package static func lexicallyAbsolute(_ path: String) -> String {
         var components: [Substring] = []
         let whole = path.hasPrefix("/") ? path : (currentDirectory() ?? "") + "/" + path
         for component in whole.split(separator: "/") {
             switch component {
             case ".": continue
-            case "..": _ = components.popLast()
+            case "..":
+                let sofar = "/" + components.joined(separator: "/")
+                if info(sofar, follow: false)?.kind == .symbolicLink, let target = resolved(sofar) {
+                    components = target.split(separator: "/")
+                }
+                _ = components.popLast()
             default: components.append(component)
             }
         }
