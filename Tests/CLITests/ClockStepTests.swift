@@ -106,3 +106,45 @@ import Testing
     }
 }
 
+
+extension ClockStepTests {
+    /// A tree's cart whose directory left the tree counts its time away on the boot clock: the
+    /// wall clock set forward two hours does not end it (put back, it is served with its state),
+    /// set back two hours does not keep it two hours longer.
+    @Test func aCartAwayFromTheTreeCountsItsTimeOnTheBootClock() async throws {
+        let playground = try Playground()
+        let root = playground.path + "/tree"
+        #expect(try basketSync(["-C", root, "init", "--tree"]).status == 0)
+        try FileManager.default.createDirectory(atPath: root + "/c1", withIntermediateDirectories: false)
+        try playground.writeAtomically("tree/c1/cart.json", cartJSON([("A", 1)]))
+        #expect(try basketSync(["-C", root + "/c1", "push", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", root, "sync"]).status == 0)
+        try playground.write("clock-step", "0")
+        func sync(away seconds: Int) throws -> Run {
+            try basketSync(["-C", root, "sync"], environment: [
+                "LD_PRELOAD": FaultTests.shim, "FAULTSHIM_CLOCK": playground.path + "/clock-step", "BASKET_SYNC_AWAY_SECONDS": String(seconds),
+            ])
+        }
+        let away = playground.path + "/c1-away"
+        #expect(rename(root + "/c1", away) == 0)
+        #expect(try sync(away: 600).status == 0)
+        try playground.write("clock-step", "7200")
+        let forward = try sync(away: 600)
+        #expect(forward.status == 0 && !forward.stdout.contains("ended"), "set forward: \(forward.stdout) \(forward.stderr)")
+        #expect(rename(away, root + "/c1") == 0)
+        let back = try sync(away: 600)
+        #expect(back.status == 0 && back.stdout.contains("1 carts:") && !back.stdout.contains("1 failed"), "put back: \(back.stdout) \(back.stderr)")
+        #expect(playground.records("tree/c1/outbox.jsonl").count == 1)
+
+        try playground.write("clock-step", "0")
+        #expect(rename(root + "/c1", away) == 0)
+        #expect(try sync(away: 2).status == 0)
+        try playground.write("clock-step", "-7200")
+        var last = Run(status: -1, stdout: "", stderr: "")
+        try await eventually("set back, the cart ends after its 2 s away all the same", timeout: 120) {
+            last = try sync(away: 2)
+            return last.stdout.contains("ended (directory gone): c1")
+        }
+        #expect(last.status == 0, "\(last.stdout) \(last.stderr)")
+    }
+}

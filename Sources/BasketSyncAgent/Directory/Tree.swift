@@ -339,6 +339,24 @@ final class Tree {
         Posix.environment("BASKET_SYNC_AWAY_SECONDS").flatMap(Double.init).map { max(0, $0) } ?? 3600
     }
 
+    /// When a cart was first seen away: the wall clock, and the boot clock with this boot's id.
+    static func awayNote(now: Date) -> String {
+        "\(now.timeIntervalSince1970) \(Posix.bootSeconds()) \(Posix.bootId)"
+    }
+
+    /// How long a cart has been away, by the note ``awayNote(now:)`` made: on the boot clock
+    /// within the boot that made it — a step of the wall clock neither ends a cart early nor
+    /// keeps it longer — else (a restart of the machine between, or a note of the wall clock
+    /// alone) on the wall clock.
+    static func awayFor(since note: String, now: Date) -> Double {
+        let fields = note.split(separator: " ")
+        if fields.count == 3, String(fields[2]) == Posix.bootId, let boot = Double(fields[1]) {
+            return max(0, Posix.bootSeconds() - boot)
+        }
+        guard let wall = fields.first.flatMap({ Double($0) }) else { return 0 }
+        return now.timeIntervalSince1970 - wall
+    }
+
     /// The carts the database holds whose directory is gone: each is marked away when first
     /// seen so, and ended — every row of it removed — once away for ``awaySeconds``. Returns
     /// those ended, and those still away with when they end.
@@ -362,9 +380,9 @@ final class Tree {
         var away: [String: Date] = [:]
         for (id, number) in carts where Posix.info("\(root)/\(id)", follow: false)?.kind != .directory {
             let rows = database.rows(cart: number)
-            let since = try rows.note(.goneSince).flatMap(Double.init).map { Date(timeIntervalSince1970: $0) }
-            if since == nil { try rows.setNote(.goneSince, String(now.timeIntervalSince1970)) }
-            let ends = (since ?? now).addingTimeInterval(Tree.awaySeconds)
+            let note = try rows.note(.goneSince)
+            if note == nil { try rows.setNote(.goneSince, Tree.awayNote(now: now)) }
+            let ends = now.addingTimeInterval(Tree.awaySeconds - (note.map { Tree.awayFor(since: $0, now: now) } ?? 0))
             if ends <= now {
                 try database.removeCart(number)
                 ended.append(id)
