@@ -110,7 +110,7 @@ import Testing
 extension ClockStepTests {
     /// A tree's cart whose directory left the tree counts its time away on the boot clock: the
     /// wall clock set forward two hours does not end it (put back, it is served with its state),
-    /// set back two hours does not keep it two hours longer.
+    /// set back two hours does not keep it two hours longer — in `sync` and under the agent.
     @Test func aCartAwayFromTheTreeCountsItsTimeOnTheBootClock() async throws {
         let playground = try Playground()
         let root = playground.path + "/tree"
@@ -146,5 +146,20 @@ extension ClockStepTests {
             return last.stdout.contains("ended (directory gone): c1")
         }
         #expect(last.status == 0, "\(last.stdout) \(last.stderr)")
+
+        // Under the agent too: the wall clock set back once the cart left, it ends after its 2 s.
+        try FileManager.default.createDirectory(atPath: root + "/c2", withIntermediateDirectories: false)
+        try playground.writeAtomically("tree/c2/cart.json", cartJSON([("A", 1)]))
+        try playground.write("clock-step", "0")
+        let agent = try AgentProcess(directory: root, environment: [
+            "LD_PRELOAD": FaultTests.shim, "FAULTSHIM_CLOCK": playground.path + "/clock-step", "BASKET_SYNC_AWAY_SECONDS": "2",
+        ])
+        try await agent.waitUntilWatching()
+        try await eventually("c2 is served") { playground.records("tree/c2/notifications.jsonl").count == 1 }
+        #expect(rename(root + "/c2", playground.path + "/c2-away") == 0)
+        try await eventually("the agent sees c2 leave") { agent.log.contains("cart c2: its directory left the tree: not served") }
+        try playground.write("clock-step", "-7200")
+        try await eventually("c2 ends after its 2 s away", timeout: 120) { agent.log.contains("cart c2: its directory left the tree more than 2 s ago: the cart ended") }
+        #expect(agent.stop() == 0)
     }
 }

@@ -118,8 +118,9 @@ public final class Agent {
     /// up to 30 s).
     var takeOnRetries: [String: (at: Double, delay: Double)] = [:]
     /// A tree's carts whose directory left the tree, not served, with when they end (their
-    /// rows removed) unless put back as they were.
-    var away: [String: Date] = [:]
+    /// rows removed) unless put back as they were, on the monotonic clock (a step of the wall
+    /// clock moves nothing).
+    var away: [String: Double] = [:]
     /// The carts with inbox entries left for their next turn: a wake-up looks at those, not at
     /// every cart.
     var inboxWaiting: [String: Cart] = [:]
@@ -349,7 +350,7 @@ public final class Agent {
             for (id, retry) in takeOnRetries where retry.at <= now {
                 if carts[id] == nil { takeOn(id) } else { takeOnRetries[id] = nil }
             }
-            if let first = away.values.min(), first <= Date() { endAway() }
+            if let first = away.values.min(), first <= Posix.monotonicSeconds() { endAway() }
             flushIfDue()
             beat(passed: ready[0] || busy)
         }
@@ -560,10 +561,7 @@ public final class Agent {
             if due == nil || next < due! { due = next }
         }
         for retry in takeOnRetries.values where due == nil || retry.at < due! { due = retry.at }
-        if let first = away.values.min() {
-            let at = Posix.monotonicSeconds() + first.timeIntervalSinceNow
-            if due == nil || at < due! { due = at }
-        }
+        if let first = away.values.min(), due == nil || first < due! { due = first }
         guard let due else { return -1 }
         let milliseconds = ((due - Posix.monotonicSeconds()) * 1000).rounded(.up)
         return Int32(max(0, min(milliseconds, Double(Int32.max))))

@@ -184,22 +184,27 @@ extension Agent {
         }
     }
 
-    /// Cart `id` is away until `ends` (its directory left the tree).
+    /// Cart `id` is away until `ends` (its directory left the tree), kept on the monotonic clock.
     func markAway(_ id: String, until ends: Date) {
-        away[id] = ends
+        away[id] = Posix.monotonicSeconds() + ends.timeIntervalSinceNow
     }
 
     /// The carts away for their time ended: their rows removed.
     func endAway() {
         guard let tree else { return }
         do {
-            let due = away.filter { $0.value <= Date() }.map(\.key)
+            let now = Posix.monotonicSeconds()
+            let due = away.filter { $0.value <= now }.map(\.key)
             let gone = try tree.removeGoneCarts(due)
             for id in gone.ended { logger.log(.info, "cart \(id): its directory left the tree more than \(AgentConfiguration.number(Tree.awaySeconds)) s ago: the cart ended") }
-            for id in due { away[id] = gone.away[id] }
+            for id in due {
+                away[id] = nil
+                if let ends = gone.away[id] { markAway(id, until: ends) }
+            }
         } catch {
             logger.log(.error, "ending the carts whose directory left the tree failed: \(error.description); tried again in a minute")
-            for (id, ends) in away where ends <= Date() { away[id] = Date().addingTimeInterval(60) }
+            let now = Posix.monotonicSeconds()
+            for (id, ends) in away where ends <= now { away[id] = now + 60 }
         }
     }
 
