@@ -130,8 +130,8 @@ enum Help {
                 or a store change has closed is stale, ignored and counted, never diffed. An
                 account that may not read the database takes the last notification's basket (73
                 when none tells it: give --basket N). A broken or refused basket-sync.json does
-                not stop deliveries into a sync directory (the default limits check them); in a
-                tree, where it says which folders are carts, push refuses it (78).
+                not stop deliveries into a sync directory or a tree's cart that is made (the
+                default limits check them); a tree's cart is made only under one that is not (78).
 
                 example:
                   basket-sync push sku-1=+2 sku-9=-1

@@ -36,7 +36,13 @@ func run() throws(AgentError) -> Int32 {
     // As `git -C`: the other paths on the command line are relative to the sync directory.
     // Where the directory stands, told right before anything is touched (a broken tree
     // configuration is its error, a name under a tree that is not a cart id a usage error).
-    if !invocation.command.isHelpOrVersion { try Workspace.check(directory) }
+    if !invocation.command.isHelpOrVersion {
+        do { try Workspace.check(directory) } catch {
+            // A delivery into a tree's cart that is made goes on whatever the tree's
+            // configuration says meanwhile (docs/spec.md: push), as in a sync directory.
+            guard case .push = invocation.command, error.exitCode == 78, Workspace.isMadeTreeCart(directory) else { throw error }
+        }
+    }
     // A cart of a tree is made by whoever comes first: the Mealz side's push may (docs/spec.md §8).
     if case .push = invocation.command { try Commands.prepareCart(directory: directory) }
     if invocation.directory != nil, !invocation.command.isInitialize { try Terminal.enter(directory) }

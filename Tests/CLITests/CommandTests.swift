@@ -243,8 +243,9 @@ import Testing
         #expect((lastError?["message"] as? String)?.contains("notifications.jsonl") == true, "\(status.stdout)")
     }
 
-    /// A delivery into a sync directory is not stopped by a configuration the commands refuse —
-    /// broken, or writable by others — and `status` says so.
+    /// A delivery is not stopped by a configuration the commands refuse — broken, emptied as an
+    /// editor rewrites it, or writable by others — into a sync directory or a tree's cart that is
+    /// made, and `status` says so.
     @Test func aDeliveryIsNotStoppedByARefusedConfiguration() throws {
         let playground = try Playground()
         let single = playground.path + "/single"
@@ -260,16 +261,23 @@ import Testing
             #expect(status.status == 78 && status.stdout.contains("every other command but push refuses"), "\(what): \(status.stdout)")
             try FileManager.default.removeItem(atPath: single + "/inbox/new/" + playground.names("single/inbox/new")[0])
         }
-        // In a tree the configuration says which folders are carts: under one the commands
-        // refuse, a push is refused too, and nothing is made.
+        // In a tree: a cart that is made (its folder, marker and inbox) is delivered into all
+        // the same; a cart is made only under a configuration the commands take (78, nothing made).
         let root = playground.path + "/tree"
         #expect(try basketSync(["-C", root, "init", "--tree"]).status == 0)
+        try FileManager.default.createDirectory(atPath: root + "/c1", withIntermediateDirectories: false)
+        #expect(try basketSync(["-C", root, "sync"]).status == 0)
         let treeSettings = playground.read("tree/basket-sync.json")
         for (what, mend) in [("broken", { try playground.write("tree/basket-sync.json", treeSettings + "}") }),
+                             ("emptied", { try playground.write("tree/basket-sync.json", "") }),
                              ("writable by others", { try playground.write("tree/basket-sync.json", treeSettings); chmod(root + "/basket-sync.json", 0o666) })] {
             try mend()
-            let refused = try basketSync(["-C", root + "/c1", "push", "A=+1"])
-            #expect(refused.status == 78 && refused.stderr.contains(root + "/basket-sync.json") && !FileManager.default.fileExists(atPath: root + "/c1"), "\(what): \(refused.status) \(refused.stderr)")
+            #expect(try basketSync(["-C", root + "/c1", "sync"]).status == 78, "\(what): the commands refuse it")
+            let push = try basketSync(["-C", root + "/c1", "push", "--id", "m-\(what)", "A=+1"])
+            #expect(push.status == 0 && playground.names("tree/c1/inbox/new").count == 1, "\(what): \(push.status) \(push.stderr)")
+            try FileManager.default.removeItem(atPath: root + "/c1/inbox/new/" + playground.names("tree/c1/inbox/new")[0])
+            let refused = try basketSync(["-C", root + "/c2", "push", "A=+1"])
+            #expect(refused.status == 78 && refused.stderr.contains(root + "/basket-sync.json") && !FileManager.default.fileExists(atPath: root + "/c2"), "\(what): \(refused.status) \(refused.stderr)")
         }
     }
 

@@ -30,7 +30,11 @@ extension Commands {
                 throw .usage("push: \(JSONWriter.quoted(product.id))=\(product.quantity) is out of range; the limit is \(limits.maxQuantity)")
             }
         }
-        let workspace = Workspace.of(directory)
+        var workspace = Workspace.of(directory)
+        // A tree's cart that is made, its tree's configuration broken: delivered into all the same.
+        if workspace == .directory, Workspace.isMadeTreeCart(directory) {
+            workspace = .treeCart(root: Posix.dirname(of: directory), id: Posix.basename(of: directory))
+        }
         // A tree's cart: its inbox reached through its folder opened without following a link.
         var folder: CartFolder?
         switch workspace {

@@ -31,6 +31,20 @@ public enum Workspace: Equatable, Sendable {
 }
 
 extension Workspace {
+    /// Whether `directory` is a cart of a tree that is made — under a folder holding
+    /// `.basket-sync/`, a directory (not a link) holding its marker and its delivery folders —
+    /// as anyone can tell without the tree's configuration (broken, or not this account's to
+    /// read): a delivery into it needs nothing more.
+    public static func isMadeTreeCart(_ directory: String) -> Bool {
+        let directory = PinnedNames.named(directory)
+        let root = Posix.dirname(of: directory)
+        guard root != directory, Tree.isCartId(Posix.basename(of: directory)),
+              Posix.info("\(root)/\(Layout.stateDirectory)", follow: false)?.kind == .directory,
+              Posix.info(directory, follow: false)?.kind == .directory,
+              Posix.info("\(directory)/\(Layout.cartMarker)", follow: false)?.kind == .regular else { return false }
+        return ["inbox", "inbox/new", "inbox/tmp"].allSatisfy { Posix.info("\(directory)/\($0)", follow: false)?.kind == .directory }
+    }
+
     /// The nearest directory above `directory` that is a sync directory or a tree's root (it
     /// holds `.basket-sync/`), if any: nothing is made inside one but a tree's carts.
     static func enclosing(_ directory: String) -> String? {
