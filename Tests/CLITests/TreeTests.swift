@@ -490,13 +490,15 @@ import TestSupport
             #expect(run.status == 0, "a configuration copied into the cart, \(command): \(run.status) \(run.stderr)")
         }
         try FileManager.default.removeItem(atPath: playground.path + "/c/basket-sync.json")
-        // A broken tree configuration is its error, with its place.
+        // A broken tree configuration is its error, with its place — but a delivery into the
+        // cart, which is made, goes on.
         let configuration = playground.read("basket-sync.json")
         try playground.write("basket-sync.json", configuration.replacingOccurrences(of: "\"pendingTimeoutSeconds\": 10", with: "\"pendingTimeoutSeconds\": \"x\""))
-        for command in [["push", "A=+1"], ["sync"], ["apply"], ["status"], ["init"]] {
+        for command in [["sync"], ["apply"], ["status"], ["init"]] {
             let run = try basketSync(["-C", playground.path + "/c"] + command)
             #expect(run.status == 78 && run.stderr.contains("basket-sync.json:"), "\(command): \(run.status) \(run.stderr)")
         }
+        #expect(try basketSync(["-C", playground.path + "/c", "push", "A=+1"]).status == 0)
         #expect(!FileManager.default.fileExists(atPath: playground.path + "/c/.basket-sync"))
         // "layout" changed on a tree's root: a configuration error, nothing made.
         try playground.write("basket-sync.json", configuration.replacingOccurrences(of: "\"layout\": \"tree\"", with: "\"layout\": \"directory\""))
