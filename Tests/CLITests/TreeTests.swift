@@ -321,6 +321,62 @@ import TestSupport
         #expect(agent.stop() == 0)
     }
 
+    /// Watches another program of the same user held when a cart came, and gave back since
+    /// without a word (the kernel tells nobody), are taken back: the cart polled for want of them
+    /// is watched within the agent's probe, no cart coming or leaving needed. The limit is the
+    /// kernel's own, set to 40 in a user namespace of the test's (the machine's is left alone);
+    /// the other program holds what is left of it, in the same namespace, until told to go.
+    @Test func watchesAnotherProgramGaveBackAreTakenBack() async throws {
+        let playground = try tree()
+        for id in ["c1", "c2", "c3"] { try mkdir(playground, id) }
+        let work = try Playground()
+        let grabber = """
+            import ctypes, os, sys, time
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            fd = libc.inotify_init()
+            held = 0
+            for i in range(1000):
+                folder = "%s/g%d" % (sys.argv[1], i)
+                os.makedirs(folder, exist_ok=True)
+                if libc.inotify_add_watch(fd, folder.encode(), 0x100) < 0: break
+                held += 1
+            open(sys.argv[1] + "/held", "w").write(str(held))
+            while not os.path.exists(sys.argv[1] + "/release"): time.sleep(0.05)
+            """
+        try work.write("grab.py", grabber)
+        // One user namespace for the agent and the other program: its limit is theirs.
+        let script = """
+            echo 40 > /proc/sys/user/max_inotify_watches || exit 3
+            BASKET_SYNC_WATCH_MODE= "$1" -C "$2" watch > "$3/agent.log" 2>&1 &
+            agent=$!
+            while ! grep -q watching "$3/agent.log"; do kill -0 $agent || exit 4; sleep 0.05; done
+            python3 "$3/grab.py" "$3" &
+            while [ ! -e "$3/stop" ]; do sleep 0.05; done
+            kill $agent; wait $agent; exit $?
+            """
+        let namespace = Process()
+        namespace.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
+        namespace.arguments = ["--user", "--map-root-user", "/bin/bash", "-c", script, "bash", binary.path, playground.path, work.path]
+        try namespace.run()
+        defer { if namespace.isRunning { try? work.write("stop", ""); try? work.write("release", ""); namespace.waitUntilExit() } }
+        func watch() throws -> String { try basketSync(["-C", playground.path, "status"]).stdout.split(separator: "\n").first { $0.hasPrefix("watch: ") }.map(String.init) ?? "" }
+        try await eventually("the other program holds the watches left") { FileManager.default.fileExists(atPath: work.path + "/held") }
+        #expect(try watch().hasPrefix("watch: inotify"), "\(work.read("agent.log"))")
+        try mkdir(playground, "c4")
+        try await eventually("c4 is polled for want of watches") { try watch().hasPrefix("watch: 1 of 4 carts polled") }
+        try playground.writeAtomically("c4/cart.json", cartJSON([("X", 1)]))
+        try await eventually("c4, polled, is served") { notified(playground, "c4").count == 1 }
+        try work.write("release", "")
+        try await eventually("c4 is watched with the watches given back", timeout: 120) { try watch().hasPrefix("watch: inotify") }
+        #expect(try basketSync(["-C", playground.path + "/c4", "push", "A=+1"]).status == 0)
+        try await eventually("an event into c4, watched, is taken") { playground.records("c4/outbox.jsonl").count == 1 }
+        try playground.writeAtomically("c4/cart.json", cartJSON([("X", 1), ("A", 1)], syncedThrough: 1))
+        try await eventually("c4, watched, is served") { notified(playground, "c4").count == 2 }
+        try work.write("stop", "")
+        namespace.waitUntilExit()
+        #expect(namespace.terminationStatus == 0, "\(work.read("agent.log"))")
+    }
+
     /// Past the inotify watches it may use, the agent says how many the tree needs and what raises
     /// the limit (here BASKET_SYNC_MAX_WATCHES, which lowers it below the system's; the sysctl when
     /// the system's is the one short), and polls the carts beyond it (docs/spec.md §10): every cart

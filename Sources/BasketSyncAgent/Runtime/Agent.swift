@@ -161,14 +161,21 @@ public final class Agent {
     let watchOverride: WatchChoice.Override?
     /// How the root is seen; when it polls, every cart is polled (and a tree's root listed).
     var rootChoice = WatchChoice(polls: false, intervalMs: 1000, reason: "")
-    /// The inotify watches this agent may hold (Int.max: no limit known): the limit, lowered to
-    /// what it held when the kernel refused one (other programs hold the rest).
+    /// The inotify watches this agent may hold (Int.max: no limit known): the system's limit,
+    /// or `BASKET_SYNC_MAX_WATCHES`.
     var watchLimit = Int.max
+    /// What the agent held when the kernel refused a watch under ``watchLimit`` (other programs
+    /// of its user hold the rest): a guess, dropped when a cart comes and at the next probe
+    /// (``probeWatches()``) — other programs give theirs back without a word.
+    var watchLimitGuess: Int?
+    /// When the carts polled for want of watches are tried again (monotonic seconds).
+    var watchProbeAt = 0.0
     /// The inotify watches left for carts, by what the agent holds now (a cart that leaves gives
     /// its watches back); past them, carts are polled.
     var watchesLeft: Int {
-        guard watchLimit != Int.max, let inotify else { return Int.max }
-        return max(0, watchLimit - inotify.liveWatches)
+        let limit = min(watchLimit, watchLimitGuess ?? Int.max)
+        guard limit != Int.max, let inotify else { return Int.max }
+        return max(0, limit - inotify.liveWatches)
     }
     /// The carts polled for want of watches (not for their file system): watched as soon as
     /// watches are free again (see ``watchFreedCarts()``).
@@ -333,6 +340,7 @@ public final class Agent {
                 attempt(cart, [.inbox], reported: true)
             }
             if polls, looks.due() { look() }
+            probeWatches()
             let now = Posix.monotonicSeconds()
             for cart in Array(timed.values) {
                 if let due = cart.retryAt {

@@ -26,6 +26,9 @@ extension Agent {
             // Watched with inotify while watches are left and its file system lets inotify see
             // every write; polled otherwise (docs/spec.md §10).
             let perCart = Watcher.watchCount(cart: configuration.cart, isTreeCart: true)
+            // What other programs held when a watch was refused is a guess: a new cart tries.
+            let guessed = watchLimitGuess
+            watchLimitGuess = nil
             var polls = rootChoice.polls || watchesLeft < perCart
             var forWant = !rootChoice.polls && polls
             if !polls, let choice = try? WatchChoice.decide(directory: directory, cart: configuration.cart, settings: configuration.watch, override: watchOverride), choice.polls {
@@ -40,11 +43,13 @@ extension Agent {
                     // The watch limit reached (other watchers on the machine): polled instead,
                     // the limit taken as what the agent holds now.
                     guard case let .system(failure) = error, failure.isWatchLimit else { throw error }
-                    watchLimit = inotify.liveWatches
+                    watchLimitGuess = inotify.liveWatches
                     forWant = true
                     logger.log(.warning, "cart \(id): \(SystemError.watchLimitReached): this cart and those made after it are polled every \(rootChoice.intervalMs) ms, watched again as carts that leave give watches back")
                 }
             }
+            // Watched under a guess that said no: the carts polled for want try again.
+            if watcher != nil, guessed != nil, !polledForWant.isEmpty { watchProbeAt = 0 }
             if watcher == nil, pollRoot == nil { pollRoot = PollRoot(tree.root, folders: pollFolders) }
             // With followSymlinks, a cart that may lead elsewhere is looked at as well (see startDirectory).
             if watcher != nil, configuration.followSymlinks, pollRoot == nil { pollRoot = PollRoot(tree.root, folders: pollFolders) }
@@ -100,7 +105,7 @@ extension Agent {
                 // Other programs took the watches meanwhile: polled still, the limit taken as what
                 // the agent holds now.
                 if case let .system(failure) = error, failure.isWatchLimit {
-                    watchLimit = inotify.liveWatches
+                    watchLimitGuess = inotify.liveWatches
                     polledForWant.insert(id)
                     return
                 }
@@ -115,6 +120,23 @@ extension Agent {
             recordWatch()
             attempt(cart, [.cart, .inbox])
         }
+    }
+
+    /// How often the carts polled for want of watches try a watch again while the agent holds
+    /// fewer than its limit (other programs of its user may have given theirs back).
+    static let watchProbeSeconds = 10.0
+
+    /// Tries the carts polled for want of watches again when their probe is due: the limit read
+    /// again (an operator may have raised it), the guess of what other programs hold dropped —
+    /// the first refusal sets it again.
+    func probeWatches() {
+        guard !polledForWant.isEmpty else { return }
+        let now = Posix.monotonicSeconds()
+        guard now >= watchProbeAt else { return }
+        watchProbeAt = now + Agent.watchProbeSeconds
+        if watchLimit != Int.max { watchLimit = Agent.watchLimit().limit }
+        watchLimitGuess = nil
+        watchFreedCarts()
     }
 
     /// The cart of `id` is no longer the one the agent serves (adopted by init --adopt, its
