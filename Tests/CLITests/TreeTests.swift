@@ -219,6 +219,29 @@ import TestSupport
         #expect(playground.records("c1/outbox.jsonl").map { $0["seq"] as? Int } == [1, 2, 3], "adopted, it goes on after its records")
     }
 
+    /// A command on a cart whose directory left the tree says so — kept a while to be put back —
+    /// rather than advising `init`, which would make a new cart under its id and end it.
+    @Test func aCommandOnACartThatLeftTheTreeSaysItCanBePutBack() throws {
+        let playground = try tree()
+        try mkdir(playground, "c1")
+        try playground.writeAtomically("c1/cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        #expect(try basketSync(["-C", playground.path + "/c1", "push", "A=+2"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let away = try Playground()
+        #expect(rename(playground.path + "/c1", away.path + "/c1") == 0)
+        for marked in [false, true] {
+            if marked { #expect(try basketSync(["-C", playground.path, "sync"]).status == 0) }
+            for command in [["apply"], ["status"], ["wait", "--timeout", "0"]] {
+                let run = try basketSync(["-C", playground.path + "/c1"] + command)
+                #expect(run.status == 66 && run.stderr.contains("cart c1's directory left the tree") && run.stderr.contains("put the directory back")
+                        && run.stderr.contains(marked ? "kept for " : "from when basket-sync sees it gone"), "\(command), \(marked): \(run.status) \(run.stderr)")
+            }
+        }
+        #expect(rename(away.path + "/c1", playground.path + "/c1") == 0)
+        let applied = try basketSync(["-C", playground.path + "/c1", "apply"])
+        #expect(applied.status == 0 && playground.read("c1/cart.json").contains("\"A\""), "put back, served with its state: \(applied.stdout) \(applied.stderr)")
+    }
+
     /// A cart directory removed ends the cart; one made again under its id is a new cart: a new
     /// sync id, seq from 1, and none of the old records appended to it — under the agent, and
     /// while it is down.

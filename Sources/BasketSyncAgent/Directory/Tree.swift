@@ -357,6 +357,17 @@ final class Tree {
         return now.timeIntervalSince1970 - wall
     }
 
+    /// What the tree knows of a cart `id` whose directory is not there: nil when it holds no
+    /// such cart; else how long it is still kept (nil: not seen away yet — the next pass marks
+    /// it, and it is kept ``awaySeconds`` from then).
+    func awayCart(_ id: String, now: Date = Date()) throws(AgentError) -> (known: Bool, keptFor: Double?) {
+        try database.withTransaction { () throws(AgentError) in
+            guard let known = try database.cart(id) else { return (false, nil) }
+            let note = try database.rows(cart: known.number).note(.goneSince)
+            return (true, note.map { max(0, Tree.awaySeconds - Tree.awayFor(since: $0, now: now)) })
+        }
+    }
+
     /// The carts the database holds whose directory is gone: each is marked away when first
     /// seen so, and ended — every row of it removed — once away for ``awaySeconds``. Returns
     /// those ended, and those still away with when they end.
