@@ -157,3 +157,35 @@ enum AgentStateLetter {
         return text[text.index(after: close)...].first { $0 != " " }
     }
 }
+
+extension HealthTests {
+    /// A full file system is a current error of its own: the agent's passes fail on it, and the
+    /// error cannot be recorded in the database it cannot write — `status`, its health and the
+    /// metrics say it from the file system itself, until space is freed. (A 2 MiB tmpfs of the
+    /// test's: needs root, as CI has.)
+    @Test func aFullDiskIsACurrentErrorThoughNothingCanRecordIt() throws {
+        let playground = try Playground()
+        let mountPoint = playground.path + "/small"
+        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: false)
+        let mounted = try basketSync(["-t", "tmpfs", "-o", "size=2m", "tmpfs", mountPoint], executable: "/usr/bin/mount")
+        try #require(mounted.status == 0, "a tmpfs can be mounted here (root): \(mounted.stderr)")
+        defer { _ = try? basketSync([mountPoint], executable: "/usr/bin/umount") }
+        let directory = mountPoint + "/d"
+        #expect(try basketSync(["-C", directory, "init"]).status == 0)
+        #expect(try basketSync(["-C", directory, "push", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", directory, "sync"]).status == 0)
+        func errors() throws -> [String: Any] { try health(directory)["errors"] as? [String: Any] ?? [:] }
+        #expect(try errors()["database"] is NSNull)
+        let filled = try basketSync(["if=/dev/zero", "of=\(mountPoint)/fill", "bs=64k"], executable: "/usr/bin/dd")
+        #expect(filled.status != 0, "dd stops at a full disk")
+        #expect(try basketSync(["-C", directory, "push", "A=+1"]).status != 0)
+        let full = try errors()["database"] as? String
+        #expect(full?.contains("the file system holding \(directory)/.basket-sync is full") == true, "\(String(describing: full))")
+        let status = try basketSync(["-C", directory, "status"])
+        #expect(status.stdout.contains("last error: now: the file system holding"), "\(status.stdout)")
+        let metrics = try basketSync(["-C", directory, "metrics"])
+        #expect(metrics.stdout.contains("basket_sync_errors{directory=\"\(directory)\"} 1"), "\(metrics.stdout)")
+        try FileManager.default.removeItem(atPath: mountPoint + "/fill")
+        #expect(try errors()["database"] is NSNull, "space freed: no error")
+    }
+}

@@ -27,6 +27,9 @@ public struct CartStatus {
     private let waitingNames: [String]
     /// JSON Lines files holding records the database does not (it was lost, restored or replaced).
     let databaseBehind: [String]
+    /// The file system of the database or of the directory full: nothing can be recorded —
+    /// not the events, the carts, nor the error that says so — until space is freed.
+    let storageFull: String?
     /// Rotated parts holding records out of order: not basket-sync's (forged, or another
     /// directory's); the database is not behind for them.
     let foreignParts: [String]
@@ -152,6 +155,9 @@ public struct CartStatus {
             guard let (path, inFile) = Integrity.fileBeyond(projection, in: directory, databaseSeq: inDatabase, syncId: ownSyncId(projection)) else { return nil }
             return "\(PinnedNames.named(path)) holds record \(inFile) but the database ends at \(inDatabase): the database was lost, restored or replaced; every command that writes stops (74) until .basket-sync/ is restored from a newer backup, or moved aside and made again with basket-sync init --adopt"
         }
+        let databaseOwner = Posix.info(store.databasePath, follow: true)?.owner ?? UInt32.max
+        storageFull = [store.stateDirectory, directory].lazy.compactMap { FileSystemKind.full($0, forOwner: databaseOwner) }.first
+            .map { "\($0): basket-sync can record nothing — events, carts, payments, nor this error in its database — until space is freed" }
         foreignParts = Integrity.foreignParts(in: directory, syncId: ownSyncId) { counts[$0] ?? 0 }.map(PinnedNames.named)
         view = SyncStateMachine(state: state).mealzView
         hostProgress = try CartReader.hostProgress(state, store: store, directory: directory, configuration: configuration)
@@ -227,7 +233,7 @@ public struct CartStatus {
                 && !error.message.hasPrefix("\(directory)/inbox/")
         }.flatMap { standing(of: $0).current ? "\($0.at) \($0.message)" : nil }
         let stuck = errors.first { $0.level == "error" && isStuck($0.message) }.map { "\($0.at) \($0.message)" }
-        return (cartError, inboxProblem.map { "inbox unusable: \($0)" } ?? stuck, databaseBehind.first, pass)
+        return (cartError, inboxProblem.map { "inbox unusable: \($0)" } ?? stuck, databaseBehind.first ?? storageFull, pass)
     }
 
     /// The error that holds now, one of ``currentErrors`` (the same rule for `status`, its
@@ -320,6 +326,8 @@ public struct CartStatus {
         lines.append("anomalies: \(c.lateEchoes) late echoes, \(c.lateAcknowledgements) late acknowledgements, \(c.acknowledgementsBeyondOutbox) acknowledgements beyond the outbox, \(c.acknowledgementsWentBack) acknowledgements going back, \(c.staleStates) stale basket states")
         if !databaseBehind.isEmpty {
             lines.append("last error: the database is behind the files (above): still current")
+        } else if let storageFull {
+            lines.append("last error: now: \(storageFull) (still current)")
         } else if let error = errors.first(where: { $0.level == "error" }) {
             lines.append("last error: \(error.at) \(error.message) (\(standing(of: error).note))")
         } else {

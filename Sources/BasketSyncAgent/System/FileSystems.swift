@@ -34,3 +34,21 @@ struct FileSystemKind: Equatable {
         0x3153_464A: "jfs", 0x5265_4973: "reiserfs", 0x858458F6: "ramfs",
     ]
 }
+
+extension FileSystemKind {
+    /// The least room basket-sync needs to record anything (a commit writes a few pages).
+    static let leastRoom: UInt64 = 64 * 1024
+
+    /// Why the file system holding `path` has no room left for files of `owner` (root may
+    /// use the blocks reserved for it): under ``leastRoom`` free, or no inode left; nil when
+    /// there is room, or `statfs` fails.
+    static func full(_ path: String, forOwner owner: UInt32) -> String? {
+        var info = statfs()
+        guard Posix.retrying({ statfs(path, &info) }) == 0 else { return nil }
+        let blocks = owner == 0 ? UInt64(info.f_bfree) : UInt64(info.f_bavail)
+        let room = blocks * UInt64(info.f_bsize)
+        if room < leastRoom { return "the file system holding \(path) is full (\(room / 1024) KiB left)" }
+        if info.f_files > 0, info.f_ffree == 0 { return "the file system holding \(path) has no inode left" }
+        return nil
+    }
+}
