@@ -82,3 +82,40 @@ import Testing
         #expect(agent.stop() == 0)
     }
 }
+
+extension InboxStuckTests {
+    /// An entry whose deliverer holds a lease on it (`F_SETLEASE`: an open that does not block
+    /// gets EAGAIN) is said as that — who holds it and that it is tried again — and once the
+    /// lease is let go and the entry taken, `status` says the error resolved by that, never
+    /// "set aside in inbox/bad/" when nothing was.
+    @Test func anEntryHeldByALeaseIsSaidSoAndResolvedWhenTaken() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        let name = "1796534700.M1P1Q1.host"
+        try playground.write("inbox/tmp/" + name, #"{"id":"L1","type":"basketDelta","products":[{"id":"A","quantity":1}]}"#)
+        let script = """
+            import fcntl, os, signal, sys, time
+            signal.signal(signal.SIGIO, signal.SIG_IGN)
+            fd = os.open(sys.argv[1], os.O_RDONLY)
+            fcntl.fcntl(fd, 1024, fcntl.F_WRLCK)
+            open(sys.argv[2], "w").close()
+            while not os.path.exists(sys.argv[3]): time.sleep(0.02)
+            """
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        holder.arguments = ["-c", script, playground.path + "/inbox/tmp/" + name, playground.path + "/leased", playground.path + "/release"]
+        try holder.run()
+        defer { if holder.isRunning { try? playground.write("release", ""); holder.waitUntilExit() } }
+        try await eventually("the lease is held") { FileManager.default.fileExists(atPath: playground.path + "/leased") }
+        #expect(rename(playground.path + "/inbox/tmp/" + name, playground.path + "/inbox/new/" + name) == 0)
+        let held = try basketSync(["-C", playground.path, "sync"])
+        #expect(held.status == 75 && held.stderr.contains("holds a lease on the file") && held.stderr.contains("tries again later"), "\(held.status) \(held.stderr)")
+        try playground.write("release", "")
+        holder.waitUntilExit()
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        #expect(playground.names("inbox/cur") == [name] && playground.names("inbox/bad").isEmpty)
+        let status = try basketSync(["-C", playground.path, "status", "--json"])
+        let lastError = (try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])?["lastError"] as? [String: Any]
+        #expect(lastError?["current"] as? Bool == false && (lastError?["standing"] as? String)?.contains("taken since") == true, "\(status.stdout)")
+    }
+}

@@ -196,6 +196,19 @@ public struct CartStatus {
             if isStuck(error.message) {
                 return (true, "still current: the entry is still in inbox/new/, where basket-sync can neither take it nor set it aside (another account's directory or file?); move it away")
             }
+            // An entry that left new/: set aside in bad/ (under its name, or another beside it),
+            // or taken since (a reason of the moment, a lease, lifted).
+            let prefix = "\(directory)/inbox/new/"
+            if error.message.hasPrefix(prefix), let end = error.message.dropFirst(prefix.count).range(of: ": ") {
+                let name = String(error.message.dropFirst(prefix.count)[..<end.lowerBound])
+                if Posix.isOneComponent(name), Posix.info("\(directory)/inbox/bad/\(name)", follow: false) == nil,
+                   !Posix.listDirectory("\(directory)/inbox/bad").contains(where: { $0.hasPrefix(name + ".again.") }) {
+                    if Posix.info("\(directory)/inbox/cur/\(name)", follow: false) != nil {
+                        return (false, "resolved: the entry was taken since (inbox/cur/\(name))")
+                    }
+                    return (false, "resolved: the entry is no longer in inbox/new/, nor set aside in inbox/bad/ (moved away)")
+                }
+            }
             return (false, "an inbox entry set aside in inbox/bad/ with a .error file")
         }
         if let lastGoodPass, lastGoodPass > error.at {

@@ -35,7 +35,7 @@ public struct SystemError: Error, CustomStringConvertible, Equatable {
     public var description: String {
         if let shapeReason { return PinnedNames.named("\(path): \(shapeReason)") }
         if operation == "watch", code == ENOSPC { return PinnedNames.named("\(path): watch failed: \(SystemError.watchLimitReached)") }
-        return PinnedNames.named("\(path): \(operation) failed: \(String(cString: strerror(code)))\(SystemError.advice(code))")
+        return PinnedNames.named("\(path): \(operation) failed: \(String(cString: strerror(code)))\(SystemError.advice(code, operation: operation))")
     }
 
     /// What `inotify_add_watch`'s ENOSPC means: the watches of this user are all taken (a disk
@@ -48,8 +48,11 @@ public struct SystemError: Error, CustomStringConvertible, Equatable {
     /// Whether retrying later may succeed (disk full, busy, interrupted I/O).
     public var isTemporary: Bool { [ENOSPC, EDQUOT, EAGAIN, EBUSY, EIO, EINTR, ENOMEM, EMFILE, ENFILE].contains(code) }
 
-    static func advice(_ code: Int32) -> String {
+    static func advice(_ code: Int32, operation: String = "") -> String {
         switch code {
+        case EAGAIN where operation == "open":
+            // Opened without blocking: only a lease (or a mandatory lock) says this.
+            return "; another process holds a lease on the file (fcntl F_SETLEASE) and has not let it go yet; basket-sync tries again later (the holder is in /proc/locks: LEASE)"
         case ENOSPC, EDQUOT: return "; free some disk space, nothing was acknowledged that is not on disk"
         case EACCES, EPERM: return "; check the owner and the permissions of the file and its directory (basket-sync runs as uid \(getuid()))"
         case EROFS: return "; the file system is read-only, remount it read-write"
