@@ -161,8 +161,9 @@ enum AgentStateLetter {
 extension HealthTests {
     /// A full file system is a current error of its own: the agent's passes fail on it, and the
     /// error cannot be recorded in the database it cannot write — `status`, its health and the
-    /// metrics say it from the file system itself, until space is freed. (A 2 MiB tmpfs of the
-    /// test's: needs root, as CI has.)
+    /// metrics say it from the file system itself, until space is freed, with no agent running
+    /// (the database read as its file holds it), and a command that must write says the disk is
+    /// full (75), not a "disk I/O error". (A 2 MiB tmpfs of the test's: needs root, as CI has.)
     @Test func aFullDiskIsACurrentErrorThoughNothingCanRecordIt() throws {
         let playground = try Playground()
         let mountPoint = playground.path + "/small"
@@ -175,17 +176,24 @@ extension HealthTests {
         #expect(try basketSync(["-C", directory, "push", "A=+1"]).status == 0)
         #expect(try basketSync(["-C", directory, "sync"]).status == 0)
         func errors() throws -> [String: Any] { try health(directory)["errors"] as? [String: Any] ?? [:] }
-        #expect(try errors()["database"] is NSNull)
-        let filled = try basketSync(["if=/dev/zero", "of=\(mountPoint)/fill", "bs=64k"], executable: "/usr/bin/dd")
-        #expect(filled.status != 0, "dd stops at a full disk")
+        // No command reads the database before the disk fills: its WAL and WAL index are gone
+        // with the last connection (a reader would leave them).
+        #expect(!FileManager.default.fileExists(atPath: directory + "/.basket-sync/state.db-shm"))
+        // Full to the last byte: the database's WAL index cannot even be made to read it.
+        for (block, file) in [("64k", "fill"), ("1k", "fill2"), ("1", "fill3")] {
+            let filled = try basketSync(["if=/dev/zero", "of=\(mountPoint)/\(file)", "bs=\(block)"], executable: "/usr/bin/dd")
+            #expect(filled.status != 0, "dd stops at a full disk")
+        }
         #expect(try basketSync(["-C", directory, "push", "A=+1"]).status != 0)
+        let sync = try basketSync(["-C", directory, "sync"])
+        #expect(sync.status == 75 && sync.stderr.contains("No space left on device; free some disk space"), "\(sync.status) \(sync.stderr)")
         let full = try errors()["database"] as? String
         #expect(full?.contains("the file system holding \(directory)/.basket-sync is full") == true, "\(String(describing: full))")
         let status = try basketSync(["-C", directory, "status"])
         #expect(status.stdout.contains("last error: now: the file system holding"), "\(status.stdout)")
         let metrics = try basketSync(["-C", directory, "metrics"])
         #expect(metrics.stdout.contains("basket_sync_errors{directory=\"\(directory)\"} 1"), "\(metrics.stdout)")
-        try FileManager.default.removeItem(atPath: mountPoint + "/fill")
+        for file in ["fill", "fill2", "fill3"] { try FileManager.default.removeItem(atPath: mountPoint + "/" + file) }
         #expect(try errors()["database"] is NSNull, "space freed: no error")
     }
 }

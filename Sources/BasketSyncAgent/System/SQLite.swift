@@ -10,14 +10,18 @@ final class SQLiteConnection {
     private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
     /// `readOnly` opens for reading; on a read-only file system the database is opened immutable
-    /// (nobody can change it there, and its WAL index cannot be made).
+    /// (nobody can change it there, and its WAL index cannot be made) — and so on a full one
+    /// while its write-ahead log holds nothing (none left by the last connection, or one made
+    /// empty by a writer the full disk stopped): the database file holds everything, and its
+    /// WAL index could not be made either.
     init(path: String, readOnly: Bool = false) throws(AgentError) {
         self.path = path
         var handle: OpaquePointer?
         let access = readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
         var flags = access | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW
         var name = path
-        if readOnly, Posix.unwritable(Posix.dirname(of: path)) == EROFS {
+        if readOnly, Posix.unwritable(Posix.dirname(of: path)) == EROFS
+            || (FileSystemKind.full(Posix.dirname(of: path), forOwner: geteuid()) != nil && (Posix.info(path + "-wal", follow: false)?.size ?? 0) == 0) {
             flags |= SQLITE_OPEN_URI
             let escaped = path.map { character -> String in
                 switch character {
@@ -44,6 +48,12 @@ final class SQLiteConnection {
 
     private func error(_ code: Int32, _ what: String) -> AgentError {
         let message = String(cString: sqlite3_errmsg(handle))
+        // A file system with no room left fails SQLite in many ways ("disk I/O error" when its
+        // WAL index cannot be made): said as what it is, a full disk.
+        if ![SQLITE_BUSY, SQLITE_LOCKED, SQLITE_CORRUPT, SQLITE_NOTADB].contains(code & 0xFF),
+           FileSystemKind.full(Posix.dirname(of: path), forOwner: geteuid()) != nil {
+            return .system(SystemError(operation: what, path: path, code: ENOSPC))
+        }
         switch code & 0xFF {
         case SQLITE_BUSY, SQLITE_LOCKED:
             return .busy("\(path): the database stayed busy while \(what); another basket-sync holds it, try again")
