@@ -165,3 +165,58 @@ extension RotationTests {
         if let agent { #expect(agent.stop() == 0) }
     }
 }
+
+extension RotationTests {
+    /// A part rotation would move along that is not basket-sync's — a directory planted under
+    /// `NAME.2`, another account's file — stops the rotation before anything moves (never an
+    /// object of someone else's moved along the chain); the file grows, and `status`, its health
+    /// and the metrics say why and what to do until the part is moved away; then rotation goes
+    /// on, every record once, in order.
+    @Test func aPartThatIsNotBasketSyncsStopsRotationAndIsSaid() throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.write("basket-sync.json", #"{"rotate": {"maxBytes": 300, "keep": 2}}"#)
+        var pushed = 0
+        func push(_ count: Int) throws -> Run {
+            var last = Run(status: 0, stdout: "", stderr: "")
+            for _ in 0..<count {
+                pushed += 1
+                #expect(try basketSync(["-C", playground.path, "push", "--id", "e\(pushed)", "A=+1"]).status == 0)
+                last = try basketSync(["-C", playground.path, "sync"])
+                #expect(last.status == 0, "\(last.stderr)")
+            }
+            return last
+        }
+        func databaseError() throws -> String? {
+            let status = try basketSync(["-C", playground.path, "status", "--json"])
+            let health = (try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])?["health"] as? [String: Any]
+            return (health?["errors"] as? [String: Any])?["database"] as? String
+        }
+        func size(_ name: String) -> Int { (try? FileManager.default.attributesOfItem(atPath: playground.path + "/" + name)[.size] as? Int) ?? 0 }
+        while !FileManager.default.fileExists(atPath: playground.path + "/outbox.jsonl.1") { _ = try push(1) }
+        let firstPart = playground.read("outbox.jsonl.1")
+        for plant in ["directory", "another account's file"] {
+            if plant == "directory" {
+                try FileManager.default.createDirectory(atPath: playground.path + "/outbox.jsonl.2", withIntermediateDirectories: false)
+                try playground.write("outbox.jsonl.2/theirs", "keep me")
+            } else {
+                try FileManager.default.removeItem(atPath: playground.path + "/outbox.jsonl.2")
+                try playground.write("outbox.jsonl.2", "theirs\n")
+                #expect(chown(playground.path + "/outbox.jsonl.2", 4212, 4212) == 0)
+            }
+            let said = try push(8)
+            #expect(said.stderr.contains("outbox.jsonl.2: is ") && said.stderr.contains("until it is moved away"), "\(plant): \(said.stderr)")
+            #expect(size("outbox.jsonl") > 300 && playground.read("outbox.jsonl.1") == firstPart, "\(plant): nothing moved, the file grows")
+            let error = try databaseError()
+            #expect(error?.contains("outbox.jsonl.2: is \(plant == "directory" ? "a directory" : "owned by uid 4212")") == true, "\(plant): \(String(describing: error))")
+            let metrics = try basketSync(["-C", playground.path, "metrics"])
+            #expect(metrics.stdout.contains("basket_sync_errors{directory=\"\(playground.path)\"} 1"), "\(metrics.stdout)")
+        }
+        #expect(playground.read("outbox.jsonl.2") == "theirs\n")
+        try FileManager.default.removeItem(atPath: playground.path + "/outbox.jsonl.2")
+        _ = try push(1)
+        #expect(try databaseError() == nil && size("outbox.jsonl") <= 300, "moved away: rotated again")
+        let all = seqs(playground, "outbox.jsonl.2") + seqs(playground, "outbox.jsonl.1") + seqs(playground, "outbox.jsonl")
+        #expect(all == Array(all.first!...pushed), "every record once, in order: \(all)")
+    }
+}

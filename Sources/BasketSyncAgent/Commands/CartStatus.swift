@@ -27,6 +27,9 @@ public struct CartStatus {
     private let waitingNames: [String]
     /// JSON Lines files holding records the database does not (it was lost, restored or replaced).
     let databaseBehind: [String]
+    /// The rotation of a JSON Lines file blocked by a part that is not basket-sync's (a
+    /// directory or a link planted under `NAME.2`, another account's file): the file grows.
+    let rotationBlocked: [String]
     /// The file system of the database or of the directory full: nothing can be recorded —
     /// not the events, the carts, nor the error that says so — until space is freed.
     let storageFull: String?
@@ -158,6 +161,9 @@ public struct CartStatus {
         let databaseOwner = Posix.info(store.databasePath, follow: true)?.owner ?? UInt32.max
         storageFull = [store.stateDirectory, directory].lazy.compactMap { FileSystemKind.full($0, forOwner: databaseOwner) }.first
             .map { "\($0): basket-sync can record nothing — events, carts, payments, nor this error in its database — until space is freed" }
+        rotationBlocked = configuration.rotate.map { rotation in
+            Projection.allCases.compactMap { JSONLinesFile.rotationBlocker(of: "\(directory)/\($0.fileName)", keep: rotation.keep).map(PinnedNames.named) }
+        } ?? []
         foreignParts = Integrity.foreignParts(in: directory, syncId: ownSyncId) { counts[$0] ?? 0 }.map(PinnedNames.named)
         view = SyncStateMachine(state: state).mealzView
         hostProgress = try CartReader.hostProgress(state, store: store, directory: directory, configuration: configuration)
@@ -246,7 +252,7 @@ public struct CartStatus {
                 && !error.message.hasPrefix("\(directory)/inbox/")
         }.flatMap { standing(of: $0).current ? "\($0.at) \($0.message)" : nil }
         let stuck = errors.first { $0.level == "error" && isStuck($0.message) }.map { "\($0.at) \($0.message)" }
-        return (cartError, inboxProblem.map { "inbox unusable: \($0)" } ?? stuck, databaseBehind.first ?? storageFull, pass)
+        return (cartError, inboxProblem.map { "inbox unusable: \($0)" } ?? stuck, databaseBehind.first ?? storageFull ?? rotationBlocked.first, pass)
     }
 
     /// The error that holds now, one of ``currentErrors`` (the same rule for `status`, its
@@ -341,6 +347,8 @@ public struct CartStatus {
             lines.append("last error: the database is behind the files (above): still current")
         } else if let storageFull {
             lines.append("last error: now: \(storageFull) (still current)")
+        } else if let blocked = rotationBlocked.first {
+            lines.append("last error: now: \(blocked) (still current)")
         } else if let error = errors.first(where: { $0.level == "error" }) {
             lines.append("last error: \(error.at) \(error.message) (\(standing(of: error).note))")
         } else {

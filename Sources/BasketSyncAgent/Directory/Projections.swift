@@ -602,6 +602,8 @@ final class JSONLinesFile {
     /// names the rotated file). Renames and removals never follow a link. A failure is said, not
     /// thrown: the records are safe.
     private func rotate(keep: Int) -> String? {
+        // Judged before anything moves: only basket-sync's own parts are moved along.
+        if let blocker = JSONLinesFile.rotationBlocker(of: path, keep: keep) { return blocker }
         do {
             var past = keep + 1
             while past <= keep + 10_000, Posix.info("\(path).\(past)", follow: false) != nil { past += 1 }
@@ -616,6 +618,22 @@ final class JSONLinesFile {
             return error.description
         }
         close()
+        return nil
+    }
+
+    /// Why the rotation of the file at `path` cannot be done, if it cannot: a part it would move
+    /// along (`PATH.1` … `PATH.keep`) that is not basket-sync's — not a regular file (a directory,
+    /// a link, a FIFO), or another account's. Nothing is moved then, never an object of someone
+    /// else's; the file grows until the part is moved away.
+    static func rotationBlocker(of path: String, keep: Int) -> String? {
+        for index in 1...max(1, keep) {
+            let part = "\(path).\(index)"
+            guard let info = Posix.info(part, follow: false) else { continue }
+            let why = info.kind != .regular ? "is \(info.kind.name)" : Trust.foreignOutput(info).map { _ in "is owned by \(Trust.account(info.owner))" }
+            if let why {
+                return "\(part): \(why), not a part basket-sync made: \(Posix.basename(of: path)) is not rotated (it grows past maxBytes) until it is moved away"
+            }
+        }
         return nil
     }
 
