@@ -193,7 +193,10 @@ enum Help {
                 records a "skipped" line with the reason and still exits 0. AMOUNT is exact, like
                 42.50. The products are the cart (default), a file in the cart format, or - for
                 standard input. An order that handle-payment recorded already is paid: nothing is
-                recorded, and the answer says it is a duplicate (exit 0).
+                recorded, and the answer says it is a duplicate (exit 0). Each other call is a
+                payment attempt and records a line, the same order's again included (a payment
+                tried again after a failure starts again): a host that retries after a timeout
+                may record one start twice.
                 --json prints {"duplicate":…,"seq":…,"payment":{the record},"completion":null}.
 
                 example:
