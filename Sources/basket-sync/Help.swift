@@ -260,16 +260,14 @@ enum Help {
                 file has one. A file that cannot be read (66 when missing) is said and the others
                 checked; its code is then the exit status. The kind comes from the name
                 (basket-sync.json: configuration; under inbox/: an event; else a cart) unless given.
-                Carts are checked with the sync directory's key names and limits. A file of the
-                sync directory (by the path as written, through any link; a .. as the kernel
-                takes it) is read as basket-sync
-                reads it there: no symbolic link followed on the way, a cart's only with
-                "followSymlinks"; valid means the agent takes it (the directory's configuration:
-                its owner and mode too, refused with the commands' 78). A file that lies in another
-                sync directory or tree is judged by that one, wherever it is named from; a file in
-                none is yours: its link is followed. A cart or event is judged under its
-                directory's configuration: one the commands refuse is said (78). FILE - reads
-                standard input.
+                Carts are checked with the sync directory's key names and limits. A file of the sync
+                directory (by the path as written, through any link; a .. as the kernel takes it) is
+                read as basket-sync reads it there: no symbolic link followed on the way, a cart's only
+                with "followSymlinks"; valid means the agent takes it (the directory's configuration:
+                its owner and mode too, refused with the commands' 78). A file that lies in another sync
+                directory or tree is judged by that one, wherever it is named from; a file in none is
+                yours: its link is followed. A cart or event is judged under its directory's
+                configuration: one the commands refuse is said (78). FILE - reads standard input.
 
                 example:
                   basket-sync validate cart.json basket-sync.json

@@ -178,6 +178,13 @@ extension Commands {
             }
             return
         }
-        _ = try Tree(root: root).cartStore(id, create: true)
+        let tree = try Tree(root: root)
+        // A cart whose directory left the tree a moment ago is kept to be put back: a delivery
+        // made it again would end it. Refused for now (75): once put back, or once ended, the
+        // delivery goes through.
+        if !Posix.exists(directory), let away = tree.awayMessage(id, directory: directory) {
+            throw .busy("\(away). The delivery is refused meanwhile (it would make a new cart under this id and end this one): push again once the directory is back, or once that time is over")
+        }
+        _ = try tree.cartStore(id, create: true)
     }
 }

@@ -368,6 +368,14 @@ final class Tree {
         }
     }
 
+    /// What a command says of cart `id` at `directory` when its directory left the tree and the
+    /// tree keeps it (``awayCart(_:now:)``); nil when the tree knows no such cart.
+    func awayMessage(_ id: String, directory: String) -> String? {
+        guard let away = try? awayCart(id), away.known else { return nil }
+        let kept = away.keptFor.map { "for \(AgentConfiguration.number($0.rounded(.up))) s more" } ?? "for \(AgentConfiguration.number(Tree.awaySeconds)) s from when basket-sync sees it gone"
+        return "\(directory): cart \(id)'s directory left the tree; the cart is kept \(kept): put the directory back as it was (its \(Layout.cartMarker) with it) and it is served again with its state"
+    }
+
     /// The carts the database holds whose directory is gone: each is marked away when first
     /// seen so, and ended — every row of it removed — once away for ``awaySeconds``. Returns
     /// those ended, and those still away with when they end.

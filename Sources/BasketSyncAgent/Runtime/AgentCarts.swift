@@ -45,7 +45,10 @@ extension Agent {
                     guard case let .system(failure) = error, failure.isWatchLimit else { throw error }
                     watchLimitGuess = inotify.liveWatches
                     forWant = true
-                    logger.log(.warning, "cart \(id): \(SystemError.watchLimitReached): this cart and those made after it are polled every \(rootChoice.intervalMs) ms, watched again as carts that leave give watches back")
+                    // Said once, not again for each cart that finds the watches still taken.
+                    if guessed == nil {
+                        logger.log(.warning, "cart \(id): \(SystemError.watchLimitReached): this cart and those made after it are polled every \(rootChoice.intervalMs) ms, watched again as watches are given back")
+                    }
                 }
             }
             // Watched under a guess that said no: the carts polled for want try again.

@@ -87,9 +87,8 @@ public enum Terminal {
             // A tree's cart whose directory left the tree is kept a while to be put back:
             // `init` there would make a new cart under its id and end it.
             if case let .treeCart(root, id) = Workspace.of(directory), let tree = try? Tree(root: root, readOnly: true),
-               let away = try? tree.awayCart(id), away.known {
-                let kept = away.keptFor.map { "for \(AgentConfiguration.number($0.rounded(.up))) s more" } ?? "for \(AgentConfiguration.number(Tree.awaySeconds)) s from when basket-sync sees it gone"
-                throw .missingInput("\(directory): cart \(id)'s directory left the tree; the cart is kept \(kept): put the directory back as it was (its \(Layout.cartMarker) with it) and it is served again with its state. basket-sync -C \(directory) init would make a new cart under this id instead, and end this one")
+               let away = tree.awayMessage(id, directory: directory) {
+                throw .missingInput("\(away). basket-sync -C \(directory) init would make a new cart under this id instead, and end this one")
             }
             throw .missingInput("\(directory): no such directory; create it with basket-sync -C \(directory) init")
         }
