@@ -419,8 +419,9 @@ extension RetentionTests {
 extension RetentionTests {
     /// With retention set, the temporaries a process killed while writing left — an `apply`
     /// beside the cart, a pass in `inbox/bad/` — go once over an hour old: only files of this
-    /// account's named as basket-sync names them, never a younger one (a writer may be busy
-    /// with it), another account's, a link, or a name of the host's.
+    /// account's named as basket-sync names the temporaries of the files it writes there (the
+    /// cart, the `.error`s), never a younger one (a writer may be busy with it), another
+    /// account's, a link, or any other name.
     @Test func temporariesAKilledWriterLeftGoOnceOverAnHourOld() throws {
         let playground = try Playground()
         #expect(try run(playground, ["init"]).status == 0)
@@ -435,10 +436,12 @@ extension RetentionTests {
             try files.setAttributes([.modificationDate: age], ofItemAtPath: playground.path + "/" + path)
             if let owner { #expect(chown(playground.path + "/" + path, owner, owner) == 0) }
         }
-        let stale = [".cart.json.0123456789abcdef.tmp", "inbox/bad/.bad1.error.fedcba9876543210.tmp", ".x.1111111111111111.tmp"]
+        let stale = [".cart.json.0123456789abcdef.tmp", "inbox/bad/.bad1.error.fedcba9876543210.tmp"]
         for path in stale { try plant(path, age: old) }
         let kept = [".cart.json.00000000000000aa.tmp", ".cart.json.notahexnumber000.tmp", ".cart.json.0123456789ABCDEF.tmp",
-                    "cart.json.0123456789abcdef.tmp", ".cart.json.0123456789abcdef.tmp.x"]
+                    "cart.json.0123456789abcdef.tmp", ".cart.json.0123456789abcdef.tmp.x",
+                    // Named as basket-sync names a temporary, but of a file it never writes there.
+                    ".precious.db.1111111111111111.tmp", "inbox/bad/.bad1.1111111111111111.tmp"]
         try plant(kept[0], age: Date())
         for path in kept.dropFirst() { try plant(path, age: old) }
         try plant(".y.2222222222222222.tmp", age: old, owner: 4211)
@@ -447,6 +450,6 @@ extension RetentionTests {
         for path in stale { #expect(!files.fileExists(atPath: playground.path + "/" + path), "\(path) goes") }
         for path in kept + [".y.2222222222222222.tmp"] { #expect(files.fileExists(atPath: playground.path + "/" + path), "\(path) stays") }
         #expect((try? files.destinationOfSymbolicLink(atPath: playground.path + "/.z.3333333333333333.tmp")) == "cart.json", "a link stays")
-        #expect(playground.names("inbox/bad").sorted() == ["bad1", "bad1.error"])
+        #expect(playground.names("inbox/bad").sorted() == [".bad1.1111111111111111.tmp", "bad1", "bad1.error"])
     }
 }

@@ -90,10 +90,14 @@ extension SyncEngine {
     private func removeStaleTemporaries(inbox: Inbox?, now: Date) -> Int {
         if let due = temporariesDue, now < due { return 0 }
         temporariesDue = now.addingTimeInterval(Self.staleTemporaryAge)
+        // The cart's (apply writes it), and the `.error`s of bad/ (a pass writes them).
+        let cartName = String(Posix.basename(of: configuration.cart).prefix(200))
         var removed = (try? Posix.withPinnedFolders(base: directory, relative: configuration.cart) { (cart) throws(AgentError) in
-            Posix.removeStaleTemporaries(in: Posix.dirname(of: cart), olderThan: Self.staleTemporaryAge, now: now.timeIntervalSince1970)
+            Posix.removeStaleTemporaries(in: Posix.dirname(of: cart), of: { $0 == cartName }, olderThan: Self.staleTemporaryAge, now: now.timeIntervalSince1970)
         }) ?? 0
-        if let inbox { removed += Posix.removeStaleTemporaries(in: inbox.folder("bad"), olderThan: Self.staleTemporaryAge, now: now.timeIntervalSince1970) }
+        if let inbox {
+            removed += Posix.removeStaleTemporaries(in: inbox.folder("bad"), of: { $0.hasSuffix(".error") }, olderThan: Self.staleTemporaryAge, now: now.timeIntervalSince1970)
+        }
         return removed
     }
 

@@ -86,13 +86,15 @@ extension Posix {
     }
 
     /// Removes from `folder` the temporaries a process killed while writing a file atomically
-    /// left there: files of this account's named as ``isAtomicTemporary(_:)`` says, last written
+    /// left there: files of this account's named as ``isAtomicTemporary(_:)`` says for a file
+    /// `written` says basket-sync writes there, last written
     /// more than `age` seconds before `now` (a live writer renames its temporary within
     /// moments; `now` in seconds since 1970). Returns how many went.
-    package static func removeStaleTemporaries(in folder: String, olderThan age: Double, now: Double) -> Int {
+    package static func removeStaleTemporaries(in folder: String, of written: (String) -> Bool, olderThan age: Double, now: Double) -> Int {
         let before = Int64((now - age) * 1_000_000_000)
         var removed = 0
-        for name in listDirectory(folder) where isAtomicTemporary(name) {
+        // `.NAME.<16 hex>.tmp`: only the temporaries of the files basket-sync writes there.
+        for name in listDirectory(folder) where isAtomicTemporary(name) && written(String(name.dropFirst().dropLast(21))) {
             let path = "\(folder)/\(name)"
             guard let info = info(path, follow: false), info.kind == .regular, info.owner == geteuid(), info.modified < before else { continue }
             if remove(path) { removed += 1 }
