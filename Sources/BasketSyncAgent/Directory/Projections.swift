@@ -625,11 +625,14 @@ final class JSONLinesFile {
     /// along (`PATH.1` … `PATH.keep`) that is not basket-sync's — not a regular file (a directory,
     /// a link, a FIFO), or another account's. Nothing is moved then, never an object of someone
     /// else's; the file grows until the part is moved away.
+    /// Another account's: neither root's, this process's, nor the directory's owner's (the
+    /// agent's account — `status` run by root judges the agent's parts as the agent does).
     static func rotationBlocker(of path: String, keep: Int) -> String? {
+        let ours: Set<UInt32> = [0, geteuid(), Posix.info(Posix.dirname(of: path), follow: true)?.owner ?? 0]
         for index in 1...max(1, keep) {
             let part = "\(path).\(index)"
             guard let info = Posix.info(part, follow: false) else { continue }
-            let why = info.kind != .regular ? "is \(info.kind.name)" : Trust.foreignOutput(info).map { _ in "is owned by \(Trust.account(info.owner))" }
+            let why = info.kind != .regular ? "is \(info.kind.name)" : ours.contains(info.owner) ? nil : "is owned by \(Trust.account(info.owner))"
             if let why {
                 return "\(part): \(why), not a part basket-sync made: \(Posix.basename(of: path)) is not rotated (it grows past maxBytes) until it is moved away"
             }
