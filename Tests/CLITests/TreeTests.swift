@@ -397,6 +397,7 @@ import TestSupport
         defer { if namespace.isRunning { try? work.write("stop", ""); try? work.write("release", ""); namespace.waitUntilExit() } }
         func watch() throws -> String { try basketSync(["-C", playground.path, "status"]).stdout.split(separator: "\n").first { $0.hasPrefix("watch: ") }.map(String.init) ?? "" }
         try await eventually("the other program holds the watches left") { FileManager.default.fileExists(atPath: work.path + "/held") }
+        #expect(work.read("agent.log").contains("the limit is 40"), "the namespace's limit is the one that binds: \(work.read("agent.log"))")
         #expect(try watch().hasPrefix("watch: inotify"), "\(work.read("agent.log"))")
         try mkdir(playground, "c4")
         try await eventually("c4 is polled for want of watches") { try watch().hasPrefix("watch: 1 of 4 carts polled") }

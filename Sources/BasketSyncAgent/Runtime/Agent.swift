@@ -252,11 +252,14 @@ public final class Agent {
         return fd
     }
 
-    /// The watches the system lets this user have: `fs.inotify.max_user_watches`, lowered by
+    /// The watches the system lets this user have: `fs.inotify.max_user_watches` — or, in a
+    /// user namespace (a container), its own `user.max_inotify_watches` when lower — lowered by
     /// `BASKET_SYNC_MAX_WATCHES` (to leave room for other watchers).
     static func watchLimit() -> (limit: Int, system: Int) {
-        let system = (try? Posix.readFile("/proc/sys/fs/inotify/max_user_watches", limit: 64, follow: true))
-            .flatMap { $0 }.flatMap { Int(String(decoding: $0, as: UTF8.self).trimmingSpaces) } ?? Int.max
+        func read(_ path: String) -> Int {
+            (try? Posix.readFile(path, limit: 64, follow: true)).flatMap { $0 }.flatMap { Int(String(decoding: $0, as: UTF8.self).trimmingSpaces) } ?? Int.max
+        }
+        let system = min(read("/proc/sys/fs/inotify/max_user_watches"), read("/proc/sys/user/max_inotify_watches"))
         let cap = Posix.environment("BASKET_SYNC_MAX_WATCHES").flatMap { Int($0) } ?? Int.max
         return (min(system, cap), system)
     }
