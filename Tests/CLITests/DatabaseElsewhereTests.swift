@@ -203,3 +203,33 @@ extension DatabaseElsewhereTests {
         #expect(!FileManager.default.fileExists(atPath: playground.path + "/share/db"), "nothing made")
     }
 }
+
+extension DatabaseElsewhereTests {
+    /// `"database"` changed under a running agent: the agent goes on with the database it
+    /// started with, and `init --adopt` — which the other commands, finding no database at the
+    /// new place, advise — refuses (75) to make a second one beside it (a second history: the
+    /// same seqs again, a delta applied by neither); nothing is made at the new place. Once the
+    /// agent is stopped, it may.
+    @Test func noSecondDatabaseIsMadeBesideARunningAgent() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        try await eventually("the event is taken") { playground.records("outbox.jsonl").count == 1 }
+        let elsewhere = playground.root.deletingLastPathComponent().appendingPathComponent("db-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: elsewhere) }
+        try playground.write("basket-sync.json", "{\"database\": \"\(elsewhere)\"}")
+        kill(agent.process.processIdentifier, SIGHUP)
+        let apply = try basketSync(["-C", playground.path, "apply"])
+        #expect(apply.status == 66 && apply.stderr.contains("was changed under it") && !apply.stderr.contains("init --adopt"), "the cause, not a lost database: \(apply.stderr)")
+        for arguments in [["init", "--adopt"], ["init"]] {
+            let refused = try basketSync(["-C", playground.path] + arguments)
+            #expect(refused.status == 75 && refused.stderr.contains("an agent (pid \(agent.process.processIdentifier)) serves it"), "\(arguments): \(refused.status) \(refused.stderr)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: elsewhere + "/state.db"), "nothing made at the new place")
+        #expect(agent.stop() == 0)
+        let adopted = try basketSync(["-C", playground.path, "init", "--adopt"])
+        #expect(adopted.status == 0 && FileManager.default.fileExists(atPath: elsewhere + "/state.db"), "\(adopted.stdout) \(adopted.stderr)")
+    }
+}

@@ -60,6 +60,7 @@ extension Commands {
         let isNew = !Posix.exists(database)
         var found: [Projection: [(seq: UInt64, line: [UInt8])]] = [:]
         if isNew {
+            try Agent.refuseNewDatabaseBesideAnAgent(directory)
             found = try Recovery.recordsInFiles(directory)
             // A file at an output's name holding lines but none of basket-sync's records: every
             // command refuses to append to it (73); said now, before a database is made for it.

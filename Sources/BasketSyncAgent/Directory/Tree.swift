@@ -80,6 +80,7 @@ final class Tree {
         }
         let databasePath = try Database.path(of: root)
         let isNew = !Posix.exists(databasePath)
+        if isNew { try Agent.refuseNewDatabaseBesideAnAgent(root) }
         // Carts holding records and no database: it was lost. A new one would know none of them.
         let holding = isNew ? ((try? Posix.entries(of: Tree.followed(root))) ?? []).sorted().filter {
             Tree.isCartId($0) && Posix.info("\(root)/\($0)", follow: false)?.kind == .directory && Tree.refusal(id: $0, root: root) != nil

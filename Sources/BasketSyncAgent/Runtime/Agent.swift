@@ -252,6 +252,16 @@ public final class Agent {
         return fd
     }
 
+    /// Refuses (75) to make a database for `directory` while an agent serves it: that agent
+    /// goes on with the database it started with (`"database"` changed under it is taken only at
+    /// its start), and a second one beside it would be a second history — the same seqs again,
+    /// a delta applied by neither.
+    static func refuseNewDatabaseBesideAnAgent(_ directory: String) throws(AgentError) {
+        let lock = "\(directory)/\(Layout.stateDirectory)/\(Layout.agentLock)"
+        guard let pid = Posix.lockHolders(lock).first(where: { $0 != Posix.processId }) else { return }
+        throw .busy("\(directory): an agent (pid \(pid)) serves it with the database it started with; a new database beside it would be a second history (the same seqs again). Stop the agent first — if basket-sync.json's \"database\" was changed under it, that agent still uses the old place until restarted — then run this again; nothing was made")
+    }
+
     /// The watches the system lets this user have: `fs.inotify.max_user_watches` — or, in a
     /// user namespace (a container), its own `user.max_inotify_watches` when lower — lowered by
     /// `BASKET_SYNC_MAX_WATCHES` (to leave room for other watchers).

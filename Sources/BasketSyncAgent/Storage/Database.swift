@@ -135,6 +135,11 @@ final class Database {
         if !Posix.exists(databasePath) {
             if Posix.isPermissionDenied(databasePath) { throw .system(SystemError(operation: "open the database", path: databasePath, code: SystemError.permissionDenied)) }
             guard create else {
+                // An agent serves the directory: not gone, but elsewhere — `"database"` changed
+                // under it (it goes on with the place it started with).
+                if let pid = Posix.lockHolders("\(markerDirectory)/\(Layout.agentLock)").first(where: { $0 != Posix.processId }) {
+                    throw .missingInput("\(databasePath): missing, while an agent (pid \(pid)) serves \(directory) with the database it started with: \"database\" in \(AgentConfiguration.fileName) was changed under it. Put the setting back; or stop the agent, move the database's files (state.db*) to the new place, and start it again")
+                }
                 // Its .basket-sync/ gone but records in the files: the database was lost, and a
                 // plain init would refuse (73); the advice is the one that works.
                 if case .treeRoot = Workspace.of(directory) {
