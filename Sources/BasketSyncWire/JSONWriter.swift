@@ -11,7 +11,9 @@ package struct JSONWriter {
         bytes.append(contentsOf: UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
     }
 
-    package mutating func raw(_ text: String) {
+    /// Bytes made at run time, as they are (a literal goes to the `StaticString` overload: given
+    /// this one, every `"{"` would be a `String` made and copied).
+    package mutating func raw(text: String) {
         // From the string's own bytes at once (its UTF-8 view is copied a byte at a time).
         var text = text
         text.withUTF8 { bytes.append(contentsOf: $0) }
@@ -74,7 +76,7 @@ package struct JSONWriter {
     private func hexDigit(_ value: UInt8) -> UInt8 { value < 10 ? 0x30 + value : 0x61 + value - 10 }
 
     package mutating func integer<T: BinaryInteger>(_ value: T) {
-        guard let magnitude = UInt64(exactly: value.magnitude) else { return raw(String(value)) }
+        guard let magnitude = UInt64(exactly: value.magnitude) else { return raw(text: String(value)) }
         digits(magnitude, negative: value < 0)
     }
 
@@ -241,7 +243,7 @@ extension JSONNode {
             }
             writer.raw("]")
         case let .string(text): writer.string(text)
-        case let .number(text): writer.raw(text)
+        case let .number(text): writer.raw(text: text)
         case let .bool(flag): writer.raw(flag ? "true" : "false")
         case .null: writer.raw("null")
         }

@@ -26,6 +26,17 @@ package struct StateFastReader {
         }
     }
 
+    /// The batches of a `pending` row (an array, as ``StateFormat/encode(_:)-(PendingBatch)``
+    /// writes one); nil where the tree decoder must read them.
+    package static func readBatches(_ bytes: [UInt8]) -> [PendingBatch]? {
+        bytes.withUnsafeBufferPointer { buffer in
+            var reader = StateFastReader(buffer)
+            guard let batches = reader.batches() else { return nil }
+            reader.skipSpaces()
+            return reader.index == buffer.count ? batches : nil
+        }
+    }
+
     // MARK: The state
 
     /// The keys of the state, named as the writer names them.

@@ -411,14 +411,14 @@ public struct CartStatus {
                 writer.array(state.pending) { writer, batch in
                     writer.object { line in
                         line.member("seq", batch.seq)
-                        line.member("ageSeconds") { $0.raw(String(max(0, now.timeIntervalSince(batch.at)))) }
+                        line.member("ageSeconds") { $0.raw(text: String(max(0, now.timeIntervalSince(batch.at)))) }
                         line.member("deadline", batch.deadline.map(Timestamp.text))
                         line.member("products", products: batch.products)
                     }
                 }
             }
             object.member("lastNotification") { writer in
-                if let last = lastLines[.notifications] { writer.raw(String(decoding: last.dropLast(), as: UTF8.self)) } else { writer.raw("null") }
+                if let last = lastLines[.notifications] { writer.raw(text: String(decoding: last.dropLast(), as: UTF8.self)) } else { writer.raw("null") }
             }
             object.member("records") { writer in
                 writer.object { records in
@@ -490,7 +490,7 @@ public struct CartStatus {
             object.member("health") { writer in
                 writer.object { object in
                     health.write(into: &object)
-                    object.member("oldestWaitingSeconds") { $0.raw(oldestWaiting.map { AgentConfiguration.number(($0 * 10).rounded() / 10) } ?? "null") }
+                    object.member("oldestWaitingSeconds") { $0.raw(text: oldestWaiting.map { AgentConfiguration.number(($0 * 10).rounded() / 10) } ?? "null") }
                     object.member("oldestPendingAt", state.pending.map(\.at).min().map(Timestamp.text))
                     let current = currentErrors
                     object.member("errors") { writer in

@@ -80,8 +80,8 @@ struct AgentHealth: Equatable {
         object.member("agentState", state.rawValue)
         object.member("agentPid", agent.map { Int($0.pid) })
         object.member("heartbeatAt", heartbeatAt)
-        object.member("heartbeatAgeSeconds") { $0.raw(heartbeatAge.map { AgentConfiguration.number(($0 * 10).rounded() / 10) } ?? "null") }
-        object.member("heartbeatSeconds") { $0.raw(interval.map { AgentConfiguration.number($0) } ?? "null") }
+        object.member("heartbeatAgeSeconds") { $0.raw(text: heartbeatAge.map { AgentConfiguration.number(($0 * 10).rounded() / 10) } ?? "null") }
+        object.member("heartbeatSeconds") { $0.raw(text: interval.map { AgentConfiguration.number($0) } ?? "null") }
         object.member("lastWholePass", lastWholePass)
     }
 }

@@ -96,7 +96,7 @@ extension Commands {
                 object.member("duplicate", duplicate)
                 object.member("seq", seq)
                 object.member("payment") { writer in
-                    if let record { writer.raw(String(decoding: RecordFormat.line(record).dropLast(), as: UTF8.self)) } else { writer.raw("null") }
+                    if let record { writer.raw(text: String(decoding: RecordFormat.line(record).dropLast(), as: UTF8.self)) } else { writer.raw("null") }
                 }
                 object.member("completion") { writer in
                     switch completion {

@@ -149,7 +149,7 @@ public struct StatusReport {
                 writer.object { pending in
                     pending.member("cart", id)
                     pending.member("seq", batch.seq)
-                    pending.member("ageSeconds") { $0.raw(String(max(0, now.timeIntervalSince(batch.at)))) }
+                    pending.member("ageSeconds") { $0.raw(text: String(max(0, now.timeIntervalSince(batch.at)))) }
                 }
             }
             object.member("withErrors") { writer in
@@ -168,14 +168,14 @@ public struct StatusReport {
                     object.member("cartsWithErrors", withErrors.count)
                     object.member("cartsWaiting", cartsWaiting)
                     object.member("cartsPending", carts.filter { !$0.report.state.pending.isEmpty }.count)
-                    object.member("oldestWaitingSeconds") { $0.raw(carts.compactMap { $0.report.oldestWaiting }.max().map { AgentConfiguration.number(($0 * 10).rounded() / 10) } ?? "null") }
+                    object.member("oldestWaitingSeconds") { $0.raw(text: carts.compactMap { $0.report.oldestWaiting }.max().map { AgentConfiguration.number(($0 * 10).rounded() / 10) } ?? "null") }
                 }
             }
             object.member("carts") { writer in
                 writer.array(self.carts) { writer, cart in
                     writer.object { line in
                         line.member("cart", cart.id)
-                        line.member("status") { $0.raw(String(cart.report.json.dropLast())) }
+                        line.member("status") { $0.raw(text: String(cart.report.json.dropLast())) }
                     }
                 }
             }

@@ -96,7 +96,7 @@ extension Commands {
                         writer.object { line in
                             line.member("cart", cart.id)
                             switch cart.outcome {
-                            case let .success(summary): line.member("pass") { $0.raw(summary.json) }
+                            case let .success(summary): line.member("pass") { $0.raw(text: summary.json) }
                             case let .failure(error): line.member("error", error.description)
                             }
                         }

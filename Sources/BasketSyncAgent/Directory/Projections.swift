@@ -73,7 +73,7 @@ struct AppendCursor: Equatable {
         writer.raw(" ")
         writer.integer(durable)
         writer.raw(" ")
-        writer.raw(boot)
+        writer.raw(text: boot)
         return writer.bytes
     }
 

@@ -85,7 +85,7 @@ public final class Logger: Sendable {
                 object.member("level", level.rawValue)
                 if let cart { object.member("cart", cart) }
                 object.member("message", message)
-                if let record { object.member("record") { $0.raw(String(decoding: record.last == 0x0A ? record.dropLast() : record[...], as: UTF8.self)) } }
+                if let record { object.member("record") { $0.raw(text: String(decoding: record.last == 0x0A ? record.dropLast() : record[...], as: UTF8.self)) } }
             }
             writer.raw("\n")
             line = writer.bytes

@@ -29,7 +29,7 @@ final class Database {
     /// the agent once per change. Opened again when the path no longer names it (removed, made
     /// again): a lock on a file others no longer open would exclude nobody.
     func projectionsLockDescriptor() throws(SystemError) -> Int32 {
-        let path = "\(stateDirectory)/\(Layout.projectionsLock)"
+        let path = projectionsLockPath
         if let held = projectionsLock {
             if let now = Posix.info(path, follow: false), now.device == held.info.device, now.inode == held.info.inode { return held.fd }
             Posix.close(held.fd)
@@ -65,6 +65,10 @@ final class Database {
     private var builtStatements: [String: SQLiteConnection.Statement] = [:]
     /// `projections.lock`, held open between catch-ups (see ``projectionsLockDescriptor()``).
     private var projectionsLock: (fd: Int32, info: FileInfo)?
+    /// Where `projections.lock` is (made once: a catch-up locks it at every change).
+    private(set) lazy var projectionsLockPath = "\(stateDirectory)/\(Layout.projectionsLock)"
+    /// The database's `-wal` and `-shm`, checked at every transaction.
+    private lazy var companionPaths = [databasePath + "-wal", databasePath + "-shm"]
     /// Inside a transaction: each cart's kept values are read once, in its image (``MetaImage``).
     var usesMetaImages = false
     /// Inside a write transaction: the images are written to the table just before the commit
@@ -296,7 +300,7 @@ final class Database {
         // connection closes, and this one is open. Deleted under it, the commits would go to an
         // unlinked file and be lost at the next start.
         if !readOnly {
-            for (index, path) in [databasePath + "-wal", databasePath + "-shm"].enumerated() {
+            for (index, path) in companionPaths.enumerated() {
                 let now = Posix.info(path, follow: false)?.identity
                 if let seen = companionIdentities[index] {
                     if now?.isSameFile(as: seen) != true {

@@ -22,7 +22,7 @@ extension Store {
     /// of it) on the descriptor the database keeps open; ``unlockProjections(_:)`` lets it go.
     /// Not for a second thread: a lock belongs to the open file, which the thread would share.
     func lockProjections() throws(AgentError) -> Int32 {
-        let path = "\(stateDirectory)/\(Layout.projectionsLock)"
+        let path = database.projectionsLockPath
         do {
             let fd = try database.projectionsLockDescriptor()
             _ = try cart == 0 ? Posix.lockExclusive(fd, path: path) : Posix.lockByte(fd, at: cart, wait: true, path: path)
