@@ -249,6 +249,36 @@ import TestSupport
         #expect(applied.status == 0 && playground.read("c1/cart.json").contains("\"A\""), "put back, served with its state: \(applied.stdout) \(applied.stderr)")
     }
 
+    /// Two carts' folders swapped (each with its marker): a delivery to one id is refused (73)
+    /// as every command refuses it — never dropped into the folder that holds the other cart,
+    /// whose shopper would get it once the folders are put back.
+    @Test func aDeliveryIsRefusedIntoAFolderHoldingAnotherCartsMarker() throws {
+        let playground = try tree()
+        for id in ["c1", "c2"] {
+            try mkdir(playground, id)
+            try playground.writeAtomically("\(id)/cart.json", cartJSON([], syncedThrough: 0))
+            #expect(try basketSync(["-C", playground.path + "/" + id, "push", "--id", "first-\(id)", "A=+1"]).status == 0)
+        }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        func swap() {
+            #expect(rename(playground.path + "/c1", playground.path + "/swapping") == 0)
+            #expect(rename(playground.path + "/c2", playground.path + "/c1") == 0)
+            #expect(rename(playground.path + "/swapping", playground.path + "/c2") == 0)
+        }
+        swap()
+        for id in ["c1", "c2"] {
+            let push = try basketSync(["-C", playground.path + "/" + id, "push", "--id", "for-\(id)", "X=+5"])
+            #expect(push.status == 73 && push.stderr.contains("is not a cart of the tree"), "\(id): \(push.status) \(push.stderr)")
+        }
+        for id in ["c1", "c2"] { #expect(playground.names("\(id)/inbox/new").isEmpty, "\(id): nothing delivered") }
+        swap()
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        for id in ["c1", "c2"] {
+            #expect(playground.records("\(id)/outbox.jsonl").map { $0["source"] as? String } == ["first-\(id)"], "\(id)")
+            #expect(try basketSync(["-C", playground.path + "/" + id, "push", "--id", "again-\(id)", "X=+1"]).status == 0, "\(id): put back, it takes deliveries")
+        }
+    }
+
     /// A cart directory removed ends the cart; one made again under its id is a new cart: a new
     /// sync id, seq from 1, and none of the old records appended to it — under the agent, and
     /// while it is down.

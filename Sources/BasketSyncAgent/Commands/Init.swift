@@ -156,7 +156,15 @@ extension Commands {
             let folder = Posix.dirname(of: marker)
             return Posix.isDirectory("\(folder)/inbox/new") && Posix.isDirectory("\(folder)/inbox/tmp") && Posix.exists(marker)
         }
-        if made == true { return }
+        if made == true {
+            // Only into this id's cart: a folder holding another cart's marker (two carts'
+            // folders swapped, one moved in under this id) is refused as every command refuses
+            // it — where this account can read the tree's database (the Mealz side of a shared
+            // tree cannot tell; trees.md).
+            guard let tree = try? Tree(root: root, readOnly: true) else { return }
+            _ = try tree.cartStore(id, create: false, readOnly: true)
+            return
+        }
         // Another account than the tree's (the Mealz side of a shared tree) may not adopt a cart:
         // it makes the folder and its delivery folders, open to the group, and the agent (or
         // the next command of the tree's account) takes the cart on as it takes a host's.
