@@ -32,12 +32,33 @@ import TestSupport
     /// What a file was given comes back field for field, and a size past 63 bits is refused
     /// rather than trapped on.
     @Test func aCursorComesBackAndAnImpossibleSizeIsRefused() {
-        let cursor = AppendCursor(device: UInt64.max, inode: 12, size: Int64.max, seq: 7, durable: 5, boot: "b00t-id")
+        let cursor = AppendCursor(device: UInt64.max, inode: 12, size: Int64.max, seq: 7, durable: 5, boot: "b00t-id", at: nil)
         #expect(AppendCursor(text: cursor.text) == cursor)
         #expect(cursor.text == "18446744073709551615 12 9223372036854775807 7 5 b00t-id")
+        // When the note was made rides on the boot's field: a version before read it as another boot.
+        let made = AppendCursor(device: 1, inode: 2, size: 3, seq: 7, durable: 5, boot: "b00t@id", at: 42)
+        #expect(made.text == "1 2 3 7 5 b00t@id@42")
+        #expect(AppendCursor(text: made.text)?.at == 42 && AppendCursor(text: made.text)?.boot == "b00t@id")
+        #expect(AppendCursor(text: "1 2 3 7 5 b00t@id")?.boot == "b00t@id" && AppendCursor(text: "1 2 3 7 5 b00t@id")?.at == nil)
         #expect(AppendCursor(text: "1 2 9223372036854775808 7") == nil)
         #expect(AppendCursor(text: "1 2 3 7")?.durable == 7)
         #expect(AppendCursor(text: "1 2 3 x") == nil)
+    }
+
+    /// A flush's note covers a file's note of its file system and boot made at or before the
+    /// flush began; the newest flush of each file system and boot is kept, the oldest lines go.
+    @Test func aFlushNoteCoversWhatWasAppendedBeforeItBegan() {
+        var note = FlushedNote.adding(nil, device: 7, boot: "b1", at: 100)
+        #expect(FlushedNote.covers(note, device: 7, boot: "b1", at: 100))
+        #expect(!FlushedNote.covers(note, device: 7, boot: "b1", at: 101))
+        #expect(!FlushedNote.covers(note, device: 8, boot: "b1", at: 1))
+        #expect(!FlushedNote.covers(note, device: 7, boot: "b2", at: 1))
+        note = FlushedNote.adding(note, device: 7, boot: "b1", at: 200)
+        #expect(FlushedNote.entries(note).count == 1 && FlushedNote.covers(note, device: 7, boot: "b1", at: 150))
+        for device in 0..<UInt64(FlushedNote.kept + 4) { note = FlushedNote.adding(note, device: 100 + device, boot: "b2", at: 5) }
+        #expect(FlushedNote.entries(note).count == FlushedNote.kept)
+        #expect(!FlushedNote.covers(note, device: 7, boot: "b1", at: 150), "the oldest line went first")
+        #expect(FlushedNote.covers(note, device: 100 + UInt64(FlushedNote.kept + 3), boot: "b2", at: 5))
     }
 
     /// The meta rows' keys are spelled once as literals: each note is `note.` and its name, each

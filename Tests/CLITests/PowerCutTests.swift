@@ -162,4 +162,33 @@ import TestSupport
         #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
         #expect(playground.records("outbox.jsonl").map { $0["seq"] as? Int } == [4])
     }
+
+    /// After a restart of the machine, the lines an agent's flush made durable are known to be on
+    /// disk — by the flush's one note for their file system — so a file its host read and deleted
+    /// is not given its records again: only the next record starts it. In a sync directory and
+    /// in a tree's carts (many files, one `syncfs`).
+    @Test(arguments: [false, true])
+    func afterARestartAFileTheAgentFlushedAndItsHostDeletedIsNotGivenItsRecordsAgain(tree: Bool) async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"] + (tree ? ["--tree"] : [])).status == 0)
+        let carts = tree ? ["c1/", "c2/", "c3/"] : [""]
+        if tree {
+            for cart in carts {
+                for folder in ["", "inbox", "inbox/new", "inbox/tmp"] { try FileManager.default.createDirectory(at: playground.url(cart + folder), withIntermediateDirectories: true) }
+            }
+        }
+        let agent = try AgentProcess(directory: playground.path, environment: ["BASKET_SYNC_FLUSH_SECONDS": "0.2"])
+        try await agent.waitUntilWatching()
+        for cart in carts {
+            for step in 0..<3 { try deliver(playground, "e\(step)", sku: "S", quantity: 1, cart: cart) }
+        }
+        for cart in carts { try await eventually("\(cart): three records") { playground.records("\(cart)outbox.jsonl").count == 3 } }
+        // The flushes are over once the agent has stopped (the last one waited for).
+        #expect(agent.stop(SIGTERM) == 0)
+        for cart in carts { try FileManager.default.removeItem(at: playground.url("\(cart)outbox.jsonl")) }
+        for cart in carts { try deliver(playground, "e3", sku: "S", quantity: 1, cart: cart) }
+        let again = try basketSync(["-C", playground.path, "sync"], environment: ["BASKET_SYNC_BOOT_ID": "after-a-restart"])
+        #expect(again.status == 0, "\(again.stderr)")
+        for cart in carts { #expect(playground.records("\(cart)outbox.jsonl").map { $0["seq"] as? Int } == [4], "\(cart)") }
+    }
 }

@@ -48,7 +48,9 @@ package enum Projection: String, CaseIterable, Sendable {
 /// change): `durable` is the last seq known to be on disk, and `boot` the machine's boot when the
 /// lines after it were appended. When the machine started again since (a power cut, a crash of
 /// the kernel), the lines after `durable` may be gone, whatever the file looks like now: they are
-/// written again unless the file still ends with them.
+/// written again unless the file still ends with them — unless a flush of the file's file
+/// system that began after `at` (the boot clock when the note was made, after the append) is
+/// noted (``FlushTogether``: one note for all the files a flush made durable, not one each).
 struct AppendCursor: Equatable {
     var device: UInt64
     var inode: UInt64
@@ -56,8 +58,11 @@ struct AppendCursor: Equatable {
     var seq: UInt64
     var durable: UInt64
     var boot: String
+    /// Nanoseconds on the boot clock when the note was made; nil in a note made before it was kept.
+    var at: UInt64?
 
-    /// The cursor as the database keeps it: "device inode size seq durable boot".
+    /// The cursor as the database keeps it: "device inode size seq durable boot@at" (an older
+    /// version reads "boot@at" as another boot: it looks at the file's end, which is safe).
     var text: String { String(decoding: bytes, as: UTF8.self) }
 
     /// ``text``'s bytes.
@@ -74,6 +79,10 @@ struct AppendCursor: Equatable {
         writer.integer(durable)
         writer.raw(" ")
         writer.raw(text: boot)
+        if let at {
+            writer.raw("@")
+            writer.integer(at)
+        }
         return writer.bytes
     }
 
@@ -85,18 +94,33 @@ struct AppendCursor: Equatable {
         let fields = NoteNumbers.fields(bytes)
         let numbers = fields.prefix(5).compactMap(NoteNumbers.uint64)
         guard fields.count == 4 || fields.count == 6, numbers.count == min(fields.count, 5), numbers[2] <= UInt64(Int64.max) else { return nil }
+        // "boot@at": the boot, and the boot clock when the note was made (digits after the last
+        // "@"; anything else is all the boot's).
+        var boot = fields.count == 6 ? fields[5] : []
+        var at: UInt64?
+        if let mark = boot.lastIndex(of: UInt8(ascii: "@")), let nanoseconds = NoteNumbers.uint64(boot[(mark + 1)...]) {
+            at = nanoseconds
+            boot = boot[..<mark]
+        }
         self.init(device: numbers[0], inode: numbers[1], size: Int64(numbers[2]), seq: numbers[3],
                   durable: fields.count == 6 ? min(numbers[4], numbers[3]) : numbers[3],
-                  boot: fields.count == 6 ? String(decoding: fields[5], as: UTF8.self) : "")
+                  boot: String(decoding: boot, as: UTF8.self), at: at)
     }
 
-    init(device: UInt64, inode: UInt64, size: Int64, seq: UInt64, durable: UInt64, boot: String = AppendCursor.boot) {
+    init(device: UInt64, inode: UInt64, size: Int64, seq: UInt64, durable: UInt64, boot: String = AppendCursor.boot, at: UInt64? = Posix.bootNanoseconds()) {
         self.device = device
         self.inode = inode
         self.size = size
         self.seq = seq
         self.durable = durable
         self.boot = boot
+        self.at = at
+    }
+
+    /// Equal when they say the same of the file: when the note was made (``at``) is not compared
+    /// (a catch-up that finds the file as noted leaves the note as it is).
+    static func == (a: AppendCursor, b: AppendCursor) -> Bool {
+        a.device == b.device && a.inode == b.inode && a.size == b.size && a.seq == b.seq && a.durable == b.durable && a.boot == b.boot
     }
 
     /// The seq after which lines may have been lost with the page cache: the machine started

@@ -4,7 +4,8 @@ import Glibc
 /// Lines of many carts flushed together (docs/spec.md §6): one `syncfs` of each file system they
 /// are on; where it fails, an fsync of each file, and a file that fails is taken back (its
 /// lines written again at the cart's next catch-up). What is durable is noted in one
-/// transaction. The agent runs the `syncfs` on its flusher's thread; `sync` on a tree's root in
+/// transaction: for the file systems whose `syncfs` went through, one line each on the root's
+/// row (``FlushedNote``); for the files fsynced alone, each file's note. The agent runs the `syncfs` on its flusher's thread; `sync` on a tree's root in
 /// its own, once over every cart.
 struct FlushTogether {
     /// One file's lines to flush: its cart (id and rows), which file, and the flush.
@@ -23,6 +24,9 @@ struct FlushTogether {
     private(set) var stores = Set<ObjectIdentifier>()
     /// A descriptor on each file system the entries are on (see ``openDevices()``).
     private(set) var devices: [(device: UInt64, fd: Int32, path: String)] = []
+    /// The boot clock just before the `syncfs` began (``openDevices()`` sets it): every line
+    /// appended before it is in what the `syncfs` writes back.
+    private(set) var startedAt: UInt64?
 
     /// Takes `engine`'s lines not flushed yet.
     mutating func take(_ engine: SyncEngine, cart: String) {
@@ -41,6 +45,8 @@ struct FlushTogether {
                   (try? Posix.fileInfo(fd, path: folder))?.device == entry.flush.given.device else { continue }
             devices.append((entry.flush.given.device, fd, folder))
         }
+        // The callers sync the devices right after this.
+        startedAt = Posix.bootNanoseconds()
     }
 
     /// Writes back each file system (in the calling thread); each one's failure, in order.
@@ -56,6 +62,7 @@ struct FlushTogether {
             devices = []
             entries = []
             stores = []
+            startedAt = nil
         }
         let synced = Set(zip(devices, failures).compactMap { $0.1 == nil ? $0.0.device : nil })
         var failed: [(cart: String, error: SystemError)] = []
@@ -63,7 +70,8 @@ struct FlushTogether {
         // A file taken back once loses every later append with it (its earliest flush first).
         var takenBack = Set<String>()
         for entry in entries {
-            if !synced.contains(entry.flush.given.device) {
+            let wholeDevice = synced.contains(entry.flush.given.device) && startedAt != nil
+            if !wholeDevice {
                 guard !takenBack.contains(entry.flush.path) else { continue }
                 switch JSONLinesFile.fsyncAlone(entry.flush) {
                 case .done:
@@ -78,12 +86,20 @@ struct FlushTogether {
                     continue
                 }
             }
-            durable[entry.store.cart, default: (entry.store, [])].flushes.append((entry.projection, entry.flush))
+            // A file of a file system written back whole is durable by the flush's one note.
+            if !wholeDevice { durable[entry.store.cart, default: (entry.store, [])].flushes.append((entry.projection, entry.flush)) }
             entry.engine?.flushed([(entry.projection, entry.flush)])
         }
-        guard let any = durable.values.first?.store else { return failed }
+        let devicesNoted = startedAt == nil ? [] : Set(entries.map(\.flush.given.device)).intersection(synced)
+        guard let any = durable.values.first?.store ?? entries.first?.store else { return failed }
         do {
             try any.withQuickTransaction { () throws(AgentError) in
+                if let startedAt, !devicesNoted.isEmpty {
+                    let root = any.database.rootRows
+                    var note = try root.note(.flushed)
+                    for device in devicesNoted.sorted() { note = FlushedNote.adding(note, device: device, boot: AppendCursor.boot, at: startedAt) }
+                    try root.setNote(.flushed, note!)
+                }
                 for (store, flushes) in durable.values { try SyncEngine.noteFlushedInTransaction(store, flushes) }
             }
         } catch {

@@ -52,6 +52,7 @@ enum MetaKey: Hashable, Sendable {
         case .note(.servesDirectory): return "note.servesDirectory"
         case .note(.clock): return "note.clock"
         case .note(.goneSince): return "note.goneSince"
+        case .note(.flushed): return "note.flushed"
         }
     }
 
@@ -93,4 +94,8 @@ enum Note: String, CaseIterable, Sendable {
     /// A tree's cart whose directory left the tree: when that was first seen (seconds since
     /// 1970). Put back with its marker before ``Tree/awaySeconds``, it is served again.
     case goneSince
+    /// The agent's last flushes (on the root's row): a line `DEVICE BOOT NANOSECONDS` for each
+    /// file system and boot, the boot clock when its last `syncfs` that went through began
+    /// (``FlushedNote``).
+    case flushed
 }

@@ -133,8 +133,15 @@ extension Store {
 
     /// What a JSON Lines file was given, as last remembered.
     func given(_ projection: Projection) throws(AgentError) -> AppendCursor? {
-        guard let blob = try metaBlob(.given(projection)) else { return nil }
-        return AppendCursor(bytes: blob)
+        guard let blob = try metaBlob(.given(projection)), var given = AppendCursor(bytes: blob) else { return nil }
+        // The machine started again since lines after `durable` were appended: they are on disk
+        // all the same when a flush of their file system began after the note (its note is one
+        // for every file it made durable).
+        if given.lostAfter != nil, let at = given.at,
+           FlushedNote.covers(try database.rootRows.note(.flushed), device: given.device, boot: given.boot, at: at) {
+            given.durable = given.seq
+        }
+        return given
     }
 
     /// Remembers, inside the caller's transaction (`init --adopt`), that the file was given every

@@ -44,6 +44,13 @@ extension Posix {
         return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
     }
 
+    /// Nanoseconds on the boot clock (`CLOCK_BOOTTIME`), for ordering events of one boot.
+    package static func bootNanoseconds() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_BOOTTIME, &now)
+        return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+    }
+
     /// Writes back everything of the file system holding `path` (`syncfs`): many small files
     /// made durable together, where an fsync each would wait for the disk once each.
     package static func syncFileSystem(of path: String) throws(SystemError) {
