@@ -59,6 +59,43 @@ import Testing
         #expect(try health(playground.path)["agentState"] as? String == "none")
     }
 
+    /// An agent is known by its lock from its start: SIGSTOPped in its first pass (a backlog of
+    /// events, before it has said how it watches), it is reported stopped at once, with its pid —
+    /// never "none".
+    @Test func anAgentStoppedInItsStartPassIsReportedStopped() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        for index in 0..<2_000 {
+            try playground.write("inbox/new/\(1_796_000_000 + index).M\(index)P1Q\(index).test", "{\"id\":\"e\(index)\",\"type\":\"basketDelta\",\"products\":[{\"id\":\"A\(index % 50)\",\"quantity\":1}]}\n")
+        }
+        let lock = playground.path + "/.basket-sync/agent.lock"
+        let agent = try AgentProcess(directory: playground.path)
+        let pid = agent.process.processIdentifier
+        try await eventually("the agent holds its lock") { lockHolders(lock).contains(pid) }
+        kill(pid, SIGSTOP)
+        defer { kill(pid, SIGCONT) }
+        let inStartPass = !agent.log.contains("watching")
+        try await eventually("the process shows stopped") { AgentStateLetter.of(pid) == "T" }
+        let stopped = try health(playground.path)
+        #expect(stopped["agentState"] as? String == "stopped" && stopped["agentPid"] as? Int == Int(pid), "in its start pass: \(inStartPass): \(stopped)")
+        kill(pid, SIGCONT)
+        try await agent.waitUntilWatching()
+        let running = try health(playground.path)
+        #expect(running["agentState"] as? String == "running" && running["agentPid"] as? Int == Int(pid), "\(running)")
+        #expect(agent.stop() == 0)
+    }
+
+    /// The pids holding a flock on `path` (/proc/locks).
+    func lockHolders(_ path: String) -> [Int32] {
+        var info = stat()
+        guard stat(path, &info) == 0, let locks = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return [] }
+        return locks.split(separator: "\n").compactMap { line in
+            let fields = line.split(separator: " ")
+            guard fields.count >= 6, fields[1] == "FLOCK", fields[5].split(separator: ":").last.flatMap({ UInt64($0) }) == UInt64(info.st_ino) else { return nil }
+            return Int32(fields[4])
+        }
+    }
+
     /// An agent that cannot write its heartbeat (a process holds the database's write lock) is
     /// reported stuck once its heartbeat is older than two intervals, and running once it beats
     /// again.

@@ -30,8 +30,8 @@ struct AgentHealth: Equatable {
 
     /// Reads the health of the agent serving `root` (a sync directory's rows, or a tree's root rows).
     static func read(_ root: Store, now: Date = Date()) -> AgentHealth {
-        let agent = (try? root.withTransaction { () throws(AgentError) in WatchChoice.runningAgent(root) }) ?? nil
-        let note = ((try? root.withTransaction { () throws(AgentError) in try root.note(.heartbeat) }) ?? nil)?
+        let agent = WatchChoice.runningAgent(root)
+        let note = ((try? root.database.withReadTransaction { () throws(AgentError) in try root.note(.heartbeat) }) ?? nil)?
             .split(separator: "\t", omittingEmptySubsequences: false).map(String.init) ?? []
         var health = AgentHealth(state: agent == nil ? .none : .running, agent: agent)
         if note.count >= 4, let pid = Int32(note[1]), pid == agent?.pid {

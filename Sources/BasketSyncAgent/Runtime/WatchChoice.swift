@@ -10,15 +10,16 @@ public struct WatchChoice: Equatable, Sendable {
     public var reason: String
 
 
-    /// How the agent whose note `store` holds watches, if that agent still runs: what it chose at
-    /// its start (a `--poll` of its own, its environment, carts past the watch limit included).
+    /// The agent that runs, if one does: the process holding the agent's lock (only an agent
+    /// takes it), whatever it is doing — its start pass too, before its note is written, and
+    /// while the database is busy. How it watches is its note's, when the note is that
+    /// process's (a note of an agent gone is not the truth of now).
     static func runningAgent(_ store: Store) -> RunningAgent? {
-        guard let note = try? store.note(.watch) else { return nil }
-        let parts = note.split(separator: "\t", maxSplits: 1)
-        // The pid must hold the agent's lock now: a pid reused by another process, or an agent
-        // killed and not reaped, is not the agent.
-        guard parts.count == 2, let pid = Int32(parts[0]),
-              Posix.lockHolders("\(store.database.markerDirectory)/\(Layout.agentLock)").contains(pid) else { return nil }
+        guard let pid = Posix.lockHolders("\(store.database.markerDirectory)/\(Layout.agentLock)").first(where: { $0 > 0 }) else { return nil }
+        // A read transaction: the agent's own transaction (its start pass) does not hold it up.
+        let note = (try? store.database.withReadTransaction { () throws(AgentError) in try store.note(.watch) }) ?? nil
+        let parts = note?.split(separator: "\t", maxSplits: 1) ?? []
+        guard parts.count == 2, Int32(parts[0]) == pid else { return RunningAgent(pid: pid, description: "starting (its first pass over what waits)") }
         return RunningAgent(pid: pid, description: String(parts[1]))
     }
 
