@@ -54,14 +54,22 @@ def apply(cart, record, catalogue):
         items = cart.setdefault("items", [])
         for delta in record["products"]:
             sku, change = delta["id"], delta["quantity"]
-            line = next((item for item in items if item.get("sku") == sku), None)
-            if line is None:
+            # A SKU's lines add up: the delta moves their sum — an increase on its first line,
+            # a decrease taken from its last line back — never each line.
+            lines = [item for item in items if item.get("sku") == sku]
+            if not lines:
                 if change > 0:
                     items.append({"sku": sku, "qty": change, "label": catalogue.get(sku, sku)})
+            elif change > 0:
+                lines[0]["qty"] = lines[0].get("qty", 0) + change
             else:
-                line["qty"] = max(0, line.get("qty", 0) + change)
-                if line["qty"] == 0:
-                    items.remove(line)
+                rest = -change
+                for line in reversed(lines):
+                    taken = min(rest, max(0, line.get("qty", 0)))
+                    line["qty"] = line.get("qty", 0) - taken
+                    rest -= taken
+                    if line["qty"] <= 0:
+                        items.remove(line)
         print(f"#{record['seq']}: applied {len(record['products'])} line(s)", flush=True)
     cart["progress"] = record["seq"]
 

@@ -57,13 +57,22 @@ records_after() {
     rm -f "$err"
 }
 
-# Adds a signed delta to one line, clamped at 0; a line at 0 leaves the cart.
+# Adds a signed delta to an id, clamped at 0. Its lines add up: the delta moves their sum — an
+# increase on its first line, a decrease taken from its last line back — and a line brought to 0
+# leaves the cart.
 DELTA='def delta($id; $n):
-  if any(.products[]; .id == $id)
-  then .products |= (map(if .id == $id then .quantity = ([.quantity + $n, 0] | max) else . end)
-                     | map(select(.id != $id or .quantity > 0)))
-  elif $n > 0 then .products += [{id: $id, quantity: $n}]
-  else . end;'
+  if any(.products[]; .id == $id) | not then
+    (if $n > 0 then .products += [{id: $id, quantity: $n}] else . end)
+  elif $n >= 0 then
+    ([.products | to_entries[] | select(.value.id == $id) | .key] | first) as $i
+    | .products[$i].quantity += $n
+  else
+    reduce ([.products | to_entries[] | select(.value.id == $id) | .key] | reverse[]) as $i
+      ({c: ., rest: (0 - $n)};
+       ([.rest, ([.c.products[$i].quantity, 0] | max)] | min) as $t
+       | .c.products[$i].quantity -= $t | .rest -= $t)
+    | .c | .products |= map(select(.id != $id or .quantity > 0))
+  end;'
 
 case "${1:-}" in
 sync)

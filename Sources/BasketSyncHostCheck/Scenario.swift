@@ -28,6 +28,10 @@ public enum Scenario: String, CaseIterable, Sendable {
     /// Ids that Unicode normalization would change or merge (`café` as NFC and as NFD, the ohm
     /// sign): compared byte for byte, they are different SKUs.
     case unicodeIds = "unicode-ids"
+    /// An id on two lines adds up: a delta moves the sum (an increase on its first line, a
+    /// decrease from its last line back), never each line; an id with spaces around it is a
+    /// SKU of its own (never trimmed into another).
+    case sameIdLines = "same-id-lines"
 }
 
 extension Scenario {
@@ -52,6 +56,13 @@ extension ScenarioRun {
             try start(["X": 1, "caf\u{E9}": 2, "cafe\u{301}": 1, "\u{2126}": 1])
             try push([("cafe\u{301}", 1), ("caf\u{E9}", -1), ("cre\u{300}me", 2)])
             try push([("\u{2126}", 1), ("\u{3A9}", 1)])
+            try runAndCheck()
+        case .sameIdLines:
+            // A on two lines (3 in all): +1 then −3 leave 1 — a host that moves each line leaves
+            // 0 (and 5 between); " B " beside B stays its own.
+            try start(["X": 1, "A": 1, "A": 2, "B": 1, " B ": 1])
+            try push([("A", 1)])
+            try push([("A", -3), (" B ", 1)])
             try runAndCheck()
         case .newAndExisting:
             try start(["X": 1, "A": 1])

@@ -288,7 +288,9 @@ enum Help {
                 the settings: records taken by seq, none hidden in a rotated file), redirect, replay
                 (run again: nothing applied twice), arriving (records appended while it runs),
                 crash (SIGKILL at random instants, then a rerun), unicode-ids (ids that Unicode
-                normalization would merge or change: compared byte for byte, they stay apart).
+                normalization would merge or change: compared byte for byte, they stay apart),
+                same-id-lines (an id on two lines: a delta moves their sum, never each line; an id
+                with spaces around it is a SKU of its own).
                 Every cart the host writes during a run is judged as it appears (inotify), not only
                 the last. For each rule it prints ok, or what the host did wrong with the record
                 and the cart it left: it applies a record twice or out of order, skips one, does

@@ -18,7 +18,10 @@ MODE: good, twice, noclamp, losefields, inplace, nosynced, toofar, reverse, skip
       later record is applied (a hole: leaving the last records out is claiming too far);
       skipmany leaves records 3, 8, 13, … out when a later delta is applied; fails (exits 1 at
       once, the cart never written); huge (good, but its cart carries 100 KB more: over a
-      limits.maxFileBytes of 64 KiB)
+      limits.maxFileBytes of 64 KiB); everyline (moves each line of an id by the delta, not
+      their sum); trim (takes ids with the spaces around them cut)
+A good host moves the sum of an id's lines: an increase on its first line, a decrease taken
+from its last line back.
 """
 import subprocess
 import time
@@ -61,6 +64,10 @@ else:
 if mode == "reverse":
     records.reverse()
 lines = cart["products"]
+if mode == "trim":
+    for line in lines:
+        line["id"] = line["id"].strip()
+    records = [dict(r, products=[dict(d, id=d["id"].strip()) for d in r.get("products", [])]) for r in records]
 if mode == "normalize":
     for line in lines:
         line["id"] = unicodedata.normalize("NFC", line["id"])
@@ -89,14 +96,27 @@ for record in records:
     if mode == "skipmany" and record["seq"] % 5 == 3 and any(r["seq"] > record["seq"] and r["type"] == "updateBasket" for r in records):
         continue
     for delta in record["products"]:
-        line = next((l for l in lines if l["id"] == delta["id"]), None)
-        if line is None:
+        held = [l for l in lines if l["id"] == delta["id"]]
+        if not held:
             if delta["quantity"] > 0 or mode == "noclamp":
                 lines.append({"id": delta["id"], "quantity": delta["quantity"]})
             continue
-        line["quantity"] += delta["quantity"]
-        if mode != "noclamp":
-            line["quantity"] = max(0, line["quantity"])
+        if mode == "everyline":
+            for line in held:
+                line["quantity"] = max(0, line["quantity"] + delta["quantity"])
+            continue
+        if delta["quantity"] >= 0:
+            held[0]["quantity"] += delta["quantity"]
+            continue
+        # A decrease from the last line back, each line down to 0 at most (noclamp: what is
+        # left goes below 0 on the first line).
+        rest = -delta["quantity"]
+        for line in reversed(held[1:] if mode == "noclamp" else held):
+            taken = min(rest, line["quantity"])
+            line["quantity"] -= taken
+            rest -= taken
+        if mode == "noclamp":
+            held[0]["quantity"] -= rest
 cart["products"] = [l for l in lines if l["quantity"] != 0]
 last = max([r["seq"] for r in records if mode != "noredirect" or r["type"] == "updateBasket"], default=done)
 if mode == "losefields":
