@@ -661,6 +661,27 @@ import Testing
         #expect(canary.damage() == nil)
     }
 
+    /// A hard link in `inbox/new/` to a file outside that the directory's account may not read is
+    /// said as a hard link, not as a permission to fix: advice about its owner or mode would be
+    /// about the file outside.
+    @Test func anUnreadableHardLinkInTheInboxIsSaidAsAHardLink() throws {
+        guard getuid() == 0 else { return print("anUnreadableHardLinkInTheInboxIsSaidAsAHardLink: needs root to act as another account; not run") }
+        let playground = try Playground()
+        chmod(playground.path, 0o755)
+        let outside = playground.path + "/outside.json"
+        try #"{"id":"x","type":"basketDelta","products":[]}"#.write(toFile: outside, atomically: false, encoding: .utf8)
+        #expect(chmod(outside, 0o600) == 0)
+        let dir = playground.path + "/sync"
+        let account = Account.agent.uid
+        #expect(mkdir(dir, 0o755) == 0 && chown(dir, account, Account.agent.gid) == 0)
+        #expect(try basketSync(["-C", dir, "init"], killAfter: 60, user: account)?.status == 0)
+        #expect(link(outside, dir + "/inbox/new/leak") == 0)
+        let sync = try basketSync(["-C", dir, "sync"], killAfter: 60, user: account)
+        #expect(sync != nil)
+        let error = playground.read("sync/inbox/bad/leak.error")
+        #expect(error.contains("has 2 names (a hard link") && !error.contains("ermission"), "\(error)")
+    }
+
     /// A hard link in `inbox/new/` to a file outside is set aside unread: its content never
     /// reaches `bad/*.error`, the log or the database. A `link()` delivery under way (two names,
     /// the other in `tmp/`) is still taken.

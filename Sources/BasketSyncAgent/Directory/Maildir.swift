@@ -190,17 +190,35 @@ struct Inbox {
     /// names (a hard link to a file elsewhere) is refused unread (docs/spec.md §7: nothing outside the
     /// directory is read), but for a `link()` delivery still under way: two names, the other in `tmp/`.
     func read(_ name: String, limit: Int) throws(AgentError) -> [UInt8]? {
-        guard let (bytes, info) = try Posix.readFileAndInfo(path(of: name), limit: limit) else { return nil }
-        if info.links > 1 {
-            let sameFile = { (other: FileInfo?) in other.map { $0.device == info.device && $0.inode == info.inode } == true }
-            let tmp = folder("tmp")
-            let delivering = info.links == 2
-                && (sameFile(Posix.info("\(tmp)/\(name)", follow: false)) || Posix.listDirectory(tmp).contains { sameFile(Posix.info("\(tmp)/\($0)", follow: false)) })
-            guard delivering else {
-                throw .refused("\(shown(name)): has \(info.links) names (a hard link to a file elsewhere); basket-sync reads no file that may live outside the sync directory: deliver a file of its own through inbox/tmp/ and inbox/new/")
+        let read: (bytes: [UInt8], info: FileInfo)?
+        do {
+            read = try Posix.readFileAndInfo(path(of: name), limit: limit)
+        } catch {
+            // Not readable, and another name for it: a hard link to a file elsewhere, said as
+            // such — advice about its owner or mode would be about that file.
+            if let info = Posix.info(path(of: name), follow: false), info.kind == .regular, info.links > 1, !isDelivering(name, info) {
+                throw Self.hardLinkRefusal(shown(name), links: info.links)
             }
+            throw error
+        }
+        guard let (bytes, info) = read else { return nil }
+        if info.links > 1 {
+            guard isDelivering(name, info) else { throw Self.hardLinkRefusal(shown(name), links: info.links) }
         }
         return bytes
+    }
+
+    /// Whether an entry of two names is a `link()` delivery still under way: its other name in `tmp/`.
+    private func isDelivering(_ name: String, _ info: FileInfo) -> Bool {
+        let sameFile = { (other: FileInfo?) in other.map { $0.device == info.device && $0.inode == info.inode } == true }
+        let tmp = folder("tmp")
+        return info.links == 2
+            && (sameFile(Posix.info("\(tmp)/\(name)", follow: false)) || Posix.listDirectory(tmp).contains { sameFile(Posix.info("\(tmp)/\($0)", follow: false)) })
+    }
+
+    /// An entry refused unread for its other names.
+    private static func hardLinkRefusal(_ shown: String, links: UInt64) -> AgentError {
+        .refused("\(shown): has \(links) names (a hard link to a file elsewhere); basket-sync reads no file that may live outside the sync directory: deliver a file of its own through inbox/tmp/ and inbox/new/")
     }
 
     /// Moves a taken entry from `new/` to `cur/`; another process may have moved it already.
