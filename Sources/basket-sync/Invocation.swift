@@ -38,7 +38,7 @@ struct Invocation {
             rest.removeFirst()
             switch first {
             case "-C", "--dir":
-                guard let value = rest.popFirst() else { throw .usage("\(first) needs a directory: basket-sync \(first) DIR COMMAND") }
+                guard let value = rest.popFirst() else { throw .usage("\(cut(first)) needs a directory: basket-sync \(cut(first)) DIR COMMAND") }
                 directory = value
             case let option where option.hasPrefix("--dir="):
                 directory = String(option.dropFirst("--dir=".count))
@@ -49,7 +49,7 @@ struct Invocation {
                 command = .version
                 return
             default:
-                throw .usage("unknown option \(first); see basket-sync --help")
+                throw .usage("unknown option \(cut(first)); see basket-sync --help")
             }
         }
         guard let name = rest.popFirst() else {
@@ -64,7 +64,7 @@ struct Invocation {
             if then.isEmpty { throw .usage("handle-payment --then needs a command: --then CMD ARG…") }
         }
         if rest.contains("--help") || rest.contains("-h") {
-            guard Invocation.commands.contains(name) else { throw .usage("unknown command \(name); the commands are \(Invocation.commands.joined(separator: ", "))") }
+            guard Invocation.commands.contains(name) else { throw .usage("unknown command \(cut(name)); the commands are \(Invocation.commands.joined(separator: ", "))") }
             command = .help(name)
             return
         }
@@ -92,7 +92,7 @@ struct Invocation {
             try options.finish()
             var logFormat: LogFormat?
             if let format {
-                guard let parsed = LogFormat(rawValue: format) else { throw .usage("--log-format is human or json, not \(format)") }
+                guard let parsed = LogFormat(rawValue: format) else { throw .usage("--log-format is human or json, not \(cut(format))") }
                 logFormat = parsed
             }
             command = .watch(noSynchronizer: noSynchronizer, logFormat: logFormat, quiet: quiet, poll: poll)
@@ -125,7 +125,7 @@ struct Invocation {
             var basket: UInt64?
             if let basketText {
                 guard state else { throw .usage("push --basket goes with --state: the basket a WebView state was based on") }
-                guard let value = UInt64(basketText), value >= 1 else { throw .usage("--basket \(basketText) is not a basket number; give the \"basket\" of a notification, 1 or more") }
+                guard let value = UInt64(basketText), value >= 1 else { throw .usage("--basket \(cut(basketText)) is not a basket number; give the \"basket\" of a notification, 1 or more") }
                 basket = value
             }
             let kind: Commands.PushKind = redirect ? .redirect : state ? .state(basket: basket) : transfer.map { .transfer($0) } ?? .delta
@@ -145,14 +145,14 @@ struct Invocation {
             }
             var seed: UInt64?
             if let seedText {
-                guard let value = UInt64(seedText) else { throw .usage("--seed \(seedText) is not a seed; give the number a report printed") }
+                guard let value = UInt64(seedText) else { throw .usage("--seed \(cut(seedText)) is not a seed; give the number a report printed") }
                 seed = value
             }
             let scenarios = scenarioText.map { $0.split(separator: ",").map { String($0.filter { $0 != " " }) }.filter { !$0.isEmpty } }
             var limit: Double?
             if let limitText {
                 guard let seconds = Double(limitText), seconds.isFinite, seconds > 0, seconds <= 86_400 else {
-                    throw .usage("--limit \(limitText) is not a number of seconds; give one above 0 and at most 86400, such as --limit 120")
+                    throw .usage("--limit \(cut(limitText)) is not a number of seconds; give one above 0 and at most 86400, such as --limit 120")
                 }
                 limit = seconds
             }
@@ -163,7 +163,7 @@ struct Invocation {
             try options.finish()
             var after: UInt64?
             if let afterText {
-                guard let seq = UInt64(afterText) else { throw .usage("--after \(afterText) is not an outbox seq; give a whole number 0 or more, such as --after 17") }
+                guard let seq = UInt64(afterText) else { throw .usage("--after \(cut(afterText)) is not an outbox seq; give a whole number 0 or more, such as --after 17") }
                 after = seq
             }
             command = .wait(after: after, timeout: try Invocation.seconds(timeoutText))
@@ -183,16 +183,16 @@ struct Invocation {
             command = .lock(timeout: timeout, command: held)
         case "payment-started", "handle-payment":
             guard let totalText = try options.value("--total") else {
-                throw .usage("\(name) needs --total, the exact amount paid, such as --total 42.50")
+                throw .usage("\(cut(name)) needs --total, the exact amount paid, such as --total 42.50")
             }
             let total: Money
             switch Money.parse(totalText) {
             case let .success(money):
                 total = money
             case let .failure(.tooManyDigits(count)):
-                throw .usage("--total \(totalText) has \(count) digits; an amount holds at most \(Money.maximumDigits)")
+                throw .usage("--total \(cut(totalText)) has \(count) digits; an amount holds at most \(Money.maximumDigits)")
             case .failure(.notAnAmount):
-                throw .usage("--total \(totalText) is not an amount; write digits with a point for the cents, such as 42.50 (no comma, sign or exponent)")
+                throw .usage("--total \(cut(totalText)) is not an amount; write digits with a point for the cents, such as 42.50 (no comma, sign or exponent)")
             }
             let orderId = try options.value("--order-id")
             let products = try options.value("--products")
@@ -213,7 +213,7 @@ struct Invocation {
             }
             var mode: SyncMode?
             if let modeText {
-                guard let parsed = SyncMode(rawValue: modeText) else { throw .usage("--mode is retailer or standalone, not \(modeText)") }
+                guard let parsed = SyncMode(rawValue: modeText) else { throw .usage("--mode is retailer or standalone, not \(cut(modeText))") }
                 mode = parsed
             }
             command = .setStore(externalId: externalId, mode: mode, json: json)
@@ -224,22 +224,22 @@ struct Invocation {
             guard !files.isEmpty else { throw .usage("validate needs a file: basket-sync validate cart.json") }
             command = .validate(files: files, kind: flags.first?.value)
         default:
-            throw .usage("unknown command \(name); the commands are \(Invocation.commands.joined(separator: ", ")); see basket-sync --help")
+            throw .usage("unknown command \(cut(name)); the commands are \(Invocation.commands.joined(separator: ", ")); see basket-sync --help")
         }
     }
 
     /// Parses `sku-1=+2` (a delta) or `sku-1=3` (an absolute quantity).
     static func product(_ text: String, signed: Bool) throws(AgentError) -> RetailerProduct {
         guard let equals = text.lastIndex(of: "="), equals != text.startIndex else {
-            throw .usage("\(text) is not a product; write SKU=QUANTITY, such as sku-1=+2")
+            throw .usage("\(cut(text)) is not a product; write SKU=QUANTITY, such as sku-1=+2")
         }
         let id = String(text[..<equals])
         let number = text[text.index(after: equals)...]
         let digits = number.hasPrefix("+") ? number.dropFirst() : number
         guard let quantity = Int(digits), !digits.hasPrefix("+") else {
-            throw .usage("\(text): the quantity must be a whole number, such as \(signed ? "+2 or -1" : "3")")
+            throw .usage("\(cut(text)): the quantity must be a whole number, such as \(signed ? "+2 or -1" : "3")")
         }
-        guard signed || quantity >= 0 else { throw .usage("\(text): an absolute quantity must be 0 or more") }
+        guard signed || quantity >= 0 else { throw .usage("\(cut(text)): an absolute quantity must be 0 or more") }
         return RetailerProduct(id: id, quantity: quantity)
     }
 }
@@ -275,7 +275,7 @@ struct OptionReader {
             return value
         }
         guard let index = arguments.firstIndex(of: name) else { return nil }
-        guard index + 1 < arguments.count else { throw .usage("\(command) \(name) needs a value") }
+        guard index + 1 < arguments.count else { throw .usage("\(command) \(cut(name)) needs a value") }
         let value = arguments[index + 1]
         arguments.removeSubrange(index...(index + 1))
         return value
@@ -285,7 +285,7 @@ struct OptionReader {
     mutating func operands() throws(AgentError) -> [String] {
         // A lone "-" is standard input, an operand.
         if let option = arguments.first(where: { $0.hasPrefix("-") && $0 != "-" }) {
-            throw .usage("\(command): unknown option \(option); see basket-sync \(command) --help")
+            throw .usage("\(command): unknown option \(cut(option)); see basket-sync \(command) --help")
         }
         defer { arguments = []; trailing = [] }
         return arguments + trailing
@@ -293,7 +293,7 @@ struct OptionReader {
 
     func finish(allowingAfterDoubleDash: Bool = false) throws(AgentError) {
         if let extra = (arguments + (allowingAfterDoubleDash ? [] : trailing)).first {
-            throw .usage("\(command): unexpected \(extra); see basket-sync \(command) --help")
+            throw .usage("\(command): unexpected \(cut(extra)); see basket-sync \(command) --help")
         }
     }
 }
@@ -319,8 +319,14 @@ extension Invocation {
     static func seconds(_ text: String?) throws(AgentError) -> Double? {
         guard let text else { return nil }
         guard let seconds = Double(text), seconds.isFinite, seconds >= 0, seconds < 1e9 else {
-            throw .usage("--timeout \(text) is not a number of seconds; give 0 to 999999999, such as --timeout 30 or --timeout 0.5")
+            throw .usage("--timeout \(cut(text)) is not a number of seconds; give 0 to 999999999, such as --timeout 30 or --timeout 0.5")
         }
         return seconds
     }
+}
+
+/// An argument as an error message quotes it: at most 80 characters (docs/spec.md §7), the rest
+/// said by "…" (control characters are escaped where the message is printed).
+func cut(_ text: some StringProtocol) -> String {
+    text.count > 80 ? String(text.prefix(80)) + "…" : String(text)
 }

@@ -23,6 +23,20 @@ import Testing
 
 /// The one-shot commands as a user runs them: stdout, stderr and the exit code.
 @Suite struct CommandTests {
+    /// A value given on the command line is quoted in an error at most 80 characters long
+    /// (docs/spec.md §7), whatever the option: a 5,000-character value makes no 5 KB message.
+    @Test func anArgumentIsQuotedInAnErrorAtMostEightyCharactersLong() throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        let long = String(repeating: "9", count: 5_000) + "x"
+        for arguments in [["handle-payment", "--order", "o1", "--total", long], ["payment-started", "--order", "o1", "--total", long],
+                          ["wait", "--after", long], ["wait", "--timeout", long], ["lock", "--timeout", long, "--", "true"],
+                          ["push", long], ["status", "--" + long], ["set-store", "s", "--mode", long]] {
+            let run = try basketSync(["-C", playground.path] + arguments)
+            #expect(run.status == 64 && run.stderr.count < 600 && run.stderr.contains("…"), "\(arguments.prefix(2)): \(run.status) \(run.stderr.count) characters: \(run.stderr.prefix(300))")
+        }
+    }
+
     @Test func versionAndHelp() throws {
         let version = try basketSync(["--version"])
         #expect(version.status == 0)
