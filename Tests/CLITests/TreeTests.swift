@@ -268,7 +268,12 @@ import TestSupport
         swap()
         for id in ["c1", "c2"] {
             let push = try basketSync(["-C", playground.path + "/" + id, "push", "--id", "for-\(id)", "X=+5"])
-            #expect(push.status == 73 && push.stderr.contains("is not a cart of the tree"), "\(id): \(push.status) \(push.stderr)")
+            #expect(push.status == 73 && push.stderr.contains("holds the marker of cart \"\(id == "c1" ? "c2" : "c1")\"") && push.stderr.contains("Put the folders back"), "\(id): \(push.status) \(push.stderr)")
+        }
+        // Every command says it so, and none advises init --adopt, which would make the swap for ever.
+        for command in [["sync"], ["apply"], ["status"], ["wait", "--timeout", "0"]] {
+            let run = try basketSync(["-C", playground.path + "/c1"] + command)
+            #expect(run.status == 73 && run.stderr.contains("holds the marker of cart \"c2\"") && !run.stderr.contains("run basket-sync -C"), "\(command): \(run.status) \(run.stderr)")
         }
         for id in ["c1", "c2"] { #expect(playground.names("\(id)/inbox/new").isEmpty, "\(id): nothing delivered") }
         swap()

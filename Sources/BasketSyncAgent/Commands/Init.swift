@@ -161,8 +161,12 @@ extension Commands {
             // folders swapped, one moved in under this id) is refused as every command refuses
             // it — where this account can read the tree's database (the Mealz side of a shared
             // tree cannot tell; trees.md).
+            // A folder not adopted yet (its marker a database made again no longer knows, no
+            // records) takes the delivery: the next pass adopts it.
             guard let tree = try? Tree(root: root, readOnly: true) else { return }
-            _ = try tree.cartStore(id, create: false, readOnly: true)
+            do { _ = try tree.cartStore(id, create: false, readOnly: true) } catch {
+                if case .refused = error { throw error }
+            }
             return
         }
         // Another account than the tree's (the Mealz side of a shared tree) may not adopt a cart:

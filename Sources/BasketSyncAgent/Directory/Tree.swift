@@ -152,6 +152,15 @@ final class Tree {
             wasAway = try database.rows(cart: known.number).note(.goneSince) != nil
             return known
         }.flatMap { readMarker() == $0.syncId ? $0 : nil }
+        // The marker of another cart of the tree whose own folder no longer holds it: that
+        // folder moved here (two carts' folders swapped). Said as such — `init --adopt` here
+        // would make that cart's records this id's; a copy (the cart's folder still marked as
+        // it) is refused below as any folder holding records.
+        if marked == nil, adopting == nil, let named = readMarker(), !named.isEmpty,
+           let other = try database.withReadTransaction({ () throws(AgentError) in try database.cartId(syncId: named) }), other != id,
+           Tree.markerText(root: root, id: other).map({ $0 != named }) ?? !Posix.exists("\(root)/\(other)") {
+            throw .refused("\(shown): holds the marker of cart \(JSONWriter.quoted(other)) of the tree \(root) — that cart's folder was moved or swapped here. Put the folders back where they were (cart \(JSONWriter.quoted(other))'s under \(root)/\(other)): each cart is served again with its state. Do not run init --adopt here: it would make that cart's records this one's")
+        }
         if readOnly {
             guard let marked else {
                 // One that holds records would be refused by every command: said as they say it.
@@ -302,6 +311,15 @@ final class Tree {
     /// of the moment (no descriptor left, an I/O error) is taken to match: only a marker read,
     /// or a folder or marker that is not there (or not a folder, not a file), says otherwise.
     func markerMatches(_ id: String, number: Int64) -> Bool { markerState(id, number: number) == .matches }
+
+    /// The text of the marker in `ROOT/ID` (read through the folder opened without following a
+    /// link), trimmed; nil when there is none to read.
+    static func markerText(root: String, id: String) -> String? {
+        let bytes = try? Posix.withPinnedFolders(base: root, relative: "\(id)/\(Layout.cartMarker)") { (pinned) throws(AgentError) in
+            try Posix.readFile(pinned, limit: 64)
+        }
+        return bytes.flatMap { $0 }.map { String(decoding: $0, as: UTF8.self).trimmingSpaces }
+    }
 
     /// What the marker of cart `id` says of the cart numbered `number`, as a log line can say it.
     enum MarkerState: Equatable {

@@ -458,6 +458,14 @@ final class Database {
         return try statement.step() ? (statement.int64(0), statement.text(1)) : nil
     }
 
+    /// The id of the cart whose sync id is `syncId`, if the tree has it.
+    func cartId(syncId: String) throws(AgentError) -> String? {
+        let statement = try cached("SELECT id FROM carts WHERE sync_id = ?")
+        defer { statement.reset() }
+        statement.bind(1, syncId)
+        return try statement.step() ? statement.text(0) : nil
+    }
+
     /// Adds cart `id` (in the caller's transaction) under a number never used before.
     func addCart(_ id: String, syncId: String, at: Date) throws(AgentError) -> Int64 {
         let statement = try cached("INSERT INTO carts(id, sync_id, made) VALUES(?, ?, ?) RETURNING n")
