@@ -270,6 +270,10 @@ import TestSupport
             let push = try basketSync(["-C", playground.path + "/" + id, "push", "--id", "for-\(id)", "X=+5"])
             #expect(push.status == 73 && push.stderr.contains("holds the marker of cart \"\(id == "c1" ? "c2" : "c1")\"") && push.stderr.contains("Put the folders back"), "\(id): \(push.status) \(push.stderr)")
         }
+        // The tree still counts both carts, each with its error.
+        let report = try JSONSerialization.jsonObject(with: Data(try basketSync(["-C", playground.path, "status", "--json"]).stdout.utf8)) as? [String: Any]
+        #expect(report?["cartCount"] as? Int == 2 && (report?["withErrors"] as? [Any])?.count == 2, "\(report ?? [:])")
+        #expect(try basketSync(["-C", playground.path, "status"]).stdout.contains("tree \(playground.path): 2 carts"))
         // Every command says it so, and none advises init --adopt, which would make the swap for ever.
         for command in [["sync"], ["apply"], ["status"], ["wait", "--timeout", "0"]] {
             let run = try basketSync(["-C", playground.path + "/c1"] + command)

@@ -59,7 +59,7 @@ public enum Metrics {
         }
         if report.only == nil {
             families.append(Family(name: "basket_sync_carts", type: "gauge", help: "Carts of the tree, by state (a cart may be in several).",
-                                   samples: [([("state", "all")], Double(report.carts.count)),
+                                   samples: [([("state", "all")], Double(report.cartCount)),
                                              ([("state", "with_errors")], Double(carts.filter { $0.currentError != nil }.count + report.unreadable.count)),
                                              ([("state", "waiting")], Double(carts.filter { $0.inboxWaiting > 0 }.count)),
                                              ([("state", "pending")], Double(carts.filter { !$0.state.pending.isEmpty }.count)),

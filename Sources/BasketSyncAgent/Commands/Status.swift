@@ -14,6 +14,9 @@ public struct StatusReport {
     /// adopts them), and carts that could not be read, with why.
     let notAdopted: [String]
     let unreadable: [(id: String, error: String)]
+    /// The carts of the tree that have a directory: those reported, and those the tree knows
+    /// whose directory cannot be read as theirs now (an error of theirs, in ``unreadable``).
+    public let cartCount: Int
     /// How the running agent watches the carts, as it said (nil: no agent runs).
     let agentWatch: WatchChoice.RunningAgent?
     /// The tree agent's health (docs/spec.md §12).
@@ -32,6 +35,7 @@ public struct StatusReport {
             let only = try CartStatus(directory: directory)
             self.only = only
             (root, carts, notAdopted, unreadable, agentWatch, health) = (directory, [], [], [], nil, only.health)
+            cartCount = 1
             database = only.database
             return
         }
@@ -48,6 +52,7 @@ public struct StatusReport {
         var carts: [(id: String, report: CartStatus)] = []
         var notAdopted: [String] = []
         var unreadable: [(id: String, error: String)] = []
+        var knownUnreadable = 0
         for id in try tree.cartDirectories() {
             guard known[id] != nil else {
                 // One that holds records is refused until adopted or the database is restored: an error.
@@ -58,6 +63,7 @@ public struct StatusReport {
                 let store = try tree.cartStore(id, create: false, readOnly: true)
                 carts.append((id, try CartStatus(store: store, configuration: tree.configuration, health: health)))
             } catch {
+                knownUnreadable += 1
                 // A marker that does not match: the directory was made again, not adopted yet.
                 if case .missingInput = error, let refusal = Tree.refusal(id: id, root: root) {
                     unreadable.append((id, refusal))
@@ -69,6 +75,7 @@ public struct StatusReport {
             }
         }
         self.carts = carts
+        cartCount = carts.count + knownUnreadable
         self.notAdopted = notAdopted
         self.unreadable = unreadable
     }
@@ -89,7 +96,7 @@ public struct StatusReport {
     /// The report for people.
     public var human: String {
         if let only { return only.human }
-        var lines = ["tree \(root): \(carts.count) carts\(notAdopted.isEmpty ? "" : ", \(notAdopted.count) directories not adopted yet")"]
+        var lines = ["tree \(root): \(cartCount) carts\(notAdopted.isEmpty ? "" : ", \(notAdopted.count) directories not adopted yet")"]
         lines.append("records: outbox \(total(.outbox)), notifications \(total(.notifications)), payments \(total(.payments)) (every cart)")
         let pending = carts.reduce(0) { $0 + $1.report.state.pending.count }
         if let (id, batch) = oldestPending {
@@ -129,7 +136,7 @@ public struct StatusReport {
         var writer = JSONWriter()
         writer.object { object in
             object.member("tree", root)
-            object.member("cartCount", carts.count)
+            object.member("cartCount", cartCount)
             object.member("database") { writer in CartStatus.write(database, into: &writer) }
             // The same shape as one directory's: the running agent (or null).
             object.member("watch") { writer in
