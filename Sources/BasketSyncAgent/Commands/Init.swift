@@ -151,12 +151,7 @@ extension Commands {
     /// inbox, no marker), makes and adopts it, as the agent would; otherwise does nothing.
     public static func prepareCart(directory: String) throws(AgentError) {
         guard case let .treeCart(root, id) = Workspace.of(directory) else { return }
-        // Looked at through the folder opened without following a link.
-        let made = try? Posix.withPinnedFolders(base: root, relative: "\(id)/\(Layout.cartMarker)") { (marker) throws(AgentError) in
-            let folder = Posix.dirname(of: marker)
-            return Posix.isDirectory("\(folder)/inbox/new") && Posix.isDirectory("\(folder)/inbox/tmp") && Posix.exists(marker)
-        }
-        if made == true {
+        if Workspace.isMade(root: root, id: id) {
             // Only into this id's cart: a folder holding another cart's marker (two carts'
             // folders swapped, one moved in under this id) is refused as every command refuses
             // it — where this account can read the tree's database (the Mealz side of a shared

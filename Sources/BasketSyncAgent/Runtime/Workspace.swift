@@ -38,11 +38,20 @@ extension Workspace {
     public static func isMadeTreeCart(_ directory: String) -> Bool {
         let directory = PinnedNames.named(directory)
         let root = Posix.dirname(of: directory)
-        guard root != directory, Tree.isCartId(Posix.basename(of: directory)),
-              Posix.info("\(root)/\(Layout.stateDirectory)", follow: false)?.kind == .directory,
-              Posix.info(directory, follow: false)?.kind == .directory,
-              Posix.info("\(directory)/\(Layout.cartMarker)", follow: false)?.kind == .regular else { return false }
-        return ["inbox", "inbox/new", "inbox/tmp"].allSatisfy { Posix.info("\(directory)/\($0)", follow: false)?.kind == .directory }
+        let id = Posix.basename(of: directory)
+        guard root != directory, Tree.isCartId(id), Posix.info("\(root)/\(Layout.stateDirectory)", follow: false)?.kind == .directory else { return false }
+        return isMade(root: root, id: id)
+    }
+
+    /// Whether the folder of cart `id` under `root` holds its marker (a regular file) and its
+    /// delivery folders, looked at through the folder opened without following a link.
+    static func isMade(root: String, id: String) -> Bool {
+        let made = try? Posix.withPinnedFolders(base: root, relative: "\(id)/\(Layout.cartMarker)") { (marker) throws(AgentError) -> Bool in
+            let folder = Posix.dirname(of: marker)
+            return Posix.info(marker, follow: false)?.kind == .regular
+                && ["inbox", "inbox/new", "inbox/tmp"].allSatisfy { Posix.info("\(folder)/\($0)", follow: false)?.kind == .directory }
+        }
+        return made == true
     }
 
     /// The nearest directory above `directory` that is a sync directory or a tree's root (it
