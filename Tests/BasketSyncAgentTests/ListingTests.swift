@@ -43,6 +43,19 @@ import Testing
         #expect(missing.isEmpty && extra.isEmpty, "seed \(seed): \(missing.count) names not listed (\(missing.sorted().prefix(3))), \(extra.count) listed not made (\(extra.sorted().prefix(3)))")
         #expect(listed.names == names.sorted(), "seed \(seed): a name listed twice, or out of order")
         #expect(Set(listed.unnamable) == unnamable && listed.unnamable.count == unnamable.count, "seed \(seed)")
+        // Visited one by one, as the counts and the searches read a folder: every name once
+        // (those that are not UTF-8 as the replacement of their bad bytes), and a search stops
+        // at the name it looks for.
+        var visited: [String] = []
+        Posix.eachName(in: directory) { visited.append($0); return true }
+        #expect(visited.count == names.count + unnamable.count && Set(visited).isSuperset(of: names), "seed \(seed)")
+        #expect(Posix.countNames(in: directory) { $0.hasPrefix(".") } == names.filter { $0.hasPrefix(".") }.count + unnamable.filter { $0.first == UInt8(ascii: ".") }.count, "seed \(seed)")
+        if let wanted = names.randomElement(using: &random) {
+            var seen = 0
+            #expect(Posix.containsName(in: directory) { seen += 1; return $0 == wanted }, "seed \(seed)")
+            #expect(seen == (visited.firstIndex(of: wanted) ?? -2) + 1, "seed \(seed): the search went on past the name")
+        }
+        #expect(!Posix.containsName(in: directory) { $0 == "never made" } && !Posix.containsName(in: directory + "/missing") { _ in true })
     }
 
     /// What is not a directory is refused as an open refuses it: named by its shape.

@@ -180,7 +180,7 @@ public struct CartStatus {
             inboxProblem = error.description
             oldestWaiting = nil
         }
-        inboxBad = Posix.listDirectory("\(directory)/inbox/bad").filter(Inbox.isSetAside).count
+        inboxBad = Posix.countNames(in: "\(directory)/inbox/bad", where: Inbox.isSetAside)
         now = Date()
     }
 
@@ -208,7 +208,7 @@ public struct CartStatus {
             if error.message.hasPrefix(prefix), let end = error.message.dropFirst(prefix.count).range(of: ": ") {
                 let name = String(error.message.dropFirst(prefix.count)[..<end.lowerBound])
                 if Posix.isOneComponent(name), Posix.info("\(directory)/inbox/bad/\(name)", follow: false) == nil,
-                   !Posix.listDirectory("\(directory)/inbox/bad").contains(where: { $0.hasPrefix(name + ".again.") }) {
+                   !Posix.containsName(in: "\(directory)/inbox/bad", where: { $0.hasPrefix(name + ".again.") }) {
                     if Posix.info("\(directory)/inbox/cur/\(name)", follow: false) != nil {
                         return (false, "resolved: the entry was taken since (inbox/cur/\(name))")
                     }

@@ -79,7 +79,7 @@ extension Commands {
             }
             // No record left, no claim from the host, but events taken before (inbox/cur/): the
             // directory had a past the files no longer show; a new database would number from 1.
-            let taken = Posix.listDirectory("\(directory)/inbox/cur").filter { !$0.hasPrefix(".") }.count
+            let taken = Posix.countNames(in: "\(directory)/inbox/cur") { !$0.hasPrefix(".") }
             if found.isEmpty, !adopt, taken > 0, (Recovery.cartClaim(directory: directory) ?? 0) == 0 {
                 throw .refused("\(directory): inbox/cur/ holds \(taken) events taken before, but no record is left and the cart shows no syncedThrough: the database and the records were lost or moved away, and a new database would number records from 1 again. Restore .basket-sync/ (and the records) from a backup, or run basket-sync init --adopt to go on (numbered from 1: tell a host that counts the records it processed)")
             }

@@ -213,7 +213,7 @@ struct Inbox {
         let sameFile = { (other: FileInfo?) in other.map { $0.device == info.device && $0.inode == info.inode } == true }
         let tmp = folder("tmp")
         return info.links == 2
-            && (sameFile(Posix.info("\(tmp)/\(name)", follow: false)) || Posix.listDirectory(tmp).contains { sameFile(Posix.info("\(tmp)/\($0)", follow: false)) })
+            && (sameFile(Posix.info("\(tmp)/\(name)", follow: false)) || Posix.containsName(in: tmp) { sameFile(Posix.info("\(tmp)/\($0)", follow: false)) })
     }
 
     /// An entry refused unread for its other names.

@@ -259,10 +259,10 @@ enum Recovery {
     static func eventsSinceCart(directory: String, configuration: AgentConfiguration) -> UInt64 {
         guard let cart = Posix.info("\(directory)/\(configuration.cart)", follow: true) else { return 0 }
         let cur = "\(directory)/inbox/cur"
-        return UInt64(Posix.listDirectory(cur).filter { name in
+        return UInt64(Posix.countNames(in: cur) { name in
             guard !name.hasPrefix("."), let info = Posix.info("\(cur)/\(name)", follow: false), info.kind == .regular else { return false }
             return info.modified > cart.modified
-        }.count)
+        })
     }
 
     /// What `init` says of the records it adopted.

@@ -317,7 +317,7 @@ final class Poller {
         if looksAtSignal, changed(&signal, signalNow) { changes.insert(.commit) }
         // Whatever waits there when it changed is taken (a name delivered again after the first
         // was taken is a new delivery): listed only when it changed.
-        if changed(&inbox, inboxNow), Posix.listDirectory(newFolder).contains(where: { !$0.hasPrefix(".") }) {
+        if changed(&inbox, inboxNow), Posix.containsName(in: newFolder, where: { !$0.hasPrefix(".") }) {
             changes.insert(.inbox)
         }
         return changes

@@ -94,10 +94,12 @@ extension Posix {
         let before = Int64((now - age) * 1_000_000_000)
         var removed = 0
         // `.NAME.<16 hex>.tmp`: only the temporaries of the files basket-sync writes there.
-        for name in listDirectory(folder) where isAtomicTemporary(name) && written(String(name.dropFirst().dropLast(21))) {
+        eachName(in: folder) { name in
+            guard isAtomicTemporary(name), written(String(name.dropFirst().dropLast(21))) else { return true }
             let path = "\(folder)/\(name)"
-            guard let info = info(path, follow: false), info.kind == .regular, info.owner == geteuid(), info.modified < before else { continue }
+            guard let info = info(path, follow: false), info.kind == .regular, info.owner == geteuid(), info.modified < before else { return true }
             if remove(path) { removed += 1 }
+            return true
         }
         return removed
     }

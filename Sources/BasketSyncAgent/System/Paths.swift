@@ -253,6 +253,40 @@ extension Posix {
         return names(in: directory)
     }
 
+    /// Visits the names in a directory (no `.`, `..`) in the order they are read, holding none
+    /// of them after its visit: `visit` returns false to stop. For what counts or looks for
+    /// names — a folder another account fills with millions costs no memory. Nothing when it
+    /// cannot be read.
+    package static func eachName(in path: String, _ visit: (String) -> Bool) {
+        guard let directory = opendir(path) else { return }
+        defer { closedir(directory) }
+        let nameOffset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
+        while let entry = readdir(directory) {
+            let name = String(cString: UnsafeRawPointer(entry).advanced(by: nameOffset).assumingMemoryBound(to: CChar.self))
+            if name != "." && name != "..", !visit(name) { return }
+        }
+    }
+
+    /// How many names of a directory `counted` says yes to (see ``eachName(in:_:)``).
+    package static func countNames(in path: String, where counted: (String) -> Bool) -> Int {
+        var count = 0
+        eachName(in: path) { name in
+            if counted(name) { count += 1 }
+            return true
+        }
+        return count
+    }
+
+    /// Whether a name of a directory is one `wanted` says yes to (see ``eachName(in:_:)``).
+    package static func containsName(in path: String, where wanted: (String) -> Bool) -> Bool {
+        var found = false
+        eachName(in: path) { name in
+            found = wanted(name)
+            return !found
+        }
+        return found
+    }
+
     /// The names in a directory (no `.`, `..`), sorted; the directory is opened without
     /// following a link and without blocking, and must be one: otherwise an error says what it is.
     package static func entries(of path: String) throws(SystemError) -> [String] {
