@@ -71,7 +71,8 @@ import Testing
         let lock = playground.path + "/.basket-sync/agent.lock"
         let agent = try AgentProcess(directory: playground.path)
         let pid = agent.process.processIdentifier
-        try await eventually("the agent holds its lock") { lockHolders(lock).contains(pid) }
+        try await eventually("the agent holds its lock", timeout: 120) { lockHolders(lock).contains(pid) || !agent.process.isRunning }
+        try #require(agent.process.isRunning, "the agent ended: \(agent.log)")
         kill(pid, SIGSTOP)
         defer { kill(pid, SIGCONT) }
         let inStartPass = !agent.log.contains("watching")
@@ -85,10 +86,13 @@ import Testing
         #expect(agent.stop() == 0)
     }
 
-    /// The pids holding a flock on `path` (/proc/locks).
+    /// The pids holding a flock on `path` (/proc/locks, read to its end: its size says 0).
     func lockHolders(_ path: String) -> [Int32] {
         var info = stat()
-        guard stat(path, &info) == 0, let locks = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return [] }
+        guard stat(path, &info) == 0, let handle = FileHandle(forReadingAtPath: "/proc/locks") else { return [] }
+        defer { try? handle.close() }
+        guard let data = try? handle.readToEnd() else { return [] }
+        let locks = String(decoding: data, as: UTF8.self)
         return locks.split(separator: "\n").compactMap { line in
             let fields = line.split(separator: " ")
             guard fields.count >= 6, fields[1] == "FLOCK", fields[5].split(separator: ":").last.flatMap({ UInt64($0) }) == UInt64(info.st_ino) else { return nil }
