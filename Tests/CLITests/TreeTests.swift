@@ -274,12 +274,18 @@ import TestSupport
         let report = try JSONSerialization.jsonObject(with: Data(try basketSync(["-C", playground.path, "status", "--json"]).stdout.utf8)) as? [String: Any]
         #expect(report?["cartCount"] as? Int == 2 && (report?["withErrors"] as? [Any])?.count == 2, "\(report ?? [:])")
         #expect(try basketSync(["-C", playground.path, "status"]).stdout.contains("tree \(playground.path): 2 carts"))
-        // Every command says it so, and none advises init --adopt, which would make the swap for ever.
-        for command in [["sync"], ["apply"], ["status"], ["wait", "--timeout", "0"]] {
+        // Every command says it so — lock and init --adopt too, which would guard or make the
+        // other shopper's cart this one's — and none advises init --adopt.
+        for command in [["sync"], ["apply"], ["status"], ["wait", "--timeout", "0"], ["lock", "--", "/bin/true"], ["init", "--adopt"]] {
             let run = try basketSync(["-C", playground.path + "/c1"] + command)
             #expect(run.status == 73 && run.stderr.contains("holds the marker of cart \"c2\"") && !run.stderr.contains("run basket-sync -C"), "\(command): \(run.status) \(run.stderr)")
         }
         for id in ["c1", "c2"] { #expect(playground.names("\(id)/inbox/new").isEmpty, "\(id): nothing delivered") }
+        // On the root, apply and wait say the two carts whose records wait (never "nothing to apply").
+        let rootApply = try basketSync(["-C", playground.path, "apply"])
+        #expect(rootApply.status != 0 && rootApply.stderr.contains("holds the marker of cart"), "\(rootApply.status) \(rootApply.stdout) \(rootApply.stderr)")
+        let rootWait = try basketSync(["-C", playground.path, "wait", "--timeout", "0"])
+        #expect(rootWait.status == 75 && rootWait.stderr.contains("holds the marker of cart"), "\(rootWait.status) \(rootWait.stderr)")
         swap()
         #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
         for id in ["c1", "c2"] {

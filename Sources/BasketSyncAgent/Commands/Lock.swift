@@ -13,7 +13,14 @@ extension Commands {
         // A sync directory (or a tree's) as every command wants one: a lock in any other folder
         // would be one apply never takes.
         switch Workspace.of(directory) {
-        case let .treeCart(root, _): _ = try Database(directory: root, create: false, readOnly: true)
+        case let .treeCart(root, id):
+            // Only this id's cart: a folder holding another cart's marker (folders swapped) or
+            // records of no cart of the tree is refused as every command refuses it — the lock
+            // would guard the other shopper's cart. One not adopted yet may be locked.
+            let tree = try Tree(root: root, readOnly: true)
+            do { _ = try tree.cartStore(id, create: false, readOnly: true) } catch {
+                if case .refused = error { throw error }
+            }
         default: _ = try Database(directory: directory, create: false, readOnly: true)
         }
         if let why = Posix.whyNotRunnable(command[0]) {

@@ -35,9 +35,15 @@ extension Commands {
         var refused: [(cart: String, error: AgentError)] = []
         for (id, number) in carts.sorted(by: { $0.key < $1.key }) {
             guard let last = lasts[number], last > known[number] ?? 0 else { continue }
-            // A cart that cannot be read now (its directory made again, not adopted yet) is left
-            // for the agent; the others are served.
-            guard let store = try? tree.cartStore(id, create: false, readOnly: true) else { continue }
+            // A cart that cannot be read now: its directory made again, not adopted yet, is left
+            // for the agent; one refused (its folder holds another cart's marker — folders
+            // swapped — or records of no cart) is said, never passed over in silence. The others
+            // are served.
+            let store: Store
+            do { store = try tree.cartStore(id, create: false, readOnly: true) } catch {
+                if case .refused = error { refused.append((id, error.named)) }
+                continue
+            }
             let state = try store.withTransaction { () throws(AgentError) in try store.loadState() }
             // A cart claiming beyond its outbox cannot be served (its apply refuses, 74): said, never
             // hidden, and looked at again at the next look. Any other error is the wait's.
