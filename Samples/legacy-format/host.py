@@ -68,7 +68,8 @@ def apply(cart, record, catalogue):
                     taken = min(rest, max(0, line.get("qty", 0)))
                     line["qty"] = line.get("qty", 0) - taken
                     rest -= taken
-                    if line["qty"] <= 0:
+                    # Brought to 0 by this delta: it leaves; a line at 0 already stays.
+                    if taken > 0 and line["qty"] == 0:
                         items.remove(line)
         print(f"#{record['seq']}: applied {len(record['products'])} line(s)", flush=True)
     cart["progress"] = record["seq"]

@@ -59,7 +59,7 @@ records_after() {
 
 # Adds a signed delta to an id, clamped at 0. Its lines add up: the delta moves their sum — an
 # increase on its first line, a decrease taken from its last line back — and a line brought to 0
-# leaves the cart.
+# leaves the cart (a line that was at 0 already stays, untouched).
 DELTA='def delta($id; $n):
   if any(.products[]; .id == $id) | not then
     (if $n > 0 then .products += [{id: $id, quantity: $n}] else . end)
@@ -68,10 +68,11 @@ DELTA='def delta($id; $n):
     | .products[$i].quantity += $n
   else
     reduce ([.products | to_entries[] | select(.value.id == $id) | .key] | reverse[]) as $i
-      ({c: ., rest: (0 - $n)};
+      ({c: ., rest: (0 - $n), gone: []};
        ([.rest, ([.c.products[$i].quantity, 0] | max)] | min) as $t
-       | .c.products[$i].quantity -= $t | .rest -= $t)
-    | .c | .products |= map(select(.id != $id or .quantity > 0))
+       | .c.products[$i].quantity -= $t | .rest -= $t
+       | if $t > 0 and .c.products[$i].quantity == 0 then .gone += [$i] else . end)
+    | .gone as $gone | .c | del(.products[$gone[]])
   end;'
 
 case "${1:-}" in

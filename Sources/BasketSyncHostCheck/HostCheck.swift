@@ -26,6 +26,7 @@ public enum HostCheck {
         case order = "applies records in seq order"
         case skip = "skips no record"
         case result = "leaves the quantities the records lead to"
+        case placement = "moves an id's lines as little as it can (an increase on its first line, a decrease from its last line back)"
     }
 
     /// The scenarios' names, in the order they run.

@@ -14,6 +14,11 @@ struct LeftCart {
     var others: [String: String] = [:]
     /// Lines with a negative quantity.
     var negative: [(ExactID, Int)] = []
+    /// Every line's id and quantity, in the cart's order (those at 0 too).
+    var lines: [(id: ExactID, quantity: Int)] = []
+
+    /// The quantities of `id`'s lines, in their order.
+    func lines(of id: ExactID) -> [Int] { lines.filter { $0.id == id }.map(\.quantity) }
 
     var shown: String {
         let lines = quantities.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
@@ -55,6 +60,7 @@ extension ScenarioRun {
         for line in lines {
             guard case let .string(id)? = line[keys.id]?.value, let quantity = line[keys.quantity]?.integer else { continue }
             let key = ExactID(id)
+            cart.lines.append((key, quantity))
             cart.quantities[key, default: 0] += quantity
             if case let .string(label)? = line["label"]?.value ?? line["hostLabel"]?.value { cart.labels[key] = label }
         }
@@ -80,6 +86,35 @@ extension ScenarioRun {
             }
         }
         return clamp ? quantities.filter { $0.value > 0 } : quantities.mapValues { max(0, $0) }.filter { $0.value > 0 }
+    }
+
+    /// The lines of each id held on more than one line at the start, as the records leave them
+    /// (docs/spec.md §3): an increase on the id's first line, a decrease taken from its last
+    /// line back, each line down to 0 at most; a line brought to 0 leaves, one at 0 already stays.
+    func modelLines(_ records: [OutboxRecord]) -> [ExactID: [Int]] {
+        let ids = Set(initial.lines.map(\.id)).filter { id in initial.lines.filter { $0.id == id }.count > 1 }
+        var held = Dictionary(uniqueKeysWithValues: ids.map { ($0, initial.lines(of: $0)) })
+        for record in records where record.type == .updateBasket {
+            for delta in record.products {
+                let id = ExactID(delta.id)
+                guard var lines = held[id] else { continue }
+                if lines.isEmpty {
+                    if delta.quantity > 0 { lines = [delta.quantity] }
+                } else if delta.quantity >= 0 {
+                    lines[0] += delta.quantity
+                } else {
+                    var rest = -delta.quantity
+                    for index in lines.indices.reversed() where rest > 0 {
+                        let taken = min(rest, max(0, lines[index]))
+                        lines[index] -= taken
+                        rest -= taken
+                        if taken > 0, lines[index] == 0 { lines.remove(at: index) }
+                    }
+                }
+                held[id] = lines
+            }
+        }
+        return held
     }
 
     /// The starting lines that never reach 0 along the records: a host keeps them as they are.
@@ -170,6 +205,10 @@ extension ScenarioRun {
         // quantity took to 0 and back lost its label through that mistake, said by its own rule).
         let covered = all.filter { $0.seq <= (cart.syncedThrough ?? last) }
         if cart.quantities == model(covered) {
+            // An id on several lines: each line where the rule puts the change, no other touched.
+            for (id, wanted) in modelLines(covered).sorted(by: { $0.key < $1.key }) where cart.lines(of: id) != wanted {
+                fail(.placement, "after \(moment), the lines of \(Self.spelled(id)) are \(cart.lines(of: id)), where the records lead to \(wanted) (they were \(initial.lines(of: id))): an id's lines add up, and a delta moves them as little as it can — an increase on its first line, a decrease taken from its last line back; a line brought to 0 leaves, every other line stays as it is")
+            }
             let kept = stayingLines(covered)
             for (id, label) in initial.labels where kept.contains(id) && cart.quantities[id] != nil && cart.labels[id] != label {
                 fail(.keeps, "after \(moment), the line \(id) lost its \"label\" field (\(label.debugDescription)); a host keeps the fields of a line it changes")

@@ -58,11 +58,14 @@ extension ScenarioRun {
             try push([("\u{2126}", 1), ("\u{3A9}", 1)])
             try runAndCheck()
         case .sameIdLines:
-            // A on two lines (3 in all): +1 then −3 leave 1 — a host that moves each line leaves
-            // 0 (and 5 between); " B " beside B stays its own.
-            try start(["X": 1, "A": 1, "A": 2, "B": 1, " B ": 1])
+            // A [1, 2] +1 → [2, 2] (on its first line; moving each line makes 5, on the last
+            // [1, 3]); D [1, 2] −1 → [1, 1] (from its last line; from the first, [2]); C [0, 3]
+            // −1 → [0, 2] (its line at 0 stays); " B " beside B stays its own. Each record's
+            // SKUs differ, so that a host summing per SKU or reversing the records is judged by
+            // its own rule alone.
+            try start(["X": 1, "A": 1, "A": 2, "D": 1, "D": 2, "C": 0, "C": 3, "B": 1, " B ": 1])
             try push([("A", 1)])
-            try push([("A", -3), (" B ", 1)])
+            try push([("D", -1), ("C", -1), (" B ", 1)])
             try runAndCheck()
         case .newAndExisting:
             try start(["X": 1, "A": 1])

@@ -84,8 +84,13 @@ import TestSupport
         ("nosynced", "replay", "reports"),
         // Ids rewritten to NFC: café as NFD merged into café as NFC, the ohm sign made omega.
         ("normalize", "unicode-ids", "exactIds"),
-        // An id on two lines: each line moved by the delta, not their sum (units doubled).
+        // An id on two lines: each line moved by the delta, not their sum (units doubled); an
+        // increase put on the last line; a decrease taken from the first; a line at 0 the
+        // records never touched removed.
         ("everyline", "same-id-lines", "result"),
+        ("lastline", "same-id-lines", "placement"),
+        ("firstdecrease", "same-id-lines", "placement"),
+        ("dropzero", "same-id-lines", "placement"),
         // Ids with the spaces around them cut: " B " merged into B.
         ("trim", "same-id-lines", "result"),
     ])

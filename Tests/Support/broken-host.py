@@ -19,7 +19,9 @@ MODE: good, twice, noclamp, losefields, inplace, nosynced, toofar, reverse, skip
       skipmany leaves records 3, 8, 13, … out when a later delta is applied; fails (exits 1 at
       once, the cart never written); huge (good, but its cart carries 100 KB more: over a
       limits.maxFileBytes of 64 KiB); everyline (moves each line of an id by the delta, not
-      their sum); trim (takes ids with the spaces around them cut)
+      their sum); trim (takes ids with the spaces around them cut); lastline (puts an increase
+      on an id's last line); firstdecrease (takes a decrease from an id's first line on);
+      dropzero (removes an id's lines at 0 it did not bring there)
 A good host moves the sum of an id's lines: an increase on its first line, a decrease taken
 from its last line back.
 """
@@ -106,18 +108,26 @@ for record in records:
                 line["quantity"] = max(0, line["quantity"] + delta["quantity"])
             continue
         if delta["quantity"] >= 0:
-            held[0]["quantity"] += delta["quantity"]
+            line = held[-1 if mode == "lastline" else 0]
+            line["quantity"] += delta["quantity"]
+            # Brought back before the run ends: it stays.
+            if line["quantity"] != 0:
+                line.pop("gone", None)
             continue
         # A decrease from the last line back, each line down to 0 at most (noclamp: what is
         # left goes below 0 on the first line).
         rest = -delta["quantity"]
-        for line in reversed(held[1:] if mode == "noclamp" else held):
-            taken = min(rest, line["quantity"])
+        for line in held if mode == "firstdecrease" else reversed(held[1:] if mode == "noclamp" else held):
+            taken = min(rest, max(0, line["quantity"]))
             line["quantity"] -= taken
             rest -= taken
+            if taken > 0 and line["quantity"] == 0:
+                line["gone"] = True
         if mode == "noclamp":
             held[0]["quantity"] -= rest
-cart["products"] = [l for l in lines if l["quantity"] != 0]
+# A line brought to 0 leaves; one at 0 already stays (a new line never starts at 0).
+# A line brought to 0 leaves; one at 0 the records did not touch stays (dropzero: goes too).
+cart["products"] = [l for l in lines if not l.pop("gone", False) and (mode != "dropzero" or l["quantity"] != 0)]
 last = max([r["seq"] for r in records if mode != "noredirect" or r["type"] == "updateBasket"], default=done)
 if mode == "losefields":
     cart = {"products": [{"id": l["id"], "quantity": l["quantity"]} for l in cart["products"]]}
