@@ -143,7 +143,7 @@ struct ScenarioRun {
         do {
             return try SpawnedProcess(command, directory: directory, environment: ["BASKET_SYNC_DIR": directory], log: "\(directory)/host.log")
         } catch {
-            throw .missingInput("check-host: cannot run \(command[0]): \(error.reason); give a command on the PATH or a path to one")
+            throw .missingInput("check-host: cannot run \(JSONWriter.cut(command[0])): \(error.reason); give a command on the PATH or a path to one")
         }
     }
 

@@ -149,6 +149,12 @@ package struct JSONWriter {
         return writer.text + (cut.count < text.count ? "…" : "")
     }
 
+    /// `text` cut to `limit` characters, "…" after a cut: how an error message names input
+    /// without quotes (a value, a path, a command), never unbounded (docs/spec.md §7).
+    package static func cut(_ text: some StringProtocol, limit: Int = 80) -> String {
+        text.count > limit ? String(text.prefix(limit)) + "…" : String(text)
+    }
+
     /// `text` for a line meant for people: every control character (C0, DEL, C1) and line
     /// separator (U+2028, U+2029) written as an escape, so that nothing in it can end the line
     /// or forge the next one.

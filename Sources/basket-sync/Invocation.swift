@@ -85,7 +85,7 @@ struct Invocation {
             if let index = options.arguments.firstIndex(where: { $0.hasPrefix("--poll=") }) {
                 let text = options.arguments.remove(at: index)
                 guard let override = WatchChoice.Override.parse(String(text.dropFirst(2)), source: text) else {
-                    throw .usage("--poll=MS takes a whole number of milliseconds from \(AgentConfiguration.Watching.intervals.lowerBound) to \(AgentConfiguration.Watching.intervals.upperBound), not \(text.dropFirst("--poll=".count))")
+                    throw .usage("--poll=MS takes a whole number of milliseconds from \(AgentConfiguration.Watching.intervals.lowerBound) to \(AgentConfiguration.Watching.intervals.upperBound), not \(cut(text.dropFirst("--poll=".count)))")
                 }
                 poll = override
             }
@@ -327,6 +327,4 @@ extension Invocation {
 
 /// An argument as an error message quotes it: at most 80 characters (docs/spec.md §7), the rest
 /// said by "…" (control characters are escaped where the message is printed).
-func cut(_ text: some StringProtocol) -> String {
-    text.count > 80 ? String(text.prefix(80)) + "…" : String(text)
-}
+func cut(_ text: some StringProtocol) -> String { JSONWriter.cut(text) }

@@ -24,7 +24,7 @@ extension Commands {
         default: _ = try Database(directory: directory, create: false, readOnly: true)
         }
         if let why = Posix.whyNotRunnable(command[0]) {
-            throw .missingInput("cannot run \(command[0]): \(why); give a command on the PATH or a path to one (with -C, a relative path is relative to the sync directory)")
+            throw .missingInput("cannot run \(JSONWriter.cut(command[0])): \(why); give a command on the PATH or a path to one (with -C, a relative path is relative to the sync directory)")
         }
         let (reached, folder) = try CartFolder.reach(directory)
         let taken = try CartLock.take(directory: reached, configuration: configuration, timeout: timeout, waiting: { path, holders in
