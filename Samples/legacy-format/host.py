@@ -70,7 +70,7 @@ def apply(cart, record, catalogue):
                     rest -= taken
                     # Brought to 0 by this delta: it leaves; a line at 0 already stays.
                     if taken > 0 and line["qty"] == 0:
-                        items.remove(line)
+                        items[:] = [item for item in items if item is not line]
         print(f"#{record['seq']}: applied {len(record['products'])} line(s)", flush=True)
     cart["progress"] = record["seq"]
 

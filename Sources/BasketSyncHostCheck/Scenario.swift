@@ -63,9 +63,11 @@ extension ScenarioRun {
             // −1 → [0, 2] (its line at 0 stays); " B " beside B stays its own. Each record's
             // SKUs differ, so that a host summing per SKU or reversing the records is judged by
             // its own rule alone.
-            try start(["X": 1, "A": 1, "A": 2, "D": 1, "D": 2, "C": 0, "C": 3, "B": 1, " B ": 1])
-            try push([("A", 1)])
-            try push([("D", -1), ("C", -1), (" B ", 1)])
+            // E [0, 2] +1 → [1, 2] (its first line, though at 0); F [1, 2, 1] −2 → [1, 1] (its
+            // last line brought to 0 leaves, then its middle one).
+            try start(["X": 1, "A": 1, "A": 2, "D": 1, "D": 2, "C": 0, "C": 3, "B": 1, " B ": 1, "E": 0, "E": 2, "F": 1, "F": 2, "F": 1])
+            try push([("A", 1), ("E", 1)])
+            try push([("D", -1), ("C", -1), (" B ", 1), ("F", -2)])
             try runAndCheck()
         case .newAndExisting:
             try start(["X": 1, "A": 1])

@@ -91,6 +91,9 @@ import TestSupport
         ("lastline", "same-id-lines", "placement"),
         ("firstdecrease", "same-id-lines", "placement"),
         ("dropzero", "same-id-lines", "placement"),
+        // An increase on the first line above 0 (not the first line); a line brought to 0 kept.
+        ("firstnonzero", "same-id-lines", "placement"),
+        ("keepzero", "same-id-lines", "placement"),
         // Ids with the spaces around them cut: " B " merged into B.
         ("trim", "same-id-lines", "result"),
     ])

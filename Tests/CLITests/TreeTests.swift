@@ -288,6 +288,14 @@ import TestSupport
         #expect(rootWait.status == 75 && rootWait.stderr.contains("holds the marker of cart"), "\(rootWait.status) \(rootWait.stderr)")
         swap()
         #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        // A cart's folder moved under another id with a link (or a file) left at its name: the
+        // same — refused, adoption too, and said so by the root's status.
+        #expect(rename(playground.path + "/c1", playground.path + "/c9") == 0 && symlink(playground.path + "/c9", playground.path + "/c1") == 0)
+        let adopt = try basketSync(["-C", playground.path + "/c9", "init", "--adopt"])
+        #expect(adopt.status == 73 && adopt.stderr.contains("holds the marker of cart \"c1\""), "\(adopt.status) \(adopt.stderr)")
+        let moved = try basketSync(["-C", playground.path, "status"])
+        #expect(moved.stdout.contains("c9: ") && moved.stdout.contains("holds the marker of cart \"c1\"") && !moved.stdout.contains("c9 init --adopt"), "\(moved.stdout)")
+        #expect(unlink(playground.path + "/c1") == 0 && rename(playground.path + "/c9", playground.path + "/c1") == 0)
         for id in ["c1", "c2"] {
             #expect(playground.records("\(id)/outbox.jsonl").map { $0["source"] as? String } == ["first-\(id)"], "\(id)")
             #expect(try basketSync(["-C", playground.path + "/" + id, "push", "--id", "again-\(id)", "X=+1"]).status == 0, "\(id): put back, it takes deliveries")

@@ -21,7 +21,8 @@ MODE: good, twice, noclamp, losefields, inplace, nosynced, toofar, reverse, skip
       limits.maxFileBytes of 64 KiB); everyline (moves each line of an id by the delta, not
       their sum); trim (takes ids with the spaces around them cut); lastline (puts an increase
       on an id's last line); firstdecrease (takes a decrease from an id's first line on);
-      dropzero (removes an id's lines at 0 it did not bring there)
+      dropzero (removes an id's lines at 0 it did not bring there); firstnonzero (puts an
+      increase on an id's first line above 0); keepzero (keeps a line it brought to 0)
 A good host moves the sum of an id's lines: an increase on its first line, a decrease taken
 from its last line back.
 """
@@ -109,6 +110,8 @@ for record in records:
             continue
         if delta["quantity"] >= 0:
             line = held[-1 if mode == "lastline" else 0]
+            if mode == "firstnonzero":
+                line = next((l for l in held if l["quantity"] > 0), held[0])
             line["quantity"] += delta["quantity"]
             # Brought back before the run ends: it stays.
             if line["quantity"] != 0:
@@ -121,7 +124,7 @@ for record in records:
             taken = min(rest, max(0, line["quantity"]))
             line["quantity"] -= taken
             rest -= taken
-            if taken > 0 and line["quantity"] == 0:
+            if taken > 0 and line["quantity"] == 0 and mode != "keepzero":
                 line["gone"] = True
         if mode == "noclamp":
             held[0]["quantity"] -= rest

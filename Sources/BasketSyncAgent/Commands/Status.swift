@@ -55,7 +55,15 @@ public struct StatusReport {
         var knownUnreadable = 0
         for id in try tree.cartDirectories() {
             guard known[id] != nil else {
-                // One that holds records is refused until adopted or the database is restored: an error.
+                // One that holds records is refused until adopted or the database is restored: an
+                // error, said as the cart's commands say it (one holding another cart's marker
+                // whose folder left: moved here, to be put back, never adopted).
+                do { _ = try tree.cartStore(id, create: false, readOnly: true) } catch {
+                    if case .refused = error {
+                        unreadable.append((id, error.description))
+                        continue
+                    }
+                }
                 if let refusal = Tree.refusal(id: id, root: root) { unreadable.append((id, refusal)) } else { notAdopted.append(id) }
                 continue
             }

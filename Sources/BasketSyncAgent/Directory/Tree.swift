@@ -152,13 +152,14 @@ final class Tree {
             wasAway = try database.rows(cart: known.number).note(.goneSince) != nil
             return known
         }.flatMap { readMarker() == $0.syncId ? $0 : nil }
-        // The marker of another cart of the tree whose own folder no longer holds it: that
-        // folder moved here (two carts' folders swapped). Refused, `init --adopt` too — it
+        // The marker of another cart of the tree whose own folder no longer holds it (gone, or
+        // anything but a folder in its place — a link, a file): that folder moved here (two
+        // carts' folders swapped). Refused, `init --adopt` too — it
         // would make that cart's records this id's; a copy (the cart's folder still marked as
         // it) is refused below as any folder holding records, and may be adopted.
         if marked == nil, let named = readMarker(), !named.isEmpty,
            let other = try database.withReadTransaction({ () throws(AgentError) in try database.cartId(syncId: named) }), other != id,
-           Tree.markerText(root: root, id: other).map({ $0 != named }) ?? !Posix.exists("\(root)/\(other)") {
+           Tree.markerText(root: root, id: other).map({ $0 != named }) ?? (Posix.info("\(root)/\(other)", follow: false)?.kind != .directory) {
             throw .refused("\(shown): holds the marker of cart \(JSONWriter.quoted(other)) of the tree \(root) — that cart's folder was moved or swapped here. Put the folders back where they were (cart \(JSONWriter.quoted(other))'s under \(root)/\(other)): each cart is served again with its state. Do not run init --adopt here: it would make that cart's records this one's")
         }
         if readOnly {
