@@ -58,13 +58,10 @@ public struct StatusReport {
                 // One that holds records is refused until adopted or the database is restored: an
                 // error, said as the cart's commands say it (one holding another cart's marker
                 // whose folder left: moved here, to be put back, never adopted).
+                // (Read only, it refuses one holding records; anything else waits to be adopted.)
                 do { _ = try tree.cartStore(id, create: false, readOnly: true) } catch {
-                    if case .refused = error {
-                        unreadable.append((id, error.description))
-                        continue
-                    }
+                    if case .refused = error { unreadable.append((id, error.description)) } else { notAdopted.append(id) }
                 }
-                if let refusal = Tree.refusal(id: id, root: root) { unreadable.append((id, refusal)) } else { notAdopted.append(id) }
                 continue
             }
             do {
