@@ -58,6 +58,38 @@ import Testing
         #expect(treeSamples["basket_sync_records_total{file=outbox.jsonl}"] == 2 && treeSamples["basket_sync_carts{state=all}"] == 2, "\(treeSamples)")
     }
 
+    /// A tree's counters sum every cart its database holds: they never go down (a reset, to
+    /// Prometheus) while carts' folders are swapped, unreadable or moved away.
+    @Test func aTreesCountersNeverGoDownWhileItsCartsFoldersAreOutOfReach() throws {
+        let playground = try Playground()
+        let tree = playground.path + "/tree"
+        #expect(try basketSync(["-C", tree, "init", "--tree"]).status == 0)
+        for (id, pushes) in [("a", 1), ("b", 2), ("c", 3)] {
+            for push in 0..<pushes { #expect(try basketSync(["-C", tree + "/" + id, "push", "--id", "\(id)-\(push)", "A=+1"]).status == 0) }
+        }
+        #expect(try basketSync(["-C", tree, "sync"]).status == 0)
+        let counters = ["basket_sync_records_total{file=outbox.jsonl}", "basket_sync_update_baskets_total{}"]
+        func sampled() throws -> [Double?] {
+            let samples = try parsed(try basketSync(["-C", tree, "metrics"]).stdout)
+            return counters.map { samples[$0] }
+        }
+        func recordsSaid() throws -> Int? {
+            let report = try JSONSerialization.jsonObject(with: Data(try basketSync(["-C", tree, "status", "--json"]).stdout.utf8)) as? [String: Any]
+            return (report?["records"] as? [String: Any])?["outbox"] as? Int
+        }
+        #expect(try sampled() == [6, 6] && recordsSaid() == 6)
+        func move(_ from: String, _ to: String) { #expect(rename(tree + "/" + from, tree + "/" + to) == 0, "\(from) → \(to)") }
+        // a and b swapped: neither folder is read as its own.
+        move("a", "x"); move("b", "a"); move("x", "b")
+        #expect(try sampled() == [6, 6] && recordsSaid() == 6, "swapped")
+        // c moved out of the tree too.
+        move("c", "../c-away")
+        #expect(try sampled() == [6, 6] && recordsSaid() == 6, "swapped, and one away")
+        move("../c-away", "c")
+        move("a", "x"); move("b", "a"); move("x", "b")
+        #expect(try sampled() == [6, 6] && recordsSaid() == 6, "put back")
+    }
+
     /// The agent keeps the file at `"metrics"` up to date, replaced whole: it parses whenever read.
     @Test func theAgentKeepsTheMetricsFile() async throws {
         let playground = try Playground()

@@ -17,8 +17,11 @@ public enum Metrics {
     public static func text(_ report: StatusReport) -> String {
         let directory = report.only?.directory ?? report.root
         let carts = report.only.map { [$0] } ?? report.carts.map(\.report)
-        func sum(_ value: (CartStatus) -> UInt64) -> Double { Double(carts.reduce(UInt64(0)) { $0 + value($1) }) }
-        func counter(_ name: String, _ help: String, _ value: (CartStatus) -> UInt64) -> Family {
+        // Counters over every cart the database holds (one whose folder is out of reach too).
+        let counted = report.counted
+        func sum(_ value: (SyncCounters) -> UInt64) -> Double { Double(counted.reduce(UInt64(0)) { $0 + value($1.counters) }) }
+        func records(_ projection: Projection) -> Double { Double(counted.reduce(UInt64(0)) { $0 + ($1.counts[projection] ?? 0) }) }
+        func counter(_ name: String, _ help: String, _ value: (SyncCounters) -> UInt64) -> Family {
             Family(name: "basket_sync_\(name)_total", type: "counter", help: help, samples: [([], sum(value))])
         }
         let health = report.health
@@ -28,20 +31,20 @@ public enum Metrics {
         } + report.unreadable.count
         var families: [Family] = [
             Family(name: "basket_sync_records_total", type: "counter", help: "Records written, per JSON Lines file (their last seq, summed over the carts).",
-                   samples: Projection.allCases.map { projection in ([("file", projection.fileName)], sum { $0.counts[projection] ?? 0 }) }),
-            counter("update_baskets", "updateBasket batches pushed to the host.") { $0.state.counters.updateBaskets },
-            counter("notifications", "Notifications of the host's cart sent to Mealz.") { $0.state.counters.notifications },
-            counter("settled", "Batches settled (acknowledged or echoed by the host).") { $0.state.counters.settled },
-            counter("rolled_back", "Batches rolled back: not echoed within the pending window.") { $0.state.counters.rolledBack },
-            counter("late_echoes", "Batches echoed after their window.") { $0.state.counters.lateEchoes },
-            counter("ignored", "Mealz deltas ignored: no synchronizer registered.") { $0.state.counters.ignored },
+                   samples: Projection.allCases.map { projection in ([("file", projection.fileName)], records(projection)) }),
+            counter("update_baskets", "updateBasket batches pushed to the host.") { $0.updateBaskets },
+            counter("notifications", "Notifications of the host's cart sent to Mealz.") { $0.notifications },
+            counter("settled", "Batches settled (acknowledged or echoed by the host).") { $0.settled },
+            counter("rolled_back", "Batches rolled back: not echoed within the pending window.") { $0.rolledBack },
+            counter("late_echoes", "Batches echoed after their window.") { $0.lateEchoes },
+            counter("ignored", "Mealz deltas ignored: no synchronizer registered.") { $0.ignored },
             Family(name: "basket_sync_payments_total", type: "counter", help: "Payments recorded, by status.",
-                   samples: [([("status", "recorded")], sum { $0.state.counters.paymentsRecorded }), ([("status", "skipped")], sum { $0.state.counters.paymentsSkipped })]),
-            counter("duplicate_payments", "Payment retries of an order already recorded.") { $0.state.counters.duplicatePayments },
+                   samples: [([("status", "recorded")], sum { $0.paymentsRecorded }), ([("status", "skipped")], sum { $0.paymentsSkipped })]),
+            counter("duplicate_payments", "Payment retries of an order already recorded.") { $0.duplicatePayments },
             Family(name: "basket_sync_acknowledgement_anomalies_total", type: "counter", help: "A cart's syncedThrough that acknowledged nothing or went back, by kind.",
-                   samples: [([("kind", "beyond_outbox")], sum { $0.state.counters.acknowledgementsBeyondOutbox }),
-                             ([("kind", "went_back")], sum { $0.state.counters.acknowledgementsWentBack }),
-                             ([("kind", "late")], sum { $0.state.counters.lateAcknowledgements })]),
+                   samples: [([("kind", "beyond_outbox")], sum { $0.acknowledgementsBeyondOutbox }),
+                             ([("kind", "went_back")], sum { $0.acknowledgementsWentBack }),
+                             ([("kind", "late")], sum { $0.lateAcknowledgements })]),
             Family(name: "basket_sync_bad_events", type: "gauge", help: "Inbox events set aside in inbox/bad/.", samples: [([], Double(carts.reduce(0) { $0 + $1.inboxBad }))]),
             Family(name: "basket_sync_errors", type: "gauge", help: "Errors that hold now (cart, inbox, database, pass; a cart that cannot be read).", samples: [([], Double(errors))]),
             Family(name: "basket_sync_pending_batches", type: "gauge", help: "Batches pending: sent to the host, not settled.", samples: [([], Double(carts.reduce(0) { $0 + $1.state.pending.count }))]),

@@ -14,6 +14,11 @@ public struct StatusReport {
     /// adopts them), and carts that could not be read, with why.
     let notAdopted: [String]
     let unreadable: [(id: String, error: String)]
+    /// The records and counters of the carts the tree's database holds but that are not
+    /// reported (a folder that cannot be read as theirs now — swapped, unreadable — or away):
+    /// a tree's counters sum every cart the database holds, so that they never go down while a
+    /// cart's folder is out of reach.
+    let unreported: [(counts: [Projection: UInt64], counters: SyncCounters)]
     /// The carts of the tree that have a directory: those reported, and those the tree knows
     /// whose directory cannot be read as theirs now (an error of theirs, in ``unreadable``).
     public let cartCount: Int
@@ -34,7 +39,7 @@ public struct StatusReport {
         guard case .treeRoot = Workspace.of(directory) else {
             let only = try CartStatus(directory: directory)
             self.only = only
-            (root, carts, notAdopted, unreadable, agentWatch, health) = (directory, [], [], [], nil, only.health)
+            (root, carts, notAdopted, unreadable, unreported, agentWatch, health) = (directory, [], [], [], [], nil, only.health)
             cartCount = 1
             database = only.database
             return
@@ -80,12 +85,32 @@ public struct StatusReport {
             }
         }
         self.carts = carts
+        let reported = Set(carts.map(\.id))
+        unreported = try tree.database.withReadTransaction { () throws(AgentError) in
+            var unreported: [(counts: [Projection: UInt64], counters: SyncCounters)] = []
+            for (id, number) in known.sorted(by: { $0.key < $1.key }) where !reported.contains(id) {
+                let rows = tree.database.rows(cart: number)
+                var counts: [Projection: UInt64] = [:]
+                for projection in Projection.allCases { counts[projection] = try rows.lastSeq(projection) }
+                // A cart whose state cannot be read has its error said where it is reported.
+                guard let state = try? rows.loadState() else { continue }
+                unreported.append((counts, state.counters))
+            }
+            return unreported
+        }
         cartCount = carts.count + knownUnreadable
         self.notAdopted = notAdopted
         self.unreadable = unreadable
     }
 
-    private func total(_ projection: Projection) -> UInt64 { carts.reduce(0) { $0 + ($1.report.counts[projection] ?? 0) } }
+    /// What every cart the database holds counted: the records of each file and the library's
+    /// counters (a sync directory's one cart).
+    var counted: [(counts: [Projection: UInt64], counters: SyncCounters)] {
+        if let only { return [(only.counts, only.state.counters)] }
+        return carts.map { ($0.report.counts, $0.report.state.counters) } + unreported
+    }
+
+    private func total(_ projection: Projection) -> UInt64 { counted.reduce(0) { $0 + ($1.counts[projection] ?? 0) } }
 
     private var oldestPending: (id: String, batch: PendingBatch)? {
         carts.compactMap { cart in cart.report.state.pending.min { $0.at < $1.at }.map { (cart.id, $0) } }.min { $0.batch.at < $1.batch.at }
