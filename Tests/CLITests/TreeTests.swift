@@ -882,6 +882,31 @@ import TestSupport
         #expect(stopped == 0, "\(agent.log)")
     }
 
+    /// A `wait` on a cart whose folder is swapped with another cart's while it waits says what
+    /// every command says of the swap (73, the other cart's marker, put the folders back), never
+    /// that the folder was removed; and it prints nothing of the other cart's records.
+    @Test func aWaitOnACartSwappedWhileItWaitsSaysTheSwap() async throws {
+        let playground = try tree()
+        for id in ["a", "b"] {
+            try mkdir(playground, id)
+            try playground.writeAtomically("\(id)/cart.json", cartJSON([], syncedThrough: 0))
+            #expect(try basketSync(["-C", playground.path + "/" + id, "push", "--id", "first-\(id)", "A=+1"]).status == 0)
+        }
+        #expect(try basketSync(["-C", playground.path + "/b", "push", "--id", "second-b", "B=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let output = playground.path + "/../wait.out", errors = playground.path + "/../wait.err"
+        let waiting = try startedInBackground(["-C", playground.path + "/a", "wait", "--after", "1", "--timeout", "600"], output: output, errors: errors)
+        try await eventually("the wait sleeps") { sleepsInPoll(waiting) }
+        typealias RenameAt2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
+        let symbol = try #require(dlsym(dlopen(nil, RTLD_NOW), "renameat2"), "glibc has renameat2")
+        let renameat2 = unsafeBitCast(symbol, to: RenameAt2.self)
+        #expect(renameat2(AT_FDCWD, playground.path + "/a", AT_FDCWD, playground.path + "/b", 2) == 0)
+        try await eventually("the wait ends", timeout: 60) { !waiting.isRunning }
+        let said = (try? String(contentsOfFile: errors, encoding: .utf8)) ?? ""
+        #expect(waiting.terminationStatus == 73 && said.contains("holds the marker of cart \"b\""), "\(waiting.terminationStatus): \(said)")
+        #expect(((try? String(contentsOfFile: output, encoding: .utf8)) ?? "").isEmpty, "nothing of b's records printed as a's")
+    }
+
     /// A copy of a served cart (its marker and records with it), refused beside it, swapped in
     /// under the cart's name while the agent is held up: the cart goes on in the folder now at
     /// its name — its changes seen, its records written there, none into the folder swapped out

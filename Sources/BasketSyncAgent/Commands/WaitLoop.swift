@@ -30,8 +30,10 @@ struct WaitLoop {
     }
 
     /// Looks, then again whenever `worthALook` takes an event (or the poll interval passed),
-    /// until `look` returns something. Past the deadline: `.busy(timedOut)`.
+    /// until `look` returns something. Past the deadline: `.busy(timedOut)`. A watched directory
+    /// removed or moved ends the loop with what `gone` says of it (by default `.directoryGone`).
     func run<T>(timedOut: @autoclosure () -> String, worthALook: (InotifyEvent) -> Bool,
+                gone: (() -> AgentError)? = nil,
                 look: () throws(AgentError) -> T?) throws(AgentError) -> T {
         var looking = true
         var nextLook = Posix.monotonicSeconds()
@@ -61,7 +63,7 @@ struct WaitLoop {
                 throw .system(error)
             }
             if events.contains(where: { !$0.mask.isDisjoint(with: [.deleteSelf, .moveSelf]) }) {
-                throw .directoryGone(path: path)
+                throw gone?() ?? .directoryGone(path: path)
             }
             // Polled: at the interval; otherwise only what is worth it (a process's own reads
             // and closes are not).
