@@ -138,7 +138,7 @@ public struct AgentConfiguration: Equatable, Sendable {
         /// The components of `path` below the directory, if it is the directory or lies inside
         /// it: by its real path, or by what its folders are — a folder on its way that is the
         /// directory itself under another name (a bind mount of it) puts it inside too.
-        func inside(_ path: String) -> [Substring]? {
+        package func inside(_ path: String) -> [Substring]? {
             let real = resolve(path), directory = resolve(directory)
             if real == directory { return [] }
             let prefix = directory == "/" ? "/" : directory + "/"
@@ -154,7 +154,7 @@ public struct AgentConfiguration: Equatable, Sendable {
 
     /// Whether a file at `components` below the sync directory (a tree's root) would be one of
     /// basket-sync's own files or folders, or the cart: in a tree, also inside a cart's.
-    static func isOwnOrCart(_ components: [Substring], cart: String, tree: Bool) -> Bool {
+    package static func isOwnOrCart(_ components: [Substring], cart: String, tree: Bool) -> Bool {
         let cart = cart.split(separator: "/")
         if isOwn(components) || components == cart { return true }
         guard tree, components.count > 1 else { return false }

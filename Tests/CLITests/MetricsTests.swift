@@ -158,4 +158,30 @@ import Testing
         #expect(agent.stop() == 0)
         #expect(playground.read("elsewhere/basket-sync.prom") == "kept\n" && playground.names("elsewhere") == ["basket-sync.prom"], "\(playground.names("elsewhere"))")
     }
+
+    /// A metrics path outside the directory is followed as given, and judged again where its
+    /// folder leads at each write: swapped for a link into the directory's `inbox/new/`, the
+    /// agent writes nothing there (it would be delivered as an event) and says why; a link to a
+    /// folder of the directory's own is written through the folders as in it, unfollowed.
+    @Test func aMetricsFolderOutsideSwappedForALinkIntoTheDirectoryIsJudgedAtEachWrite() async throws {
+        let playground = try Playground()
+        let directory = playground.path + "/dir"
+        #expect(try basketSync(["-C", directory, "init"]).status == 0)
+        for folder in ["outside", "outside/collector", "dir/reports"] { try FileManager.default.createDirectory(atPath: playground.path + "/" + folder, withIntermediateDirectories: false) }
+        let metrics = playground.path + "/outside/collector/basket-sync.prom"
+        try playground.write("dir/basket-sync.json", "{\"metrics\": \"\(metrics)\"}")
+        let agent = try AgentProcess(directory: directory, environment: ["BASKET_SYNC_HEARTBEAT_SECONDS": "0.2"])
+        try await agent.waitUntilWatching()
+        try await eventually("written where it is set") { (try? parsed(playground.read("outside/collector/basket-sync.prom")))?["basket_sync_agent_up{}"] == 1 }
+        #expect(rename(playground.path + "/outside/collector", playground.path + "/outside/collector.old") == 0)
+        #expect(symlink(directory + "/inbox/new", playground.path + "/outside/collector") == 0)
+        try await eventually("the agent says where the folder leads") { agent.log.contains("now leads into") }
+        #expect(try basketSync(["-C", directory, "push", "A=+1"]).status == 0)
+        try await eventually("the agent goes on") { playground.records("dir/outbox.jsonl").count == 1 }
+        #expect(playground.names("dir/inbox/new").isEmpty && playground.names("dir/inbox/bad").isEmpty, "nothing written into the inbox: \(playground.names("dir/inbox/new")) \(playground.names("dir/inbox/bad"))")
+        // A link to a folder of the directory that is not basket-sync's: written there.
+        #expect(unlink(playground.path + "/outside/collector") == 0 && symlink(directory + "/reports", playground.path + "/outside/collector") == 0)
+        try await eventually("written through the link into the directory's own folder") { (try? parsed(playground.read("dir/reports/basket-sync.prom")))?["basket_sync_agent_up{}"] == 1 }
+        #expect(agent.stop() == 0)
+    }
 }

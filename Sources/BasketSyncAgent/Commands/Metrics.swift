@@ -93,9 +93,9 @@ public enum Metrics {
     /// file beside it renamed over it, so that the collector never reads half a file. Returns
     /// the text written.
     @discardableResult
-    public static func write(directory: String, to path: String) throws(AgentError) -> String {
+    public static func write(directory: String, to path: String, configuration: AgentConfiguration) throws(AgentError) -> String {
         let text = text(try StatusReport(directory: directory))
-        try write(text, directory: directory, to: path)
+        try write(text, directory: directory, to: path, configuration: configuration)
         return text
     }
 
@@ -103,17 +103,37 @@ public enum Metrics {
     /// (relative, or absolute under it as named) is reached through folders opened one by one
     /// without following a link, as every file basket-sync writes there: a folder swapped for
     /// a link by another account is refused, never written through. An absolute path elsewhere
-    /// is the operator's, followed as given.
-    public static func write(_ text: String, directory: String, to path: String) throws(AgentError) {
+    /// is the operator's, its folder followed as given — and judged again, as opened now, by the
+    /// rule its setting was judged by: one that leads into the directory (a folder swapped
+    /// since for a link there) is written as a path in it, never as one of basket-sync's own
+    /// files or the cart (in `inbox/new/` it would be delivered as an event).
+    public static func write(_ text: String, directory: String, to path: String, configuration: AgentConfiguration) throws(AgentError) {
         let bytes = Array(text.utf8)
         func write(_ target: String) throws(AgentError) {
             do { _ = try Posix.writeFileAtomically(target, bytes, mode: 0o644) } catch { throw .system(error) }
         }
-        let relative = path.hasPrefix("/") ? (path.hasPrefix(directory + "/") ? String(path.dropFirst(directory.count + 1)) : nil) : path
-        guard let relative else { return try write(path) }
-        let (reached, folder) = try CartFolder.reach(directory)
-        defer { withExtendedLifetime(folder) {} }
-        try Posix.withPinnedFolders(base: reached, relative: relative) { (target) throws(AgentError) in try write(target) }
+        func writeInside(_ relative: String) throws(AgentError) {
+            let (reached, folder) = try CartFolder.reach(directory)
+            defer { withExtendedLifetime(folder) {} }
+            try Posix.withPinnedFolders(base: reached, relative: relative) { (target) throws(AgentError) in try write(target) }
+        }
+        guard path.hasPrefix("/") else { return try writeInside(path) }
+        if path.hasPrefix(directory + "/") { return try writeInside(String(path.dropFirst(directory.count + 1))) }
+        let folderPath = Posix.dirname(of: path), name = Posix.basename(of: path)
+        // A folder that cannot be opened: the write says why.
+        guard let (fd, _) = Posix.openFolderPath(folderPath) else { return try write(path) }
+        defer { Posix.close(fd) }
+        let pinned = "/proc/self/fd/\(fd)"
+        let place = AgentConfiguration.Place(directory: directory, resolve: AgentConfiguration.resolvedAsFarAsItExists) { path in
+            Posix.info(path, follow: true).map { [$0.device, $0.inode] }
+        }
+        if let components = place.inside((Posix.linkTarget(pinned) ?? folderPath) + "/" + name) {
+            guard !components.isEmpty, !AgentConfiguration.isOwnOrCart(components, cart: configuration.cart, tree: configuration.isTree) else {
+                throw .refused("\(path): its folder \(folderPath) now leads into \(directory), to \(components.joined(separator: "/")) — the cart or one of basket-sync's own files or folders (a folder swapped for a link?); not written. Put the folder back, or set \"metrics\" to a file of its own")
+            }
+            return try writeInside(components.joined(separator: "/"))
+        }
+        do { try write("\(pinned)/\(name)") } catch { throw error.replacingPathPrefix(pinned, with: folderPath) }
     }
 
     /// `text` (an exposition this type made) as the agent leaves it when it stops: no agent up,

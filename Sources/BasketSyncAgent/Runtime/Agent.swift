@@ -383,14 +383,14 @@ public final class Agent {
     /// second, and a large tree takes longer to sum up.
     func lastMetricsOnStop() {
         guard let metrics = configuration.metrics, let text = lastMetricsText else { return }
-        try? Metrics.write(Metrics.stopped(text), directory: root, to: metrics)
+        try? Metrics.write(Metrics.stopped(text), directory: root, to: metrics, configuration: configuration)
     }
 
     /// Writes the metrics file (docs/spec.md §12); a failure is logged once until it works again.
     func writeMetrics(_ path: String, at now: Double) {
         lastMetrics = now
         do throws(AgentError) {
-            lastMetricsText = try Metrics.write(directory: root, to: path)
+            lastMetricsText = try Metrics.write(directory: root, to: path, configuration: configuration)
             metricsCost = Posix.monotonicSeconds() - now
             metricsFailing = false
         } catch {
