@@ -118,4 +118,29 @@ extension InboxStuckTests {
         let lastError = (try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])?["lastError"] as? [String: Any]
         #expect(lastError?["current"] as? Bool == false && (lastError?["standing"] as? String)?.contains("taken since") == true, "\(status.stdout)")
     }
+
+    /// `status` says where an entry set aside went, whatever its error's message holds after the
+    /// name (a place `:LINE:COLUMN:` or the reason) and whatever colons the name holds itself (a
+    /// Maildir name's `:2,S`): still in `inbox/bad/`, then moved away once it left.
+    @Test(arguments: ["1796552600.M1P1Q1.host", "1796552600.M1P1Q2.host:2,S", "1796552600.M1P1Q3.host:2,"])
+    func statusSaysAnEntrySetAsideIsInBad(name: String) throws {
+        for (body, shape) in [(#"{"id":"e1","type":"basketDelta","products":[{"id":"a","quantity":"x"}]}"#, "a place"), ("[]", "no place"), ("{", "a torn line")] {
+            let playground = try Playground()
+            #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+            try playground.write("inbox/tmp/" + name, body)
+            #expect(rename(playground.path + "/inbox/tmp/" + name, playground.path + "/inbox/new/" + name) == 0)
+            _ = try basketSync(["-C", playground.path, "sync"])
+            #expect(playground.names("inbox/bad").contains(name), "\(shape): \(playground.names("inbox/bad"))")
+            func standing() throws -> String {
+                let status = try basketSync(["-C", playground.path, "status", "--json"])
+                let lastError = (try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])?["lastError"] as? [String: Any]
+                return "\(lastError?["message"] ?? "") — \(lastError?["standing"] ?? "")"
+            }
+            let setAside = try standing()
+            #expect(setAside.contains("set aside in inbox/bad/ with a .error file"), "\(name), \(shape): \(setAside)")
+            for file in [name, name + ".error"] { #expect(unlink(playground.path + "/inbox/bad/" + file) == 0) }
+            let gone = try standing()
+            #expect(gone.contains("moved away"), "\(name), \(shape): \(gone)")
+        }
+    }
 }

@@ -203,14 +203,20 @@ public struct CartStatus {
                 return (true, "still current: the entry is still in inbox/new/, where basket-sync can neither take it nor set it aside (another account's directory or file?); move it away")
             }
             // An entry that left new/: set aside in bad/ (under its name, or another beside it),
-            // or taken since (a reason of the moment, a lease, lifted).
+            // or taken since (a reason of the moment, a lease, lifted). Its name ends at one of
+            // the message's colons (a place `:LINE:COLUMN:` or the reason's `: ` follows it, and
+            // a Maildir name may hold colons of its own): the one that names an entry there.
             let prefix = "\(directory)/inbox/new/"
-            if error.message.hasPrefix(prefix), let end = error.message.dropFirst(prefix.count).range(of: ": ") {
-                let name = String(error.message.dropFirst(prefix.count)[..<end.lowerBound])
-                if Posix.isOneComponent(name), Posix.info("\(directory)/inbox/bad/\(name)", follow: false) == nil,
-                   !Posix.containsName(in: "\(directory)/inbox/bad", where: { $0.hasPrefix(name + ".again.") }) {
-                    if Posix.info("\(directory)/inbox/cur/\(name)", follow: false) != nil {
-                        return (false, "resolved: the entry was taken since (inbox/cur/\(name))")
+            if error.message.hasPrefix(prefix) {
+                let rest = error.message.dropFirst(prefix.count).prefix { $0 != "/" }
+                let names = rest.indices.filter { rest[$0] == ":" }.map { String(rest[..<$0]) }.filter(Posix.isOneComponent)
+                let setAside = names.contains { name in
+                    Posix.info("\(directory)/inbox/bad/\(name)", follow: false) != nil
+                        || Posix.containsName(in: "\(directory)/inbox/bad", where: { $0.hasPrefix(name + ".again.") })
+                }
+                if !names.isEmpty, !setAside {
+                    if let taken = names.last(where: { Posix.info("\(directory)/inbox/cur/\($0)", follow: false) != nil }) {
+                        return (false, "resolved: the entry was taken since (inbox/cur/\(taken))")
                     }
                     return (false, "resolved: the entry is no longer in inbox/new/, nor set aside in inbox/bad/ (moved away)")
                 }
