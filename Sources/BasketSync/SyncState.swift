@@ -5,6 +5,11 @@
 /// included: ``SyncStateMachine/recover(from:)``), and the package's persistence writes back what
 /// it stored.
 public struct SyncState: Codable, Hashable, Sendable {
+    /// The largest seq, `syncedThrough` or basket number basket-sync gives or takes: 2^53 − 1,
+    /// a number every JSON reader keeps exact. A number past it is none basket-sync could have
+    /// written: refused where it comes in, never added to.
+    public static let largestSeq: UInt64 = 9_007_199_254_740_991
+
     /// The sync directory's id; outbox record ids are `"<syncId>-<seq>"`.
     public package(set) var syncId: String
     /// The last outbox seq written (0 before the first).

@@ -47,10 +47,10 @@ package enum CartFormat {
             if let synced = root[keys.syncedThrough], case .null = synced.value {
                 cart.syncedThrough = nil
             } else if let synced = root[keys.syncedThrough] {
-                if let value = synced.integer, value >= 0 {
+                if let value = synced.integer, value >= 0, UInt64(value) <= SyncState.largestSeq {
                     cart.syncedThrough = UInt64(value)
                 } else {
-                    fields.problem(synced, "\"\(keys.syncedThrough)\" must be the highest outbox seq processed, a whole number 0 or more")
+                    fields.problem(synced, "\"\(keys.syncedThrough)\" must be the highest outbox seq processed, a whole number from 0 to \(SyncState.largestSeq)")
                 }
             }
         default:

@@ -172,7 +172,7 @@ package enum CartStream {
                         if literal("null") {
                             cart.syncedThrough = nil
                         } else {
-                            guard let value = wholeNumber(), value >= 0 else { return nil }
+                            guard let value = wholeNumber(), value >= 0, UInt64(value) <= SyncState.largestSeq else { return nil }
                             cart.syncedThrough = UInt64(value)
                         }
                     } else {

@@ -185,7 +185,7 @@ public struct AgentConfiguration: Equatable, Sendable {
             switch key {
             case "pendingTimeoutSeconds":
                 guard case let .number(text) = node.value, let seconds = Double(text), seconds > 0, seconds <= 86_400 * 365 else {
-                    throw fail(node.offset, "\"pendingTimeoutSeconds\" must be a number of seconds above 0, such as 10")
+                    throw fail(node.offset, "\"pendingTimeoutSeconds\" must be a number of seconds above 0 and at most 31536000 (a year; fractions allowed), such as 10")
                 }
                 configuration.pendingTimeoutSeconds = seconds
             case "layout":

@@ -89,9 +89,9 @@ package enum EventFormat {
     private static func basketNumber(_ root: JSONNode, _ fields: inout FieldReader) -> UInt64? {
         guard let node = root["basket"] else { return nil }
         if case .null = node.value { return nil }
-        guard let value = node.integer, value >= 1 else {
+        guard let value = node.integer, value >= 1, UInt64(value) <= SyncState.largestSeq else {
             let given = node.integer.map { "\($0)" } ?? node.kind
-            fields.problem(node, "\"basket\" must be a whole number of 1 or more (the basket of the notification the state was based on), not \(given)")
+            fields.problem(node, "\"basket\" must be a whole number from 1 to \(SyncState.largestSeq) (the basket of the notification the state was based on), not \(given)")
             return nil
         }
         return UInt64(value)

@@ -55,18 +55,26 @@ package enum RecordFormat {
 
     // MARK: Reading back
 
-    /// The seq of a line this format wrote: it starts with `{"seq":N,`; 0 for any other line.
+    /// The seq of a line this format wrote: it starts with `{"seq":N,`; 0 for any other line —
+    /// one numbered past ``SyncState/largestSeq`` too (none this format writes).
     package static func seq(ofLine line: some Collection<UInt8>) -> UInt64 {
+        let number = number(ofLine: line)
+        return number.pastLargest ? 0 : number.value
+    }
+
+    /// Whether `line` starts as a record (`{"seq":N`) numbered past ``SyncState/largestSeq``.
+    package static func isNumberedPastLargest(_ line: some Collection<UInt8>) -> Bool { number(ofLine: line).pastLargest }
+
+    private static func number(ofLine line: some Collection<UInt8>) -> (value: UInt64, pastLargest: Bool) {
         let prefix = "{\"seq\":".utf8
-        guard line.starts(with: prefix) else { return 0 }
+        guard line.starts(with: prefix) else { return (0, false) }
         var value: UInt64 = 0
         for byte in line.dropFirst(prefix.count) {
             guard (0x30...0x39).contains(byte) else { break }
-            let (times, overflow) = value.multipliedReportingOverflow(by: 10)
-            guard !overflow else { return 0 }
-            value = times &+ UInt64(byte - 0x30)
+            value = value * 10 + UInt64(byte - 0x30)
+            if value > SyncState.largestSeq { return (0, true) }
         }
-        return value
+        return (value, false)
     }
 
     /// The `at` of a record line, as written (`2026-11-30T09:30:00.123Z`, which sorts as it
@@ -156,8 +164,9 @@ private struct RecordReader {
         return try string(key)
     }
 
+    /// A seq, a basket, a `syncedThrough`: from 0 to ``SyncState/largestSeq``.
     func integer(_ key: String) throws(JSONProblem) -> UInt64 {
-        guard let value = root[key]?.integer, value >= 0 else { throw problem(key, "must be a whole number") }
+        guard let value = root[key]?.integer, value >= 0, UInt64(value) <= SyncState.largestSeq else { throw problem(key, "must be a whole number from 0 to \(SyncState.largestSeq)") }
         return UInt64(value)
     }
 

@@ -125,7 +125,7 @@ struct Invocation {
             var basket: UInt64?
             if let basketText {
                 guard state else { throw .usage("push --basket goes with --state: the basket a WebView state was based on") }
-                guard let value = UInt64(basketText), value >= 1 else { throw .usage("--basket \(cut(basketText)) is not a basket number; give the \"basket\" of a notification, 1 or more") }
+                guard let value = UInt64(basketText), value >= 1, value <= SyncState.largestSeq else { throw .usage("--basket \(cut(basketText)) is not a basket number; give the \"basket\" of a notification, from 1 to \(SyncState.largestSeq)") }
                 basket = value
             }
             let kind: Commands.PushKind = redirect ? .redirect : state ? .state(basket: basket) : transfer.map { .transfer($0) } ?? .delta
@@ -163,7 +163,7 @@ struct Invocation {
             try options.finish()
             var after: UInt64?
             if let afterText {
-                guard let seq = UInt64(afterText) else { throw .usage("--after \(cut(afterText)) is not an outbox seq; give a whole number 0 or more, such as --after 17") }
+                guard let seq = UInt64(afterText), seq <= SyncState.largestSeq else { throw .usage("--after \(cut(afterText)) is not an outbox seq; give a whole number from 0 to \(SyncState.largestSeq), such as --after 17") }
                 after = seq
             }
             command = .wait(after: after, timeout: try Invocation.seconds(timeoutText))

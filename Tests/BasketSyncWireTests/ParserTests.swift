@@ -106,7 +106,7 @@ import Testing
             "7:10: \"id\" must be a string, not a number",
             "7:25: \"quantity\" must be a whole number, not a string",
             "8:3: a line must be an object like {\"id\": \"sku-1\", \"quantity\": 2}, not a number",
-            "9:21: \"syncedThrough\" must be the highest outbox seq processed, a whole number 0 or more",
+            "9:21: \"syncedThrough\" must be the highest outbox seq processed, a whole number from 0 to 9007199254740991",
         ])
     }
 
@@ -148,7 +148,8 @@ import Testing
     }
 
     @Test(arguments: [
-        ("{\"pendingTimeoutSeconds\": 0}", "1:27: \"pendingTimeoutSeconds\" must be a number of seconds above 0, such as 10"),
+        ("{\"pendingTimeoutSeconds\": 0}", "1:27: \"pendingTimeoutSeconds\" must be a number of seconds above 0 and at most 31536000 (a year; fractions allowed), such as 10"),
+        ("{\"pendingTimeoutSeconds\": 31536000.5}", "1:27: \"pendingTimeoutSeconds\" must be a number of seconds above 0 and at most 31536000 (a year; fractions allowed), such as 10"),
         ("{\"cart\": \"../elsewhere.json\"}", "1:10: \"cart\" must be a file path inside the sync directory, such as \"cart.json\""),
         ("{\"colour\": true}", "1:12: unknown setting \"colour\"; see the comments that basket-sync init writes"),
         ("{\n  \"logFormat\": \"xml\"\n}", "2:16: \"logFormat\" must be \"human\" or \"json\""),

@@ -896,3 +896,51 @@ extension CatchUpTests {
         #expect(playground.records("outbox.jsonl").last.map(products) == ["B": 1])
     }
 }
+
+extension HostileInputTests {
+    /// Numbers past the largest seq (2^53 − 1, exact in every JSON reader) never crash, never
+    /// wrap, and are refused where they come in — `wait --after`, `push --basket`, a cart's
+    /// `syncedThrough`, a record line adopted — while the largest itself is taken; a directory
+    /// whose numbers reached it refuses to number one more (73), its records as they were.
+    @Test(arguments: ["9007199254740990", "9007199254740991", "9007199254740992", "9223372036854775807", "9223372036854775808", "18446744073709551615", "18446744073709551625", "1000000000000000000000000000000"])
+    func numbersPastTheLargestSeqAreRefusedWhereTheyComeIn(number: String) throws {
+        let within = Decimal(string: number)! <= Decimal(string: "9007199254740991")!
+        let playground = try syncDirectory()
+        try playground.write("cart.json", #"{"products":[],"syncedThrough":0}"#)
+        let wait = try basketSync(["-C", playground.path, "wait", "--after", number, "--timeout", "0"])
+        #expect(wait.status == (within ? 75 : 64), "wait --after \(number): \(wait.status) \(wait.stderr)")
+        let push = try basketSync(["-C", playground.path, "push", "--state", "--basket", number, "a=1"])
+        #expect(push.status == (within ? 0 : 64), "push --basket \(number): \(push.status) \(push.stderr)")
+        #expect(try basketSync(["-C", playground.path, "sync"]).status < 128)
+        #expect(playground.names("inbox/bad").isEmpty, "a basket push takes is never set aside: \(playground.names("inbox/bad"))")
+        try playground.write("cart.json", #"{"products":[],"syncedThrough":\#(number)}"#)
+        let apply = try basketSync(["-C", playground.path, "apply"])
+        #expect(within ? apply.status == 74 : apply.status == 65 && apply.stderr.contains("from 0 to 9007199254740991"), "syncedThrough \(number): \(apply.status) \(apply.stderr)")
+        #expect(try basketSync(["-C", playground.path, "sync"]).status < 128)
+        // A record line numbered so, adopted with the database lost.
+        try playground.write("cart.json", #"{"products":[],"syncedThrough":0}"#)
+        #expect(try basketSync(["-C", playground.path, "push", "--id", "first", "a=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let record = try #require(playground.records("outbox.jsonl").last)
+        let syncId = try #require((record["id"] as? String)?.split(separator: "-").first)
+        let original = playground.read("outbox.jsonl")
+        let head = #"{"seq":1,"id":"\#(syncId)-1""#
+        #expect(original.hasPrefix(head), "\(original)")
+        try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync")
+        try playground.write("outbox.jsonl", #"{"seq":\#(number),"id":"\#(syncId)-\#(number)""# + original.dropFirst(head.count))
+        let adopt = try basketSync(["-C", playground.path, "init", "--adopt"])
+        guard within else {
+            #expect(adopt.status == 65 && adopt.stderr.contains("outbox.jsonl:1:8: a record numbered past 9007199254740991"), "adopt \(number): \(adopt.status) \(adopt.stderr)")
+            return
+        }
+        #expect(adopt.status == 0, "adopt \(number): \(adopt.stderr) \(playground.read("outbox.jsonl"))")
+        #expect(try basketSync(["-C", playground.path, "push", "--id", "next", "b=+1"]).status == 0)
+        let next = try basketSync(["-C", playground.path, "sync"])
+        let records = playground.records("outbox.jsonl")
+        if number == "9007199254740991" {
+            #expect(next.status == 73 && next.stderr.contains("reached 9007199254740991") && records.count == 1, "\(next.status) \(next.stderr) \(records)")
+        } else {
+            #expect(next.status == 0 && records.count == 2 && "\(records.last?["seq"] ?? "")" == "9007199254740991", "\(next.status) \(next.stderr) \(records)")
+        }
+    }
+}

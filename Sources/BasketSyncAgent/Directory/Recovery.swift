@@ -24,7 +24,12 @@ enum Recovery {
                 // Whole records only: a torn last line (no newline: a crash) and a host's own line
                 // that merely starts like one are not records, as the catch-up reads them.
                 let complete = bytes.last == 0x0A ? bytes[...] : bytes[..<(bytes.lastIndex(of: 0x0A).map { $0 + 1 } ?? 0)]
-                for line in complete.split(separator: 0x0A) {
+                for (index, line) in complete.split(separator: 0x0A, omittingEmptySubsequences: false).enumerated() {
+                    // Numbered past any seq basket-sync gives: no record of its own — said, so
+                    // that the records after it are not numbered after a number no reader keeps.
+                    if RecordFormat.isNumberedPastLargest(line) {
+                        throw .badData(path: part, line: index + 1, column: 8, reason: "a record numbered past \(SyncState.largestSeq), the largest seq basket-sync gives: none of its records; move the line (or the file) aside, then adopt again")
+                    }
                     let seq = RecordFormat.seq(ofLine: line)
                     let record = Array(line) + [0x0A]
                     if seq > 0, projection.isRecord(record) { bySeq[seq] = record }

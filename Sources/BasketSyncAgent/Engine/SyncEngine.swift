@@ -211,6 +211,12 @@ public final class SyncEngine {
             effects = machine.setSelectedStore(externalId: storeId, mode: mode, at: now)
         }
         effects += try body(&machine, now)
+        // No record is numbered past the largest seq (none reads it as one): the step is undone
+        // with its transaction.
+        let numbers = [("outbox", machine.state.lastOutboxSeq), ("notifications", machine.state.lastNotificationSeq), ("payments", machine.state.lastPaymentSeq), ("basket", machine.state.basket)]
+        if let (name, _) = numbers.first(where: { $0.1 > SyncState.largestSeq }) {
+            throw .refused("\(shownDirectory): the \(name) numbers have reached \(SyncState.largestSeq), the largest seq basket-sync gives (no JSON reader keeps one past it exact): nothing more can be numbered here; start a new sync directory for this cart")
+        }
         machineMemo = (machine.memo, store.database.rollbacks)
         var summary = try run(effects, deadline: &deadline)
         if let clockStep {
