@@ -113,7 +113,7 @@ import TestSupport
             let event: MealzEvent
             switch Int.random(in: 0..<4, using: &rng) {
             case 0: event = .basketDelta(Self.lines(&rng, signed: true))
-            case 1: event = .basketState(Self.lines(&rng, signed: false), basket: Bool.random(using: &rng) ? UInt64.random(in: 1...UInt64(Int.max), using: &rng) : nil)
+            case 1: event = .basketState(Self.lines(&rng, signed: false), basket: Bool.random(using: &rng) ? UInt64.random(in: 1...SyncState.largestSeq, using: &rng) : nil)
             case 2: event = .basketTransfer(Self.lines(&rng, signed: false), transferId: Self.id(&rng))
             default: event = .redirectToCart
             }
@@ -127,7 +127,8 @@ import TestSupport
         let seed = Knobs.seed
         var rng = SplitMix64(seed: seed)
         for _ in 0..<Self.rounds {
-            let seq = UInt64.random(in: 1...UInt64(Int64.max), using: &rng)
+            // Up to the largest seq, the bound itself too (a number past it is no record's).
+            let seq = Int.random(in: 0..<8, using: &rng) == 0 ? SyncState.largestSeq : UInt64.random(in: 1...SyncState.largestSeq, using: &rng)
             let isUpdate = Bool.random(using: &rng)
             let outbox = OutboxRecord(
                 seq: seq, id: Self.id(&rng), type: isUpdate ? .updateBasket : .redirectToCart, at: Self.instant(&rng),
@@ -140,7 +141,7 @@ import TestSupport
             let notification = BasketNotification(
                 seq: seq, at: Self.instant(&rng), products: Self.lines(&rng, signed: false),
                 syncedThrough: Bool.random(using: &rng) ? UInt64.random(in: 0...seq, using: &rng) : nil,
-                basket: UInt64.random(in: 1...UInt64(Int.max), using: &rng))
+                basket: UInt64.random(in: 1...SyncState.largestSeq, using: &rng))
             let notificationLine = RecordFormat.line(notification)
             #expect(try RecordFormat.notification(notificationLine) == notification, "seed \(seed)")
             #expect(RecordFormat.seq(ofLine: notificationLine) == seq)

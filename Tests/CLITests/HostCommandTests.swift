@@ -694,7 +694,7 @@ extension HostCommandTests {
         #expect(rename(playground.path + "/inbox/tmp/s1", playground.path + "/inbox/new/s1") == 0)
         _ = try run(playground, ["sync"])
         let said = playground.read("inbox/bad/s1.error")
-        #expect(said.contains("\"basket\" must be a whole number of 1 or more") && said.contains("not 0") && !said.contains("not a number"), "\(said)")
+        #expect(said.contains("\"basket\" must be a whole number from 1 to 9007199254740991") && said.contains("not 0") && !said.contains("not a number"), "\(said)")
         #expect(mkfifo(playground.path + "/cart.json", 0o644) == 0)
         let fifo = try run(playground, ["apply"])
         #expect(fifo.status == 65 && fifo.stderr.contains("is a FIFO") && !fifo.stderr.contains("followSymlinks"), "\(fifo)")
