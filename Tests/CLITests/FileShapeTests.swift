@@ -859,3 +859,37 @@ import Testing
         #expect(agent.stop(SIGTERM) == 0)
     }
 }
+
+extension FileShapeTests {
+    /// Files stamped past what 64 bits of nanoseconds hold (after 2262, before 1677 — `touch -d`,
+    /// by whoever may write them) are read with their times held at the bound: every command and
+    /// the agent go on, never trap; the cart is taken, the records written.
+    @Test(arguments: [10_000_000_000, -10_000_000_000, 16_000_000_000] as [Int])
+    func filesStampedPastTheRangeOfNanosecondsAreRead(seconds: Int) async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.write("cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        #expect(try basketSync(["-C", playground.path, "push", "--id", "first", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        try playground.write("inbox/new/e2", #"{"id":"e2","type":"basketDelta","products":[{"id":"B","quantity":1}]}"#)
+        try playground.write("cart.json", cartJSON([("A", 1), ("X", 1)], syncedThrough: 1))
+        // Every file and folder of the directory, the cart and the events included.
+        var stamped = 0
+        for entry in [""] + FileManager.default.enumerator(atPath: playground.path)!.compactMap({ $0 as? String }) {
+            var times = [timespec(tv_sec: seconds, tv_nsec: 0), timespec(tv_sec: seconds, tv_nsec: 0)]
+            if utimensat(AT_FDCWD, playground.path + "/" + entry, &times, AT_SYMLINK_NOFOLLOW) == 0 { stamped += 1 }
+        }
+        #expect(stamped > 5)
+        for command in [["sync"], ["status"], ["status", "--json"], ["metrics"], ["apply"], ["wait", "--timeout", "0"], ["validate", "cart.json"], ["sync"]] {
+            let run = try basketSync(["-C", playground.path] + command)
+            #expect(run.status < 128, "\(seconds) s: \(command): \(run.status) \(run.stderr)")
+        }
+        #expect(playground.records("outbox.jsonl").compactMap { $0["source"] as? String } == ["first", "e2"])
+        #expect(!playground.records("notifications.jsonl").isEmpty, "the cart was taken")
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1), ("B", 1), ("X", 2)], syncedThrough: 2))
+        try await eventually("the agent takes the next cart") { playground.records("notifications.jsonl").contains { ($0["syncedThrough"] as? Int) == 2 } }
+        #expect(agent.stop() == 0, "\(agent.log)")
+    }
+}

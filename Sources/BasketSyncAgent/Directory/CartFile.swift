@@ -41,7 +41,7 @@ struct CartReader {
         /// and read well after its last change, so that no write since can hide behind them.
         /// `reading`: ``CartReader/readingHash(_:)`` of the configuration now.
         func isCertainlySame(as info: FileInfo, reading: Int64) -> Bool {
-            info.identity == identity && readAt - info.changed >= Seen.margin && readAs == reading
+            info.identity == identity && Posix.nanoseconds(from: info.changed, to: readAt) >= Seen.margin && readAs == reading
         }
 
         /// As kept in the database.

@@ -241,7 +241,7 @@ final class JSONLinesFile {
             // costs at most the second.
             if Posix.info(path, follow: false) == nil, let moved = Posix.info("\(path).1", follow: false),
                moved.device == open.device, moved.inode == open.inode {
-                let left = Double(moved.changed + JSONLinesFile.creatorGrace - Posix.wallClockNanoseconds()) / 1e9
+                let left = (Double(moved.changed) + Double(JSONLinesFile.creatorGrace) - Double(Posix.wallClockNanoseconds())) / 1e9
                 let deadline = Posix.monotonicSeconds() + min(left, Double(JSONLinesFile.creatorGrace) / 1e9)
                 while Posix.info(path, follow: false) == nil, Posix.monotonicSeconds() < deadline { Posix.pause(microseconds: 2_000) }
             }

@@ -63,7 +63,23 @@ extension Posix {
     package static func wallClockNanoseconds() -> Int64 {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
-        return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+        return nanoseconds(now)
+    }
+
+    /// `later - earlier` in nanoseconds, held at the bounds of 64 bits (times at the bounds).
+    package static func nanoseconds(from earlier: Int64, to later: Int64) -> Int64 {
+        let (difference, overflow) = later.subtractingReportingOverflow(earlier)
+        return overflow ? (later < earlier ? .min : .max) : difference
+    }
+
+    /// A time in nanoseconds, held at the bounds of 64 bits (the years 1677 and 2262): a file
+    /// stamped beyond them (`touch -d 2300-01-01`, by whoever may write it) compares as the
+    /// bound, never traps.
+    package static func nanoseconds(_ time: timespec) -> Int64 {
+        let (seconds, overflow) = Int64(time.tv_sec).multipliedReportingOverflow(by: 1_000_000_000)
+        if overflow { return time.tv_sec < 0 ? .min : .max }
+        let (sum, past) = seconds.addingReportingOverflow(Int64(time.tv_nsec))
+        return past ? .max : sum
     }
 
     /// The wall clock as file times are stamped from it (its coarse reading: a time stamped
@@ -71,7 +87,7 @@ extension Posix {
     package static func coarseWallClockNanoseconds() -> Int64 {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME_COARSE, &now)
-        return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+        return nanoseconds(now)
     }
 
     /// What the path is, or nil when it does not exist: with `follow`, what a symbolic link

@@ -31,7 +31,7 @@ package struct FileIdentity: Hashable, Sendable {
     /// nanoseconds) and it changed within the last two seconds of `nowNanoseconds`: a write in
     /// place of the same size could still come in the same second and look the same.
     package func mayChangeUnseen(nowNanoseconds: Int64) -> Bool {
-        modified % 1_000_000_000 == 0 && changed % 1_000_000_000 == 0 && nowNanoseconds - changed < 2_000_000_000
+        modified % 1_000_000_000 == 0 && changed % 1_000_000_000 == 0 && Posix.nanoseconds(from: changed, to: nowNanoseconds) < 2_000_000_000
     }
 
     /// Whether `other` is the same file (device and inode), whatever it holds now.
@@ -113,8 +113,8 @@ package struct FileInfo: Equatable {
         inode = UInt64(info.st_ino)
         mode = UInt32(info.st_mode & 0o7777)
         device = UInt64(info.st_dev)
-        modified = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
-        changed = Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec)
+        modified = Posix.nanoseconds(info.st_mtim)
+        changed = Posix.nanoseconds(info.st_ctim)
     }
 }
 
