@@ -210,6 +210,15 @@ extension ScenarioRun {
                 fail(.placement, "after \(moment), the lines of \(Self.spelled(id)) are \(cart.lines(of: id)), where the records lead to \(wanted) (they were \(initial.lines(of: id))): an id's lines add up, and a delta moves them as little as it can — an increase on its first line, a decrease taken from its last line back; a line brought to 0 leaves, every other line stays as it is")
             }
             let kept = stayingLines(covered)
+            // The lines that stay keep their places: the ids the records never take to 0, in
+            // the order of their first lines, as they were.
+            func order(_ lines: [(id: ExactID, quantity: Int)]) -> [ExactID] {
+                var seen = Set<ExactID>()
+                return lines.compactMap { kept.contains($0.id) && seen.insert($0.id).inserted ? $0.id : nil }
+            }
+            if order(cart.lines) != order(initial.lines) {
+                fail(.keeps, "after \(moment), the lines are in another order (\(order(cart.lines).map(Self.spelled).joined(separator: ", "))) than they were (\(order(initial.lines).map(Self.spelled).joined(separator: ", "))): a host keeps every other line as it is, in its place")
+            }
             for (id, label) in initial.labels where kept.contains(id) && cart.quantities[id] != nil && cart.labels[id] != label {
                 fail(.keeps, "after \(moment), the line \(id) lost its \"label\" field (\(label.debugDescription)); a host keeps the fields of a line it changes")
             }

@@ -122,6 +122,8 @@ import TestSupport
         ("acklast", "writes syncedThrough in the same cart as the lines it covers (never before, never after)"),
         ("linenumber", "skips no record"),
         ("losefields", "keeps other lines and fields"),
+        // The lines written back in another order: every other line stays in its place.
+        ("reorder", "keeps other lines and fields"),
         ("inplace", "writes the cart atomically (a temp file renamed over it)"),
         ("nosynced", "reports syncedThrough"),
         // Applies the records after the cart's syncedThrough and writes it back unchanged: every

@@ -22,7 +22,8 @@ MODE: good, twice, noclamp, losefields, inplace, nosynced, toofar, reverse, skip
       their sum); trim (takes ids with the spaces around them cut); lastline (puts an increase
       on an id's last line); firstdecrease (takes a decrease from an id's first line on);
       dropzero (removes an id's lines at 0 it did not bring there); firstnonzero (puts an
-      increase on an id's first line above 0); keepzero (keeps a line it brought to 0)
+      increase on an id's first line above 0); keepzero (keeps a line it brought to 0); reorder
+      (writes the cart's ids in reverse order, each id's lines in theirs)
 A good host moves the sum of an id's lines: an increase on its first line, a decrease taken
 from its last line back.
 """
@@ -151,6 +152,10 @@ else:
     cart["syncedThrough"] = max(last, cart.get("syncedThrough", 0))
 if mode == "huge":
     cart["padding"] = "x" * 100_000
+if mode == "reorder":
+    # The ids in reverse order, each id's lines in theirs.
+    ids = list(dict.fromkeys(line["id"] for line in cart["products"]))
+    cart["products"] = [line for i in reversed(ids) for line in cart["products"] if line["id"] == i]
 text = json.dumps(cart, ensure_ascii=False)
 if mode == "raceack":
     time.sleep(0.3)
