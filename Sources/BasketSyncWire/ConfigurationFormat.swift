@@ -108,7 +108,7 @@ public struct AgentConfiguration: Equatable, Sendable {
     /// of basket-sync's own files or folders, or lies inside one: its settings, the JSON Lines
     /// files and their rotated parts (`outbox.jsonl.1`, …), `.basket-sync/`, `inbox/`, and any
     /// name starting with `.basket-sync` (a tree cart's marker).
-    static func isOwn(_ components: [Substring]) -> Bool {
+    package static func isOwn(_ components: [Substring]) -> Bool {
         guard let first = components.first else { return false }
         if first == ".basket-sync" || first == "inbox" || components.contains(where: { $0.hasPrefix(".basket-sync") }) { return true }
         guard components.count == 1 else { return false }

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// docs/spec.md §12: `status` says whether the agent is alive and making progress — its
 /// heartbeat, a stopped process, a stale heartbeat — the oldest waiting event, and every current
@@ -236,5 +237,80 @@ extension HealthTests {
         #expect(metrics.stdout.contains("basket_sync_errors{directory=\"\(directory)\"} 1"), "\(metrics.stdout)")
         for file in ["fill", "fill2", "fill3"] { try FileManager.default.removeItem(atPath: mountPoint + "/" + file) }
         #expect(try errors()["database"] is NSNull, "space freed: no error")
+    }
+}
+
+/// Which cart errors hold, against a model written from docs/spec.md §12's words: a cart error
+/// holds while the last cart read of the cart as set now was rejected — a valid cart read since
+/// resolves it, and so does `"cart"` set to another file (the file rejected is no longer read); a
+/// cart missing is read as none. Every report counts it alike: the human report's last error, the
+/// JSON's `health.errors`, the root's `withErrors`, the metrics' `…_errors`.
+extension HealthTests {
+    @Test(arguments: [false, true])
+    func cartErrorsHoldByOneRuleWhateverTheSettingsBecame(tree: Bool) throws {
+        for round in 0..<Knobs.value("BASKET_SYNC_RUNS", default: 3) {
+            let seed = Knobs.replaySeed ?? Knobs.seed &+ UInt64(round)
+            var rng = SplitMix64(seed: seed)
+            let playground = try Playground()
+            let root = playground.path + "/d"
+            #expect(try basketSync(["-C", root, "init"] + (tree ? ["--tree"] : [])).status == 0)
+            let directory = tree ? root + "/c1" : root
+            if tree { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false) }
+            let settings = root + "/basket-sync.json"
+            var keys = "products", cartPath = "cart.json"
+            var files: [String: String] = [:]  // path → "products", "items" or "broken"
+            var lastRead: (path: String, ok: Bool)?
+            var log: [String] = []
+            for step in 0..<24 {
+                switch rng.below(5) {
+                case 0, 1:
+                    let kind = rng.below(3) == 0 ? "broken" : keys
+                    try FileManager.default.createDirectory(atPath: directory + "/host", withIntermediateDirectories: true)
+                    let text = kind == "broken" ? "{\"\(keys)\": [" : "{\"\(keys)\": [], \"syncedThrough\": 0}"
+                    try text.write(toFile: directory + "/" + cartPath, atomically: true, encoding: .utf8)
+                    files[cartPath] = kind
+                    log.append("\(step): \(cartPath) \(kind)")
+                case 2:
+                    let next = keys == "products" ? "items" : "products"
+                    let text = try String(contentsOfFile: settings, encoding: .utf8)
+                    try text.replacingOccurrences(of: "\"products\": \"\(keys)\"", with: "\"products\": \"\(next)\"").write(toFile: settings, atomically: true, encoding: .utf8)
+                    keys = next
+                    log.append("\(step): keys \(keys)")
+                case 3:
+                    let next = cartPath == "cart.json" ? "host/cart.json" : "cart.json"
+                    let text = try String(contentsOfFile: settings, encoding: .utf8)
+                    try text.replacingOccurrences(of: "\"cart\": \"\(cartPath)\"", with: "\"cart\": \"\(next)\"").write(toFile: settings, atomically: true, encoding: .utf8)
+                    cartPath = next
+                    log.append("\(step): cart \(cartPath)")
+                default:
+                    unlink(directory + "/" + cartPath)
+                    files[cartPath] = nil
+                    log.append("\(step): \(cartPath) removed")
+                }
+                let sync = try basketSync(["-C", root, "sync"])
+                #expect(sync.status < 128, "seed \(seed): \(sync.stderr)")
+                if let kind = files[cartPath] { lastRead = (cartPath, kind == keys) }
+                let expected = lastRead.map { !$0.ok && $0.path == cartPath } ?? false
+                let status = try basketSync(["-C", directory, "status", "--json"])
+                let report = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any]
+                let errors = (report?["health"] as? [String: Any])?["errors"] as? [String: Any]
+                let held = (errors ?? [:]).filter { !($0.value is NSNull) }.keys.sorted()
+                let human = try basketSync(["-C", directory, "status"]).stdout
+                let lastError = human.split(separator: "\n").first { $0.hasPrefix("last error:") }.map(String.init) ?? ""
+                let samples = try basketSync(["-C", root, "metrics"]).stdout
+                let errorCount = samples.split(separator: "\n").first { $0.hasPrefix("basket_sync_errors{") }?.split(separator: " ").last.flatMap { Double($0) }
+                var listed: Bool?
+                if tree {
+                    let rootReport = try JSONSerialization.jsonObject(with: Data(try basketSync(["-C", root, "status", "--json"]).stdout.utf8)) as? [String: Any]
+                    listed = ((rootReport?["withErrors"] as? [[String: Any]]) ?? []).contains { $0["cart"] as? String == "c1" }
+                }
+                let said = "seed \(seed), after \(log.joined(separator: "; ")): held \(held), last error \(lastError), metrics \(errorCount ?? -1), root \(listed.map(String.init) ?? "-")"
+                #expect(held == (expected ? ["cart"] : []), "\(said)")
+                #expect(lastError.contains("still current") == expected, "\(said)")
+                #expect(errorCount == (expected ? 1 : 0), "\(said)")
+                if let listed { #expect(listed == expected, "\(said)") }
+                if held != (expected ? ["cart"] : []) { break }
+            }
+        }
     }
 }

@@ -188,13 +188,15 @@ public struct CartStatus {
     /// resolved by a cart taken since, a failed pass by a whole pass that went through since; an
     /// event set aside in `inbox/bad/` stays there for a person to look at.
     private func standing(of error: (at: String, level: String, message: String)) -> (current: Bool, note: String) {
-        let cartPath = "\(directory)/\(cart)"
-        if error.message.hasPrefix(cartPath + ":") || error.message.hasPrefix("the cart says") {
+        if isCartError(error.message) {
             if error.message.hasPrefix("the cart says syncedThrough"), (state.hostClaim ?? 0) > state.lastOutboxSeq {
                 return (true, "still current: the cart's syncedThrough is beyond the outbox")
             }
             if let read = lastCartRead, read.produced != "rejected", read.at > error.at {
                 return (false, "resolved at \(read.at): a valid cart was read since")
+            }
+            if !isAboutTheCartNow(error.message) {
+                return (false, "resolved: the cart is \(cart) now (its setting changed since); the file rejected is no longer read")
             }
             return (true, "still current: no valid cart read since")
         }
@@ -241,9 +243,27 @@ public struct CartStatus {
     /// Every error that holds now, each on its own (a later one never hides another): the cart
     /// (the last one read was rejected, or claims beyond the outbox), the inbox (unusable), the
     /// database (behind its files), a pass (failed, no whole pass since).
+    /// Whether an error is about the cart: it says what the cart says, or it names a file of the
+    /// directory that is none of basket-sync's own files or folders (`inbox/` included) — the
+    /// cart as set now, or as it was set when the error was noted (`"cart"` may have changed).
+    private func isCartError(_ message: String) -> Bool {
+        if message.hasPrefix("the cart says") { return true }
+        guard message.hasPrefix("\(directory)/") else { return false }
+        let path = message.dropFirst(directory.count + 1).prefix { $0 != ":" && $0 != " " }
+        let components = path.split(separator: "/")
+        return !components.isEmpty && !AgentConfiguration.isOwn(components)
+    }
+
+    /// Whether a cart error is about the cart as set now: a file of the directory it names is
+    /// the cart (`"cart"` changed since, the file rejected is no longer read: it holds no more).
+    private func isAboutTheCartNow(_ message: String) -> Bool {
+        let cartPath = "\(directory)/\(cart)"
+        return !message.contains("\(directory)/") || message.contains(cartPath + ":") || message.contains(cartPath + " ")
+    }
+
     var currentErrors: (cart: String?, inbox: String?, database: String?, pass: String?) {
         var cartError: String?
-        if let read = lastCartRead, read.produced == "rejected" { cartError = "\(read.at) \(read.error)" }
+        if let read = lastCartRead, read.produced == "rejected", isAboutTheCartNow(read.error) { cartError = "\(read.at) \(read.error)" }
         if cartError == nil, let claim = state.hostClaim, claim > state.lastOutboxSeq {
             cartError = "the cart says syncedThrough \(claim) but the outbox ends at \(state.lastOutboxSeq)"
         }
@@ -254,8 +274,7 @@ public struct CartStatus {
             cartError = "\(error.at) \(error.message)"
         }
         let pass = errors.first { error in
-            error.level == "error" && !error.message.hasPrefix(cartPath + ":") && !error.message.hasPrefix("the cart says")
-                && !error.message.hasPrefix("\(directory)/inbox/")
+            error.level == "error" && !isCartError(error.message) && !error.message.hasPrefix("\(directory)/inbox/")
         }.flatMap { standing(of: $0).current ? "\($0.at) \($0.message)" : nil }
         let stuck = errors.first { $0.level == "error" && isStuck($0.message) }.map { "\($0.at) \($0.message)" }
         return (cartError, inboxProblem.map { "inbox unusable: \($0)" } ?? stuck, databaseBehind.first ?? storageFull ?? rotationBlocked.first, pass)
