@@ -907,6 +907,20 @@ import TestSupport
         #expect(((try? String(contentsOfFile: output, encoding: .utf8)) ?? "").isEmpty, "nothing of b's records printed as a's")
     }
 
+    /// A command pointed at a folder inside a tree (or a sync directory) says which directory to
+    /// point it at, never to run `init` there (refused inside one, 73).
+    @Test func aCommandInsideATreeNamesTheDirectoryToUseNotInit() throws {
+        let playground = try tree()
+        try mealzLine(playground, "c1")
+        let inside = playground.path + "/c1/inbox"
+        for command in [["status"], ["sync"], ["apply"], ["wait", "--timeout", "0"], ["push", "A=+1"]] {
+            let run = try basketSync(["-C", inside] + command)
+            #expect(run.status == 66 && run.stderr.contains("inside \(playground.path)") && !run.stderr.contains("init there first"), "\(command): \(run.status) \(run.stderr)")
+        }
+        let initInside = try basketSync(["-C", inside, "init"])
+        #expect(initInside.status == 73, "init is refused there, as the message says: \(initInside.stderr)")
+    }
+
     /// A copy of a served cart (its marker and records with it), refused beside it, swapped in
     /// under the cart's name while the agent is held up: the cart goes on in the folder now at
     /// its name — its changes seen, its records written there, none into the folder swapped out

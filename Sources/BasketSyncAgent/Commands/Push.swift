@@ -49,6 +49,9 @@ extension Commands {
         }
         let inbox = Inbox(directory: "\(folder?.path ?? directory)/inbox")
         guard Posix.isDirectory(inbox.folder("tmp")), Posix.isDirectory(inbox.folder("new")) else {
+            if let outer = Workspace.enclosing(directory) {
+                throw .missingInput("\(directory): not a sync directory: it is inside \(outer), a sync directory or a tree of carts; push with -C on that directory (in a tree, on a cart right under its root)")
+            }
             throw .missingInput("\(directory): not a sync directory (no inbox/tmp and inbox/new); run basket-sync init there first")
         }
         let now = Int64((Date().timeIntervalSince1970 * 1_000_000).rounded(.down))

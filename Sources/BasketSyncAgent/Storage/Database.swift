@@ -152,6 +152,10 @@ final class Database {
                 if Posix.info(stateDirectory, follow: false) != nil || !Integrity.recordsHeld(in: directory).isEmpty {
                     throw .missingInput("\(databasePath): missing: the database is gone; restore \(elsewhere ?? Layout.stateDirectory + "/") from a backup (or, when \"database\" in \(AgentConfiguration.fileName) names a directory of another machine, run the command there), or run basket-sync init --adopt to go on from the files' records")
                 }
+                // Inside a sync directory or a tree, init is refused there: the advice names the one to use.
+                if let outer = Workspace.enclosing(directory) {
+                    throw .missingInput("\(directory): not a sync directory: it is inside \(outer), a sync directory or a tree of carts; run the command with -C on that directory (in a tree, on its root or on a cart right under it)")
+                }
                 throw .missingInput("\(directory): not a sync directory (no \(Layout.stateDirectory)/); run basket-sync init there first")
             }
             // "database" names a directory whose parent is not there: made by the operator first
