@@ -188,17 +188,23 @@ public struct CartStatus {
     /// resolved by a cart taken since, a failed pass by a whole pass that went through since; an
     /// event set aside in `inbox/bad/` stays there for a person to look at.
     private func standing(of error: (at: String, level: String, message: String)) -> (current: Bool, note: String) {
+        let settingChanged = (false, "resolved: the cart is \(cart) now (its setting changed since); the file rejected is no longer read")
         if isCartError(error.message) {
             if error.message.hasPrefix("the cart says syncedThrough"), (state.hostClaim ?? 0) > state.lastOutboxSeq {
                 return (true, "still current: the cart's syncedThrough is beyond the outbox")
             }
-            if let read = lastCartRead, read.produced != "rejected", read.at > error.at {
-                return (false, "resolved at \(read.at): a valid cart was read since")
+            // The last read decides: its own rejection holds while it is of the cart as set now;
+            // any cart error before it is over (a valid cart, or another rejection, came since).
+            if let read = lastCartRead {
+                if read.produced == "rejected", read.error == error.message {
+                    return isAboutTheCartNow(error.message) ? (true, "still current: no valid cart read since") : settingChanged
+                }
+                if read.at > error.at {
+                    return (false, read.produced == "rejected" ? "resolved at \(read.at): the cart was read again since (and rejected, for what the cart line says)" : "resolved at \(read.at): a valid cart was read since")
+                }
             }
-            if !isAboutTheCartNow(error.message) {
-                return (false, "resolved: the cart is \(cart) now (its setting changed since); the file rejected is no longer read")
-            }
-            return (true, "still current: no valid cart read since")
+            // Not read since (a cart that could not be opened is noted as no read).
+            return isAboutTheCartNow(error.message) ? (true, "still current: no valid cart read since") : settingChanged
         }
         if error.message.hasPrefix("\(directory)/inbox/") {
             if isStuck(error.message) {
@@ -267,10 +273,9 @@ public struct CartStatus {
         if cartError == nil, let claim = state.hostClaim, claim > state.lastOutboxSeq {
             cartError = "the cart says syncedThrough \(claim) but the outbox ends at \(state.lastOutboxSeq)"
         }
-        let cartPath = "\(directory)/\(cart)"
         // The cart that could not be read at all (a permission, an I/O error): no rejection is
-        // noted, the pass failed on it; it holds until a valid cart is read.
-        if cartError == nil, let error = errors.first(where: { $0.level == "error" && $0.message.hasPrefix(cartPath + ":") }), standing(of: error).current {
+        // noted, the pass failed on it; it holds until the cart is read again.
+        if cartError == nil, let error = errors.first(where: { $0.level == "error" && isCartError($0.message) }), standing(of: error).current {
             cartError = "\(error.at) \(error.message)"
         }
         let pass = errors.first { error in
