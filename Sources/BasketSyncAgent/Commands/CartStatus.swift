@@ -185,8 +185,9 @@ public struct CartStatus {
     }
 
     /// Whether the last error still holds, as far as basket-sync can tell: a cart error is
-    /// resolved by a cart taken since, a failed pass by a whole pass that went through since; an
-    /// event set aside in `inbox/bad/` stays there for a person to look at.
+    /// decided by the last cart read (its own rejection holds while it is of the cart as set
+    /// now; any cart error before it is over), a failed pass by a whole pass that went through
+    /// since; an event set aside in `inbox/bad/` stays there for a person to look at.
     private func standing(of error: (at: String, level: String, message: String)) -> (current: Bool, note: String) {
         let settingChanged = (false, "resolved: the cart is \(cart) now (its setting changed since); the file rejected is no longer read")
         if isCartError(error.message) {
@@ -246,9 +247,6 @@ public struct CartStatus {
         return waitingNames.contains { rest.hasPrefix($0 + ":") || rest.hasPrefix($0 + " ") || rest == $0 }
     }
 
-    /// Every error that holds now, each on its own (a later one never hides another): the cart
-    /// (the last one read was rejected, or claims beyond the outbox), the inbox (unusable), the
-    /// database (behind its files), a pass (failed, no whole pass since).
     /// Whether an error is about the cart: it says what the cart says, or it names a file of the
     /// directory that is none of basket-sync's own files or folders (`inbox/` included) — the
     /// cart as set now, or as it was set when the error was noted (`"cart"` may have changed).
@@ -267,6 +265,9 @@ public struct CartStatus {
         return !message.contains("\(directory)/") || message.contains(cartPath + ":") || message.contains(cartPath + " ")
     }
 
+    /// Every error that holds now, each on its own (a later one never hides another): the cart
+    /// (the last one read was rejected, or claims beyond the outbox), the inbox (unusable), the
+    /// database (behind its files), a pass (failed, no whole pass since).
     var currentErrors: (cart: String?, inbox: String?, database: String?, pass: String?) {
         var cartError: String?
         if let read = lastCartRead, read.produced == "rejected", isAboutTheCartNow(read.error) { cartError = "\(read.at) \(read.error)" }
