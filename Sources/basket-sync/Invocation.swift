@@ -151,7 +151,7 @@ struct Invocation {
             let scenarios = scenarioText.map { $0.split(separator: ",").map { String($0.filter { $0 != " " }) }.filter { !$0.isEmpty } }
             var limit: Double?
             if let limitText {
-                guard let seconds = Double(limitText), seconds.isFinite, seconds > 0, seconds <= 86_400 else {
+                guard let seconds = Invocation.decimal(limitText), seconds.isFinite, seconds > 0, seconds <= 86_400 else {
                     throw .usage("--limit \(cut(limitText)) is not a number of seconds; give one above 0 and at most 86400, such as --limit 120")
                 }
                 limit = seconds
@@ -315,10 +315,20 @@ extension Invocation.Command {
 }
 
 extension Invocation {
+    /// Seconds as people write them: digits, with a decimal fraction or not (`30`, `0.5`, `.5`)
+    /// — never a sign, an exponent, a hexadecimal float (`0x10`, which `Double` would take) or
+    /// spaces; nil otherwise.
+    static func decimal(_ text: String) -> Double? {
+        let parts = text.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)
+        guard text.utf8.count <= 40, parts.allSatisfy({ $0.utf8.allSatisfy { (0x30...0x39).contains($0) } }),
+              parts.contains(where: { !$0.isEmpty }) else { return nil }
+        return Double(text)
+    }
+
     /// A `--timeout` value: seconds from 0 to 999999999 (fractions allowed); nil when not given.
     static func seconds(_ text: String?) throws(AgentError) -> Double? {
         guard let text else { return nil }
-        guard let seconds = Double(text), seconds.isFinite, seconds >= 0, seconds < 1e9 else {
+        guard let seconds = decimal(text), seconds.isFinite, seconds >= 0, seconds < 1e9 else {
             throw .usage("--timeout \(cut(text)) is not a number of seconds; give 0 to 999999999, such as --timeout 30 or --timeout 0.5")
         }
         return seconds

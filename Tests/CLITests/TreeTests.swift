@@ -882,10 +882,12 @@ import TestSupport
         #expect(stopped == 0, "\(agent.log)")
     }
 
-    /// A `wait` on a cart whose folder is swapped with another cart's while it waits says what
-    /// every command says of the swap (73, the other cart's marker, put the folders back), never
-    /// that the folder was removed; and it prints nothing of the other cart's records.
-    @Test func aWaitOnACartSwappedWhileItWaitsSaysTheSwap() async throws {
+    /// A `wait` on a cart whose folder is swapped with another cart's, or moved out of the tree,
+    /// while it waits says what every command says of it then (73, the other cart's marker, put
+    /// the folders back; 66, the cart left the tree and is kept so long), never that a sync
+    /// directory was removed with its state; and it prints nothing of the other cart's records.
+    @Test(arguments: ["swapped", "moved out"])
+    func aWaitOnACartMovedWhileItWaitsSaysWhatEveryCommandSays(how: String) async throws {
         let playground = try tree()
         for id in ["a", "b"] {
             try mkdir(playground, id)
@@ -900,10 +902,21 @@ import TestSupport
         typealias RenameAt2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
         let symbol = try #require(dlsym(dlopen(nil, RTLD_NOW), "renameat2"), "glibc has renameat2")
         let renameat2 = unsafeBitCast(symbol, to: RenameAt2.self)
-        #expect(renameat2(AT_FDCWD, playground.path + "/a", AT_FDCWD, playground.path + "/b", 2) == 0)
+        if how == "swapped" {
+            #expect(renameat2(AT_FDCWD, playground.path + "/a", AT_FDCWD, playground.path + "/b", 2) == 0)
+        } else {
+            let away = try Playground()
+            #expect(rename(playground.path + "/a", away.path + "/a") == 0)
+        }
         try await eventually("the wait ends", timeout: 60) { !waiting.isRunning }
         let said = (try? String(contentsOfFile: errors, encoding: .utf8)) ?? ""
-        #expect(waiting.terminationStatus == 73 && said.contains("holds the marker of cart \"b\""), "\(waiting.terminationStatus): \(said)")
+        let direct = try basketSync(["-C", playground.path + "/a", "status"])
+        #expect(waiting.terminationStatus == direct.status && !said.contains("removed or moved away, and the state with it"), "\(how): \(waiting.terminationStatus) \(said), a command now: \(direct.status) \(direct.stderr)")
+        if how == "swapped" {
+            #expect(waiting.terminationStatus == 73 && said.contains("holds the marker of cart \"b\""), "\(waiting.terminationStatus): \(said)")
+        } else {
+            #expect(waiting.terminationStatus == 66 && said.contains("\(playground.path)/a: cart a's directory left the tree; the cart is kept"), "\(waiting.terminationStatus): \(said)")
+        }
         #expect(((try? String(contentsOfFile: output, encoding: .utf8)) ?? "").isEmpty, "nothing of b's records printed as a's")
     }
 

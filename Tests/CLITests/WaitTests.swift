@@ -166,7 +166,9 @@ import Testing
         #expect(timedOut.status == 75)
         #expect(timedOut.stderr.contains("outbox.jsonl: no record after seq 0 within 0.2 s"), "\(timedOut.stderr)")
         #expect(timedOut.stdout.isEmpty)
-        for bad in [["--after", "-1"], ["--after", "x"], ["--timeout", "-1"], ["--timeout", "nan"], ["--timeout", "inf"], ["extra"]] {
+        // Seconds as people write them, in decimal: no sign, exponent, hexadecimal float or space.
+        for bad in [["--after", "-1"], ["--after", "x"], ["--timeout", "-1"], ["--timeout", "nan"], ["--timeout", "inf"], ["extra"],
+                    ["--timeout", "0x10"], ["--timeout", "0x1p-2"], ["--timeout", "-0"], ["--timeout", "1e3"], ["--timeout", "+1"], ["--timeout", " 1"], ["--timeout", "."]] {
             let run = try basketSync(["-C", playground.path, "wait"] + bad)
             #expect(run.status == 64, "\(bad): \(run.stderr)")
         }

@@ -61,13 +61,12 @@ extension Commands {
             event.name == Projection.outbox.fileName || event.name == Layout.commitSignal || event.name == Layout.cartMarker
                 || event.name == Layout.database
         }, gone: {
-            // A tree cart's folder moved: judged as every command judges it now (another cart's
-            // folder at its name — a swap — is refused, 73, never called removed).
-            guard folder != nil else { return .directoryGone(path: directory) }
-            do throws(AgentError) { _ = try Store.open(directory: shown, readOnly: true) } catch {
-                if case .refused = error { return error }
-            }
-            return .directoryGone(path: directory)
+            // A tree cart's folder moved: judged as every command judges it now — another cart's
+            // folder at its name (a swap) refused, 73; none there, the cart left the tree and is
+            // kept so long, 66 — never called a sync directory removed with its state.
+            guard folder != nil else { return .directoryGone(path: shown) }
+            do throws(AgentError) { _ = try Store.open(directory: shown, readOnly: true) } catch { return error }
+            return .directoryGone(path: shown)
         }) { () throws(AgentError) -> [[UInt8]]? in
             // A connection of its own per look: on a read-only file system SQLite cannot share
             // the WAL index, and a connection kept open would read the same snapshot for ever.

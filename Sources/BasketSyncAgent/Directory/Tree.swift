@@ -128,6 +128,8 @@ final class Tree {
         }
         if Posix.info(shown, follow: false) == nil {
             guard create, !readOnly else {
+                // A cart the tree knows whose directory left: kept a while to be put back.
+                if let away = awayMessage(id, directory: shown) { throw .missingInput(away) }
                 throw .missingInput("\(shown): no cart \(id) in the tree \(root); the host makes it (mkdir, then its cart), or basket-sync -C \(shown) push does")
             }
             do throws(SystemError) { try Posix.makeDirectory(shown, mode: 0o755) } catch { throw .system(error) }
