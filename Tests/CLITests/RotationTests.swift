@@ -219,4 +219,35 @@ extension RotationTests {
         let all = seqs(playground, "outbox.jsonl.2") + seqs(playground, "outbox.jsonl.1") + seqs(playground, "outbox.jsonl")
         #expect(all == Array(all.first!...pushed), "every record once, in order: \(all)")
     }
+
+    /// Past `NAME.keep`, rotation removes only its own parts (left by a larger `keep` before):
+    /// another account's file there, or a link (whatever it leads to), is left as it is — never
+    /// removed, even where basket-sync's account could — and `status` lists it with what to do;
+    /// the rotation itself goes on.
+    @Test func partsPastKeepThatAreNotBasketSyncsAreLeftAndSaid() throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.write("basket-sync.json", #"{"rotate": {"maxBytes": 300, "keep": 2}}"#)
+        var pushed = 0
+        func push() throws {
+            pushed += 1
+            #expect(try basketSync(["-C", playground.path, "push", "--id", "e\(pushed)", "A=+1"]).status == 0)
+            #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        }
+        while !FileManager.default.fileExists(atPath: playground.path + "/outbox.jsonl.1") { try push() }
+        try playground.write("outbox.jsonl.3", "theirs\n")
+        #expect(chown(playground.path + "/outbox.jsonl.3", 4212, 4212) == 0)
+        try playground.write("target", "the link's target\n")
+        #expect(symlink(playground.path + "/target", playground.path + "/outbox.jsonl.4") == 0)
+        try playground.write("outbox.jsonl.5", "ours, left by a larger keep\n")
+        let before = playground.read("outbox.jsonl.1")
+        while playground.read("outbox.jsonl.1") == before { try push() }
+        #expect(playground.read("outbox.jsonl.3") == "theirs\n", "another account's file is left")
+        #expect((try? FileManager.default.destinationOfSymbolicLink(atPath: playground.path + "/outbox.jsonl.4")) == playground.path + "/target" && playground.read("target") == "the link's target\n", "the link is left, and what it leads to")
+        #expect(!FileManager.default.fileExists(atPath: playground.path + "/outbox.jsonl.5"), "its own part past keep is removed")
+        let status = try basketSync(["-C", playground.path, "status", "--json"])
+        let foreign = ((try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])?["foreignParts"] as? [String]) ?? []
+        #expect(foreign.contains { $0.contains("outbox.jsonl.3: is owned by uid 4212") && $0.contains("move it away") }
+                && foreign.contains { $0.contains("outbox.jsonl.4: is a symbolic link") }, "\(foreign)")
+    }
 }

@@ -164,7 +164,9 @@ public struct CartStatus {
         rotationBlocked = configuration.rotate.map { rotation in
             Projection.allCases.compactMap { JSONLinesFile.rotationBlocker(of: "\(directory)/\($0.fileName)", keep: rotation.keep).map(PinnedNames.named) }
         } ?? []
-        foreignParts = Integrity.foreignParts(in: directory, syncId: ownSyncId) { counts[$0] ?? 0 }.map(PinnedNames.named)
+        foreignParts = (Integrity.foreignParts(in: directory, syncId: ownSyncId) { counts[$0] ?? 0 }
+            + (configuration.rotate.map { rotation in Projection.allCases.flatMap { JSONLinesFile.partsLeftPastKeep(of: "\(directory)/\($0.fileName)", keep: rotation.keep) } } ?? []))
+            .map(PinnedNames.named)
         view = SyncStateMachine(state: state).mealzView
         hostProgress = try CartReader.hostProgress(state, store: store, directory: directory, configuration: configuration)
         do {

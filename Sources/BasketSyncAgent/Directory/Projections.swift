@@ -620,8 +620,10 @@ final class JSONLinesFile {
     }
 
     /// Rotates the file, under its lock, after an append took it past `maxBytes`: NAME.keep-1 →
-    /// NAME.keep (the oldest dropped), …, NAME → NAME.1, and the parts past NAME.keep (left by
-    /// a larger `keep` before) removed: `keep` parts, whatever `keep` was. The next catch-up finds
+    /// NAME.keep (the oldest dropped), …, NAME → NAME.1, and basket-sync's own parts past
+    /// NAME.keep (left by a larger `keep` before) removed: `keep` parts, whatever `keep` was —
+    /// anything else there (another account's file, a link, a directory) is left as it is and
+    /// said by `status` (``partsLeftPastKeep(of:keep:)``). The next catch-up finds
     /// the path gone and starts a new file with the next record (what the database remembers
     /// names the rotated file). Renames and removals never follow a link. A failure is said, not
     /// thrown: the records are safe.
@@ -631,7 +633,7 @@ final class JSONLinesFile {
         do {
             var past = keep + 1
             while past <= keep + 10_000, Posix.info("\(path).\(past)", follow: false) != nil { past += 1 }
-            for index in stride(from: past - 1, through: keep + 1, by: -1) { Posix.unlink("\(path).\(index)") }
+            for index in stride(from: past - 1, through: keep + 1, by: -1) where JSONLinesFile.isOwnPart("\(path).\(index)") { Posix.unlink("\(path).\(index)") }
             if keep > 1 {
                 for index in stride(from: keep - 1, through: 1, by: -1) where Posix.info("\(path).\(index)", follow: false) != nil {
                     try Posix.rename("\(path).\(index)", "\(path).\(index + 1)")
@@ -652,16 +654,39 @@ final class JSONLinesFile {
     /// Another account's: neither root's, this process's, nor the directory's owner's (the
     /// agent's account — `status` run by root judges the agent's parts as the agent does).
     static func rotationBlocker(of path: String, keep: Int) -> String? {
-        let ours: Set<UInt32> = [0, geteuid(), Posix.info(Posix.dirname(of: path), follow: true)?.owner ?? 0]
         for index in 1...max(1, keep) {
             let part = "\(path).\(index)"
-            guard let info = Posix.info(part, follow: false) else { continue }
-            let why = info.kind != .regular ? "is \(info.kind.name)" : ours.contains(info.owner) ? nil : "is owned by \(Trust.account(info.owner))"
-            if let why {
+            if let why = notOwnPart(part) {
                 return "\(part): \(why), not a part basket-sync made: \(Posix.basename(of: path)) is not rotated (it grows past maxBytes) until it is moved away"
             }
         }
         return nil
+    }
+
+    /// Why the part at `part` is not one basket-sync made (nil when it is, or when nothing is
+    /// there): not a regular file (a directory, a link, a FIFO), or another account's — neither
+    /// root's, this process's, nor the directory's owner's.
+    static func notOwnPart(_ part: String) -> String? {
+        guard let info = Posix.info(part, follow: false) else { return nil }
+        if info.kind != .regular { return "is \(info.kind.name)" }
+        let ours: Set<UInt32> = [0, geteuid(), Posix.info(Posix.dirname(of: part), follow: true)?.owner ?? 0]
+        return ours.contains(info.owner) ? nil : "is owned by \(Trust.account(info.owner))"
+    }
+
+    /// Whether `part` is a part basket-sync made: a regular file of its own.
+    static func isOwnPart(_ part: String) -> Bool { Posix.info(part, follow: false) != nil && notOwnPart(part) == nil }
+
+    /// The names past `PATH.keep` that are not basket-sync's own parts, said one sentence each:
+    /// rotation leaves them as they are (never another account's file removed, never a link's
+    /// name); a person moves them away.
+    static func partsLeftPastKeep(of path: String, keep: Int) -> [String] {
+        var said: [String] = []
+        var index = keep + 1
+        while index <= keep + 10_000, Posix.info("\(path).\(index)", follow: false) != nil {
+            if let why = notOwnPart("\(path).\(index)") { said.append("\(path).\(index): \(why), past keep (\(keep)): left as it is by rotation, which removes only its own parts there; move it away") }
+            index += 1
+        }
+        return said
     }
 
     /// The refusal of a file with a hole: basket-sync only appends, so it never wrote one, and
