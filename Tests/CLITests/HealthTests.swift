@@ -261,6 +261,12 @@ extension HealthTests {
             var files: [String: String] = [:]  // path → "products", "items" or "broken"
             var lastRead: (path: String, ok: Bool)?
             var log: [String] = []
+            /// The setting `"name": "from"` in basket-sync.json made `"name": "to"`.
+            func set(_ name: String, from: String, to: String) throws -> String {
+                let text = try String(contentsOfFile: settings, encoding: .utf8)
+                try text.replacingOccurrences(of: "\"\(name)\": \"\(from)\"", with: "\"\(name)\": \"\(to)\"").write(toFile: settings, atomically: true, encoding: .utf8)
+                return to
+            }
             for step in 0..<24 {
                 switch rng.below(5) {
                 case 0, 1:
@@ -271,16 +277,10 @@ extension HealthTests {
                     files[cartPath] = kind
                     log.append("\(step): \(cartPath) \(kind)")
                 case 2:
-                    let next = keys == "products" ? "items" : "products"
-                    let text = try String(contentsOfFile: settings, encoding: .utf8)
-                    try text.replacingOccurrences(of: "\"products\": \"\(keys)\"", with: "\"products\": \"\(next)\"").write(toFile: settings, atomically: true, encoding: .utf8)
-                    keys = next
+                    keys = try set("products", from: keys, to: keys == "products" ? "items" : "products")
                     log.append("\(step): keys \(keys)")
                 case 3:
-                    let next = cartPath == "cart.json" ? "host/cart.json" : "cart.json"
-                    let text = try String(contentsOfFile: settings, encoding: .utf8)
-                    try text.replacingOccurrences(of: "\"cart\": \"\(cartPath)\"", with: "\"cart\": \"\(next)\"").write(toFile: settings, atomically: true, encoding: .utf8)
-                    cartPath = next
+                    cartPath = try set("cart", from: cartPath, to: cartPath == "cart.json" ? "host/cart.json" : "cart.json")
                     log.append("\(step): cart \(cartPath)")
                 default:
                     unlink(directory + "/" + cartPath)
