@@ -176,6 +176,29 @@ import Testing
         #expect(missing.status == 66, "\(missing.stderr)")
     }
 
+    /// `wait --timeout` counts its seconds on the monotonic clock: the wall clock set back an hour
+    /// while it waits (faketime, the process's clock alone) neither holds it nor ends it early.
+    @Test func aTimeoutIsCountedOnTheMonotonicClock() throws {
+        let playground = try syncDirectory()
+        let clock = playground.path + "/clock"
+        try "+0".write(toFile: clock, atomically: true, encoding: .utf8)
+        let output = playground.path + "/wait.err"
+        let waiting = Child()
+        waiting.executableURL = URL(fileURLWithPath: "/usr/bin/faketime")
+        waiting.arguments = ["-f", "+0", "/usr/bin/env", "-u", "FAKETIME", "FAKETIME_TIMESTAMP_FILE=\(clock)", "FAKETIME_NO_CACHE=1",
+                             "FAKETIME_DONT_FAKE_MONOTONIC=1", "SWIFT_BACKTRACE=enable=no", binary.path, "-C", playground.path, "wait", "--timeout", "2"]
+        waiting.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: { _ = FileManager.default.createFile(atPath: output, contents: nil); return output }()))
+        try waiting.run()
+        Thread.sleep(forTimeInterval: 0.5)
+        try "-3600s".write(toFile: clock, atomically: true, encoding: .utf8)
+        // Generous: it ends within its 2 s; set back an hour on the wall clock, it would not.
+        let deadline = Date().addingTimeInterval(120)
+        while waiting.isRunning, Date() < deadline { Thread.sleep(forTimeInterval: 0.1) }
+        if waiting.isRunning { kill(waiting.processIdentifier, SIGKILL) }
+        waiting.waitUntilExit()
+        #expect(waiting.terminationStatus == 75, "\(waiting.terminationStatus): \((try? String(contentsOfFile: output, encoding: .utf8)) ?? "")")
+    }
+
     /// A host killed while it waits leaves no `wait` behind: the command ends with the process
     /// that started it (it would otherwise block for its whole timeout).
     @Test func waitEndsWithTheProcessThatStartedIt() async throws {

@@ -13,7 +13,8 @@ struct WaitLoop {
     /// The poll interval, in milliseconds, where inotify is blind; nil: inotify alone.
     let pollMs: Int?
     /// When to give up (`.busy`, 75).
-    let deadline: Date?
+    /// On the monotonic clock: a step of the wall clock neither ends the wait early nor holds it.
+    let deadline: Double?
     /// At least this long between two looks (seconds): under a busy agent, the commits in
     /// between are seen by the next look.
     var minimumGap = 0.0
@@ -25,7 +26,7 @@ struct WaitLoop {
         self.inotify = inotify
         self.path = path
         self.pollMs = pollMs
-        deadline = timeout.map { Date().addingTimeInterval($0) }
+        deadline = timeout.map { Posix.monotonicSeconds() + $0 }
         self.minimumGap = minimumGap
     }
 
@@ -48,7 +49,7 @@ struct WaitLoop {
             }
             var milliseconds: Int32 = 1000
             if let deadline {
-                let left = deadline.timeIntervalSinceNow
+                let left = deadline - Posix.monotonicSeconds()
                 if left <= 0 { throw .busy(timedOut()) }
                 milliseconds = min(milliseconds, Int32(min(left * 1000, 1000).rounded(.up)))
             }
