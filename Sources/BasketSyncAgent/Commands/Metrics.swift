@@ -124,10 +124,7 @@ public enum Metrics {
         guard let (fd, _) = Posix.openFolderPath(folderPath) else { return try write(path) }
         defer { Posix.close(fd) }
         let pinned = "/proc/self/fd/\(fd)"
-        let place = AgentConfiguration.Place(directory: directory, resolve: AgentConfiguration.resolvedAsFarAsItExists) { path in
-            Posix.info(path, follow: true).map { [$0.device, $0.inode] }
-        }
-        if let components = place.inside((Posix.linkTarget(pinned) ?? folderPath) + "/" + name) {
+        if let components = AgentConfiguration.place(of: directory).inside((Posix.linkTarget(pinned) ?? folderPath) + "/" + name) {
             guard !components.isEmpty, !AgentConfiguration.isOwnOrCart(components, cart: configuration.cart, tree: configuration.isTree) else {
                 throw .refused("\(path): its folder \(folderPath) now leads into \(directory), to \(components.joined(separator: "/")) — the cart or one of basket-sync's own files or folders (a folder swapped for a link?); not written. Put the folder back, or set \"metrics\" to a file of its own")
             }

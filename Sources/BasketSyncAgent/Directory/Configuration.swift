@@ -42,12 +42,17 @@ extension AgentConfiguration {
     /// Parses a configuration file's bytes; a problem names `path:line:column`. The absolute
     /// paths it gives are judged by where they lie from `directory`, the sync directory it is for.
     package static func parse(_ bytes: [UInt8], path: String, in directory: String) throws(AgentError) -> AgentConfiguration {
-        let place = Place(directory: directory, resolve: Self.resolvedAsFarAsItExists) { path in
-            Posix.info(path, follow: true).map { [$0.device, $0.inode] }
-        }
-        do { return try parse(bytes, in: place) } catch {
+        do { return try parse(bytes, in: place(of: directory)) } catch {
             let (line, column) = lineAndColumn(of: error.offset, in: bytes)
             throw .configuration(path: path, line: line, column: column, reason: error.reason)
+        }
+    }
+
+    /// Where absolute paths are judged from for `directory`: their real paths as far as they
+    /// exist, and what each folder on their way is (device, inode).
+    static func place(of directory: String) -> Place {
+        Place(directory: directory, resolve: resolvedAsFarAsItExists) { path in
+            Posix.info(path, follow: true).map { [$0.device, $0.inode] }
         }
     }
 

@@ -633,7 +633,7 @@ final class JSONLinesFile {
         do {
             var past = keep + 1
             while past <= keep + 10_000, Posix.info("\(path).\(past)", follow: false) != nil { past += 1 }
-            for index in stride(from: past - 1, through: keep + 1, by: -1) where JSONLinesFile.isOwnPart("\(path).\(index)") { Posix.unlink("\(path).\(index)") }
+            for index in stride(from: past - 1, through: keep + 1, by: -1) where JSONLinesFile.notOwnPart("\(path).\(index)") == nil { Posix.unlink("\(path).\(index)") }
             if keep > 1 {
                 for index in stride(from: keep - 1, through: 1, by: -1) where Posix.info("\(path).\(index)", follow: false) != nil {
                     try Posix.rename("\(path).\(index)", "\(path).\(index + 1)")
@@ -672,9 +672,6 @@ final class JSONLinesFile {
         let ours: Set<UInt32> = [0, geteuid(), Posix.info(Posix.dirname(of: part), follow: true)?.owner ?? 0]
         return ours.contains(info.owner) ? nil : "is owned by \(Trust.account(info.owner))"
     }
-
-    /// Whether `part` is a part basket-sync made: a regular file of its own.
-    static func isOwnPart(_ part: String) -> Bool { Posix.info(part, follow: false) != nil && notOwnPart(part) == nil }
 
     /// The names past `PATH.keep` that are not basket-sync's own parts, said one sentence each:
     /// rotation leaves them as they are (never another account's file removed, never a link's

@@ -213,8 +213,9 @@ public final class SyncEngine {
         effects += try body(&machine, now)
         // No record is numbered past the largest seq (none reads it as one): the step is undone
         // with its transaction.
-        let numbers = [("outbox", machine.state.lastOutboxSeq), ("notifications", machine.state.lastNotificationSeq), ("payments", machine.state.lastPaymentSeq), ("basket", machine.state.basket)]
-        if let (name, _) = numbers.first(where: { $0.1 > SyncState.largestSeq }) {
+        if max(machine.state.lastOutboxSeq, machine.state.lastNotificationSeq, machine.state.lastPaymentSeq, machine.state.basket) > SyncState.largestSeq,
+           let (name, _) = [("outbox", machine.state.lastOutboxSeq), ("notifications", machine.state.lastNotificationSeq), ("payments", machine.state.lastPaymentSeq), ("basket", machine.state.basket)]
+               .first(where: { $0.1 > SyncState.largestSeq }) {
             throw .refused("\(shownDirectory): the \(name) numbers have reached \(SyncState.largestSeq), the largest seq basket-sync gives (no JSON reader keeps one past it exact): nothing more can be numbered here; start a new sync directory for this cart")
         }
         machineMemo = (machine.memo, store.database.rollbacks)
