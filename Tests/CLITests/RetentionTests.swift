@@ -452,4 +452,52 @@ extension RetentionTests {
         #expect((try? files.destinationOfSymbolicLink(atPath: playground.path + "/.z.3333333333333333.tmp")) == "cart.json", "a link stays")
         #expect(playground.names("inbox/bad").sorted() == [".bad1.1111111111111111.tmp", "bad1", "bad1.error"])
     }
+
+    /// Retention counts the time that passed: a `sync` run with the wall clock set two days
+    /// ahead (faketime, that process's clock alone) forgets none of the ids taken a moment before,
+    /// so that an event redelivered and an order paid again are known, and removes no temporary
+    /// a writer is busy with; records it made are stamped ahead, which shows the clock was moved.
+    @Test func aWallClockSetForwardAgesNothing() throws {
+        let playground = try Playground()
+        #expect(try run(playground, ["init"]).status == 0)
+        try playground.write("basket-sync.json", "{\"retention\": {\"days\": 1}}")
+        #expect(try run(playground, ["set-store", "store-1", "--mode", "retailer"]).status == 0)
+        try playground.writeAtomically("cart.json", cartJSON([("sku-1", 1)]))
+        func deliver(_ id: String, as name: String) throws {
+            try playground.write("inbox/tmp/\(name)", "{\"id\": \"\(id)\", \"type\": \"basketDelta\", \"products\": [{\"id\": \"sku-2\", \"quantity\": 1}]}")
+            try FileManager.default.moveItem(atPath: playground.path + "/inbox/tmp/\(name)", toPath: playground.path + "/inbox/new/\(name)")
+        }
+        try deliver("e1", as: "d1")
+        #expect(try run(playground, ["sync"]).status == 0)
+        #expect(try run(playground, ["handle-payment", "--total", "1.00", "--order-id", "o1"]).status == 0)
+        let ids = query(playground, "SELECT COUNT(*) FROM inbox").first?.first
+        #expect(ids == "1")
+        // A temporary of an apply running now (as basket-sync names it), a minute old.
+        let temporary = ".cart.json.0123456789abcdef.tmp"
+        try playground.write(temporary, "{\"products\":[]}")
+        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-60)], ofItemAtPath: playground.path + "/" + temporary)
+
+        let clock = playground.path + "/clock"
+        try "+2d".write(toFile: clock, atomically: true, encoding: .utf8)
+        try deliver("e2", as: "d2")
+        let ahead = try basketSync(["-f", "+0", "/usr/bin/env", "-u", "FAKETIME", "FAKETIME_TIMESTAMP_FILE=\(clock)", "FAKETIME_NO_CACHE=1",
+                                    "FAKETIME_DONT_FAKE_MONOTONIC=1", "SWIFT_BACKTRACE=enable=no", binary.path, "-C", playground.path, "sync"],
+                                   executable: "/usr/bin/faketime")
+        #expect(ahead.status == 0, "\(ahead.stderr)")
+        let stamped = try #require(playground.records("outbox.jsonl").first { $0["source"] as? String == "e2" }?["at"] as? String)
+        let at = try #require(try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(stamped))
+        try #require(at > Date().addingTimeInterval(86_400), "the sync ran with its clock two days ahead (\(stamped))")
+        #expect(query(playground, "SELECT COUNT(*) FROM inbox").first?.first == "2", "no id forgotten")
+        #expect(query(playground, "SELECT COUNT(*) FROM orders").first?.first == "1", "no order forgotten")
+        #expect(FileManager.default.fileExists(atPath: playground.path + "/" + temporary), "a temporary a minute old stays")
+
+        // Back on the right clock: the redelivery is a duplicate, the order is known.
+        try deliver("e1", as: "d3")
+        let again = try run(playground, ["sync"])
+        #expect(again.status == 0 && again.stdout.contains("1 duplicate"), "\(again.stdout) \(again.stderr)")
+        #expect(playground.records("outbox.jsonl").filter { $0["source"] as? String == "e1" }.count == 1, "e1 taken once")
+        let paid = try run(playground, ["handle-payment", "--total", "1.00", "--order-id", "o1"])
+        #expect(paid.status == 0)
+        #expect(playground.records("payments.jsonl").filter { ($0["type"] as? String) == "handlePayment" }.count == 1, "o1 recorded once: \(paid.stdout)")
+    }
 }

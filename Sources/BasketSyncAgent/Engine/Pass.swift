@@ -35,7 +35,7 @@ extension SyncEngine {
         guard let retention = configuration.retention else { return }
         do { try retain() } catch {
             logger.log(.warning, "retention: \(error.description); tried again in a minute")
-            retentionDue = Date().addingTimeInterval(min(retention.seconds / 10, 60))
+            retentionDue = Posix.bootSeconds() + min(retention.seconds / 10, 60)
         }
     }
 

@@ -33,14 +33,17 @@ extension SyncEngine {
     public func retain(now: Date = Date()) throws(AgentError) -> RetentionSlice {
         var slice = RetentionSlice()
         guard let retention = configuration.retention else { return slice }
-        if let due = retentionDue, now < due { return slice }
-        let cutoff = Timestamp.text(now.addingTimeInterval(-retention.seconds))
+        let boot = Posix.bootSeconds()
+        if let due = retentionDue, boot < due { return slice }
         let limit = Self.retentionSliceLimit
         let inbox: Inbox?
         do { inbox = try self.inbox.pinned() } catch { inbox = nil }  // files wait for a usable inbox
         try store.useIncrementalVacuum()
+        var judgedAt = now
         slice = try store.withTransaction { () throws(AgentError) in
             var slice = RetentionSlice()
+            judgedAt = try retentionNow(now)
+            let cutoff = Timestamp.text(judgedAt.addingTimeInterval(-retention.seconds))
             // What of the outbox the host is done with is the library's rule.
             let outbox = try store.loadState().outboxRetention
             for projection in Projection.allCases {
@@ -73,10 +76,11 @@ extension SyncEngine {
             try store.vacuumFreePages()
             return slice
         }
-        slice.temporaries = removeStaleTemporaries(inbox: inbox, now: now)
+        slice.temporaries = removeStaleTemporaries(inbox: inbox, now: judgedAt)
         // Nothing more due now: look again after a tenth of the retention (at most a minute), at
-        // an ordinary wake-up — no timer is armed for it.
-        retentionDue = slice.more ? nil : now.addingTimeInterval(min(retention.seconds / 10, 60))
+        // an ordinary wake-up — no timer is armed for it (on the boot clock: a step of the wall
+        // clock back neither holds retention nor hurries it).
+        retentionDue = slice.more ? nil : boot + min(retention.seconds / 10, 60)
         if !slice.isEmpty {
             let records = Projection.allCases.map { "\(slice.records[$0.rawValue] ?? 0) \($0.rawValue)" }.joined(separator: ", ")
             logger.log(.info, "retention: removed records older than \(SyncEngine.shownDays(retention.days)) (\(records)), \(slice.ids) ids, \(slice.files) inbox files\(slice.temporaries == 0 ? "" : ", \(slice.temporaries) temporaries a killed writer left")")
@@ -88,8 +92,9 @@ extension SyncEngine {
     /// cart, a pass setting an event aside in `inbox/bad/`), over an hour old: removed, looked
     /// for at most once an hour. Returns how many went.
     private func removeStaleTemporaries(inbox: Inbox?, now: Date) -> Int {
-        if let due = temporariesDue, now < due { return 0 }
-        temporariesDue = now.addingTimeInterval(Self.staleTemporaryAge)
+        let boot = Posix.bootSeconds()
+        if let due = temporariesDue, boot < due { return 0 }
+        temporariesDue = boot + Self.staleTemporaryAge
         // The cart's (apply writes it), and the `.error`s of bad/ (a pass writes them).
         let cartName = String(Posix.basename(of: configuration.cart).prefix(200))
         var removed = (try? Posix.withPinnedFolders(base: directory, relative: configuration.cart) { (cart) throws(AgentError) in
@@ -99,6 +104,24 @@ extension SyncEngine {
             removed += Posix.removeStaleTemporaries(in: inbox.folder("bad"), of: { $0.hasSuffix(".error") }, olderThan: Self.staleTemporaryAge, now: now.timeIntervalSince1970)
         }
         return removed
+    }
+
+    /// The time retention judges ages by (docs/spec.md §9): the wall clock, but never ahead of
+    /// the time that passed on the boot clock (which nobody sets) since the least wall-less-boot
+    /// offset retention saw on this boot. Set forward, the wall clock would make what was taken a
+    /// minute ago look days old, and an event redelivered after its id was forgotten would be
+    /// taken again; set back, it only keeps things longer. Inside the caller's write transaction:
+    /// the offset is noted when it is new on this boot or lower than the one kept.
+    func retentionNow(_ now: Date) throws(AgentError) -> Date {
+        let offset = Self.clockOffset(now)
+        if let text = try store.note(.retentionClock) {
+            let fields = text.fields(UInt8(ascii: " "))
+            if fields.count == 2, let least = Double(fields[0]), least.isFinite, String(fields[1]) == Posix.bootId, least <= offset {
+                return now.addingTimeInterval(least - offset)
+            }
+        }
+        try store.setNote(.retentionClock, "\(offset) \(Posix.bootId)")
+        return now
     }
 
     /// How old a temporary nobody renamed is before retention removes it.

@@ -70,10 +70,11 @@ public final class SyncEngine {
     }
     /// Whether each record made is logged (the agent's log, for a person following it).
     public var logsActivity = false
-    /// When retention looks again for what is due (nil: at the next pass).
-    var retentionDue: Date?
-    /// When retention looks again for temporaries a killed writer left (nil: at its next slice).
-    var temporariesDue: Date?
+    /// When retention looks again for what is due, on the boot clock (nil: at the next pass).
+    var retentionDue: Double?
+    /// When retention looks again for temporaries a killed writer left, on the boot clock (nil:
+    /// at its next slice).
+    var temporariesDue: Double?
     /// The most inbox entries one pass goes through (nil: all): a tree's agent gives each cart a
     /// budget per turn, so that one cart's backlog delays the others by at most one budget.
     public var inboxBudget: Int?

@@ -53,6 +53,7 @@ enum MetaKey: Hashable, Sendable {
         case .note(.clock): return "note.clock"
         case .note(.goneSince): return "note.goneSince"
         case .note(.flushed): return "note.flushed"
+        case .note(.retentionClock): return "note.retentionClock"
         }
     }
 
@@ -98,4 +99,8 @@ enum Note: String, CaseIterable, Sendable {
     /// file system and boot, the boot clock when its last `syncfs` that went through began
     /// (``FlushedNote``).
     case flushed
+    /// The least wall clock less boot clock retention saw on this boot (`OFFSET BOOT`): it
+    /// counts the time that passed from it, so that a step of the wall clock forward ages
+    /// nothing (``SyncEngine/retentionNow(_:)``).
+    case retentionClock
 }
