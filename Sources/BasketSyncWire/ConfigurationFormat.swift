@@ -338,6 +338,11 @@ public struct AgentConfiguration: Equatable, Sendable {
         if let database = configuration.database, let place, place.inside(database) != nil {
             throw fail(databaseOffset, "\"database\" lies inside the sync directory (\(JSONWriter.quoted(database)) is in \(place.resolve(place.directory))); give a directory outside it, basket-sync's alone, such as \"/var/lib/basket-sync/shop1\", or null (the database in .basket-sync/ here)")
         }
+        // A directory named `.basket-sync` is another sync directory's (or tree's) own: its
+        // database serves that directory, never a second one.
+        if let database = configuration.database, database.hasSuffix("/.basket-sync") {
+            throw fail(databaseOffset, "\"database\" names a .basket-sync/ directory (\(JSONWriter.quoted(database))): that is a sync directory's or a tree's own, whose database serves that directory alone; give a directory of this one's own, such as \"/var/lib/basket-sync/shop1\", or null (the database in .basket-sync/ here)")
+        }
         return configuration
     }
 

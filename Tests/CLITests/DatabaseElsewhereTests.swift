@@ -72,9 +72,38 @@ import Testing
             try FileManager.default.removeItem(atPath: database)
             try Data("not a directory\n".utf8).write(to: URL(fileURLWithPath: database))
         }
-        let refused = try basketSync(["-C", playground.path, "sync"])
-        #expect(refused.status == 74 || refused.status == 73, "\(shape): \(refused.status) \(refused.stderr)")
-        #expect(refused.stderr.contains(database), "the message names the directory: \(refused.stderr)")
+        for command in ["sync", "status"] {
+            let refused = try basketSync(["-C", playground.path, command])
+            #expect(refused.status == 74, "\(shape) \(command): \(refused.status) \(refused.stderr)")
+            #expect(refused.stderr.contains(database), "the message names the directory: \(refused.stderr)")
+            #expect(!refused.stderr.contains("in the sync directory"), "the advice is the setting's, not the sync directory's: \(refused.stderr)")
+        }
+    }
+
+    /// The directory `"database"` names, missing (the setting changed, the directory removed,
+    /// under the commands or under the agent): said with that path and the setting, never as a
+    /// directory to init again (which would make a second database).
+    @Test func aMissingDatabaseDirectoryIsNamedWithTheSetting() async throws {
+        let (playground, database) = try directoryWithItsDatabaseElsewhere()
+        defer { try? FileManager.default.removeItem(atPath: database) }
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1)]))
+        let elsewhere = database + "-moved"
+        defer { try? FileManager.default.removeItem(atPath: elsewhere) }
+        try playground.write("basket-sync.json", "{\"database\": \"\(elsewhere)\"}")
+        for command in ["sync", "status", "wait", "apply"] {
+            let missing = try basketSync(["-C", playground.path, command] + (command == "wait" ? ["--timeout", "0"] : []))
+            #expect(missing.status == 66, "\(command): \(missing.status) \(missing.stderr)")
+            #expect(missing.stderr.contains(elsewhere) && missing.stderr.contains("\"database\""), "\(command): \(missing.stderr)")
+            #expect(!missing.stderr.contains("run basket-sync init") && !missing.stderr.contains("no .basket-sync"), "\(command): \(missing.stderr)")
+        }
+        try playground.write("basket-sync.json", "{\"database\": \"\(database)\"}")
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        try FileManager.default.removeItem(atPath: database)
+        #expect(try basketSync(["-C", playground.path, "push", "--id", "e1", "A=+1"]).status == 0)
+        try await eventually("the agent stops") { !agent.process.isRunning }
+        #expect(agent.process.terminationStatus == 74, "\(agent.log)")
+        #expect(agent.log.contains(database + "/state.db") && !agent.log.contains("sync directory or its .basket-sync/"), "\(agent.log)")
     }
 
     /// Two sync directories naming the same database directory (a setting copied): the second is
@@ -127,6 +156,16 @@ import Testing
         #expect(refused.status == 78, "\(value): \(refused.stderr)")
         #expect(refused.stderr.contains("basket-sync.json:2:"), "the place is named: \(refused.stderr)")
         #expect(!FileManager.default.fileExists(atPath: playground.path + "/.basket-sync"), "nothing made")
+        // Set so after init, the database moved where it names: `status` and `metrics` say the
+        // setting (78, its place), as every command does — not a database gone.
+        try playground.write("basket-sync.json", "{}")
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try FileManager.default.removeItem(atPath: playground.path + "/.basket-sync/state.db")
+        try playground.write("basket-sync.json", "{\n  \"database\": \(value)\n}")
+        for command in ["status", "metrics", "sync"] {
+            let broken = try basketSync(["-C", playground.path, command])
+            #expect(broken.status == 78 && broken.stderr.contains("basket-sync.json:2:"), "\(value) \(command): \(broken.status) \(broken.stderr)")
+        }
     }
 
     /// The running agent's database cannot move under it: a SIGHUP with another "database" is
@@ -191,6 +230,52 @@ extension DatabaseElsewhereTests {
     /// The sync directory seen under another name that is no link (a bind mount of it): a
     /// database under that name lies inside the directory all the same, told by what the
     /// folders are (device and inode), not by how their paths are spelled.
+    /// Another sync directory's own database (in its `.basket-sync/`) is never served: named as
+    /// such, the setting is refused (78, its place); reached by another name (a bind mount), the
+    /// id the database keeps of its directory refuses it (74) — even one taken before that rule
+    /// (its id made the other's), once its own directory ran again. Nothing of the other's
+    /// history is read or written: its host is never told the second directory's deltas.
+    @Test(arguments: ["named", "through a bind mount"])
+    func anotherDirectorysOwnDatabaseIsNeverServed(how: String) throws {
+        let owner = try Playground()
+        #expect(try basketSync(["-C", owner.path, "init"]).status == 0)
+        #expect(try basketSync(["-C", owner.path, "push", "--id", "own", "A=+2"]).status == 0)
+        #expect(try basketSync(["-C", owner.path, "sync"]).status == 0)
+        #expect(!owner.read(".basket-sync/database-id").isEmpty, "its own database carries its id")
+        var named = owner.path + "/.basket-sync"
+        let view = owner.root.deletingLastPathComponent().appendingPathComponent("view-\(UUID().uuidString)").path
+        if how != "named" {
+            #expect(mkdir(view, 0o700) == 0)
+            let mounted = try basketSync(["--bind", named, view], executable: "/usr/bin/mount")
+            try #require(mounted.status == 0, "a bind mount can be made here (root): \(mounted.stderr)")
+            named = view
+        }
+        defer { if how != "named" { _ = try? basketSync([view], executable: "/usr/bin/umount"); rmdir(view) } }
+        let other = try Playground()
+        try other.write("basket-sync.json", "{\n  \"database\": \"\(named)\"\n}")
+        let expected: Int32 = how == "named" ? 78 : 74
+        for command in [["init"], ["sync"], ["status"], ["push", "--id", "theirs", "B=+5"]] {
+            let refused = try basketSync(["-C", other.path] + command)
+            #expect(refused.status == expected || (command[0] == "push" && refused.status != 0), "\(how) \(command): \(refused.status) \(refused.stderr)")
+            if how == "named", command[0] != "push" { #expect(refused.stderr.contains("basket-sync.json:2:"), "the place is named: \(refused.stderr)") }
+        }
+        let theirs = try basketSync(["-C", other.path, "sync"])
+        #expect(theirs.status != 0, "\(theirs.stdout)")
+        #expect(owner.records("outbox.jsonl").map { $0["source"] as? String } == ["own"], "the owner's history alone")
+        #expect(try basketSync(["-C", owner.path, "sync"]).status == 0)
+        guard how != "named" else { return }
+        #expect(theirs.stderr.contains("serves another sync directory"), "\(theirs.stderr)")
+        // Taken before this rule: the database's id made the other directory's. Its own
+        // directory running again makes it its own, and the other is refused from then on.
+        #expect(mkdir(other.path + "/.basket-sync", 0o700) == 0 || errno == EEXIST)
+        try other.write(".basket-sync/database-id", "taken-before\n")
+        #expect(owner.setKeptValue("note.servesDirectory", "taken-before"))
+        #expect(try basketSync(["-C", other.path, "init"]).status == 0, "taken before: served")
+        #expect(try basketSync(["-C", owner.path, "sync"]).status == 0)
+        let after = try basketSync(["-C", other.path, "sync"])
+        #expect(after.status == 74 && after.stderr.contains("serves another sync directory"), "\(after.stderr)")
+    }
+
     @Test func aDatabaseUnderABindMountOfTheDirectoryIsRefused() throws {
         let playground = try Playground()
         for folder in ["share", "view"] { #expect(mkdir(playground.path + "/" + folder, 0o755) == 0) }

@@ -53,7 +53,7 @@ public enum AgentError: Error, CustomStringConvertible, Equatable {
         case let .directoryGone(path):
             return "\(path): the sync directory or its .basket-sync/ was removed or moved away, and the state with it; restore it, then start again"
         case let .databaseGone(path):
-            return "\(path): deleted or replaced while basket-sync had the database open; nothing more is acknowledged. Restore .basket-sync/ from a backup, then start again"
+            return "\(path): deleted or replaced while basket-sync had the database open (or its directory was removed); nothing more is acknowledged. Restore the database's directory (\(Posix.dirname(of: path))/) from a backup, then start again"
         case let .databaseBehind(path, fileSeq, databaseSeq):
             return "\(path): holds record \(fileSeq) but the database ends at \(databaseSeq): the database was lost, restored or replaced. Nothing was written; restore .basket-sync/ from a newer backup, or move .basket-sync/ away and run basket-sync init --adopt to make it again from the files"
         case let .notReady(message): return message

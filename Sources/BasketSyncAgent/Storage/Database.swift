@@ -110,7 +110,10 @@ final class Database {
         // refusal (78); `status` (read only) reports it over what the defaults show.
         let place: (marker: String, state: String, elsewhere: String?)
         do { place = try Database.place(of: directory) } catch where readOnly && error.exitCode == 78 {
+            // Over the defaults only where they hold a database: a broken `"database"` setting
+            // is the refusal (78), not a database said gone from `.basket-sync/`.
             let marker = "\(Posix.resolved(directory) ?? directory)/\(Layout.stateDirectory)"
+            guard Posix.exists("\(marker)/\(Layout.database)") else { throw error }
             place = (marker, marker, nil)
         }
         let elsewhere = place.elsewhere
@@ -124,6 +127,11 @@ final class Database {
         // SQLite opens these by name, following links and blocking on a FIFO: what is not a
         // regular file (the state directory: not a directory) is refused before it gets there.
         if let info = Posix.info(stateDirectory, follow: false), info.kind != .directory {
+            // The `"database"` directory is basket-sync's alone, as `.basket-sync/` is: a link
+            // or a file there is refused as a database not its own (74), named.
+            if let elsewhere {
+                throw .database(path: databasePath, message: "not opened: \"database\" in \(AgentConfiguration.fileName) names \(elsewhere), which is \(info.kind.name), not a directory: it must be a directory of basket-sync's own (a link is never followed there); set the directory it leads to, or make \(elsewhere) one (mkdir, mode 0700) and move the database's files (state.db*) into it")
+            }
             throw .system(SystemError(path: stateDirectory, shape: info.kind.name, expectsDirectory: true))
         }
         // basket-sync's own, or refused before SQLite opens anything (docs/spec.md §7).
@@ -148,6 +156,11 @@ final class Database {
                 // plain init would refuse (73); the advice is the one that works.
                 if case .treeRoot = Workspace.of(directory) {
                     throw .missingInput("\(databasePath): missing: the tree's database is gone; restore \(Layout.stateDirectory)/ from a backup, or run basket-sync -C \(directory) init --tree --adopt to make it again and adopt the carts with their records")
+                }
+                // The directory `"database"` names is missing (the sync directory was made):
+                // said with the setting, never as a directory to init again.
+                if let elsewhere, Posix.info(stateDirectory, follow: false) == nil, Posix.info(markerDirectory, follow: false)?.kind == .directory {
+                    throw .missingInput("\(databasePath): missing: \"database\" in \(AgentConfiguration.fileName) names \(elsewhere), which does not exist. Set it back to where the database is (or to null if it is in \(Layout.stateDirectory)/); restore that directory from a backup; or, when it names a directory of another machine, run the command there")
                 }
                 if Posix.info(stateDirectory, follow: false) != nil || !Integrity.recordsHeld(in: directory).isEmpty {
                     throw .missingInput("\(databasePath): missing: the database is gone; restore \(elsewhere ?? Layout.stateDirectory + "/") from a backup (or, when \"database\" in \(AgentConfiguration.fileName) names a directory of another machine, run the command there), or run basket-sync init --adopt to go on from the files' records")
@@ -222,8 +235,32 @@ final class Database {
                 try connection.execute(Database.tables)
                 try connection.execute("PRAGMA user_version=\(Database.schemaVersion)")
             }
+            if elsewhere == nil { try keepServingOwnDirectory() }
         }
         if elsewhere != nil { try checkServes() }
+    }
+
+    /// The id a database keeps of the directory it serves, and the one that directory's
+    /// `.basket-sync/database-id` holds (nil: none, or unreadable).
+    private var servedIds: (kept: String?, onShare: String?) {
+        get throws(AgentError) {
+            let onShare = ((try? Posix.readFile("\(markerDirectory)/database-id", limit: 64)) ?? nil).map { String(decoding: $0, as: UTF8.self).trimmingSpaces }
+            return (try rootRows.note(.servesDirectory), onShare)
+        }
+    }
+
+    /// A database in its directory's own `.basket-sync/` serves that directory: it keeps the
+    /// directory's id (written to `database-id` when there is none), so that another directory
+    /// whose `"database"` names it is refused (``checkServes()``) — one that took it before is
+    /// refused from now on. Inside the opening transaction.
+    private func keepServingOwnDirectory() throws(AgentError) {
+        let (kept, onShare) = try servedIds
+        if let onShare, kept == onShare { return }
+        let id = onShare ?? Store.newSyncId()
+        if onShare == nil {
+            do { try Posix.writeFileAtomically("\(markerDirectory)/database-id", Array("\(id)\n".utf8), mode: 0o600) } catch { throw .system(error) }
+        }
+        try rootRows.setNote(.servesDirectory, id)
     }
 
     /// With `"database"` elsewhere, a database serves one sync directory (or tree): the one whose
@@ -232,9 +269,8 @@ final class Database {
     /// without an id (moved there, or new) takes this directory's, or a new one.
     private func checkServes() throws(AgentError) {
         let idPath = "\(markerDirectory)/database-id"
-        let onShare = ((try? Posix.readFile(idPath, limit: 64)) ?? nil).map { String(decoding: $0, as: UTF8.self).trimmingSpaces }
         let root = rootRows
-        let kept = try withTransaction { () throws(AgentError) in try root.note(.servesDirectory) }
+        let (kept, onShare) = try withTransaction { () throws(AgentError) in try servedIds }
         if let kept {
             guard kept != onShare else { return }
             throw .database(path: databasePath, message: "not used: it serves another sync directory or tree (its id \(kept) is not in \(idPath)\(onShare.map { ", which holds \($0)" } ?? "")); give \(Posix.dirname(of: markerDirectory)) a \"database\" directory of its own, or, if this is its own database and that file was lost, write \(kept) into it")

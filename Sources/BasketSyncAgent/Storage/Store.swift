@@ -137,7 +137,8 @@ package final class Store {
         do {
             return try database.withTransaction(body)
         } catch {
-            if case .databaseGone = error, cart == 0, !Posix.isDirectory(stateDirectory) { throw .directoryGone(path: directory) }
+            // The sync directory or its `.basket-sync/` gone (not a `"database"` directory elsewhere: that is the database gone, named).
+            if case .databaseGone = error, cart == 0, !Posix.isDirectory(database.markerDirectory) { throw .directoryGone(path: directory) }
             throw error
         }
     }
