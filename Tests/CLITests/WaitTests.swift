@@ -116,6 +116,55 @@ import Testing
         #expect(printed.count == 1 && printed[0].hasPrefix("{\"seq\":2,"), "record 2, committed through the read-write path, is seen through the read-only one: \(printed)")
     }
 
+    /// A read-only view beside a running agent reads the database's write-ahead log (its index
+    /// is there): the host's progress is the latest — a record the host applied (echoed) is not
+    /// listed again, and `status` there says nothing of a database behind. A copy without the
+    /// log's index reads behind: `status` says so (never a database lost) and `wait` will not
+    /// guess the progress (75) unless given `--after`.
+    @Test func aReadOnlyViewNeverTakesTheHostsProgressFromCommitsItCannotSee() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.writeAtomically("cart.json", cartJSON([("A", 1)]))
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        #expect(try basketSync(["-C", playground.path, "push", "A=+2"]).status == 0)
+        try await eventually("the agent sends the delta") { playground.records("outbox.jsonl").count == 1 }
+        try playground.writeAtomically("cart.json", cartJSON([("A", 3)]))
+        try await eventually("the host's echo is taken") {
+            (try? basketSync(["-C", playground.path, "status"]))?.stdout.contains("host progress: 1 of 1") == true
+        }
+        var views: [String] = []
+        defer { for view in views { mountCommand(["-l", view], program: "/bin/umount"); try? FileManager.default.removeItem(atPath: view) } }
+        func readOnlyView(of directory: String) throws -> String {
+            let view = playground.root.deletingLastPathComponent().appendingPathComponent("ro-view-\(UUID().uuidString)").path
+            try FileManager.default.createDirectory(atPath: view, withIntermediateDirectories: false)
+            views.append(view)
+            try #require(mountCommand(["--bind", directory, view]), "this test needs root, as CI has")
+            #expect(mountCommand(["-o", "remount,bind,ro", view]))
+            return view
+        }
+        let view = try readOnlyView(of: playground.path)
+        let waited = try basketSync(["-C", view, "wait", "--timeout", "0"])
+        #expect(waited.status == 75 && waited.stdout.isEmpty, "nothing after the host's progress: \(waited.stdout) \(waited.stderr)")
+        let status = try basketSync(["-C", view, "status"])
+        #expect(status.status == 0 && status.stdout.contains("host progress: 1 of 1") && !status.stdout.contains("behind"), "\(status.stdout)")
+
+        // A copy of the directory taken while the agent runs, without the log's index.
+        let copy = try Playground()
+        let copied = try Child.run(URL(fileURLWithPath: "/bin/sh"), arguments: ["-c", "cp -a '\(playground.path)/.' '\(copy.path)/' && rm -f '\(copy.path)/.basket-sync/state.db-shm'"])
+        copied.waitUntilExit()
+        #expect(agent.stop() == 0)
+        let walSize = (try? FileManager.default.attributesOfItem(atPath: copy.path + "/.basket-sync/state.db-wal")[.size] as? Int) ?? 0
+        try #require(walSize > 0, "the copy's write-ahead log holds the agent's commits")
+        let behind = try readOnlyView(of: copy.path)
+        let said = try basketSync(["-C", behind, "status"])
+        #expect(said.stdout.contains("read without its last commits") && !said.stdout.contains("was lost"), "\(said.stdout) \(said.stderr)")
+        let guessed = try basketSync(["-C", behind, "wait", "--timeout", "0"])
+        #expect(guessed.status == 75 && guessed.stdout.isEmpty && guessed.stderr.contains("--after"), "\(guessed.stdout) \(guessed.stderr)")
+        let given = try basketSync(["-C", behind, "wait", "--after", "0", "--timeout", "0"])
+        #expect(given.status == 0 && given.stdout.hasPrefix("{\"seq\":1,"), "the records from outbox.jsonl: \(given.stdout) \(given.stderr)")
+    }
+
     /// The directory removed under wait ends it (66); a
     /// database behind the outbox stops it (74), as it stops the commands that write.
     @Test func aRemovedDirectoryOrADatabaseBehindTheOutboxEndsIt() async throws {

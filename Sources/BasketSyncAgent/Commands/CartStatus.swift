@@ -153,7 +153,8 @@ public struct CartStatus {
             return given
         }
         let ownSyncId = { [syncId = state.syncId] (projection: Projection) -> String? in (given[projection] ?? 0) > 0 ? syncId : nil }
-        databaseBehind = Projection.allCases.compactMap { projection in
+        // A reader that cannot see the last commits cannot tell a database behind.
+        databaseBehind = store.database.connection.missesCommits ? [] : Projection.allCases.compactMap { projection in
             let inDatabase = counts[projection] ?? 0
             guard let (path, inFile) = Integrity.fileBeyond(projection, in: directory, databaseSeq: inDatabase, syncId: ownSyncId(projection)) else { return nil }
             return "\(PinnedNames.named(path)) holds record \(inFile) but the database ends at \(inDatabase): the database was lost, restored or replaced; every command that writes stops (74) until .basket-sync/ is restored from a newer backup, or moved aside and made again with basket-sync init --adopt"

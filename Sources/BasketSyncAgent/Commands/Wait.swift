@@ -42,6 +42,9 @@ extension Commands {
             }
             if let after {
                 start = after
+            } else if store.database.connection.missesCommits {
+                // The host's progress read from commits behind would list records it applied.
+                throw .busy("\(store.databasePath): this read-only view cannot read the database's last commits (its write-ahead log is there, its index -shm is not): the host's progress is unknown here; give --after SEQ (the last record the host applied), or run wait where the directory is writable")
             } else {
                 let state = try store.withTransaction { () throws(AgentError) in try store.loadState() }
                 start = try CartReader.hostProgress(state, store: store, directory: directory, configuration: configuration, refusingClaimBeyond: true)

@@ -286,6 +286,9 @@ final class Database {
     /// What is wrong with where the database is, or nil: on a network or userspace file system,
     /// SQLite's write-ahead log (its shared memory, its locks) is not safe.
     var placeWarning: String? {
+        if connection.missesCommits {
+            return "the database \(databasePath) is read without its last commits: its write-ahead log is there but not its index (-shm), which this read-only view cannot make — what is shown may be behind what was committed (never a database lost); read it where the directory is writable"
+        }
         guard let kind = FileSystemKind.of(stateDirectory), kind.isBlindToInotify else { return nil }
         return "the database \(databasePath) is on \(kind.name), a network or userspace file system: SQLite's write-ahead log needs shared memory and locks such a file system does not give (commands on another machine could corrupt it); set \"database\" in \(AgentConfiguration.fileName) to a directory on a local disk (docs/network-file-systems.md)"
     }

@@ -5,6 +5,9 @@ import CSQLite
 final class SQLiteConnection {
     private var handle: OpaquePointer?
     let path: String
+    /// Opened immutable while its write-ahead log holds commits it cannot read (a read-only
+    /// view without the log's index): what it reads may be behind what was committed.
+    private(set) var missesCommits = false
 
     /// SQLite's SQLITE_TRANSIENT: bound text is copied at once.
     private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
@@ -20,8 +23,15 @@ final class SQLiteConnection {
         let access = readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
         var flags = access | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW
         var name = path
-        if readOnly, Posix.unwritable(Posix.dirname(of: path)) == EROFS
-            || (FileSystemKind.full(Posix.dirname(of: path), forOwner: geteuid()) != nil && (Posix.info(path + "-wal", follow: false)?.size ?? 0) == 0) {
+        // On a read-only view of a database another process writes (a read-only bind mount
+        // beside the agent), its `-wal` and `-shm` are there: SQLite reads them (a private copy
+        // of the WAL index) and sees every commit. Only without them is it opened immutable —
+        // and then a WAL that is not empty holds commits this reader cannot see.
+        let wal = Posix.info(path + "-wal", follow: false)?.size ?? 0
+        let readable = wal > 0 && Posix.info(path + "-shm", follow: false) != nil
+        if readOnly, (Posix.unwritable(Posix.dirname(of: path)) == EROFS && !readable)
+            || (FileSystemKind.full(Posix.dirname(of: path), forOwner: geteuid()) != nil && wal == 0) {
+            missesCommits = wal > 0
             flags |= SQLITE_OPEN_URI
             let escaped = path.map { character -> String in
                 switch character {
