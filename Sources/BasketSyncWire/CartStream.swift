@@ -187,6 +187,8 @@ package enum CartStream {
                 guard sawProducts else { return nil }
             }
             skipSpace()
+            // An id past the limit over its lines: the tree parser says where.
+            guard QuantityLimit.linePastLimit(cart.products, limit: limits.maxQuantity) == nil else { return nil }
             return index == bytes.count ? cart : nil
         }
 

@@ -124,6 +124,7 @@ struct FieldReader {
         }
         var products: [RetailerProduct] = []
         products.reserveCapacity(elements.count)
+        var nodes: [JSONNode] = []
         for element in elements {
             guard case .object = element.value else {
                 problem(element, "a line must be an object like {\"\(keys.id)\": \"sku-1\", \"\(keys.quantity)\": 2}, not \(element.kind)")
@@ -131,9 +132,42 @@ struct FieldReader {
             }
             let id = identifier(element[keys.id], in: element, key: keys.id, what: "this line")
             let quantity = quantity(element[keys.quantity], in: element, signed: signed)
-            if let id, let quantity { products.append(RetailerProduct(id: id, quantity: quantity)) }
+            if let id, let quantity {
+                products.append(RetailerProduct(id: id, quantity: quantity))
+                if !signed { nodes.append(element) }
+            }
+        }
+        // An absolute list's lines of one id add up to its quantity: that sum is what the limit bounds.
+        if !signed, let past = QuantityLimit.linePastLimit(products, limit: limits.maxQuantity) {
+            let line = nodes[past.index]
+            problem(line[keys.quantity] ?? line, "\(JSONWriter.quoted(products[past.index].id)) adds up to \(past.sum) over its lines with this one, out of range; the limit is \(limits.maxQuantity) for an id, whatever lines it is on")
         }
         return products
+    }
+}
+
+/// The limit on a quantity (`limits.maxQuantity`) bounds what an id holds: in an absolute list
+/// (a cart, a `basketState`) the sum of its lines.
+package enum QuantityLimit {
+    /// The first line whose id's lines, up to it, add up past `limit`, and that sum; nil when
+    /// every id is within it. Each line must be within it already (0 or more). Ids compared
+    /// byte for byte, as the tally does.
+    package static func linePastLimit(_ products: [RetailerProduct], limit: Int) -> (index: Int, sum: Int)? {
+        // The common case: all lines together within the limit, so is every id.
+        var total = 0
+        var overflow = false
+        for product in products {
+            (total, overflow) = total.addingReportingOverflow(product.quantity)
+            if overflow || total > limit { break }
+        }
+        if !overflow, total <= limit { return nil }
+        var sums: [ExactID: Int] = [:]
+        for (index, product) in products.enumerated() {
+            let sum = sums[ExactID(product.id), default: 0] + product.quantity
+            if sum > limit { return (index, sum) }
+            sums[ExactID(product.id)] = sum
+        }
+        return nil
     }
 }
 

@@ -102,6 +102,39 @@ import TestSupport
         #expect(fast > Self.rounds / 20, "seed \(seed): the one-pass reader took only \(fast) of \(Self.rounds) carts")
     }
 
+    /// The limit bounds what an id holds: a cart is refused when the lines of one id (compared
+    /// byte for byte: "café" and "cafe\u{301}" are two ids) add up past `maxQuantity`, by both
+    /// readers, and taken when every id is within it. The reference sums as the rule says.
+    @Test func anIdsLinesAddingUpPastTheLimitAreRefusedByBothReaders() {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        let ids = ["A", "B", "café", "cafe\u{301}"]
+        for round in 0..<Self.rounds {
+            var limits = InputLimits()
+            limits.maxQuantity = Int.random(in: 1...12, using: &rng)
+            let lines = (0..<Int.random(in: 0...7, using: &rng)).map { _ in
+                (ids[Int.random(in: 0..<ids.count, using: &rng)], Int.random(in: 0...limits.maxQuantity, using: &rng))
+            }
+            var sums: [[UInt8]: Int] = [:]
+            for (id, quantity) in lines { sums[Array(id.utf8), default: 0] += quantity }
+            let within = sums.values.allSatisfy { $0 <= limits.maxQuantity }
+            let text = "{\"products\": [" + lines.map { "{\"id\": \(Self.quoted($0.0)), \"quantity\": \($0.1)}" }.joined(separator: ", ") + "]}"
+            let bytes = Array(text.utf8)
+            let context = "seed \(seed) round \(round) (limit \(limits.maxQuantity)): \(text)"
+            switch Result(catching: { () throws(DecodingFailure) in try CartDocument(bytes, keys: CartKeys(), limits: limits).cart }) {
+            case let .success(cart):
+                #expect(within, "taken past the limit: \(context)")
+                #expect(cart.products.count == lines.count, "\(context)")
+            case let .failure(failure):
+                #expect(!within, "refused within the limit (\(failure.first.reason)): \(context)")
+                #expect(failure.first.reason.contains("adds up to"), "\(failure.first.reason): \(context)")
+            }
+            if let streamed = CartStream.decode(bytes, keys: CartKeys(), limits: limits) {
+                #expect(within && streamed.products.count == lines.count, "the one-pass reader: \(context)")
+            }
+        }
+    }
+
     @Test func aLargeCartTakesTheOnePath() {
         let text = "{\"products\": [" + (0..<10_000).map { "{\"id\": \"sku-\($0)\", \"quantity\": \($0 % 7), \"label\": \"Milk 1 L\", \"price\": 1.25}" }.joined(separator: ",\n") + "], \"syncedThrough\": 12}"
         let cart = CartStream.decode(Array(text.utf8), keys: CartKeys(), limits: InputLimits())
