@@ -155,23 +155,33 @@ package struct JSONWriter {
         text.count > limit ? String(text.prefix(limit)) + "…" : String(text)
     }
 
-    /// `text` for a line meant for people: every control character (C0, DEL, C1) and line
-    /// separator (U+2028, U+2029) written as an escape, so that nothing in it can end the line
-    /// or forge the next one.
+    /// `text` for a line meant for people: every control character (C0, DEL, C1), format
+    /// character (the bidirectional overrides and isolates, zero-width marks: Unicode's Cf) and
+    /// line or paragraph separator written as an escape, so that nothing in it can end the line,
+    /// forge the next one, or show it in another order than it is ("r\u{202e}gpj.exe").
     package static func printable(_ text: String) -> String {
-        guard text.unicodeScalars.contains(where: { Identifier.isControl($0) || $0.value == 0x2028 || $0.value == 0x2029 }) else { return text }
+        guard text.unicodeScalars.contains(where: needsEscape) else { return text }
         var result = ""
         for scalar in text.unicodeScalars {
             switch scalar {
             case "\n": result += "\\n"
             case "\r": result += "\\r"
             case "\t": result += "\\t"
-            case _ where Identifier.isControl(scalar) || scalar.value == 0x2028 || scalar.value == 0x2029:
+            case _ where needsEscape(scalar):
                 result += "\\u{" + String(scalar.value, radix: 16) + "}"
             default: result.unicodeScalars.append(scalar)
             }
         }
         return result
+    }
+
+    /// Whether a line meant for people shows `scalar` as an escape (see ``printable(_:)``).
+    static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
+        if scalar.value < 0x80 { return Identifier.isControl(scalar) }
+        switch scalar.properties.generalCategory {
+        case .control, .format, .lineSeparator, .paragraphSeparator: return true
+        default: return false
+        }
     }
 
     /// The text written so far, for outputs that are strings.

@@ -47,6 +47,27 @@ import Testing
         #expect(status.stdout.utf8.count < 10_000)
     }
 
+    /// Nothing in an event's file name reaches a log line or a `.error` file as it is when it
+    /// could end the line, forge the next one or show it in another order: a newline, a line
+    /// separator, a C1 control, a bidirectional override or isolate, a zero-width mark (Unicode's
+    /// Cc, Cf, Zl and Zp) — each written as an escape.
+    @Test(arguments: ["\n", "\u{2028}", "\u{85}", "\u{202E}", "\u{2067}", "\u{200B}", "\u{FEFF}", "\u{61C}"])
+    func nothingInAFileNameCanForgeOrReorderALogLine(piece: String) throws {
+        let playground = try syncDirectory()
+        let name = "evil\(piece)basket-sync: error: forged"
+        try "{not json".write(toFile: playground.path + "/inbox/new/" + name, atomically: false, encoding: .utf8)
+        let sync = try basketSync(["-C", playground.path, "sync"])
+        let status = try basketSync(["-C", playground.path, "status"])
+        let errorFile = playground.names("inbox/bad").first { $0.hasSuffix(".error") } ?? "none"
+        let shown = "evil\\u{\(String(piece.unicodeScalars.first!.value, radix: 16))}basket-sync: error: forged"
+        for (what, text) in [("sync", sync.stderr), ("status", status.stdout), (".error", playground.read("inbox/bad/" + errorFile))] {
+            let raw = text.unicodeScalars.filter { $0 != "\n" && $0.value >= 0x80 || ($0.value < 0x20 && $0 != "\n") }
+                .filter { [.control, .format, .lineSeparator, .paragraphSeparator].contains($0.properties.generalCategory) }
+            #expect(raw.isEmpty, "\(what) shows \(raw.map { String($0.value, radix: 16) }) raw: \(text)")
+            #expect(text.contains(piece == "\n" ? "evil\\nbasket-sync: error: forged" : shown), "\(what): \(text)")
+        }
+    }
+
     /// A newline in an event's file name cannot forge a log line.
     @Test func aNewlineInAFileNameCannotForgeALogLine() throws {
         let playground = try syncDirectory()
