@@ -56,6 +56,8 @@ func run() throws(AgentError) -> Int32 {
     case .manual:
         emit(Manual.page)
     case let .initialize(adopt, tree, shared):
+        // Every argument checked before anything is made.
+        if let shared { try Commands.checkShareGroup(shared) }
         let created = try Commands.initialize(directory: directory, adopt: adopt, tree: tree)
         let what = tree || Workspace.of(directory) == .treeRoot ? "a tree of carts" : "a sync directory"
         emit(created.isEmpty ? "\(directory) is already \(what); nothing to create" : created.map { "created \($0)" }.joined(separator: "\n"))

@@ -160,6 +160,19 @@ struct Account {
         #expect(try basketSync(["-C", shop, "sync"]).status == 0)
     }
 
+    /// `init --shared GROUP` whose group is no such group, or one this account may not give its
+    /// files to (not a member): a usage error (64) before anything is made.
+    @Test(arguments: ["basket-sync-no-such-group", "0"])
+    func aSharedInitWithAGroupItCannotUseMakesNothing(group: String) throws {
+        let playground = try Playground()
+        chmod(playground.path, 0o755)
+        let shop = playground.path + "/shop"
+        #expect(mkdir(shop, 0o755) == 0 && chown(shop, Account.agent.uid, Account.group) == 0)
+        let refused = try Account.agent.basketSync(["-C", shop, "init", "--shared", group])
+        #expect(refused.status == 64 && refused.stderr.contains("--shared \(group)"), "\(refused.status) \(refused.stderr)")
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: shop)) ?? ["?"]).isEmpty, "nothing made")
+    }
+
     /// `init --shared GROUP`: the writer, a member of the group, delivers (`push`, or a file into
     /// inbox/new/) and writes the cart; she can rename over neither the configuration nor the
     /// database, nor remove the outputs; an output file she makes first is never appended to.

@@ -74,6 +74,17 @@ extension Commands {
     /// directory setgid and sticky, writable by the group; the inbox's tmp/ and new/ likewise;
     /// the configuration readable by the group; `.basket-sync/` the agent's alone. Returns what
     /// it set, one line each.
+    /// Checks, before `init` makes anything, that `--shared GROUP` names a group this account
+    /// may give its files to (it exists; root, or a member): a usage error leaves nothing made.
+    public static func checkShareGroup(_ name: String) throws(AgentError) {
+        let group = try Shared.group(name)
+        guard geteuid() != 0, getegid() != group else { return }
+        let count = getgroups(0, nil)
+        var groups = [gid_t](repeating: 0, count: Int(max(count, 0)))
+        if count > 0, getgroups(count, &groups) >= 0, groups.contains(group) { return }
+        throw .usage("init --shared \(name): this account (uid \(geteuid())) is not a member of that group, and may not give its files to it; add it to the group (usermod -aG \(name) USER, then log in again), or run init as root")
+    }
+
     public static func share(directory: String, group name: String) throws(AgentError) -> [String] {
         let group = try Shared.group(name)
         var done: [String] = []
