@@ -206,8 +206,14 @@ extension ScenarioRun {
         let covered = all.filter { $0.seq <= (cart.syncedThrough ?? last) }
         if cart.quantities == model(covered) {
             // An id on several lines: each line where the rule puts the change, no other touched.
-            for (id, wanted) in modelLines(covered).sorted(by: { $0.key < $1.key }) where cart.lines(of: id) != wanted {
-                fail(.placement, "after \(moment), the lines of \(Self.spelled(id)) are \(cart.lines(of: id)), where the records lead to \(wanted) (they were \(initial.lines(of: id))): an id's lines add up, and a delta moves them as little as it can — an increase on its first line, a decrease taken from its last line back; a line brought to 0 leaves, every other line stays as it is")
+            // A line the host brings to 0 may leave or stay at 0 (docs/integrating.md): such lines
+            // come after every other line of the id (a decrease is taken from the last line back),
+            // so the host's lines are the rule's followed by lines at 0.
+            func placed(_ lines: [Int], _ wanted: [Int]) -> Bool {
+                lines.count >= wanted.count && Array(lines.prefix(wanted.count)) == wanted && lines.dropFirst(wanted.count).allSatisfy { $0 == 0 }
+            }
+            for (id, wanted) in modelLines(covered).sorted(by: { $0.key < $1.key }) where !placed(cart.lines(of: id), wanted) {
+                fail(.placement, "after \(moment), the lines of \(Self.spelled(id)) are \(cart.lines(of: id)), where the records lead to \(wanted) (they were \(initial.lines(of: id))): an id's lines add up, and a delta moves them as little as it can — an increase on its first line, a decrease taken from its last line back; a line brought to 0 leaves (or stays at 0), every other line stays as it is")
             }
             let kept = stayingLines(covered)
             // The lines that stay keep their places: the ids the records never take to 0, in

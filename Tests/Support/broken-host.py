@@ -22,7 +22,8 @@ MODE: good, twice, noclamp, losefields, inplace, nosynced, toofar, reverse, skip
       their sum); trim (takes ids with the spaces around them cut); lastline (puts an increase
       on an id's last line); firstdecrease (takes a decrease from an id's first line on);
       dropzero (removes an id's lines at 0 it did not bring there); firstnonzero (puts an
-      increase on an id's first line above 0); keepzero (keeps a line it brought to 0); reorder
+      increase on an id's first line above 0); keepzero (keeps a line it brought to 0: a good
+      host too, as docs/integrating.md allows); reorder
       (writes the cart's ids in reverse order, each id's lines in theirs)
 A good host moves the sum of an id's lines: an increase on its first line, a decrease taken
 from its last line back.
