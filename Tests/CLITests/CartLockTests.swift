@@ -130,7 +130,7 @@ import Testing
     }
 
     /// What a timeout names is the lock that is held: a process holding only the sync
-    /// directory's lock (anyone who can read the directory can take it) is said as holding
+    /// directory's lock (one that may write the directory: this test's own account) is said as holding
     /// that, never the lock file nobody holds.
     @Test func aTimeoutNamesTheLockThatIsHeld() throws {
         let playground = try directoryWithARecordToApply()
@@ -144,6 +144,36 @@ import Testing
             #expect(!late.stderr.contains("cart.json.lock"), "\(command): \(late.stderr)")
         }
         #expect(try lines(playground) == ["X": 1], "nothing written")
+    }
+
+    /// Only an account that may write the sync directory can hold up `apply` and `lock`: the
+    /// lock file is readable by its writers alone (one made open to all before is closed down),
+    /// and a lock another account took — on the directory, which any reader may open, or on a
+    /// lock file it opened while it was open to all — is not waited for. The directory's own
+    /// account holding it is waited for as ever.
+    @Test(arguments: ["the directory", "the lock file"])
+    func onlyAWriterCanHoldUpTheCartLock(held: String) async throws {
+        let playground = try directoryWithARecordToApply()
+        chmod(playground.path, 0o755)
+        let lockFile = playground.path + "/cart.json.lock"
+        #expect(try basketSync(["-C", playground.path, "lock", "--", "true"]).status == 0, "the lock file made")
+        var info = stat()
+        #expect(stat(lockFile, &info) == 0 && info.st_mode & 0o777 == 0o600, "readable by its writer alone: \(String(info.st_mode & 0o777, radix: 8))")
+        #expect(chmod(lockFile, 0o644) == 0, "as an older version made it")
+        let target = held == "the directory" ? playground.path : lockFile
+        let started = try Account.writer.shell("flock -x '\(target)' sleep 600 >/dev/null 2>&1 </dev/null & echo $!")
+        let pid = try #require(Int32(started.stdout.trimmingCharacters(in: .whitespacesAndNewlines)), "\(started)")
+        defer { kill(pid, SIGKILL) }
+        try await eventually("the reader holds \(held)") {
+            let data = FileHandle(forReadingAtPath: "/proc/locks")?.readDataToEndOfFile() ?? Data()
+            return String(decoding: data, as: UTF8.self).split(separator: "\n").contains { $0.contains("FLOCK") && $0.contains(" \(pid) ") && !$0.contains("->") }
+        }
+        let lock = try basketSync(["-C", playground.path, "lock", "--timeout", "1", "--", "true"])
+        #expect(lock.status == 0, "\(held): \(lock)")
+        let apply = try basketSync(["-C", playground.path, "apply", "--timeout", "1"])
+        #expect(apply.status == 0, "\(held): \(apply)")
+        #expect(try lines(playground) == ["X": 1, "A": 2])
+        #expect(stat(lockFile, &info) == 0 && info.st_mode & 0o777 == 0o600, "closed down again")
     }
 
     /// A process that `lock -- CMD` left running keeps the lock (it inherited descriptor 3): a

@@ -40,6 +40,10 @@ public enum CartLock {
         let path = path(directory: directory, configuration: configuration)
         let deadline = timeout.map { Posix.monotonicSeconds() + $0 }
         var told = false
+        // Who may hold it up: only a process that could write the sync directory (docs/spec.md
+        // §7) — both can be opened for reading by accounts that may not, and a lock taken by one
+        // of them is not waited for.
+        let writable = Posix.info(directory, follow: true)
         /// `what`: the lock as said (the lock file, or the sync directory taken with it).
         func wait(for fd: Int32, named shown: String, what: String) throws(AgentError) {
             var refused = 0
@@ -47,18 +51,19 @@ public enum CartLock {
                 let taken: Bool
                 do { taken = try Posix.lockExclusive(fd, wait: false, path: shown) } catch { throw .system(error) }
                 if taken { return }
+                let seen = holders(of: fd)
+                if let writable, !seen.isEmpty, !seen.contains(where: { Posix.processMayWrite($0, writable) }) { return }
                 refused += 1
                 if !told {
                     // None seen holding it: let go in between (the next try takes it), or held by a
                     // process this one cannot see — said without a name only once tried again.
-                    let seen = holders(of: fd)
                     if !seen.isEmpty || refused > 1 {
                         told = true
                         waiting(shown, seen)
                     }
                 }
                 if let deadline, Posix.monotonicSeconds() >= deadline {
-                    throw .busy("\(shown): \(what) is held\(describe(holders(of: fd))) for more than \(AgentConfiguration.number(timeout ?? 0)) s; try again once it is released, or give a longer --timeout")
+                    throw .busy("\(shown): \(what) is held\(describe(seen)) for more than \(AgentConfiguration.number(timeout ?? 0)) s; try again once it is released, or give a longer --timeout")
                 }
                 Posix.pause(microseconds: 5_000)
             }
@@ -91,7 +96,7 @@ public enum CartLock {
                 }
                 let folder: Int32
                 do { folder = try Posix.open(directory, [.directory], follow: true) } catch { throw .system(error) }
-                do throws(AgentError) { try wait(for: folder, named: directory, what: "the sync directory's lock (taken with the host's cart lock; any process that can read the directory can take it)") } catch {
+                do throws(AgentError) { try wait(for: folder, named: directory, what: "the sync directory's lock (taken with the host's cart lock)") } catch {
                     Posix.close(folder)
                     throw error
                 }
@@ -140,12 +145,21 @@ public enum CartLock {
     /// Opens the lock file for reading (all a `flock` needs), making it when missing. Opened
     /// without `O_CREAT` first: in a shared sticky directory (`fs.protected_regular`) an
     /// `O_CREAT` open of another account's file is refused even where reading it is allowed.
+    /// Readable by those who may write its folder alone — its owner, and its group where the
+    /// folder is the group's to write (a shared directory) — so that no one else can open it to
+    /// take the lock; one of this account's made more open before is closed down to that.
     static func openOrMake(_ path: String) throws(SystemError) -> Int32 {
+        let folder = Posix.info(Posix.dirname(of: path), follow: true)
+        let mode: UInt32 = (folder?.mode ?? 0) & 0o020 != 0 ? 0o660 : 0o600
         while true {
-            do { return try Posix.open(path, .readOnly) } catch {
+            do {
+                let fd = try Posix.open(path, .readOnly)
+                if let info = try? Posix.fileInfo(fd, path: path), info.owner == geteuid(), info.mode & 0o777 & ~mode != 0 { _ = fchmod(fd, mode_t(mode)) }
+                return fd
+            } catch {
                 guard error.isMissing else { throw error }
             }
-            do { return try Posix.open(path, [.create, .exclusive], mode: 0o644) } catch {
+            do { return try Posix.open(path, [.create, .exclusive], mode: mode) } catch {
                 guard error.code == EEXIST else { throw error }
             }
         }

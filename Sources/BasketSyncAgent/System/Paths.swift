@@ -37,6 +37,27 @@ extension Posix {
         return text.isEmpty || text.contains(" ") ? "unknown" : text
     }()
 
+    /// Whether process `pid` may write the directory `folder` (its file-system ids against the
+    /// owner, group and mode, as the kernel judges them; root may). A process whose ids cannot be
+    /// read (gone, or not visible from here) is taken as one that may.
+    package static func processMayWrite(_ pid: Int32, _ folder: FileInfo) -> Bool {
+        guard let bytes = try? readFile("/proc/\(pid)/status", limit: 1 << 16, follow: true) else { return true }
+        var uid: UInt32?, gid: UInt32?, groups: [UInt32] = []
+        for line in String(decoding: bytes, as: UTF8.self).split(separator: "\n") {
+            let fields = line.split(whereSeparator: { $0 == "\t" || $0 == " " })
+            guard let key = fields.first else { continue }
+            // Real, effective, saved, file system: the last is what permissions are judged by.
+            if key == "Uid:", fields.count >= 5 { uid = UInt32(fields[4]) }
+            if key == "Gid:", fields.count >= 5 { gid = UInt32(fields[4]) }
+            if key == "Groups:" { groups = fields.dropFirst().compactMap { UInt32($0) } }
+        }
+        guard let uid, let gid else { return true }
+        if uid == 0 { return true }
+        if uid == folder.owner { return folder.mode & 0o200 != 0 }
+        if gid == folder.group || groups.contains(folder.group) { return folder.mode & 0o020 != 0 }
+        return folder.mode & 0o002 != 0
+    }
+
     /// Seconds on the boot clock (`CLOCK_BOOTTIME`: never stepped, counts a suspend too).
     package static func bootSeconds() -> Double {
         var now = timespec()
