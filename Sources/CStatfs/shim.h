@@ -48,3 +48,16 @@ static inline int basket_sync_syncfs(int fd) { return syncfs(fd); }
 static inline long basket_sync_getdents64(int fd, void *buffer, unsigned long size) {
     return syscall(SYS_getdents64, fd, buffer, size);
 }
+
+// renameat2(2), which glibc declares only under _GNU_SOURCE: RENAME_NOREPLACE (1) renames only
+// where nothing is; RENAME_EXCHANGE (2) swaps two names in one step, so that the file a rename
+// would have replaced is kept under the other name, to be judged (and put back) rather than
+// lost. -1 with errno EINVAL where the file system cannot (the caller then renames as before).
+static inline int basket_sync_renameat2(int fromDirectory, const char *from, int toDirectory, const char *to, unsigned int flags) {
+#ifdef SYS_renameat2
+    return (int)syscall(SYS_renameat2, fromDirectory, from, toDirectory, to, flags);
+#else
+    errno = EINVAL;
+    return -1;
+#endif
+}

@@ -146,6 +146,40 @@ import Testing
         #expect(try lines(playground) == ["X": 1], "nothing written")
     }
 
+    /// A host that writes the cart without the lock, in the instant between `apply`'s last look
+    /// and its rename (the rename held three seconds by strace, standing for the scheduler),
+    /// loses nothing: the cart is swapped in, the file it displaced judged — not the one read, it
+    /// is put back — and the records applied to it. The shopper's line and Mealz's delta both end
+    /// in the cart.
+    @Test func aCartWrittenInTheInstantBeforeApplysRenameIsKept() throws {
+        let playground = try directoryWithARecordToApply()
+        let strace = "/usr/bin/strace"
+        try #require(FileManager.default.isExecutableFile(atPath: strace), "strace is installed (scripts/install-deps)")
+        let log = playground.path + "/../strace-\(UUID().uuidString).log"
+        defer { try? FileManager.default.removeItem(atPath: log) }
+        let apply = Child()
+        apply.executableURL = URL(fileURLWithPath: strace)
+        apply.arguments = ["-f", "-o", log, "-e", "trace=renameat2", "-e", "inject=renameat2:delay_enter=3000000:when=1", binary.path, "-C", playground.path, "apply"]
+        apply.standardOutput = FileHandle.nullDevice
+        apply.standardError = FileHandle.nullDevice
+        try apply.run()
+        defer { if apply.isRunning { kill(apply.processIdentifier, SIGKILL) } }
+        // Looked for on this thread, a millisecond apart (not a task the pool may hold back
+        // while the rename's three seconds pass).
+        let deadline = ContinuousClock.now + .seconds(120)
+        while apply.isRunning, ContinuousClock.now < deadline, !playground.names(".").contains(where: { $0.hasPrefix(".cart.json.") && $0.hasSuffix(".tmp") }) {
+            usleep(1_000)
+        }
+        try #require(apply.isRunning, "apply ended before its rename: \((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")")
+        // The shop's edit, the documented way (a temporary renamed over the cart), without the lock.
+        try playground.writeAtomically("cart.json", cartJSON([("X", 1), ("SHOPPER", 5)], syncedThrough: 0))
+        apply.waitUntilExit()
+        #expect(apply.terminationStatus == 0)
+        #expect(try lines(playground) == ["X": 1, "SHOPPER": 5, "A": 2], "\(playground.read("cart.json"))")
+        let calls = ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n").filter { $0.contains("renameat2(") }
+        #expect(calls.count >= 3, "swapped, put back, swapped again after the records were applied to the shop's cart: \(calls)")
+    }
+
     /// Only an account that may write the sync directory can hold up `apply` and `lock`: the
     /// lock file is readable by its writers alone (one made open to all before is closed down),
     /// and a lock another account took — on the directory, which any reader may open, or on a

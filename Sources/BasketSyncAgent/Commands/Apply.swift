@@ -222,14 +222,12 @@ extension Commands {
                 // Made anew through another account's link: the file is that account's, as the
                 // link says the cart is (and as the next read checks it).
                 let madeFor = readVersion == nil ? reached.owners.first.map { ($0, folder?.group ?? $0) } : nil
-                let unchanged = { Posix.info(reached.pinned, follow: false)?.identity == readVersion }
-                do throws(SystemError) { written = try Posix.writeFileAtomically(reached.pinned, encoded, madeFor: madeFor, stillSo: unchanged) } catch {
+                do throws(SystemError) { written = try Posix.writeFileAtomically(reached.pinned, encoded, madeFor: madeFor, onlyOver: .some(readVersion)) } catch {
                     throw AgentError.system(error).replacingPathPrefix(reached.pinned, with: reached.shown)
                 }
             } else {
                 written = try Posix.withPinnedFolders(base: directory, relative: configuration.cart) { (pinned) throws(AgentError) in
-                    let unchanged = { Posix.info(pinned, follow: false)?.identity == readVersion }
-                    do throws(SystemError) { return try Posix.writeFileAtomically(pinned, encoded, stillSo: unchanged) } catch { throw .system(error) }
+                    do throws(SystemError) { return try Posix.writeFileAtomically(pinned, encoded, onlyOver: .some(readVersion)) } catch { throw .system(error) }
                 }
             }
             guard written else { throw .busy(cartChanged(cartPath)) }

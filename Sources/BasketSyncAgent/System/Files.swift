@@ -33,12 +33,13 @@ extension Posix {
     /// minus the umask.
     /// With `replacing`, whatever is at `path` (a link included: the rename replaces the link,
     /// never what it points to) is replaced by a new file of `mode`.
-    /// `stillSo`, when given, is asked right before the rename (the new file written and
-    /// fsynced): false leaves `path` as it is and returns false.
+    /// `onlyOver`, when given, is the version the new file may replace (`.some(nil)`: none, only
+    /// where nothing is), judged in the same step as the rename (``replace(_:_:over:)``): another
+    /// file there is kept, and false returned.
     @discardableResult
     /// `madeFor`: the owner and group a file made anew is given (where this process may give it).
     package static func writeFileAtomically(_ path: String, _ bytes: [UInt8], mode: UInt32 = sharedFileMode, replacing: Bool = false,
-                                            madeFor: (UInt32, UInt32)? = nil, stillSo: (() -> Bool)? = nil) throws(SystemError) -> Bool {
+                                            madeFor: (UInt32, UInt32)? = nil, onlyOver: FileIdentity?? = nil) throws(SystemError) -> Bool {
         var kept: UInt32?
         var owner: (UInt32, UInt32)? = madeFor
         if !replacing, let existing = info(path, follow: false) {
@@ -64,11 +65,14 @@ extension Posix {
             throw error
         }
         close(fd)
-        if let stillSo, !stillSo() {
-            unlink(temporary)
-            return false
-        }
-        do { try rename(temporary, path) } catch {
+        do {
+            // `onlyOver`: only over that version (`.some(nil)`: only where nothing is), in one step.
+            if case let .some(expected) = onlyOver {
+                guard try replace(temporary, path, over: expected) else { return false }
+            } else {
+                try rename(temporary, path)
+            }
+        } catch {
             unlink(temporary)
             throw error
         }
@@ -77,7 +81,7 @@ extension Posix {
         return true
     }
 
-    /// Whether `name` is one of the temporaries ``writeFileAtomically(_:_:mode:replacing:madeFor:stillSo:)``
+    /// Whether `name` is one of the temporaries ``writeFileAtomically(_:_:mode:replacing:madeFor:onlyOver:)``
     /// makes: `.NAME.<16 hex>.tmp`.
     package static func isAtomicTemporary(_ name: String) -> Bool {
         let bytes = Array(name.utf8)

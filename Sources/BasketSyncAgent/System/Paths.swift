@@ -197,6 +197,46 @@ extension Posix {
         if renameat(fromAt, fromRelative, toAt, toRelative) != 0 { throw .last("rename to \(to)", from) }
     }
 
+    /// Puts `temporary` at `path` in one step, only over the file `expected` names (its device,
+    /// inode, size and content time; nil: only where nothing is): a file renamed there meanwhile
+    /// by someone else is never lost. Swapped in (`RENAME_EXCHANGE`), the file it displaced is
+    /// judged: the one expected is removed; another is put back, and `temporary` (ours) removed —
+    /// false. Where the file system cannot swap, judged first and renamed (a narrow window).
+    package static func replace(_ temporary: String, _ path: String, over expected: FileIdentity?) throws(SystemError) -> Bool {
+        let (fromAt, fromRelative) = reached(temporary), (toAt, toRelative) = reached(path)
+        func swap() -> Int32 { basket_sync_renameat2(fromAt, fromRelative, toAt, toRelative, 2) }
+        func unsupported() -> Bool { errno == EINVAL || errno == ENOSYS }
+        let ours = info(temporary, follow: false)
+        guard let expected else {
+            if basket_sync_renameat2(fromAt, fromRelative, toAt, toRelative, 1) == 0 { return true }
+            if errno == EEXIST { unlink(temporary); return false }
+            guard unsupported() else { throw .last("rename to \(path)", temporary) }
+            if info(path, follow: false) != nil { unlink(temporary); return false }
+            try rename(temporary, path)
+            return true
+        }
+        if swap() != 0 {
+            if errno == ENOENT { unlink(temporary); return false }
+            guard unsupported() else { throw .last("rename to \(path)", temporary) }
+            guard info(path, follow: false)?.identity == expected else { unlink(temporary); return false }
+            try rename(temporary, path)
+            return true
+        }
+        // `path` holds ours, `temporary` what was there (a rename keeps a file's content time;
+        // its change time moves).
+        if let displaced = info(temporary, follow: false), displaced.device == expected.device, displaced.inode == expected.inode,
+           displaced.size == expected.size, displaced.modified == expected.modified {
+            unlink(temporary)
+            return true
+        }
+        // Another file: put back. Should a newer one have replaced ours in between, it is what
+        // `path` holds in the end (the one it replaced is older).
+        _ = swap()
+        if let back = info(temporary, follow: false), let ours, !(back.device == ours.device && back.inode == ours.inode) { _ = swap() }
+        unlink(temporary)
+        return false
+    }
+
     package static func unlink(_ path: String) {
         let (at, relative) = reached(path)
         _ = unlinkat(at, relative, 0)
