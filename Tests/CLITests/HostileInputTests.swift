@@ -47,6 +47,29 @@ import Testing
         #expect(status.stdout.utf8.count < 10_000)
     }
 
+    /// What is said of a cart's `syncedThrough` names the cart's file, as every cart error does:
+    /// a claim beyond the outbox in `sync`'s error and in `status` (text and `--json`), a claim
+    /// that went back in the warning.
+    @Test func whatIsSaidOfACartsClaimNamesTheCart() throws {
+        let playground = try syncDirectory()
+        let cart = playground.path + "/cart.json"
+        try playground.write("cart.json", cartJSON([("A", 1)], syncedThrough: 0))
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        try playground.write("cart.json", cartJSON([("A", 2)], syncedThrough: 1))
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        try playground.write("cart.json", cartJSON([("A", 2)], syncedThrough: 5))
+        let beyond = try basketSync(["-C", playground.path, "sync"])
+        #expect(beyond.stderr.contains("\(cart): the cart says syncedThrough 5 but the outbox ends at 1"), "\(beyond.stderr)")
+        let status = try basketSync(["-C", playground.path, "status"])
+        #expect(status.stdout.contains("\(cart): the cart says syncedThrough 5"), "\(status.stdout)")
+        let json = try basketSync(["-C", playground.path, "status", "--json"])
+        #expect(json.stdout.contains("\(cart): the cart says syncedThrough 5"), "\(json.stdout.prefix(2000))")
+        try playground.write("cart.json", cartJSON([("A", 2)], syncedThrough: 0))
+        let back = try basketSync(["-C", playground.path, "sync"])
+        #expect(back.stderr.contains("\(cart): the cart says syncedThrough 0, below"), "\(back.stderr)")
+    }
+
     /// Nothing in an event's file name reaches a log line or a `.error` file as it is when it
     /// could end the line, forge the next one or show it in another order: a newline, a line
     /// separator, a C1 control, a bidirectional override or isolate, a zero-width mark (Unicode's

@@ -275,7 +275,7 @@ public struct CartStatus {
         var cartError: String?
         if let read = lastCartRead, read.produced == "rejected", isAboutTheCartNow(read.error) { cartError = "\(read.at) \(read.error)" }
         if cartError == nil, let claim = state.hostClaim, claim > state.lastOutboxSeq {
-            cartError = "the cart says syncedThrough \(claim) but the outbox ends at \(state.lastOutboxSeq)"
+            cartError = "\(directory)/\(cart): the cart says syncedThrough \(claim) but the outbox ends at \(state.lastOutboxSeq)"
         }
         // The cart that could not be read at all (a permission, an I/O error): no rejection is
         // noted, the pass failed on it; it holds until the cart is read again.

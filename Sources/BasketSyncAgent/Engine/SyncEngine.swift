@@ -348,13 +348,13 @@ public final class SyncEngine {
                 summary.ignored = true
                 summary.reports.append((.warning, "no synchronizer registered: ignored deltas\(batch.source.map { " from \($0)" } ?? "") (\(batch.products.count) lines)"))
             case let .acknowledgementBeyondOutbox(synced, last):
-                summary.reports.append((.error, "the cart says syncedThrough \(synced) but the outbox ends at \(last): it acknowledges nothing; is this cart from another sync directory, or the database reset? The records wait until a cart acknowledges them within the outbox"))
+                summary.reports.append((.error, "\(cartPath): the cart says syncedThrough \(synced) but the outbox ends at \(last): it acknowledges nothing; is this cart from another sync directory, or the database reset? The records wait until a cart acknowledges them within the outbox"))
             case let .acknowledgementBeforeRecords(synced, writtenThrough):
-                summary.reports.append((.error, "the cart says syncedThrough \(synced) but it was written when the outbox ended at \(writtenThrough): a claim of records that did not exist acknowledges nothing (an old cart read late, or a counter ahead of what the host applied); the records wait until a cart written since acknowledges them"))
+                summary.reports.append((.error, "\(cartPath): the cart says syncedThrough \(synced) but it was written when the outbox ended at \(writtenThrough): a claim of records that did not exist acknowledges nothing (an old cart read late, or a counter ahead of what the host applied); the records wait until a cart written since acknowledges them"))
             case .acknowledgementMissing:
-                summary.reports.append((.warning, "the cart has no syncedThrough though this host acknowledges: it acknowledges nothing new, and what it shows settles nothing (it may be the shopper's own units); write syncedThrough in every cart"))
+                summary.reports.append((.warning, "\(cartPath): the cart has no syncedThrough though this host acknowledges: it acknowledges nothing new, and what it shows settles nothing (it may be the shopper's own units); write syncedThrough in every cart"))
             case let .acknowledgementWentBack(synced, highest):
-                summary.reports.append((.warning, "the cart says syncedThrough \(synced), below the \(highest) it acknowledged before (an old cart restored?); nothing is undone, and apply does not apply those records again"))
+                summary.reports.append((.warning, "\(cartPath): the cart says syncedThrough \(synced), below the \(highest) it acknowledged before (an old cart restored?); nothing is undone, and apply does not apply those records again"))
             case let .staleState(basket, current):
                 let why = basket < current ? "a payment or a store change closed it" : "no notification has said that basket yet"
                 summary.reports.append((.warning, "a basketState based on basket \(basket) ignored: the current basket is \(current) (\(why)); the WebView sends the basket of the last notification it saw"))
