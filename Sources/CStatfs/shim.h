@@ -49,15 +49,12 @@ static inline long basket_sync_getdents64(int fd, void *buffer, unsigned long si
     return syscall(SYS_getdents64, fd, buffer, size);
 }
 
-// renameat2(2), which glibc declares only under _GNU_SOURCE: RENAME_NOREPLACE (1) renames only
-// where nothing is; RENAME_EXCHANGE (2) swaps two names in one step, so that the file a rename
-// would have replaced is kept under the other name, to be judged (and put back) rather than
-// lost. -1 with errno EINVAL where the file system cannot (the caller then renames as before).
+// renameat2(2), which glibc declares only under _GNU_SOURCE (and wraps from 2.28):
+// RENAME_NOREPLACE (1) renames only where nothing is; RENAME_EXCHANGE (2) swaps two names in one
+// step, so that the file a rename would have replaced is kept under the other name, to be judged
+// (and put back) rather than lost. -1 with errno EINVAL where the file system cannot (the caller
+// then renames as before).
+int renameat2(int fromDirectory, const char *from, int toDirectory, const char *to, unsigned int flags);
 static inline int basket_sync_renameat2(int fromDirectory, const char *from, int toDirectory, const char *to, unsigned int flags) {
-#ifdef SYS_renameat2
-    return (int)syscall(SYS_renameat2, fromDirectory, from, toDirectory, to, flags);
-#else
-    errno = EINVAL;
-    return -1;
-#endif
+    return renameat2(fromDirectory, from, toDirectory, to, flags);
 }

@@ -179,6 +179,22 @@ int renameat(int fromfd, const char *from, int tofd, const char *to) {
     return result;
 }
 
+// renameat2 (apply's swap of the cart, RENAME_EXCHANGE, and its rename where nothing is,
+// RENAME_NOREPLACE): a rename of FROM to TO as the others are noted.
+int renameat2(int fromfd, const char *from, int tofd, const char *to, unsigned int flags) {
+    static int (*real)(int, const char *, int, const char *, unsigned int);
+    if (!real) real = dlsym(RTLD_NEXT, "renameat2");
+    int result = real(fromfd, from, tofd, to, flags);
+    if (result == 0) {
+        char line[8300], source[4096], target[4096];
+        resolved_at(fromfd, from, source, sizeof source);
+        resolved_at(tofd, to, target, sizeof target);
+        snprintf(line, sizeof line, "rename %s %s\n", source, target);
+        note(line);
+    }
+    return result;
+}
+
 static long long clock_step(void) {
     const char *file = getenv("FAULTSHIM_CLOCK");
     if (!file) return 0;
