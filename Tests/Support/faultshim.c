@@ -165,33 +165,30 @@ static void resolved_at(int dirfd, const char *name, char *out, size_t size) {
     snprintf(out, size, "%s/%s", folder, name);
 }
 
+// A rename done, noted as "rename FROM TO".
+static void note_rename_at(int fromfd, const char *from, int tofd, const char *to) {
+    char line[8300], source[4096], target[4096];
+    resolved_at(fromfd, from, source, sizeof source);
+    resolved_at(tofd, to, target, sizeof target);
+    snprintf(line, sizeof line, "rename %s %s\n", source, target);
+    note(line);
+}
+
 int renameat(int fromfd, const char *from, int tofd, const char *to) {
     static int (*real)(int, const char *, int, const char *);
     if (!real) real = dlsym(RTLD_NEXT, "renameat");
     int result = real(fromfd, from, tofd, to);
-    if (result == 0) {
-        char line[8300], source[4096], target[4096];
-        resolved_at(fromfd, from, source, sizeof source);
-        resolved_at(tofd, to, target, sizeof target);
-        snprintf(line, sizeof line, "rename %s %s\n", source, target);
-        note(line);
-    }
+    if (result == 0) note_rename_at(fromfd, from, tofd, to);
     return result;
 }
 
 // renameat2 (apply's swap of the cart, RENAME_EXCHANGE, and its rename where nothing is,
-// RENAME_NOREPLACE): a rename of FROM to TO as the others are noted.
+// RENAME_NOREPLACE): noted as the others are.
 int renameat2(int fromfd, const char *from, int tofd, const char *to, unsigned int flags) {
     static int (*real)(int, const char *, int, const char *, unsigned int);
     if (!real) real = dlsym(RTLD_NEXT, "renameat2");
     int result = real(fromfd, from, tofd, to, flags);
-    if (result == 0) {
-        char line[8300], source[4096], target[4096];
-        resolved_at(fromfd, from, source, sizeof source);
-        resolved_at(tofd, to, target, sizeof target);
-        snprintf(line, sizeof line, "rename %s %s\n", source, target);
-        note(line);
-    }
+    if (result == 0) note_rename_at(fromfd, from, tofd, to);
     return result;
 }
 

@@ -69,11 +69,6 @@ enum Shared {
 }
 
 extension Commands {
-    /// `init --shared GROUP`: sets `directory` (a sync directory or a tree's root, made first)
-    /// up for accounts of `group` — the host and the Mealz side — beside the agent's: the
-    /// directory setgid and sticky, writable by the group; the inbox's tmp/ and new/ likewise;
-    /// the configuration readable by the group; `.basket-sync/` the agent's alone. Returns what
-    /// it set, one line each.
     /// Checks, before `init` makes anything, that `--shared GROUP` names a group this account
     /// may give its files to (it exists; root, or a member): a usage error leaves nothing made.
     public static func checkShareGroup(_ name: String) throws(AgentError) {
@@ -85,6 +80,11 @@ extension Commands {
         throw .usage("init --shared \(name): this account (uid \(geteuid())) is not a member of that group, and may not give its files to it; add it to the group (usermod -aG \(name) USER, then log in again), or run init as root")
     }
 
+    /// `init --shared GROUP`: sets `directory` (a sync directory or a tree's root, made first)
+    /// up for accounts of `group` — the host and the Mealz side — beside the agent's: the
+    /// directory setgid and sticky, writable by the group; the inbox's tmp/ and new/ likewise;
+    /// the configuration readable by the group; `.basket-sync/` the agent's alone. Returns what
+    /// it set, one line each.
     public static func share(directory: String, group name: String) throws(AgentError) -> [String] {
         let group = try Shared.group(name)
         var done: [String] = []

@@ -51,19 +51,24 @@ public enum CartLock {
                 let taken: Bool
                 do { taken = try Posix.lockExclusive(fd, wait: false, path: shown) } catch { throw .system(error) }
                 if taken { return }
-                let seen = holders(of: fd)
-                if let writable, !seen.isEmpty, !seen.contains(where: { Posix.processMayWrite($0, writable) }) { return }
+                // Held by processes none of which may write the directory (`/proc/locks`, read at
+                // each try: cheap beside the scan of every process's descriptors that names them).
+                if let writable, let locked = try? Posix.fileInfo(fd, path: shown) {
+                    let granted = locks(device: locked.device, inode: locked.inode).granted
+                    if !granted.isEmpty, !granted.contains(where: { Posix.processMayWrite($0, writable) }) { return }
+                }
                 refused += 1
                 if !told {
                     // None seen holding it: let go in between (the next try takes it), or held by a
                     // process this one cannot see — said without a name only once tried again.
+                    let seen = holders(of: fd)
                     if !seen.isEmpty || refused > 1 {
                         told = true
                         waiting(shown, seen)
                     }
                 }
                 if let deadline, Posix.monotonicSeconds() >= deadline {
-                    throw .busy("\(shown): \(what) is held\(describe(seen)) for more than \(AgentConfiguration.number(timeout ?? 0)) s; try again once it is released, or give a longer --timeout")
+                    throw .busy("\(shown): \(what) is held\(describe(holders(of: fd))) for more than \(AgentConfiguration.number(timeout ?? 0)) s; try again once it is released, or give a longer --timeout")
                 }
                 Posix.pause(microseconds: 5_000)
             }
