@@ -131,6 +131,41 @@ import Testing
         #expect(try basketSync(["-C", first.path, "sync"]).status == 0)
     }
 
+    /// A copy of a sync directory (`cp -a`, a template for a new shop) carries its
+    /// `.basket-sync/database-id`: the database elsewhere is bound to the `.basket-sync/` it was
+    /// made with, so the copy is refused (74) before anything of it is read or written, and the
+    /// original goes on. The directory restored (its `.basket-sync/` made again with the id) is
+    /// refused too, until `init` binds the database to it.
+    @Test func aCopyOfTheDirectoryIsNotServedByItsDatabase() throws {
+        let (first, database) = try directoryWithItsDatabaseElsewhere()
+        defer { try? FileManager.default.removeItem(atPath: database) }
+        try first.write("cart.json", cartJSON([("A", 1)], syncedThrough: 0))
+        #expect(try basketSync(["-C", first.path, "sync"]).status == 0)
+        let copy = first.root.deletingLastPathComponent().appendingPathComponent("copy-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: copy) }
+        let copied = try Child.run(URL(fileURLWithPath: "/bin/cp"), arguments: ["-a", first.path, copy])
+        copied.waitUntilExit()
+        #expect(try basketSync(["-C", copy, "push", "--id", "only-for-the-copy", "B=+5"]).status == 0)
+        for command in ["sync", "status", "wait"] {
+            let refused = try basketSync(["-C", copy, command] + (command == "wait" ? ["--timeout", "0"] : []))
+            #expect(refused.status == 74 && refused.stderr.contains("a copy of that directory"), "\(command): \(refused.status) \(refused.stderr)")
+        }
+        #expect(try basketSync(["-C", first.path, "sync"]).status == 0)
+        let listed = try basketSync(["-C", first.path, "wait", "--after", "0", "--timeout", "0"])
+        #expect(!listed.stdout.contains("only-for-the-copy"), "the copy's event never reaches the first directory's host: \(listed.stdout)")
+
+        // Restored: .basket-sync/ made again, its id written back — bound again by init alone.
+        let id = first.read(".basket-sync/database-id")
+        // Moved aside first: the new folder cannot reuse the old one's inode.
+        try FileManager.default.moveItem(atPath: first.path + "/.basket-sync", toPath: first.path + "/.basket-sync.old")
+        #expect(mkdir(first.path + "/.basket-sync", 0o700) == 0)
+        try FileManager.default.removeItem(atPath: first.path + "/.basket-sync.old")
+        try first.write(".basket-sync/database-id", id)
+        #expect(try basketSync(["-C", first.path, "sync"]).status == 74)
+        #expect(try basketSync(["-C", first.path, "init"]).status == 0)
+        #expect(try basketSync(["-C", first.path, "sync"]).status == 0)
+    }
+
     /// A link among the directory's parents (a root-owned /var/lib/x → /data/x): followed to the
     /// real path, and everything works there.
     @Test func aLinkAmongTheParentsIsFollowedToTheRealPath() async throws {

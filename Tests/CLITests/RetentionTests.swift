@@ -500,4 +500,44 @@ extension RetentionTests {
         #expect(paid.status == 0)
         #expect(playground.records("payments.jsonl").filter { ($0["type"] as? String) == "handlePayment" }.count == 1, "o1 recorded once: \(paid.stdout)")
     }
+
+    /// Every row retention ages notes the clock as it is stamped: an event taken and an order
+    /// paid by processes whose clock was two days behind (retention not even set yet), then
+    /// retention of one day set and a `sync` on the right clock — neither is forgotten: the event
+    /// redelivered is a duplicate, the order paid again is not recorded twice.
+    @Test func whatWasStampedOnAClockBehindIsNotAgedOnceItIsSetRight() throws {
+        let playground = try Playground()
+        #expect(try run(playground, ["init"]).status == 0)
+        #expect(try run(playground, ["set-store", "store-1", "--mode", "retailer"]).status == 0)
+        try playground.writeAtomically("cart.json", cartJSON([("sku-1", 1)]))
+        let clock = playground.path + "/clock"
+        try "-2d".write(toFile: clock, atomically: true, encoding: .utf8)
+        func behind(_ arguments: [String]) throws -> Run {
+            try basketSync(["-f", "+0", "/usr/bin/env", "-u", "FAKETIME", "FAKETIME_TIMESTAMP_FILE=\(clock)", "FAKETIME_NO_CACHE=1",
+                            "FAKETIME_DONT_FAKE_MONOTONIC=1", "SWIFT_BACKTRACE=enable=no", binary.path, "-C", playground.path] + arguments,
+                           executable: "/usr/bin/faketime")
+        }
+        func deliver(_ name: String) throws {
+            try playground.write("inbox/tmp/\(name)", "{\"id\": \"e1\", \"type\": \"basketDelta\", \"products\": [{\"id\": \"sku-2\", \"quantity\": 1}]}")
+            try FileManager.default.moveItem(atPath: playground.path + "/inbox/tmp/\(name)", toPath: playground.path + "/inbox/new/\(name)")
+        }
+        try deliver("d1")
+        let taken = try behind(["sync"])
+        #expect(taken.status == 0, "\(taken.stderr)")
+        #expect(try behind(["handle-payment", "--total", "1.00", "--order-id", "o1"]).status == 0)
+        let stamped = try #require(playground.records("outbox.jsonl").first?["at"] as? String)
+        let at = try #require(try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(stamped))
+        try #require(at < Date().addingTimeInterval(-86_400), "the event was taken on a clock two days behind (\(stamped))")
+
+        try playground.write("basket-sync.json", "{\"retention\": {\"days\": 1}}")
+        #expect(try run(playground, ["sync"]).status == 0)
+        #expect(query(playground, "SELECT COUNT(*) FROM inbox").first?.first == "1", "the event's id kept")
+        #expect(query(playground, "SELECT COUNT(*) FROM orders").first?.first == "1", "the order kept")
+        try deliver("d2")
+        let again = try run(playground, ["sync"])
+        #expect(again.stdout.contains("1 duplicate"), "\(again.stdout) \(again.stderr)")
+        #expect(playground.records("outbox.jsonl").count == 1, "e1 taken once")
+        #expect(try run(playground, ["handle-payment", "--total", "1.00", "--order-id", "o1"]).status == 0)
+        #expect(playground.records("payments.jsonl").filter { ($0["type"] as? String) == "handlePayment" }.count == 1, "o1 recorded once")
+    }
 }

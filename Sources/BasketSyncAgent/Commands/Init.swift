@@ -38,7 +38,7 @@ extension Commands {
                 throw .refused("\(directory): is inside \(outer), a sync directory or a tree of carts; make the sync directory elsewhere (in a tree, a cart is a directory right under its root)")
             }
             // A database that is a tree's under a configuration that says otherwise: said before anything is made.
-            if Posix.exists(try Database.path(of: directory)) { _ = try Store(directory: directory, create: false, readOnly: true) }
+            if Posix.exists(try Database.path(of: directory)) { _ = try Store(directory: directory, create: false, readOnly: true, rebinding: true) }
         }
         var created: [String] = []
         if !Posix.isDirectory(directory) {

@@ -108,20 +108,13 @@ extension SyncEngine {
 
     /// The time retention judges ages by (docs/spec.md §9): the wall clock, but never ahead of
     /// the time that passed on the boot clock (which nobody sets) since the least wall-less-boot
-    /// offset retention saw on this boot. Set forward, the wall clock would make what was taken a
-    /// minute ago look days old, and an event redelivered after its id was forgotten would be
-    /// taken again; set back, it only keeps things longer. Inside the caller's write transaction:
-    /// the offset is noted when it is new on this boot or lower than the one kept.
+    /// offset seen on this boot — noted by every row retention ages as it is stamped, and here.
+    /// Set forward, the wall clock would make what was taken a minute ago look days old (an event
+    /// redelivered after its id was forgotten would be taken again); set back while something was
+    /// stamped, it would age that by the step once set right. Inside the caller's transaction.
     func retentionNow(_ now: Date) throws(AgentError) -> Date {
-        let offset = Self.clockOffset(now)
-        if let text = try store.note(.retentionClock) {
-            let fields = text.fields(UInt8(ascii: " "))
-            if fields.count == 2, let least = Double(fields[0]), least.isFinite, String(fields[1]) == Posix.bootId, least <= offset {
-                return now.addingTimeInterval(least - offset)
-            }
-        }
-        try store.setNote(.retentionClock, "\(offset) \(Posix.bootId)")
-        return now
+        let (least, offset) = try store.noteRetentionClock(now)
+        return now.addingTimeInterval(min(0, least - offset))
     }
 
     /// How old a temporary nobody renamed is before retention removes it.

@@ -104,7 +104,9 @@ final class Database {
     /// Opens the database of `directory` (a sync directory or a tree's root), creating
     /// `.basket-sync/` (0700) and the file when `create` is set. `readOnly` opens it for reading
     /// only (`status`): it works on a read-only file system.
-    init(directory: String, create: Bool, readOnly: Bool = false, busyTimeoutMilliseconds: Int32 = 15_000) throws(AgentError) {
+    /// `rebinding` (`init`): a database elsewhere is bound to this directory's `.basket-sync/`
+    /// when it holds its id in another folder (see ``checkServes(rebinding:)``).
+    init(directory: String, create: Bool, readOnly: Bool = false, rebinding: Bool? = nil, busyTimeoutMilliseconds: Int32 = 15_000) throws(AgentError) {
         self.readOnly = readOnly
         // Real paths (see ``place(of:)``). A broken configuration is every other command's
         // refusal (78); `status` (read only) reports it over what the defaults show.
@@ -205,7 +207,7 @@ final class Database {
             if version < Database.oldestReadable, try connection.scalar("SELECT COUNT(*) FROM sqlite_master WHERE name = 'meta'") != 0 {
                 throw .database(path: databasePath, message: "\(Database.olderLayout) (database layout \(version)); run any other command once (basket-sync sync) to bring it up to date, then this one")
             }
-            if elsewhere != nil, try connection.scalar("SELECT COUNT(*) FROM sqlite_master WHERE name = 'meta'") != 0 { try checkServes() }
+            if elsewhere != nil, try connection.scalar("SELECT COUNT(*) FROM sqlite_master WHERE name = 'meta'") != 0 { try checkServes(rebinding: rebinding ?? false) }
             hasKeptTable = try connection.scalar("SELECT COUNT(*) FROM sqlite_master WHERE name = 'kept'") != 0
             return
         }
@@ -237,7 +239,7 @@ final class Database {
             }
             if elsewhere == nil { try keepServingOwnDirectory() }
         }
-        if elsewhere != nil { try checkServes() }
+        if elsewhere != nil { try checkServes(rebinding: rebinding ?? create) }
     }
 
     /// The id a database keeps of the directory it serves, and the one that directory's
@@ -251,7 +253,7 @@ final class Database {
 
     /// A database in its directory's own `.basket-sync/` serves that directory: it keeps the
     /// directory's id (written to `database-id` when there is none), so that another directory
-    /// whose `"database"` names it is refused (``checkServes()``) — one that took it before is
+    /// whose `"database"` names it is refused (``checkServes(rebinding:)``) — one that took it before is
     /// refused from now on. Inside the opening transaction.
     private func keepServingOwnDirectory() throws(AgentError) {
         let (kept, onShare) = try servedIds
@@ -264,15 +266,29 @@ final class Database {
     }
 
     /// With `"database"` elsewhere, a database serves one sync directory (or tree): the one whose
-    /// `.basket-sync/database-id` holds the id it keeps. Another directory naming the same one
-    /// (a setting copied) is refused before anything of it is read or written; a database
+    /// `.basket-sync/database-id` holds the id it keeps, in the `.basket-sync/` it was bound to
+    /// (its device and inode, kept beside the id). Another directory naming the same one (a
+    /// setting copied) is refused before anything of it is read or written — and so is a copy of
+    /// the directory (`cp -a`: the same id in another `.basket-sync/`), unless `init`
+    /// (`rebinding`) says this is the directory, moved or restored, and binds it here; a database
     /// without an id (moved there, or new) takes this directory's, or a new one.
-    private func checkServes() throws(AgentError) {
+    private func checkServes(rebinding: Bool) throws(AgentError) {
         let idPath = "\(markerDirectory)/database-id"
         let root = rootRows
-        let (kept, onShare) = try withTransaction { () throws(AgentError) in try servedIds }
-        if let kept {
-            guard kept != onShare else { return }
+        let (note, onShare) = try withTransaction { () throws(AgentError) in try servedIds }
+        let here = Posix.info(markerDirectory, follow: false).map { "\($0.device):\($0.inode)" }
+        let bound = note.map { $0.split(separator: "\t", omittingEmptySubsequences: false).map(String.init) } ?? []
+        if let kept = bound.first {
+            guard kept != onShare else {
+                // Bound to this `.basket-sync/`, or to none yet (a database of an older version).
+                if bound.count >= 2, bound[1] == here || here == nil { return }
+                if bound.count >= 2, !rebinding {
+                    throw .database(path: databasePath, message: "not used: it serves the sync directory (or tree) whose .basket-sync/ holds the id \(kept), and \(markerDirectory)/ is another folder holding it — a copy of that directory (cp -a?). Give this one a \"database\" directory of its own and remove \(idPath); or, if this is that directory moved or restored, run basket-sync -C \(Posix.dirname(of: markerDirectory)) init to bind the database to it")
+                }
+                guard !readOnly, let here else { return }
+                try withTransaction { () throws(AgentError) in try root.setNote(.servesDirectory, "\(kept)\t\(here)") }
+                return
+            }
             throw .database(path: databasePath, message: "not used: it serves another sync directory or tree (its id \(kept) is not in \(idPath)\(onShare.map { ", which holds \($0)" } ?? "")); give \(Posix.dirname(of: markerDirectory)) a \"database\" directory of its own, or, if this is its own database and that file was lost, write \(kept) into it")
         }
         guard !readOnly else { return }
@@ -280,7 +296,7 @@ final class Database {
         if onShare == nil {
             do { try Posix.writeFileAtomically(idPath, Array("\(id)\n".utf8), mode: 0o600) } catch { throw .system(error) }
         }
-        try withTransaction { () throws(AgentError) in try root.setNote(.servesDirectory, id) }
+        try withTransaction { () throws(AgentError) in try root.setNote(.servesDirectory, here.map { "\(id)\t\($0)" } ?? id) }
     }
 
     /// What is wrong with where the database is, or nil: on a network or userspace file system,

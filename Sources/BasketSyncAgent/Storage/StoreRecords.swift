@@ -13,7 +13,26 @@ extension Store {
         return try statement.step() ? UInt64(statement.int64(0)) : nil
     }
 
+    /// Notes the least wall clock less boot clock seen on this boot (``Note/retentionClock``)
+    /// when `now` is lower by more than a second, or none is noted for this boot; returns the
+    /// one kept and `now`'s. Every row retention ages notes it as it is stamped, and retention
+    /// itself: on one boot, no age is counted past the boot-clock time since the stamp
+    /// (``SyncEngine/retentionNow(_:)``).
+    @discardableResult
+    func noteRetentionClock(_ now: Date = Date()) throws(AgentError) -> (least: Double, offset: Double) {
+        let offset = now.timeIntervalSince1970 - Posix.bootSeconds()
+        if let text = try note(.retentionClock) {
+            let fields = text.fields(UInt8(ascii: " "))
+            if fields.count == 2, let least = Double(fields[0]), least.isFinite, String(fields[1]) == Posix.bootId, offset >= least - 1 {
+                return (least, offset)
+            }
+        }
+        try setNote(.retentionClock, "\(offset) \(Posix.bootId)")
+        return (offset, offset)
+    }
+
     func recordOrder(_ orderId: String, seq: UInt64, at: String) throws(AgentError) {
+        try noteRetentionClock()
         let statement = try cached("INSERT OR IGNORE INTO orders(cart, id, seq, at) VALUES(?, ?, ?, ?)")
         defer { statement.reset() }
         statement.bind(1, cart)
@@ -33,6 +52,7 @@ extension Store {
     }
 
     func recordTransfer(_ transferId: String, at: String) throws(AgentError) {
+        try noteRetentionClock()
         let statement = try cached("INSERT OR IGNORE INTO transfers(cart, id, at) VALUES(?, ?, ?)")
         defer { statement.reset() }
         statement.bind(1, cart)
@@ -43,6 +63,7 @@ extension Store {
 
     /// Remembers that a file was moved to `inbox/cur/` or `inbox/bad/`, for retention.
     func recordFiled(folder: String, name: String, at: Date) throws(AgentError) {
+        try noteRetentionClock(at)
         let statement = try cached("INSERT OR REPLACE INTO settled(cart, folder, name, at) VALUES(?, ?, ?, ?)")
         defer { statement.reset() }
         statement.bind(1, cart)
@@ -360,6 +381,7 @@ extension Store {
     }
 
     func recordInbox(id: String, file: String, outcome: String, at: Date, unlessKnown: Bool = false) throws(AgentError) {
+        try noteRetentionClock(at)
         let statement = try cached(unlessKnown ? "INSERT OR IGNORE INTO inbox(cart, id, file, outcome, at) VALUES(?, ?, ?, ?, ?)" : "INSERT INTO inbox(cart, id, file, outcome, at) VALUES(?, ?, ?, ?, ?)")
         defer { statement.reset() }
         statement.bind(1, cart)
