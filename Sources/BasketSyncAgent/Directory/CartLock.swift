@@ -40,12 +40,13 @@ public enum CartLock {
         let path = path(directory: directory, configuration: configuration)
         let deadline = timeout.map { Posix.monotonicSeconds() + $0 }
         var told = false
-        // Who may hold it up: only a process that could write the sync directory (docs/spec.md
-        // §7) — both can be opened for reading by accounts that may not, and a lock taken by one
-        // of them is not waited for.
+        // The lock file: held only by processes that may not write the sync directory (one
+        // that opened it while an older version left it open to all), it is not waited for —
+        // the directory's lock taken after it still keeps two takers apart. The directory's own
+        // lock is always waited for: it is what holds when the lock file is removed while held.
         let writable = Posix.info(directory, follow: true)
         /// `what`: the lock as said (the lock file, or the sync directory taken with it).
-        func wait(for fd: Int32, named shown: String, what: String) throws(AgentError) {
+        func wait(for fd: Int32, named shown: String, what: String, skippingReaders: Bool = false) throws(AgentError) {
             var refused = 0
             while true {
                 let taken: Bool
@@ -53,7 +54,7 @@ public enum CartLock {
                 if taken { return }
                 // Held by processes none of which may write the directory (`/proc/locks`, read at
                 // each try: cheap beside the scan of every process's descriptors that names them).
-                if let writable, let locked = try? Posix.fileInfo(fd, path: shown) {
+                if skippingReaders, let writable, let locked = try? Posix.fileInfo(fd, path: shown) {
                     let granted = locks(device: locked.device, inode: locked.inode).granted
                     if !granted.isEmpty, !granted.contains(where: { Posix.processMayWrite($0, writable) }) { return }
                 }
@@ -84,7 +85,7 @@ public enum CartLock {
                 throw error
             }
             do throws(AgentError) {
-                try wait(for: fd, named: path, what: "the host's cart lock")
+                try wait(for: fd, named: path, what: "the host's cart lock", skippingReaders: true)
                 // Removed (or a file renamed over it) between its opening and its lock: no name
                 // leads to it any more, and the lock of a file nobody else will open excludes
                 // nobody — take the one at the name now.
@@ -101,7 +102,7 @@ public enum CartLock {
                 }
                 let folder: Int32
                 do { folder = try Posix.open(directory, [.directory], follow: true) } catch { throw .system(error) }
-                do throws(AgentError) { try wait(for: folder, named: directory, what: "the sync directory's lock (taken with the host's cart lock)") } catch {
+                do throws(AgentError) { try wait(for: folder, named: directory, what: "the sync directory's lock (taken with the host's cart lock; any process that can open the directory can take it: make it 0750 or 0770, as init --shared does, so that only its own accounts can)") } catch {
                     Posix.close(folder)
                     throw error
                 }
@@ -164,7 +165,12 @@ public enum CartLock {
             } catch {
                 guard error.isMissing else { throw error }
             }
-            do { return try Posix.open(path, [.create, .exclusive], mode: mode) } catch {
+            do {
+                // The mode as said, whatever the umask (0660 in a shared directory, not 0640).
+                let fd = try Posix.open(path, [.create, .exclusive], mode: mode)
+                _ = fchmod(fd, mode_t(mode))
+                return fd
+            } catch {
                 guard error.code == EEXIST else { throw error }
             }
         }
