@@ -356,7 +356,9 @@ enum Help {
                 status, duplicate payments, acknowledgement anomalies) and gauges (bad events,
                 current errors, pending batches, waiting events and the oldest one's age, the
                 agent up and its state, its last whole pass; on a tree, carts by state). Every
-                sample carries directory="…". It only reads.
+                sample carries directory="…". It only reads. A basket-sync.json every command
+                refuses is said on stderr with its place after what it can print (counted
+                among the errors), and it exits 78, as status does.
 
                 example:
                   basket-sync -C /srv/shop metrics | grep basket_sync_agent_up

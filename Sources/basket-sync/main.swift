@@ -79,7 +79,13 @@ func run() throws(AgentError) -> Int32 {
             return 78
         }
     case .metrics:
-        emit(Metrics.text(try StatusReport(directory: directory)))
+        let report = try StatusReport(directory: directory)
+        emit(Metrics.text(report))
+        // As `status`: shown (counted among the errors), and refused as every command refuses.
+        if let problem = report.configurationProblem {
+            emit("basket-sync: \(problem)", to: .error)
+            return 78
+        }
     case let .apply(json, timeout) where Workspace.of(directory) == .treeRoot:
         let summary = try Commands.applyTree(root: directory, lockTimeout: timeout, logger: try logger(for: directory))
         if !summary.applied.isEmpty || !json { emit(json ? summary.json : summary.human) }

@@ -58,6 +58,19 @@ import Testing
         #expect(treeSamples["basket_sync_records_total{file=outbox.jsonl}"] == 2 && treeSamples["basket_sync_carts{state=all}"] == 2, "\(treeSamples)")
     }
 
+    /// A `basket-sync.json` every command refuses is refused by `metrics` too (78, its place on
+    /// stderr), after the exposition it can give — the refusal counted among the errors — as
+    /// `status` does: an unknown setting, a wrong value, a `"database"` that is no absolute path.
+    @Test(arguments: [#"{"bogus": 1}"#, #"{"pendingTimeoutSeconds": -1}"#, #"{"database": "rel/db"}"#])
+    func aRefusedConfigurationIsSaidByMetricsAsByEveryCommand(configuration: String) throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        try playground.write("basket-sync.json", configuration)
+        let run = try basketSync(["-C", playground.path, "metrics"])
+        #expect(run.status == 78 && run.stderr.contains("basket-sync.json:1:"), "\(configuration): \(run.status) \(run.stderr)")
+        #expect(try parsed(run.stdout)["basket_sync_errors{}"] == 1, "\(run.stdout)")
+    }
+
     /// A tree's counters sum every cart its database holds: they never go down (a reset, to
     /// Prometheus) while carts' folders are swapped, unreadable or moved away.
     @Test func aTreesCountersNeverGoDownWhileItsCartsFoldersAreOutOfReach() throws {

@@ -28,7 +28,7 @@ public enum Metrics {
         let errors = carts.reduce(0) { total, cart in
             let current = cart.currentErrors
             return total + [current.cart, current.inbox, current.database, current.pass].compactMap { $0 }.count
-        } + report.unreadable.count
+        } + report.unreadable.count + (report.configurationProblem == nil ? 0 : 1)
         var families: [Family] = [
             Family(name: "basket_sync_records_total", type: "counter", help: "Records written, per JSON Lines file (their last seq, summed over the carts).",
                    samples: Projection.allCases.map { projection in ([("file", projection.fileName)], records(projection)) }),
@@ -46,7 +46,7 @@ public enum Metrics {
                              ([("kind", "went_back")], sum { $0.acknowledgementsWentBack }),
                              ([("kind", "late")], sum { $0.lateAcknowledgements })]),
             Family(name: "basket_sync_bad_events", type: "gauge", help: "Inbox events set aside in inbox/bad/.", samples: [([], Double(carts.reduce(0) { $0 + $1.inboxBad }))]),
-            Family(name: "basket_sync_errors", type: "gauge", help: "Errors that hold now (cart, inbox, database, pass; a cart that cannot be read).", samples: [([], Double(errors))]),
+            Family(name: "basket_sync_errors", type: "gauge", help: "Errors that hold now (cart, inbox, database, pass; a cart that cannot be read; basket-sync.json refused).", samples: [([], Double(errors))]),
             Family(name: "basket_sync_pending_batches", type: "gauge", help: "Batches pending: sent to the host, not settled.", samples: [([], Double(carts.reduce(0) { $0 + $1.state.pending.count }))]),
             Family(name: "basket_sync_waiting_events", type: "gauge", help: "Events waiting in inbox/new/.", samples: [([], Double(carts.reduce(0) { $0 + $1.inboxWaiting }))]),
             Family(name: "basket_sync_oldest_waiting_event_age_seconds", type: "gauge", help: "How long the oldest event waiting in inbox/new/ has waited (0: none waits).",
