@@ -15,7 +15,11 @@ public struct CartStatus {
     let view: [ExactID: Int]
     /// The host's progress (docs/spec.md §4 rule 4): the one value `apply` starts after and `wait`
     /// waits after.
-    let hostProgress: UInt64
+    /// Nil where the database is read without its last commits (a read-only view without the
+    /// write-ahead log's index): not known here.
+    let hostProgress: UInt64?
+    /// The database read without its last commits, said as its current error.
+    let missesCommits: String?
     let lastLines: [Projection: [UInt8]]
     let counts: [Projection: UInt64]
     let inboxTaken: Int64
@@ -169,7 +173,8 @@ public struct CartStatus {
             + (configuration.rotate.map { rotation in Projection.allCases.flatMap { JSONLinesFile.partsLeftPastKeep(of: "\(directory)/\($0.fileName)", keep: rotation.keep) } } ?? []))
             .map(PinnedNames.named)
         view = SyncStateMachine(state: state).mealzView
-        hostProgress = try CartReader.hostProgress(state, store: store, directory: directory, configuration: configuration)
+        missesCommits = store.database.connection.missesCommits ? store.database.placeWarning : nil
+        hostProgress = missesCommits != nil ? nil : try CartReader.hostProgress(state, store: store, directory: directory, configuration: configuration)
         do {
             let waiting = try Inbox(directory: "\(directory)/inbox").waiting()
             inboxWaiting = waiting.count
@@ -286,7 +291,7 @@ public struct CartStatus {
             error.level == "error" && !isCartError(error.message) && !error.message.hasPrefix("\(directory)/inbox/")
         }.flatMap { standing(of: $0).current ? "\($0.at) \($0.message)" : nil }
         let stuck = errors.first { $0.level == "error" && isStuck($0.message) }.map { "\($0.at) \($0.message)" }
-        return (cartError, inboxProblem.map { "inbox unusable: \($0)" } ?? stuck, databaseBehind.first ?? storageFull ?? rotationBlocked.first, pass)
+        return (cartError, inboxProblem.map { "inbox unusable: \($0)" } ?? stuck, missesCommits ?? databaseBehind.first ?? storageFull ?? rotationBlocked.first, pass)
     }
 
     /// The error that holds now, one of ``currentErrors`` (the same rule for `status`, its
@@ -335,7 +340,11 @@ public struct CartStatus {
         } else {
             lines.append("host: has never written syncedThrough; batches wait \(state.pending.isEmpty ? "up to the pending window" : "for their window") for an echo")
         }
-        lines.append("host progress: \(hostProgress) of \(state.lastOutboxSeq) (apply starts after it, wait lists the records after it)")
+        if let hostProgress {
+            lines.append("host progress: \(hostProgress) of \(state.lastOutboxSeq) (apply starts after it, wait lists the records after it)")
+        } else {
+            lines.append("host progress: unknown here (the database is read without its last commits)")
+        }
         let ids = mealzIds
         lines.append(ids.isEmpty ? "Mealz-related lines: none" : "Mealz-related lines:")
         for id in ids {
