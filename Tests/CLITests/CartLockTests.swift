@@ -164,12 +164,19 @@ import Testing
         apply.standardError = FileHandle.nullDevice
         try apply.run()
         defer { if apply.isRunning { kill(apply.processIdentifier, SIGKILL) } }
-        // Looked for on this thread, a millisecond apart (not a task the pool may hold back
-        // while the rename's three seconds pass).
-        let deadline = ContinuousClock.now + .seconds(120)
-        while apply.isRunning, ContinuousClock.now < deadline, !playground.names(".").contains(where: { $0.hasPrefix(".cart.json.") && $0.hasSuffix(".tmp") }) {
-            usleep(1_000)
+        // Until apply is held in its rename (renameat2, 316 on x86-64, in /proc/PID/task/*/syscall
+        // of the process strace runs) — looked for on this thread, a millisecond apart (not a
+        // task the pool may hold back while the rename's three seconds pass).
+        func heldInItsRename() -> Bool {
+            let children = (try? String(contentsOfFile: "/proc/\(apply.processIdentifier)/task/\(apply.processIdentifier)/children", encoding: .utf8)) ?? ""
+            return children.split(separator: " ").contains { child in
+                ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(child)/task")) ?? []).contains { task in
+                    ((try? String(contentsOfFile: "/proc/\(child)/task/\(task)/syscall", encoding: .utf8)) ?? "").hasPrefix("316 ")
+                }
+            }
         }
+        let deadline = ContinuousClock.now + .seconds(120)
+        while apply.isRunning, ContinuousClock.now < deadline, !heldInItsRename() { usleep(1_000) }
         try #require(apply.isRunning, "apply ended before its rename: \((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")")
         // The shop's edit, the documented way (a temporary renamed over the cart), without the lock.
         try playground.writeAtomically("cart.json", cartJSON([("X", 1), ("SHOPPER", 5)], syncedThrough: 0))

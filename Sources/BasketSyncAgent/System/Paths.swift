@@ -215,10 +215,12 @@ extension Posix {
             try rename(temporary, path)
             return true
         }
+        // Judged first as well: a write seen now never needs the swap back (killed between the
+        // swap and the swap back, the displaced cart would be left under the temporary's name).
+        guard info(path, follow: false)?.identity == expected else { unlink(temporary); return false }
         if swap() != 0 {
             if errno == ENOENT { unlink(temporary); return false }
             guard unsupported() else { throw .last("rename to \(path)", temporary) }
-            guard info(path, follow: false)?.identity == expected else { unlink(temporary); return false }
             try rename(temporary, path)
             return true
         }
