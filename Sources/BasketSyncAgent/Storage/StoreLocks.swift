@@ -91,7 +91,7 @@ extension Store {
     /// Counts `at` as the order's last activity (a retry, its completion's end): retention keeps
     /// the order, its record and its completion for the retention period from then.
     func touchOrder(_ orderId: String, at: Date) throws(AgentError) {
-        try noteRetentionClock(at)
+        try noteRetentionClock()
         let statement = try cached("UPDATE orders SET at = ?3 WHERE cart = ?1 AND id = ?2 AND at < ?3")
         defer { statement.reset() }
         statement.bind(1, cart)

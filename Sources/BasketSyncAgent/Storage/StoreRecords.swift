@@ -63,7 +63,7 @@ extension Store {
 
     /// Remembers that a file was moved to `inbox/cur/` or `inbox/bad/`, for retention.
     func recordFiled(folder: String, name: String, at: Date) throws(AgentError) {
-        try noteRetentionClock(at)
+        try noteRetentionClock()
         let statement = try cached("INSERT OR REPLACE INTO settled(cart, folder, name, at) VALUES(?, ?, ?, ?)")
         defer { statement.reset() }
         statement.bind(1, cart)
@@ -381,7 +381,7 @@ extension Store {
     }
 
     func recordInbox(id: String, file: String, outcome: String, at: Date, unlessKnown: Bool = false) throws(AgentError) {
-        try noteRetentionClock(at)
+        try noteRetentionClock()
         let statement = try cached(unlessKnown ? "INSERT OR IGNORE INTO inbox(cart, id, file, outcome, at) VALUES(?, ?, ?, ?, ?)" : "INSERT INTO inbox(cart, id, file, outcome, at) VALUES(?, ?, ?, ?, ?)")
         defer { statement.reset() }
         statement.bind(1, cart)
