@@ -162,7 +162,7 @@ struct Account {
 
     /// `init --shared GROUP` whose group is no such group, or one this account may not give its
     /// files to (not a member): a usage error (64) before anything is made.
-    @Test(arguments: ["basket-sync-no-such-group", "0"])
+    @Test(arguments: ["basket-sync-no-such-group", "0", "99999"])
     func aSharedInitWithAGroupItCannotUseMakesNothing(group: String) throws {
         let playground = try Playground()
         chmod(playground.path, 0o755)

@@ -77,6 +77,9 @@ extension Commands {
         let count = getgroups(0, nil)
         var groups = [gid_t](repeating: 0, count: Int(max(count, 0)))
         if count > 0, getgroups(count, &groups) >= 0, groups.contains(group) { return }
+        if getgrgid(group) == nil {
+            throw .usage("init --shared \(name): no group has that id on this machine (getent group \(name)); name a group the host's and the Mealz side's accounts are members of")
+        }
         throw .usage("init --shared \(name): this account (uid \(geteuid())) is not a member of that group, and may not give its files to it; add it to the group (usermod -aG \(name) USER, then log in again), or run init as root")
     }
 
