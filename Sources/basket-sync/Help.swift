@@ -41,8 +41,8 @@ enum Help {
         switch command {
         case "init":
             return """
-                usage: basket-sync [-C DIR] init [--adopt] [--shared GROUP]
-                       basket-sync -C ROOT init --tree [--adopt] [--shared GROUP]
+                usage: basket-sync [-C DIR] init [--adopt] [--shared GROUP] [--rebind]
+                       basket-sync -C ROOT init --tree [--adopt] [--shared GROUP] [--rebind]
 
                 Creates the sync directory (and its parents), inbox/{tmp,new,cur,bad}/, the database in
                 .basket-sync/ and a commented basket-sync.json with every setting at its default.
@@ -67,6 +67,12 @@ enum Help {
                 a configuration or a database only when owned by the account it runs as (or root)
                 and writable by nobody else, in a directory others may write only with the sticky
                 bit; anything else is refused (78, 74) with the chown or chmod that fixes it.
+
+                --rebind: with "database" elsewhere, the database is bound to the .basket-sync/
+                folder it was made with; a copy of the directory (cp -a) is refused (74). Given
+                on the directory itself, moved or restored (its .basket-sync/ a new folder
+                holding the database's id), it binds the database to it — never to a copy, whose
+                original would then be refused.
 
                 example:
                   basket-sync -C /srv/cart-sync init

@@ -7,7 +7,7 @@ struct Invocation {
     enum Command: Equatable {
         case help(String?)
         case version
-        case initialize(adopt: Bool, tree: Bool, shared: String?)
+        case initialize(adopt: Bool, tree: Bool, shared: String?, rebind: Bool)
         case watch(noSynchronizer: Bool, logFormat: LogFormat?, quiet: Bool, poll: WatchChoice.Override?)
         case sync(noSynchronizer: Bool, json: Bool)
         case push(kind: Commands.PushKind, products: [RetailerProduct], id: String?)
@@ -74,8 +74,9 @@ struct Invocation {
             let adopt = options.flag("--adopt")
             let tree = options.flag("--tree")
             let shared = try options.value("--shared")
+            let rebind = options.flag("--rebind")
             try options.finish()
-            command = .initialize(adopt: adopt, tree: tree, shared: shared)
+            command = .initialize(adopt: adopt, tree: tree, shared: shared, rebind: rebind)
         case "watch":
             let noSynchronizer = options.flag("--no-synchronizer")
             let quiet = options.flag("--quiet")

@@ -55,10 +55,10 @@ func run() throws(AgentError) -> Int32 {
         emit(Manual.bashCompletion)
     case .manual:
         emit(Manual.page)
-    case let .initialize(adopt, tree, shared):
+    case let .initialize(adopt, tree, shared, rebind):
         // Every argument checked before anything is made.
         if let shared { try Commands.checkShareGroup(shared) }
-        let created = try Commands.initialize(directory: directory, adopt: adopt, tree: tree)
+        let created = try Commands.initialize(directory: directory, adopt: adopt, tree: tree, rebind: rebind)
         let what = tree || Workspace.of(directory) == .treeRoot ? "a tree of carts" : "a sync directory"
         emit(created.isEmpty ? "\(directory) is already \(what); nothing to create" : created.map { "created \($0)" }.joined(separator: "\n"))
         if let shared { emit(try Commands.share(directory: directory, group: shared).joined(separator: "\n")) }

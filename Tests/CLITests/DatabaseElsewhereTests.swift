@@ -135,7 +135,7 @@ import Testing
     /// `.basket-sync/database-id`: the database elsewhere is bound to the `.basket-sync/` it was
     /// made with, so the copy is refused (74) before anything of it is read or written, and the
     /// original goes on. The directory restored (its `.basket-sync/` made again with the id) is
-    /// refused too, until `init` binds the database to it.
+    /// refused too, until `init --rebind` binds the database to it (a plain `init` never does).
     @Test func aCopyOfTheDirectoryIsNotServedByItsDatabase() throws {
         let (first, database) = try directoryWithItsDatabaseElsewhere()
         defer { try? FileManager.default.removeItem(atPath: database) }
@@ -150,6 +150,8 @@ import Testing
             let refused = try basketSync(["-C", copy, command] + (command == "wait" ? ["--timeout", "0"] : []))
             #expect(refused.status == 74 && refused.stderr.contains("a copy of that directory"), "\(command): \(refused.status) \(refused.stderr)")
         }
+        // A plain init on the copy (a template provisioned) takes nothing over.
+        #expect(try basketSync(["-C", copy, "init"]).status == 74)
         #expect(try basketSync(["-C", first.path, "sync"]).status == 0)
         let listed = try basketSync(["-C", first.path, "wait", "--after", "0", "--timeout", "0"])
         #expect(!listed.stdout.contains("only-for-the-copy"), "the copy's event never reaches the first directory's host: \(listed.stdout)")
@@ -161,8 +163,10 @@ import Testing
         #expect(mkdir(first.path + "/.basket-sync", 0o700) == 0)
         try FileManager.default.removeItem(atPath: first.path + "/.basket-sync.old")
         try first.write(".basket-sync/database-id", id)
-        #expect(try basketSync(["-C", first.path, "sync"]).status == 74)
-        #expect(try basketSync(["-C", first.path, "init"]).status == 0)
+        let restored = try basketSync(["-C", first.path, "sync"])
+        #expect(restored.status == 74 && restored.stderr.contains("init --rebind"), "\(restored.stderr)")
+        #expect(try basketSync(["-C", first.path, "init"]).status == 74, "init alone binds nothing")
+        #expect(try basketSync(["-C", first.path, "init", "--rebind"]).status == 0)
         #expect(try basketSync(["-C", first.path, "sync"]).status == 0)
     }
 

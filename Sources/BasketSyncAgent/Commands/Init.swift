@@ -8,11 +8,11 @@ extension Commands {
     /// A directory holding records but no database lost its database: refused (73), unless
     /// `adopt`, which takes the files' records into the new database and goes on after them.
     /// `tree` (`init --tree`) makes a tree's root; a directory that is one already is kept one.
-    public static func initialize(directory: String, adopt: Bool = false, tree: Bool = false) throws(AgentError) -> [String] {
-        if tree { return try makeTree(root: directory, adopt: adopt) }
+    public static func initialize(directory: String, adopt: Bool = false, tree: Bool = false, rebind: Bool = false) throws(AgentError) -> [String] {
+        if tree { return try makeTree(root: directory, adopt: adopt, rebind: rebind) }
         switch Workspace.of(directory) {
         case .treeRoot:
-            return try makeTree(root: directory, adopt: adopt)
+            return try makeTree(root: directory, adopt: adopt, rebind: rebind)
         case let .treeCart(root, id):
             // A cart of the tree: adopted (made when missing), as the agent would; with --adopt,
             // a directory new to the tree that holds records goes on after them.
@@ -38,7 +38,7 @@ extension Commands {
                 throw .refused("\(directory): is inside \(outer), a sync directory or a tree of carts; make the sync directory elsewhere (in a tree, a cart is a directory right under its root)")
             }
             // A database that is a tree's under a configuration that says otherwise: said before anything is made.
-            if Posix.exists(try Database.path(of: directory)) { _ = try Store(directory: directory, create: false, readOnly: true, rebinding: true) }
+            if Posix.exists(try Database.path(of: directory)) { _ = try Store(directory: directory, create: false, readOnly: true, rebinding: rebind) }
         }
         var created: [String] = []
         if !Posix.isDirectory(directory) {
@@ -84,7 +84,7 @@ extension Commands {
                 throw .refused("\(directory): inbox/cur/ holds \(taken) events taken before, but no record is left and the cart shows no syncedThrough: the database and the records were lost or moved away, and a new database would number records from 1 again. Restore .basket-sync/ (and the records) from a backup, or run basket-sync init --adopt to go on (numbered from 1: tell a host that counts the records it processed)")
             }
         }
-        let store = try Store(directory: directory, create: true)
+        let store = try Store(directory: directory, create: true, rebinding: rebind)
         if isNew { created.append(database) }
         // A database there already, but behind the files (restored from an older backup): said,
         // with the ways out, rather than "nothing to create".
@@ -114,8 +114,8 @@ extension Commands {
     /// which says `"layout": "tree"`, and its one database. Idempotent. Returns what was created.
     /// A new database where carts hold records (the database was lost) is refused (73); with
     /// `adopt`, each such cart is adopted with its records, as `init --adopt -C ROOT/ID` would.
-    private static func makeTree(root: String, adopt: Bool) throws(AgentError) -> [String] {
-        var created = try Tree.create(root: root, adopt: adopt)
+    private static func makeTree(root: String, adopt: Bool, rebind: Bool) throws(AgentError) -> [String] {
+        var created = try Tree.create(root: root, adopt: adopt, rebind: rebind)
         guard adopt else { return created }
         let tree = try Tree(root: root)
         // Each cart on its own: one that cannot be adopted stops only itself (docs/spec.md §8).

@@ -46,7 +46,8 @@ final class Tree {
     }
 
     /// Makes a tree at `root`: its configuration (`"layout": "tree"`) and its database.
-    static func create(root: String, adopt: Bool = false) throws(AgentError) -> [String] {
+    /// `rebind`: `init --rebind` (see ``Database/init(directory:create:readOnly:rebinding:busyTimeoutMilliseconds:)``).
+    static func create(root: String, adopt: Bool = false, rebind: Bool = false) throws(AgentError) -> [String] {
         var created: [String] = []
         // Refused before anything is made.
         if case .treeCart = Workspace.of(root) {
@@ -88,7 +89,7 @@ final class Tree {
         if !holding.isEmpty, !adopt {
             throw .refused("\(root): its carts hold records (\(holding.prefix(5).joined(separator: ", "))\(holding.count > 5 ? ", …" : "")) but the tree has no database: it was lost. A new one would number their records again from 1. Restore \(root)/\(Layout.stateDirectory)/ from a backup, or run basket-sync -C \(root) init --tree --adopt to make the database and adopt every cart with its records")
         }
-        let database = try Database(directory: root, create: true)
+        let database = try Database(directory: root, create: true, rebinding: rebind)
         try database.withTransaction { () throws(AgentError) in
             if try !database.isTree() {
                 if try database.meta(0, .state) != nil {

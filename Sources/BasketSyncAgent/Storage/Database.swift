@@ -104,7 +104,7 @@ final class Database {
     /// Opens the database of `directory` (a sync directory or a tree's root), creating
     /// `.basket-sync/` (0700) and the file when `create` is set. `readOnly` opens it for reading
     /// only (`status`): it works on a read-only file system.
-    /// `rebinding` (`init`): a database elsewhere is bound to this directory's `.basket-sync/`
+    /// `rebinding` (`init --rebind`): a database elsewhere is bound to this directory's `.basket-sync/`
     /// when it holds its id in another folder (see ``checkServes(rebinding:)``).
     init(directory: String, create: Bool, readOnly: Bool = false, rebinding: Bool? = nil, busyTimeoutMilliseconds: Int32 = 15_000) throws(AgentError) {
         self.readOnly = readOnly
@@ -239,7 +239,7 @@ final class Database {
             }
             if elsewhere == nil { try keepServingOwnDirectory() }
         }
-        if elsewhere != nil { try checkServes(rebinding: rebinding ?? create) }
+        if elsewhere != nil { try checkServes(rebinding: rebinding ?? false) }
     }
 
     /// The id a database keeps of the directory it serves, and the one that directory's
@@ -269,7 +269,7 @@ final class Database {
     /// `.basket-sync/database-id` holds the id it keeps, in the `.basket-sync/` it was bound to
     /// (its device and inode, kept beside the id). Another directory naming the same one (a
     /// setting copied) is refused before anything of it is read or written — and so is a copy of
-    /// the directory (`cp -a`: the same id in another `.basket-sync/`), unless `init`
+    /// the directory (`cp -a`: the same id in another `.basket-sync/`), unless `init --rebind`
     /// (`rebinding`) says this is the directory, moved or restored, and binds it here; a database
     /// without an id (moved there, or new) takes this directory's, or a new one.
     private func checkServes(rebinding: Bool) throws(AgentError) {
@@ -283,7 +283,7 @@ final class Database {
                 // Bound to this `.basket-sync/`, or to none yet (a database of an older version).
                 if bound.count >= 2, bound[1] == here || here == nil { return }
                 if bound.count >= 2, !rebinding {
-                    throw .database(path: databasePath, message: "not used: it serves the sync directory (or tree) whose .basket-sync/ holds the id \(kept), and \(markerDirectory)/ is another folder holding it — a copy of that directory (cp -a?). Give this one a \"database\" directory of its own and remove \(idPath); or, if this is that directory moved or restored, run basket-sync -C \(Posix.dirname(of: markerDirectory)) init to bind the database to it")
+                    throw .database(path: databasePath, message: "not used: it serves the sync directory (or tree) whose .basket-sync/ holds the id \(kept), and \(markerDirectory)/ is another folder holding it — a copy of that directory (cp -a?). Give this one a \"database\" directory of its own and remove \(idPath); or, if this is that directory moved or restored, run basket-sync -C \(Posix.dirname(of: markerDirectory)) init --rebind to bind the database to it")
                 }
                 guard !readOnly, let here else { return }
                 try withTransaction { () throws(AgentError) in try root.setNote(.servesDirectory, "\(kept)\t\(here)") }

@@ -48,13 +48,13 @@ package final class Store {
     convenience init(directory: String, create: Bool, readOnly: Bool = false, rebinding: Bool? = nil, busyTimeoutMilliseconds: Int32 = 15_000) throws(AgentError) {
         let database: Database
         do {
-            database = try Database(directory: directory, create: create, readOnly: readOnly, rebinding: rebinding ?? create, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
+            database = try Database(directory: directory, create: create, readOnly: readOnly, rebinding: rebinding ?? false, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
         } catch {
             // A reader (status, wait) of a database an older version wrote: converted once by a
             // writer's open where the directory allows it, then read.
             guard readOnly, case let .database(_, message) = error, message.hasPrefix(Database.olderLayout), Posix.unwritable(directory) == nil else { throw error }
             _ = try Store(directory: directory, create: false)
-            database = try Database(directory: directory, create: create, readOnly: readOnly, rebinding: rebinding ?? create, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
+            database = try Database(directory: directory, create: create, readOnly: readOnly, rebinding: rebinding ?? false, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
         }
         self.init(database: database, cart: 0, directory: directory, signalPath: database.commitSignalPath)
         if readOnly {
