@@ -185,13 +185,10 @@ package enum QuantityLimit {
         }
         guard suspect else { return nil }
         var exact: [ExactID: Int] = [:]
-        for index in products.indices {
-            let product = products[index]
-            let sum: Int = { (total: inout Int) -> Int in
-                total += product.quantity
-                return total
-            }(&exact[ExactID(product.id), default: 0])
-            if sum > limit { return (index, sum) }
+        for (index, product) in products.enumerated() {
+            let id = ExactID(product.id)
+            exact[id, default: 0] += product.quantity
+            if let sum = exact[id], sum > limit { return (index, sum) }
         }
         return nil
     }

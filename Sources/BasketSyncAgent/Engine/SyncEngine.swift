@@ -403,9 +403,7 @@ public final class SyncEngine {
     /// shows the windows as the next step will see them). `offset`: ``clockOffset(_:)`` read at
     /// one instant with the step's `now` — the same reading the step notes with.
     static func followClockSteps(_ state: inout SyncState, store: Store, offset now: Double) throws(AgentError) -> Double? {
-        guard !state.pending.isEmpty, let text = try store.note(.clock) else { return nil }
-        let fields = text.fields(UInt8(ascii: " "))
-        guard fields.count == 2, let offset = Double(fields[0]), String(fields[1]) == Posix.bootId else { return nil }
+        guard !state.pending.isEmpty, let offset = Store.offsetOfThisBoot(try store.note(.clock)) else { return nil }
         let step = now - offset
         guard abs(step) > 1 else { return nil }
         for index in state.pending.indices {
@@ -417,9 +415,7 @@ public final class SyncEngine {
 
     /// Whether the wall clock was stepped since the pending batches' windows were set (on this boot).
     func clockStepped() throws(AgentError) -> Bool {
-        guard let text = try store.withTransaction({ () throws(AgentError) in try store.note(.clock) }) else { return false }
-        let fields = text.fields(UInt8(ascii: " "))
-        guard fields.count == 2, let offset = Double(fields[0]), String(fields[1]) == Posix.bootId else { return false }
+        guard let offset = Store.offsetOfThisBoot(try store.withTransaction({ () throws(AgentError) in try store.note(.clock) })) else { return false }
         return abs(Self.clockOffset(Date()) - offset) > 1
     }
 
@@ -428,15 +424,13 @@ public final class SyncEngine {
     private func noteClock(_ pending: [PendingBatch], offset: Double, stepped: Bool) throws(AgentError) {
         guard !pending.isEmpty else { return }
         if !stepped, try clockNoted(offset: offset) { return }
-        try store.setNote(.clock, "\(offset) \(Posix.bootId)")
+        try store.setNote(.clock, Store.bootOffsetNote(offset))
     }
 
     /// Whether the clock's offset kept is this boot's and the wall clock was not stepped since
     /// (`offset`: ``clockOffset(_:)`` now): a step has nothing to move or note.
     func clockNoted(offset: Double) throws(AgentError) -> Bool {
-        guard let text = try store.note(.clock) else { return false }
-        let fields = text.fields(UInt8(ascii: " "))
-        guard fields.count == 2, let known = Double(fields[0]), String(fields[1]) == Posix.bootId else { return false }
+        guard let known = Store.offsetOfThisBoot(try store.note(.clock)) else { return false }
         return abs(known - offset) <= 1
     }
 

@@ -21,15 +21,21 @@ extension Store {
     @discardableResult
     func noteRetentionClock(_ now: Date = Date()) throws(AgentError) -> (least: Double, offset: Double) {
         let offset = now.timeIntervalSince1970 - Posix.bootSeconds()
-        if let text = try note(.retentionClock) {
-            let fields = text.fields(UInt8(ascii: " "))
-            if fields.count == 2, let least = Double(fields[0]), least.isFinite, String(fields[1]) == Posix.bootId, offset >= least - 1 {
-                return (least, offset)
-            }
-        }
-        try setNote(.retentionClock, "\(offset) \(Posix.bootId)")
+        if let least = Store.offsetOfThisBoot(try note(.retentionClock)), offset >= least - 1 { return (least, offset) }
+        try setNote(.retentionClock, Store.bootOffsetNote(offset))
         return (offset, offset)
     }
+
+    /// A wall clock less boot clock as noted for this boot (`OFFSET BOOT`: ``Note/clock``,
+    /// ``Note/retentionClock``), or nil: none, another boot's, or not one.
+    static func offsetOfThisBoot(_ note: String?) -> Double? {
+        guard let fields = note?.fields(UInt8(ascii: " ")), fields.count == 2, let offset = Double(fields[0]), offset.isFinite,
+              String(fields[1]) == Posix.bootId else { return nil }
+        return offset
+    }
+
+    /// The note of `offset` on this boot (see ``offsetOfThisBoot(_:)``).
+    static func bootOffsetNote(_ offset: Double) -> String { "\(offset) \(Posix.bootId)" }
 
     func recordOrder(_ orderId: String, seq: UInt64, at: String) throws(AgentError) {
         try noteRetentionClock()
