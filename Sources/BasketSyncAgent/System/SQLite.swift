@@ -29,21 +29,32 @@ final class SQLiteConnection {
         // and then a WAL that is not empty holds commits this reader cannot see.
         let wal = Posix.info(path + "-wal", follow: false)?.size ?? 0
         let readable = wal > 0 && Posix.info(path + "-shm", follow: false) != nil
+        let escaped = path.map { character -> String in
+            switch character {
+            case "%": return "%25"
+            case "?": return "%3f"
+            case "#": return "%23"
+            default: return String(character)
+            }
+        }.joined()
+        let immutableName = "file:\(escaped)?immutable=1"
         if readOnly, (Posix.unwritable(Posix.dirname(of: path)) == EROFS && !readable)
             || (FileSystemKind.full(Posix.dirname(of: path), forOwner: geteuid()) != nil && wal == 0) {
             missesCommits = wal > 0
             flags |= SQLITE_OPEN_URI
-            let escaped = path.map { character -> String in
-                switch character {
-                case "%": return "%25"
-                case "?": return "%3f"
-                case "#": return "%23"
-                default: return String(character)
-                }
-            }.joined()
-            name = "file:\(escaped)?immutable=1"
+            name = immutableName
         }
-        let code = sqlite3_open_v2(name, &handle, flags, nil)
+        var code = sqlite3_open_v2(name, &handle, flags, nil)
+        // Through the write-ahead log of a writer on the other side of a read-only view: the
+        // writer's last close may remove the log and its index while this one opens. The file
+        // then holds every commit (checkpointed before the log goes): read it immutable.
+        if readOnly, name == path, Posix.unwritable(Posix.dirname(of: path)) == EROFS,
+           code != SQLITE_OK || sqlite3_exec(handle, "SELECT count(*) FROM sqlite_master", nil, nil, nil) != SQLITE_OK {
+            sqlite3_close_v2(handle)
+            handle = nil
+            missesCommits = (Posix.info(path + "-wal", follow: false)?.size ?? 0) > 0
+            code = sqlite3_open_v2(immutableName, &handle, flags | SQLITE_OPEN_URI, nil)
+        }
         self.handle = handle
         if code != SQLITE_OK {
             let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
