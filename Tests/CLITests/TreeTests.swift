@@ -1355,6 +1355,52 @@ extension TreeTests {
 }
 
 extension TreeTests {
+    /// The carts one wake-up finds changed are finished together: each cart's lines appended
+    /// under its writers' lock, what every file was given noted before the locks are let go.
+    /// Another process holding one cart's writers' lock holds the group up at that cart and
+    /// loses nothing: that cart gets no line while it is held, and once it is let go every cart
+    /// has its line once and every note says its file as it stands.
+    @Test func aWakeUpsCartsAreNotedAsTheirFilesWhileAnotherProcessHoldsOneCartsLock() async throws {
+        let playground = try tree()
+        let ids = (1...6).map { String(format: "g%02d", $0) }
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        // A Mealz line A in each cart, echoed by its host.
+        for id in ids { try mealzLine(playground, id) }
+        try await eventually("every cart's event is taken") { ids.allSatisfy { playground.records("\($0)/outbox.jsonl").count == 1 } }
+        for id in ids { try playground.writeAtomically("\(id)/cart.json", cartJSON([("A", 1)], syncedThrough: 1)) }
+        try await eventually("every cart is notified once") { ids.allSatisfy { notified(playground, $0).count == 1 } }
+        // g04's byte of the writers' lock, held as another basket-sync would hold it.
+        let number = try #require(Int64(playground.databaseRows("SELECT n FROM carts WHERE id = 'g04'").first?.first ?? ""))
+        let held = open(playground.path + "/.basket-sync/projections.lock", O_RDWR | O_CLOEXEC)
+        try #require(held >= 0)
+        defer { close(held) }
+        var lock = flock()
+        lock.l_type = Int16(F_WRLCK)
+        lock.l_whence = Int16(SEEK_SET)
+        lock.l_start = off_t(number)
+        lock.l_len = 1
+        try #require(fcntl(held, 37 /* F_OFD_SETLK */, &lock) == 0)
+        // Stopped while the six carts change: the agent finds them all in its next wake-up.
+        let pid = agent.process.processIdentifier
+        kill(pid, SIGSTOP)
+        for id in ids { try playground.writeAtomically("\(id)/cart.json", cartJSON([("A", 2)], syncedThrough: 1)) }
+        kill(pid, SIGCONT)
+        try await eventually("the carts before g04 are notified") { ids.prefix(3).allSatisfy { notified(playground, $0).count == 2 } }
+        #expect(notified(playground, "g04").count == 1, "g04 is given no line while another process holds its writers' lock")
+        lock.l_type = Int16(F_UNLCK)
+        #expect(fcntl(held, 37, &lock) == 0)
+        try await eventually("every cart is notified again") { ids.allSatisfy { notified(playground, $0).count == 2 } }
+        for id in ids {
+            #expect(notified(playground, id).compactMap { $0["seq"] as? Int } == [1, 2], "\(id): each record once, in order")
+            let fields = playground.keptValue("given.notifications", cart: id).map { $0.split(separator: " ").map(String.init) } ?? []
+            let file = try FileManager.default.attributesOfItem(atPath: "\(playground.path)/\(id)/notifications.jsonl")
+            #expect(fields.count >= 4 && fields[1] == "\(file[.systemFileNumber] as? Int ?? -1)" && fields[2] == "\(file[.size] as? Int ?? -1)" && fields[3] == "2",
+                    "\(id)/notifications.jsonl given \(fields), the file \(file[.systemFileNumber] ?? "?") of \(file[.size] ?? "?") bytes ending at record 2")
+        }
+        #expect(agent.stop() == 0, "\(agent.log)")
+    }
+
     /// However `-C` spells a cart of the tree (`ROOT/ID/.`, `ROOT/ID/inbox/..`, `ROOT/./ID/.`),
     /// it is that cart, checked as `ROOT/ID` is: a cart folder that is a link (out of the tree,
     /// or to another cart) is refused (73), and nothing is delivered through it.

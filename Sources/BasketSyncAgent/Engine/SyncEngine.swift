@@ -93,6 +93,10 @@ public final class SyncEngine {
     /// The notes of files given nothing, empty, kept for the group's transaction while a grouped
     /// pass is prepared (nil otherwise).
     var emptyNotes: [Projection: AppendCursor]?
+    /// The group of carts this engine's appends are part of, while the agent finishes one: the
+    /// writers' lock is then held, and the note of what a file was given kept, until the group's
+    /// end (see ``HeldNotes``).
+    var heldNotes: HeldNotes?
 
     /// Opens the sync directory's database (creating it when `create`) and reads the configuration.
     /// In a cart of a tree (`-C ROOT/ID`), the tree's database and settings; `makeCart` makes the
@@ -509,13 +513,23 @@ public final class SyncEngine {
         // Asked only when a line must be judged (a file not as given), never on an append.
         var syncId: String??
         return try file.catchUp(
-            lock: { () throws(AgentError) in try store.lockProjections() },
-            unlock: { (fd) in store.unlockProjections(fd) },
+            lock: { () throws(AgentError) in
+                if let heldNotes { return try heldNotes.lock(store) }
+                return try store.lockProjections()
+            },
+            unlock: { (fd) in if heldNotes == nil { store.unlockProjections(fd) } },
             loadGiven: { () throws(AgentError) in try store.given(projection) },
             saveGiven: { (given) throws(AgentError) in
                 // A file given nothing, empty: its note waits for the group's transaction when
-                // one is coming (see ``GroupedPass``).
-                if emptyNotes != nil, given.seq == 0, given.size == 0 { emptyNotes![projection] = given } else { try store.setGiven(projection, given) }
+                // one is coming (see ``GroupedPass``); a group of carts being finished notes
+                // every file at its end (see ``HeldNotes``).
+                if emptyNotes != nil, given.seq == 0, given.size == 0 {
+                    emptyNotes![projection] = given
+                } else if let heldNotes {
+                    heldNotes.note(store, projection, given)
+                } else {
+                    try store.setGiven(projection, given)
+                }
             },
             lastDatabaseSeq: { () throws(AgentError) in try store.lastSeq(projection) },
             recordAt: { (seq) throws(AgentError) in try store.line(projection, seq: seq) },

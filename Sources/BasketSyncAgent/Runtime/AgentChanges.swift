@@ -236,14 +236,26 @@ extension Agent {
             for cart in group { attempt(cart, .cart) }
             return
         }
-        // Each cart's appends and what it does after; the lines are flushed within the flush
-        // delay, all carts' together (``Agent/flushDue``).
-        for (cart, engine, read) in reads {
-            do {
-                settle(cart, engine, try engine.finishCart(read))
+        // Each cart's appends, their notes in one transaction at the end (``HeldNotes``), then
+        // what each cart does after; the lines are flushed within the flush delay, all carts'
+        // together (``Agent/flushDue``).
+        let held = HeldNotes()
+        var outcomes: [Result<SyncEngine.CartOutcome, AgentError>] = []
+        for (_, engine, read) in reads {
+            engine.heldNotes = held
+            defer { engine.heldNotes = nil }
+            do throws(AgentError) { outcomes.append(.success(try engine.finishCart(read))) } catch { outcomes.append(.failure(error)) }
+        }
+        // Not noted: each cart failed as its own note would have made it (its lines are
+        // written; the next catch-up reads its files' tails).
+        if let error = held.finish() { outcomes = outcomes.map { $0.flatMap { _ in .failure(error) } } }
+        for ((cart, engine, _), outcome) in zip(reads, outcomes) {
+            switch outcome {
+            case let .success(outcome):
+                settle(cart, engine, outcome)
                 cart.follow(engine)
                 engine.retainQuietly()
-            } catch {
+            case let .failure(error):
                 fail(cart, error, engine: engine)
             }
         }
