@@ -1,5 +1,6 @@
 import BasketSync
 import BasketSyncWire
+import Synchronization
 
 /// Reads the host's cart file: refuses a symbolic link unless told to follow it, reads it whole
 /// within the limit, and skips a version whose bytes are the last ones read.
@@ -94,13 +95,20 @@ struct CartReader {
     /// reflection: about a millisecond, on every engine a tree makes); `readingFields` says how
     /// many there are, and a test checks it against the types.
     static func readingHash(_ configuration: AgentConfiguration) -> Int64 {
+        // Every engine of a tree asks it of the same settings: the last one is kept.
+        if let known = lastReadingHash.withLock({ $0 }), known.configuration == configuration { return known.hash }
         let keys = configuration.keys, limits = configuration.limits
         let fields = [keys.products, keys.id, keys.quantity, keys.syncedThrough,
                       String(limits.maxFileBytes), String(limits.maxQuantity), String(limits.maxIdBytes),
                       configuration.cart, configuration.followSymlinks ? "1" : "0"]
         // Each field with its length before it: no two settings give the same text.
-        return contentHash(Array(fields.map { "\($0.utf8.count):\($0)" }.joined().utf8))
+        let hash = contentHash(Array(fields.map { "\($0.utf8.count):\($0)" }.joined().utf8))
+        lastReadingHash.withLock { $0 = (configuration, hash) }
+        return hash
     }
+
+    /// The settings ``readingHash(_:)`` was last asked of, and their hash.
+    private static let lastReadingHash = Mutex<(configuration: AgentConfiguration, hash: Int64)?>(nil)
 
     /// How many fields of `CartKeys` and `InputLimits` ``readingHash(_:)`` names.
     static let readingFields = (keys: 4, limits: 3)

@@ -23,15 +23,9 @@ public final class SyncEngine {
             }
         }
     }
-    /// ``CartReader/readingHash(_:)`` of ``configuration``, made again only when it changed
-    /// (a SIGHUP): a cart read is not a description of the configuration.
-    var readingHash: Int64 {
-        if let memo = readingMemo, memo.configuration == configuration { return memo.hash }
-        let hash = CartReader.readingHash(configuration)
-        readingMemo = (configuration, hash)
-        return hash
-    }
-    private var readingMemo: (configuration: AgentConfiguration, hash: Int64)?
+    /// ``CartReader/readingHash(_:)`` of ``configuration`` (kept there for the settings last
+    /// asked of: a cart read is not a description of the configuration).
+    var readingHash: Int64 { CartReader.readingHash(configuration) }
     /// Whether the outbox synchronizer is registered (`--no-synchronizer` leaves it out).
     public let isSynchronizerRegistered: Bool
     package let store: Store

@@ -1,5 +1,6 @@
 import BasketSync
 import BasketSyncWire
+import Synchronization
 
 extension Store {
     // MARK: Ids kept for deduplication
@@ -29,10 +30,19 @@ extension Store {
     /// A wall clock less boot clock as noted for this boot (`OFFSET BOOT`: ``Note/clock``,
     /// ``Note/retentionClock``), or nil: none, another boot's, or not one.
     static func offsetOfThisBoot(_ note: String?) -> Double? {
-        guard let fields = note?.fields(UInt8(ascii: " ")), fields.count == 2, let offset = Double(fields[0]), offset.isFinite,
-              String(fields[1]) == Posix.bootId else { return nil }
+        guard let note else { return nil }
+        // A change reads these notes a few times, nearly always the same text: the last one
+        // read is kept with its reading (a number's parse was most of the cost).
+        if let known = offsetNoteRead.withLock({ $0 }), known.note == note { return known.offset }
+        var offset: Double?
+        let fields = note.fields(UInt8(ascii: " "))
+        if fields.count == 2, let number = Double(fields[0]), number.isFinite, fields[1] == Posix.bootId[...] { offset = number }
+        offsetNoteRead.withLock { $0 = (note, offset) }
         return offset
     }
+
+    /// The last note ``offsetOfThisBoot(_:)`` read, and what it read in it.
+    private static let offsetNoteRead = Mutex<(note: String, offset: Double?)?>(nil)
 
     /// The note of `offset` on this boot (see ``offsetOfThisBoot(_:)``).
     static func bootOffsetNote(_ offset: Double) -> String { "\(offset) \(Posix.bootId)" }
