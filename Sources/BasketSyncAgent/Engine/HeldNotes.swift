@@ -9,16 +9,24 @@
 /// second writers' lock while it holds one, and none is held while the group's transaction
 /// waits for the database, so two holders cannot wait for each other.
 final class HeldNotes {
+    /// The most carts whose notes wait for one transaction: a kill of the agent between their
+    /// appends and that transaction leaves their notes one append behind (a catch-up then reads
+    /// each file's end; a file the host moved away meanwhile under another name than `NAME.1`,
+    /// or deleted, is given those records again) — at most this many carts', where a note
+    /// written after each append left one cart's.
+    static let cartsAtMost = 8
+
     private var locks: [ObjectIdentifier: (store: Store, fd: Int32)] = [:]
     /// The order the locks were taken in.
     private var order: [ObjectIdentifier] = []
     private var notes: [(store: Store, projection: Projection, given: AppendCursor)] = []
 
-    /// `store`'s writers' lock, taken (waiting for it) unless the group holds it already.
-    func lock(_ store: Store) throws(AgentError) -> Int32 {
+    /// `store`'s writers' lock, taken unless the group holds it already (waiting for it at most
+    /// `waitingAtMost` seconds: see ``Store/lockProjections(waitingAtMost:)``).
+    func lock(_ store: Store, waitingAtMost: Double?) throws(AgentError) -> Int32 {
         let key = ObjectIdentifier(store)
         if let held = locks[key] { return held.fd }
-        let fd = try store.lockProjections()
+        let fd = try store.lockProjections(waitingAtMost: waitingAtMost)
         locks[key] = (store, fd)
         order.append(key)
         return fd

@@ -241,14 +241,24 @@ extension Agent {
         // together (``Agent/flushDue``).
         let held = HeldNotes()
         var outcomes: [Result<SyncEngine.CartOutcome, AgentError>] = []
+        var notedThrough = 0
+        /// The notes of the carts finished since the last, in one transaction.
+        func note() {
+            // Not noted: each cart failed as its own note would have made it (its lines are
+            // written; the next catch-up reads its files' tails).
+            if let error = held.finish() {
+                for index in notedThrough..<outcomes.count { outcomes[index] = outcomes[index].flatMap { _ in .failure(error) } }
+            }
+            notedThrough = outcomes.count
+        }
         for (_, engine, read) in reads {
             engine.heldNotes = held
             defer { engine.heldNotes = nil }
             do throws(AgentError) { outcomes.append(.success(try engine.finishCart(read))) } catch { outcomes.append(.failure(error)) }
+            // A kill before the notes leaves them one append behind: at most this many carts'.
+            if outcomes.count - notedThrough >= HeldNotes.cartsAtMost { note() }
         }
-        // Not noted: each cart failed as its own note would have made it (its lines are
-        // written; the next catch-up reads its files' tails).
-        if let error = held.finish() { outcomes = outcomes.map { $0.flatMap { _ in .failure(error) } } }
+        note()
         for ((cart, engine, _), outcome) in zip(reads, outcomes) {
             switch outcome {
             case let .success(outcome):
