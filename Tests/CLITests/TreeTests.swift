@@ -1356,13 +1356,14 @@ extension TreeTests {
 
 extension TreeTests {
     /// The carts one wake-up finds changed are finished together: each cart's lines appended
-    /// under its writers' lock, what every file was given noted before the locks are let go.
-    /// Another process holding one cart's writers' lock holds the group up at that cart and
-    /// loses nothing: that cart gets no line while it is held, and once it is let go every cart
-    /// has its line once and every note says its file as it stands.
+    /// under its writers' lock, what the files of up to eight carts were given noted in one
+    /// transaction before their locks are let go. Another process holding one cart's writers'
+    /// lock holds up that cart alone and loses nothing: that cart gets no line while it is held,
+    /// the carts before it are noted as their files stand, a cart changed meanwhile is served,
+    /// and once the lock is let go every cart has its line once and every note says its file.
     @Test func aWakeUpsCartsAreNotedAsTheirFilesWhileAnotherProcessHoldsOneCartsLock() async throws {
         let playground = try tree()
-        let ids = (1...6).map { String(format: "g%02d", $0) }
+        let ids = (1...10).map { String(format: "g%02d", $0) }
         let agent = try AgentProcess(directory: playground.path)
         try await agent.waitUntilWatching()
         // A Mealz line A in each cart, echoed by its host.
@@ -1370,8 +1371,14 @@ extension TreeTests {
         try await eventually("every cart's event is taken") { ids.allSatisfy { playground.records("\($0)/outbox.jsonl").count == 1 } }
         for id in ids { try playground.writeAtomically("\(id)/cart.json", cartJSON([("A", 1)], syncedThrough: 1)) }
         try await eventually("every cart is notified once") { ids.allSatisfy { notified(playground, $0).count == 1 } }
-        // g04's byte of the writers' lock, held as another basket-sync would hold it.
-        let number = try #require(Int64(playground.databaseRows("SELECT n FROM carts WHERE id = 'g04'").first?.first ?? ""))
+        /// Whether what `id`'s notifications.jsonl was given is noted as the file stands at `seq`.
+        func notedAsItsFile(_ id: String, through seq: Int) throws -> Bool {
+            let fields = playground.keptValue("given.notifications", cart: id).map { $0.split(separator: " ").map(String.init) } ?? []
+            let file = try FileManager.default.attributesOfItem(atPath: "\(playground.path)/\(id)/notifications.jsonl")
+            return fields.count >= 4 && fields[1] == "\(file[.systemFileNumber] as? Int ?? -1)" && fields[2] == "\(file[.size] as? Int ?? -1)" && fields[3] == "\(seq)"
+        }
+        // g10's byte of the writers' lock, held as another basket-sync would hold it.
+        let number = try #require(Int64(playground.databaseRows("SELECT n FROM carts WHERE id = 'g10'").first?.first ?? ""))
         let held = open(playground.path + "/.basket-sync/projections.lock", O_RDWR | O_CLOEXEC)
         try #require(held >= 0)
         defer { close(held) }
@@ -1381,22 +1388,26 @@ extension TreeTests {
         lock.l_start = off_t(number)
         lock.l_len = 1
         try #require(fcntl(held, 37 /* F_OFD_SETLK */, &lock) == 0)
-        // Stopped while the six carts change: the agent finds them all in its next wake-up.
+        // Stopped while the ten carts change: the agent finds them all in its next wake-up.
         let pid = agent.process.processIdentifier
         kill(pid, SIGSTOP)
         for id in ids { try playground.writeAtomically("\(id)/cart.json", cartJSON([("A", 2)], syncedThrough: 1)) }
         kill(pid, SIGCONT)
-        try await eventually("the carts before g04 are notified") { ids.prefix(3).allSatisfy { notified(playground, $0).count == 2 } }
-        #expect(notified(playground, "g04").count == 1, "g04 is given no line while another process holds its writers' lock")
+        try await eventually("the carts before g10 are notified") { ids.prefix(9).allSatisfy { notified(playground, $0).count == 2 } }
+        #expect(notified(playground, "g10").count == 1, "g10 is given no line while another process holds its writers' lock")
+        for id in ids.prefix(8) { #expect(try notedAsItsFile(id, through: 2), "\(id): noted with the first eight while g10 waits") }
+        // The agent waits for no cart: another change is served while g10's lock is still held.
+        try playground.writeAtomically("g05/cart.json", cartJSON([("A", 3)], syncedThrough: 1))
+        try await eventually("g05 is notified again while g10's lock is held") { notified(playground, "g05").count == 3 }
+        #expect(notified(playground, "g10").count == 1, "g10 still waits for its lock")
+        #expect(agent.log.contains("another basket-sync process has held this cart's files"), "g10's wait is said: \(agent.log)")
         lock.l_type = Int16(F_UNLCK)
         #expect(fcntl(held, 37, &lock) == 0)
-        try await eventually("every cart is notified again") { ids.allSatisfy { notified(playground, $0).count == 2 } }
+        try await eventually("every cart is notified again") { ids.allSatisfy { notified(playground, $0).count == ($0 == "g05" ? 3 : 2) } }
         for id in ids {
-            #expect(notified(playground, id).compactMap { $0["seq"] as? Int } == [1, 2], "\(id): each record once, in order")
-            let fields = playground.keptValue("given.notifications", cart: id).map { $0.split(separator: " ").map(String.init) } ?? []
-            let file = try FileManager.default.attributesOfItem(atPath: "\(playground.path)/\(id)/notifications.jsonl")
-            #expect(fields.count >= 4 && fields[1] == "\(file[.systemFileNumber] as? Int ?? -1)" && fields[2] == "\(file[.size] as? Int ?? -1)" && fields[3] == "2",
-                    "\(id)/notifications.jsonl given \(fields), the file \(file[.systemFileNumber] ?? "?") of \(file[.size] ?? "?") bytes ending at record 2")
+            let last = id == "g05" ? 3 : 2
+            #expect(notified(playground, id).compactMap { $0["seq"] as? Int } == Array(1...last), "\(id): each record once, in order")
+            #expect(try notedAsItsFile(id, through: last), "\(id)/notifications.jsonl noted as it stands")
         }
         #expect(agent.stop() == 0, "\(agent.log)")
     }

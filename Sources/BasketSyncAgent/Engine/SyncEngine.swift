@@ -91,6 +91,10 @@ public final class SyncEngine {
     /// writers' lock is then held, and the note of what a file was given kept, until the group's
     /// end (see ``HeldNotes``).
     var heldNotes: HeldNotes?
+    /// How long this engine waits for its cart's writers' lock held by another process before
+    /// its catch-up fails as busy (nil: as long as it takes). The agent serving a tree sets it,
+    /// so that one cart held up holds up no other.
+    var writersLockWait: Double?
 
     /// Opens the sync directory's database (creating it when `create`) and reads the configuration.
     /// In a cart of a tree (`-C ROOT/ID`), the tree's database and settings; `makeCart` makes the
@@ -508,8 +512,8 @@ public final class SyncEngine {
         var syncId: String??
         return try file.catchUp(
             lock: { () throws(AgentError) in
-                if let heldNotes { return try heldNotes.lock(store) }
-                return try store.lockProjections()
+                if let heldNotes { return try heldNotes.lock(store, waitingAtMost: writersLockWait) }
+                return try store.lockProjections(waitingAtMost: writersLockWait)
             },
             unlock: { (fd) in if heldNotes == nil { store.unlockProjections(fd) } },
             loadGiven: { () throws(AgentError) in try store.given(projection) },

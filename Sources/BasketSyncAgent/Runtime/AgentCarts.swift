@@ -261,8 +261,12 @@ extension Agent {
         engine.logsActivity = true
         engine.settlesRejections = true
         engine.unsettled = cart.unsettled
-        // In a tree, each cart's turn is bounded (docs/spec.md §7): one group of events.
-        if tree != nil { engine.inboxBudget = Agent.inboxBudgetPerTurn }
+        // In a tree, each cart's turn is bounded (docs/spec.md §7): one group of events; and
+        // its writers' lock held by another process is waited for a moment only.
+        if tree != nil {
+            engine.inboxBudget = Agent.inboxBudgetPerTurn
+            engine.writersLockWait = Agent.writersLockWait
+        }
         engines[cart.id] = engine
         return engine
     }
@@ -270,6 +274,11 @@ extension Agent {
     /// The inbox entries a tree's cart takes per turn: one group. A cart with more gets its next
     /// turn after every other cart's wake-up work.
     static let inboxBudgetPerTurn = SyncEngine.inboxGroupSize
+
+    /// How long the agent serving a tree waits for a cart's writers' lock that another process
+    /// holds (seconds): a one-shot command's catch-up holds it for a moment; longer, the cart is
+    /// tried again later and the others go on.
+    static let writersLockWait = 0.1
 
     /// Runs a pass on one cart; a failure is reported and retried later for that cart alone.
     /// `reported`: the pass comes from what the agent was told since its start, no report lost
