@@ -1412,6 +1412,39 @@ extension TreeTests {
         #expect(agent.stop() == 0, "\(agent.log)")
     }
 
+    /// A command waits a bounded time for a cart's writers' lock another process holds, then
+    /// says that cart busy (75) and serves the others: `sync` on the root with one cart's lock
+    /// held (waited for without end before, and every later cart with it).
+    @Test func aCommandOnTheRootServesTheOtherCartsWhileOneCartsLockIsHeld() async throws {
+        let playground = try tree()
+        let ids = ["h1", "h2", "h3"]
+        for id in ids {
+            try mkdir(playground, "\(id)/inbox/tmp")
+            try mkdir(playground, "\(id)/inbox/new")
+        }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        let number = try #require(Int64(playground.databaseRows("SELECT n FROM carts WHERE id = 'h2'").first?.first ?? ""))
+        for id in ids { try mealzLine(playground, id) }
+        let held = open(playground.path + "/.basket-sync/projections.lock", O_RDWR | O_CLOEXEC)
+        try #require(held >= 0)
+        defer { close(held) }
+        var lock = flock()
+        lock.l_type = Int16(F_WRLCK)
+        lock.l_whence = Int16(SEEK_SET)
+        lock.l_start = off_t(number)
+        lock.l_len = 1
+        try #require(fcntl(held, 37 /* F_OFD_SETLK */, &lock) == 0)
+        let run = try basketSync(["-C", playground.path, "sync"])
+        #expect(run.status == 75, "\(run.stdout)\(run.stderr)")
+        #expect(run.stderr.contains("h2") && run.stderr.contains("another basket-sync process has held this cart's files"), "\(run.stderr)")
+        #expect(playground.records("h1/outbox.jsonl").count == 1 && playground.records("h3/outbox.jsonl").count == 1, "the other carts are served: \(run.stderr)")
+        #expect(playground.records("h2/outbox.jsonl").isEmpty, "h2 waits for its lock")
+        lock.l_type = Int16(F_UNLCK)
+        #expect(fcntl(held, 37, &lock) == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        #expect(playground.records("h2/outbox.jsonl").compactMap { $0["seq"] as? Int } == [1], "h2's record once, once its lock is let go")
+    }
+
     /// However `-C` spells a cart of the tree (`ROOT/ID/.`, `ROOT/ID/inbox/..`, `ROOT/./ID/.`),
     /// it is that cart, checked as `ROOT/ID` is: a cart folder that is a link (out of the tree,
     /// or to another cart) is refused (73), and nothing is delivered through it.

@@ -54,6 +54,8 @@ extension Commands {
     /// take the lock) is read again and the records applied to it, a few times, then 75.
     public static func apply(directory: String, lockTimeout: Double? = 30, logger: Logger) throws(AgentError) -> ApplySummary {
         let engine = try SyncEngine(directory: directory, isSynchronizerRegistered: true, logger: logger)
+        // The files' writers' lock is waited for as long as the host's cart lock is.
+        if let lockTimeout { engine.writersLockWait = lockTimeout }
         // Every file from here on reached where the engine reaches them (a tree's cart: its folder as opened).
         let directory = engine.directory
         // A cart it may not write is said as such (65), before its lock is looked for.

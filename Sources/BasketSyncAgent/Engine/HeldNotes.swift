@@ -23,7 +23,7 @@ final class HeldNotes {
 
     /// `store`'s writers' lock, taken unless the group holds it already (waiting for it at most
     /// `waitingAtMost` seconds: see ``Store/lockProjections(waitingAtMost:)``).
-    func lock(_ store: Store, waitingAtMost: Double?) throws(AgentError) -> Int32 {
+    func lock(_ store: Store, waitingAtMost: Double) throws(AgentError) -> Int32 {
         let key = ObjectIdentifier(store)
         if let held = locks[key] { return held.fd }
         let fd = try store.lockProjections(waitingAtMost: waitingAtMost)

@@ -92,9 +92,13 @@ public final class SyncEngine {
     /// end (see ``HeldNotes``).
     var heldNotes: HeldNotes?
     /// How long this engine waits for its cart's writers' lock held by another process before
-    /// its catch-up fails as busy (nil: as long as it takes). The agent serving a tree sets it,
-    /// so that one cart held up holds up no other.
-    var writersLockWait: Double?
+    /// its catch-up fails as busy (75): ``writersLockWait`` for a command; the agent serving a
+    /// tree waits a moment only, so that one cart held up holds up no other; `apply` waits its
+    /// `--timeout`.
+    var writersLockWait = SyncEngine.writersLockWait
+    /// How long a command waits for a cart's writers' lock that another process holds: its
+    /// catch-ups hold it for moments.
+    static let writersLockWait = 10.0
 
     /// Opens the sync directory's database (creating it when `create`) and reads the configuration.
     /// In a cart of a tree (`-C ROOT/ID`), the tree's database and settings; `makeCart` makes the

@@ -372,7 +372,9 @@ extension Agent {
         cart.quietUntil = now + cart.retryDelay
         cart.broughtForward = false
         logger.log(.info, "retrying in \(cart.retryDelay) s")
-        cart.retryDelay = min(cart.retryDelay * 2, 30)
+        // A cart busy for another process (its writers' lock held) is tried again within 2 s:
+        // its records are committed, and `wait` already lists them.
+        if case .busy = error { cart.retryDelay = min(cart.retryDelay * 2, 2) } else { cart.retryDelay = min(cart.retryDelay * 2, 30) }
     }
 
     /// SIGHUP: the settings again; on error the settings in force are kept.

@@ -21,30 +21,23 @@ extension Store {
     /// Takes the JSON Lines files' writers' lock (`projections.lock`: in a tree, the cart's byte
     /// of it) on the descriptor the database keeps open; ``unlockProjections(_:)`` lets it go.
     /// Not for a second thread: a lock belongs to the open file, which the thread would share.
-    /// `waitingAtMost`: for a tree's cart, how long another process may hold it before this fails
-    /// as busy (nil: waited for) — the agent serving a tree waits no longer for one cart than
-    /// that, so that a process holding one cart's lock (a slow `sync`, one stopped with Ctrl-Z)
-    /// holds up that cart alone.
-    func lockProjections(waitingAtMost: Double? = nil) throws(AgentError) -> Int32 {
+    /// `waitingAtMost`: how long another process may hold it before this fails as busy (75) —
+    /// every process waits a bounded time, so that a process holding a cart's lock (a slow
+    /// `sync`, one stopped with Ctrl-Z) holds up that cart alone, never a command for ever nor the
+    /// other carts of a tree.
+    func lockProjections(waitingAtMost: Double = SyncEngine.writersLockWait) throws(AgentError) -> Int32 {
         let path = database.projectionsLockPath
         do {
             let fd = try database.projectionsLockDescriptor()
-            if cart == 0 {
-                _ = try Posix.lockExclusive(fd, path: path)
-                return fd
-            }
-            guard let waitingAtMost else {
-                _ = try Posix.lockByte(fd, at: cart, wait: true, path: path)
-                return fd
-            }
             let deadline = Posix.monotonicSeconds() + waitingAtMost
             while true {
-                if try Posix.lockByte(fd, at: cart, wait: false, path: path) { return fd }
+                if try cart == 0 ? Posix.lockExclusive(fd, wait: false, path: path) : Posix.lockByte(fd, at: cart, wait: false, path: path) { return fd }
                 if Posix.monotonicSeconds() >= deadline { break }
                 Posix.pause(microseconds: 1_000)
             }
         } catch { throw .system(error) }
-        throw .busy("\(shownDirectory): another basket-sync process has held this cart's files (its byte of \(path)) for \(Int((waitingAtMost ?? 0) * 1000)) ms; the cart's new lines wait for it and the agent tries the cart again (the records are in the database: nothing is lost). A process stopped while it held them (Ctrl-Z) holds them until it goes on or ends")
+        let waited = waitingAtMost < 1 ? "\(Int(waitingAtMost * 1000)) ms" : "\(Int(waitingAtMost)) s"
+        throw .busy("\(shownDirectory): another basket-sync process has held this cart's files (\(cart == 0 ? path : "its byte of \(path)")) for \(waited); its new lines wait for it (the records are in the database: nothing is lost) — try again, or find the process that holds it (a command stopped with Ctrl-Z holds it until it goes on or ends)")
     }
 
     /// Lets go the lock ``lockProjections()`` took.
