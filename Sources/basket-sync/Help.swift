@@ -179,7 +179,8 @@ enum Help {
                 process that holds it), and renames only if the cart on disk is still the one it
                 read: a cart written meanwhile is read again and the records applied to it (after
                 5 tries, exit 75 and nothing written). A host that edits the cart while apply may
-                run wraps its edit in basket-sync lock.
+                run wraps its edit in basket-sync lock. SECONDS also bounds its wait for the
+                directory's files held by another basket-sync process (then exit 75, naming them).
                 On a tree's root it applies every cart that has records after its host's progress
                 (the carts wait on the root lists), one after the other: one line per cart (--json:
                 one object per line, with "cart"); a cart that fails, or whose records wait said it
