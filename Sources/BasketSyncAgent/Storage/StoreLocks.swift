@@ -30,14 +30,20 @@ extension Store {
         do {
             let fd = try database.projectionsLockDescriptor()
             let deadline = Posix.monotonicSeconds() + waitingAtMost
+            // Looked at again after 1 ms, then less and less often (50 ms at most): a catch-up
+            // holds it for moments, and a long wait costs next to nothing.
+            var pause = 0.001
             while true {
                 if try cart == 0 ? Posix.lockExclusive(fd, wait: false, path: path) : Posix.lockByte(fd, at: cart, wait: false, path: path) { return fd }
-                if Posix.monotonicSeconds() >= deadline { break }
-                Posix.pause(microseconds: 1_000)
+                let left = deadline - Posix.monotonicSeconds()
+                if left <= 0 { break }
+                Posix.pause(microseconds: UInt32(min(pause, left) * 1_000_000))
+                pause = min(pause * 2, 0.05)
             }
         } catch { throw .system(error) }
         let waited = waitingAtMost < 1 ? "\(Int(waitingAtMost * 1000)) ms" : "\(Int(waitingAtMost)) s"
-        throw .busy("\(shownDirectory): another basket-sync process has held this cart's files (\(cart == 0 ? path : "its byte of \(path)")) for \(waited); its new lines wait for it (the records are in the database: nothing is lost) — try again, or find the process that holds it (a command stopped with Ctrl-Z holds it until it goes on or ends)")
+        let files = cart == 0 ? "this directory's files (\(path))" : "this cart's files (its byte of \(path))"
+        throw .busy("\(shownDirectory): another basket-sync process has held \(files) for \(waited); its new lines wait for it (the records are in the database: nothing is lost) — try again, or find the process that holds it (a command stopped with Ctrl-Z holds it until it goes on or ends)")
     }
 
     /// Lets go the lock ``lockProjections()`` took.
