@@ -1354,6 +1354,35 @@ extension TreeTests {
     }
 }
 
+/// A tree cart's byte of the writers' lock (`.basket-sync/projections.lock`), held by this
+/// process as another basket-sync would hold it (an open-file-description lock), until released
+/// or dropped.
+final class HeldWritersLock {
+    private let fd: Int32
+    private let offset: off_t
+
+    init(_ playground: Playground, cart id: String) throws {
+        offset = off_t(try #require(Int64(playground.databaseRows("SELECT n FROM carts WHERE id = '\(id)'").first?.first ?? ""), "\(id) is a cart of the tree"))
+        fd = open(playground.path + "/.basket-sync/projections.lock", O_RDWR | O_CLOEXEC)
+        try #require(fd >= 0)
+        try #require(lock(Int16(F_WRLCK)), "\(id)'s byte of the writers' lock taken")
+    }
+
+    deinit { close(fd) }
+
+    /// Lets the lock go; whether it went.
+    func release() -> Bool { lock(Int16(F_UNLCK)) }
+
+    private func lock(_ type: Int16) -> Bool {
+        var lock = flock()
+        lock.l_type = type
+        lock.l_whence = Int16(SEEK_SET)
+        lock.l_start = offset
+        lock.l_len = 1
+        return fcntl(fd, 37 /* F_OFD_SETLK */, &lock) == 0
+    }
+}
+
 extension TreeTests {
     /// The carts one wake-up finds changed are finished together: each cart's lines appended
     /// under its writers' lock, what the files of up to eight carts were given noted in one
@@ -1378,16 +1407,7 @@ extension TreeTests {
             return fields.count >= 4 && fields[1] == "\(file[.systemFileNumber] as? Int ?? -1)" && fields[2] == "\(file[.size] as? Int ?? -1)" && fields[3] == "\(seq)"
         }
         // g10's byte of the writers' lock, held as another basket-sync would hold it.
-        let number = try #require(Int64(playground.databaseRows("SELECT n FROM carts WHERE id = 'g10'").first?.first ?? ""))
-        let held = open(playground.path + "/.basket-sync/projections.lock", O_RDWR | O_CLOEXEC)
-        try #require(held >= 0)
-        defer { close(held) }
-        var lock = flock()
-        lock.l_type = Int16(F_WRLCK)
-        lock.l_whence = Int16(SEEK_SET)
-        lock.l_start = off_t(number)
-        lock.l_len = 1
-        try #require(fcntl(held, 37 /* F_OFD_SETLK */, &lock) == 0)
+        let held = try HeldWritersLock(playground, cart: "g10")
         // Stopped while the ten carts change: the agent finds them all in its next wake-up.
         let pid = agent.process.processIdentifier
         kill(pid, SIGSTOP)
@@ -1401,8 +1421,7 @@ extension TreeTests {
         try await eventually("g05 is notified again while g10's lock is held") { notified(playground, "g05").count == 3 }
         #expect(notified(playground, "g10").count == 1, "g10 still waits for its lock")
         #expect(agent.log.contains("another basket-sync process has held this cart's files"), "g10's wait is said: \(agent.log)")
-        lock.l_type = Int16(F_UNLCK)
-        #expect(fcntl(held, 37, &lock) == 0)
+        #expect(held.release())
         try await eventually("every cart is notified again") { ids.allSatisfy { notified(playground, $0).count == ($0 == "g05" ? 3 : 2) } }
         for id in ids {
             let last = id == "g05" ? 3 : 2
@@ -1423,24 +1442,14 @@ extension TreeTests {
             try mkdir(playground, "\(id)/inbox/new")
         }
         #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
-        let number = try #require(Int64(playground.databaseRows("SELECT n FROM carts WHERE id = 'h2'").first?.first ?? ""))
         for id in ids { try mealzLine(playground, id) }
-        let held = open(playground.path + "/.basket-sync/projections.lock", O_RDWR | O_CLOEXEC)
-        try #require(held >= 0)
-        defer { close(held) }
-        var lock = flock()
-        lock.l_type = Int16(F_WRLCK)
-        lock.l_whence = Int16(SEEK_SET)
-        lock.l_start = off_t(number)
-        lock.l_len = 1
-        try #require(fcntl(held, 37 /* F_OFD_SETLK */, &lock) == 0)
+        let held = try HeldWritersLock(playground, cart: "h2")
         let run = try basketSync(["-C", playground.path, "sync"])
         #expect(run.status == 75, "\(run.stdout)\(run.stderr)")
         #expect(run.stderr.contains("h2") && run.stderr.contains("another basket-sync process has held this cart's files"), "\(run.stderr)")
         #expect(playground.records("h1/outbox.jsonl").count == 1 && playground.records("h3/outbox.jsonl").count == 1, "the other carts are served: \(run.stderr)")
         #expect(playground.records("h2/outbox.jsonl").isEmpty, "h2 waits for its lock")
-        lock.l_type = Int16(F_UNLCK)
-        #expect(fcntl(held, 37, &lock) == 0)
+        #expect(held.release())
         #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
         #expect(playground.records("h2/outbox.jsonl").compactMap { $0["seq"] as? Int } == [1], "h2's record once, once its lock is let go")
     }

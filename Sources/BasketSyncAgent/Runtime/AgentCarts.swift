@@ -265,7 +265,7 @@ extension Agent {
         // its writers' lock held by another process is waited for a moment only.
         if tree != nil {
             engine.inboxBudget = Agent.inboxBudgetPerTurn
-            engine.writersLockWait = Agent.writersLockWait
+            engine.writersLockWait = Agent.treeWritersLockWait
         }
         engines[cart.id] = engine
         return engine
@@ -278,7 +278,7 @@ extension Agent {
     /// How long the agent serving a tree waits for a cart's writers' lock that another process
     /// holds (seconds): a one-shot command's catch-up holds it for a moment; longer, the cart is
     /// tried again later and the others go on.
-    static let writersLockWait = 0.1
+    static let treeWritersLockWait = 0.1
 
     /// Runs a pass on one cart; a failure is reported and retried later for that cart alone.
     /// `reported`: the pass comes from what the agent was told since its start, no report lost

@@ -46,7 +46,7 @@ extension Store {
         throw .busy("\(shownDirectory): another basket-sync process has held \(files) for \(waited); its new lines wait for it (the records are in the database: nothing is lost) — try again, or find the process that holds it (a command stopped with Ctrl-Z holds it until it goes on or ends)")
     }
 
-    /// Lets go the lock ``lockProjections()`` took.
+    /// Lets go the lock ``lockProjections(waitingAtMost:)`` took.
     func unlockProjections(_ fd: Int32) {
         if cart == 0 { Posix.unlock(fd) } else { Posix.unlockByte(fd, at: cart) }
     }
