@@ -180,3 +180,28 @@ import TestSupport
         #expect(after?.seq == 4 && after?.durable == 3, "after the next append: \(after.map(\.text) ?? "no note")")
     }
 }
+
+extension GivenNotesTests {
+    /// A failed flush's take-back waits for the writers' lock a bounded time, as every lock wait
+    /// does: while another open of the lock holds it (another process), the take-back returns and
+    /// the lines stay; once it is free, the same take-back cuts them off and notes the file as before them.
+    @Test func aTakeBackWaitsForTheWritersLockABoundedTime() throws {
+        let directory = try EngineTests.Directory()
+        let store = try Store(directory: directory.path, create: false)
+        let before = "{\"seq\":1}\n"
+        try directory.write("outbox.jsonl", before + "{\"seq\":2}\n")
+        var info = stat()
+        #expect(stat(directory.path + "/outbox.jsonl", &info) == 0)
+        let given = AppendCursor(device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size), seq: 2, durable: 1)
+        let flush = JSONLinesFile.Flush(path: directory.path + "/outbox.jsonl", given: given, sizeBefore: Int64(before.utf8.count), givenBefore: nil)
+        let held = open(store.stateDirectory + "/" + Layout.projectionsLock, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        try #require(held >= 0 && flock(held, LOCK_EX) == 0, "the writers' lock held")
+        SyncEngine.takeBack(store, .outbox, flush, waitingAtMost: 0.2)
+        #expect(directory.read("outbox.jsonl") == before + "{\"seq\":2}\n", "nothing cut while the lock is held elsewhere")
+        close(held)
+        SyncEngine.takeBack(store, .outbox, flush, waitingAtMost: 0.2)
+        #expect(directory.read("outbox.jsonl") == before, "cut back to the size before the flush's appends")
+        let note = try store.withTransaction { () throws(AgentError) in try store.given(.outbox) }
+        #expect(note?.size == Int64(before.utf8.count) && note?.seq == 0, "\(note.map(\.text) ?? "none")")
+    }
+}

@@ -146,6 +146,23 @@ import Testing
         #expect(try lines(playground) == ["X": 1], "nothing written")
     }
 
+    /// Every lock a command waits for is waited for a bounded time: a process holding `apply`'s
+    /// own lock (the host's cart lock free) holds up an apply for its --timeout, then 75 naming
+    /// that lock, never without end.
+    @Test func anotherApplysLockIsWaitedForTheTimeoutAtMost() throws {
+        let playground = try directoryWithARecordToApply()
+        let held = open(playground.path + "/.basket-sync/apply.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        #expect(held >= 0 && flock(held, LOCK_EX) == 0)
+        defer { close(held) }
+        let apply = try #require(try basketSync(["-C", playground.path, "apply", "--timeout", "0.2"], killAfter: 60), "apply ends while another apply's lock is held")
+        #expect(apply.status == 75 && apply.stderr.contains("apply.lock: another basket-sync process has held it for 200 ms"), "\(apply)")
+        #expect(try lines(playground) == ["X": 1], "nothing written")
+        #expect(flock(held, LOCK_UN) == 0)
+        let after = try basketSync(["-C", playground.path, "apply", "--timeout", "0.2"])
+        let applied = try lines(playground)
+        #expect(after.status == 0 && applied == ["X": 1, "A": 2], "\(after) \(playground.read("cart.json"))")
+    }
+
     /// A host that writes the cart without the lock, in the instant between `apply`'s last look
     /// and its rename (the rename held three seconds by strace, standing for the scheduler),
     /// loses nothing: the cart is swapped in, the file it displaced judged — not the one read, it

@@ -64,7 +64,8 @@ extension Commands {
             logger.log(.info, "\(path): waiting for the host's cart lock, held\(CartLock.describe(holders))")
         }
         defer { cartLock?.close() }
-        let lock = try engine.store.lock("apply.lock")
+        // Another apply of this cart is waited for as long as the host's cart lock is.
+        let lock = try engine.store.lock("apply.lock", waitingAtMost: lockTimeout ?? .infinity)
         defer { Posix.close(lock) }
         for _ in 1..<applyAttempts {
             do throws(AgentError) { return try applyOnce(directory: directory, engine: engine) } catch {

@@ -77,7 +77,7 @@ struct FlushTogether {
                 case .done:
                     break
                 case let .failed(failure):
-                    SyncEngine.takeBack(entry.store, entry.projection, entry.flush)
+                    SyncEngine.takeBack(entry.store, entry.projection, entry.flush, waitingAtMost: entry.engine?.writersLockWait ?? Agent.treeWritersLockWait)
                     takenBack.insert(entry.flush.path)
                     failed.append((entry.cart, failure))
                     continue

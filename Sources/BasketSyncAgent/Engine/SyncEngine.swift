@@ -460,9 +460,11 @@ public final class SyncEngine {
         }
     }
 
-    /// After a flush of `store`'s file failed: its appends taken back, to be written again.
-    static func takeBack(_ store: Store, _ projection: Projection, _ flush: JSONLinesFile.Flush) {
-        JSONLinesFile.takeBack(flush, lock: { () throws(AgentError) in try store.lock(Layout.projectionsLock) },
+    /// After a flush of `store`'s file failed: its appends taken back, to be written again —
+    /// under the writers' lock, waited for `waitingAtMost` seconds like a catch-up; while
+    /// another process holds it longer, they stay (the failure is said all the same).
+    static func takeBack(_ store: Store, _ projection: Projection, _ flush: JSONLinesFile.Flush, waitingAtMost: Double) {
+        JSONLinesFile.takeBack(flush, lock: { () throws(AgentError) in try store.lock(Layout.projectionsLock, waitingAtMost: waitingAtMost) },
                                saveGiven: { (given) throws(AgentError) in try store.setGiven(projection, given) })
     }
 
@@ -482,7 +484,7 @@ public final class SyncEngine {
                 try Posix.fsync(fd, path: flush.path)
                 done.append((projection, flush))
             } catch {
-                Self.takeBack(store, projection, flush)
+                Self.takeBack(store, projection, flush, waitingAtMost: writersLockWait)
                 if firstFailure == nil { firstFailure = error }
             }
         }

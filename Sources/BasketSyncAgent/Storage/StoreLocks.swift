@@ -4,19 +4,40 @@ import BasketSyncWire
 extension Store {
     // MARK: Locks
 
-    /// Opens `name` in the state directory and waits for its exclusive lock; closing the
-    /// descriptor releases it (so does the process dying).
-    func lock(_ name: String) throws(AgentError) -> Int32 {
+    /// Opens `name` in the state directory and takes its exclusive lock (in a tree, the cart's
+    /// byte of it), waiting `waitingAtMost` seconds at most for another process to let it go,
+    /// then busy (75); closing the descriptor releases it (so does the process dying).
+    func lock(_ name: String, waitingAtMost: Double) throws(AgentError) -> Int32 {
         let path = "\(stateDirectory)/\(name)"
         let fd: Int32
         do { fd = try Posix.open(path, [.readWrite, .create], mode: 0o600) } catch { throw .system(error) }
-        // A tree's carts share the file: each locks the byte of its number.
-        do { _ = try cart == 0 ? Posix.lockExclusive(fd, path: path) : Posix.lockByte(fd, at: cart, wait: true, path: path) } catch {
+        let taken: Bool
+        do { taken = try takeWaiting(fd, path: path, atMost: waitingAtMost) } catch {
             Posix.close(fd)
             throw .system(error)
         }
-        return fd
+        if taken { return fd }
+        Posix.close(fd)
+        throw .busy("\(path): another basket-sync process has held it for \(Self.shown(waitingAtMost)) — try again, or find the process that holds it (a command stopped with Ctrl-Z holds it until it goes on or ends)")
     }
+
+    /// Takes the exclusive lock of `fd` (in a tree, the cart's byte of it), trying again after
+    /// 1 ms, then less and less often (50 ms at most) — a holder keeps it for moments, and a long
+    /// wait costs next to nothing — for `atMost` seconds; false when another process still holds it.
+    private func takeWaiting(_ fd: Int32, path: String, atMost: Double) throws(SystemError) -> Bool {
+        let deadline = Posix.monotonicSeconds() + atMost
+        var pause = 0.001
+        while true {
+            if try cart == 0 ? Posix.lockExclusive(fd, wait: false, path: path) : Posix.lockByte(fd, at: cart, wait: false, path: path) { return true }
+            let left = deadline - Posix.monotonicSeconds()
+            if left <= 0 { return false }
+            Posix.pause(microseconds: UInt32(min(pause, left) * 1_000_000))
+            pause = min(pause * 2, 0.05)
+        }
+    }
+
+    /// A lock's wait as said in a message.
+    private static func shown(_ wait: Double) -> String { !wait.isFinite ? "ever" : wait < 1 ? "\(Int(wait * 1000)) ms" : "\(Int(wait)) s" }
 
     /// Takes the JSON Lines files' writers' lock (`projections.lock`: in a tree, the cart's byte
     /// of it) on the descriptor the database keeps open; ``unlockProjections(_:)`` lets it go.
@@ -29,19 +50,9 @@ extension Store {
         let path = database.projectionsLockPath
         do {
             let fd = try database.projectionsLockDescriptor()
-            let deadline = Posix.monotonicSeconds() + waitingAtMost
-            // Looked at again after 1 ms, then less and less often (50 ms at most): a catch-up
-            // holds it for moments, and a long wait costs next to nothing.
-            var pause = 0.001
-            while true {
-                if try cart == 0 ? Posix.lockExclusive(fd, wait: false, path: path) : Posix.lockByte(fd, at: cart, wait: false, path: path) { return fd }
-                let left = deadline - Posix.monotonicSeconds()
-                if left <= 0 { break }
-                Posix.pause(microseconds: UInt32(min(pause, left) * 1_000_000))
-                pause = min(pause * 2, 0.05)
-            }
+            if try takeWaiting(fd, path: path, atMost: waitingAtMost) { return fd }
         } catch { throw .system(error) }
-        let waited = waitingAtMost < 1 ? "\(Int(waitingAtMost * 1000)) ms" : "\(Int(waitingAtMost)) s"
+        let waited = Self.shown(waitingAtMost)
         let files = cart == 0 ? "this directory's files (\(path))" : "this cart's files (its byte of \(path))"
         throw .busy("\(shownDirectory): another basket-sync process has held \(files) for \(waited); its new lines wait for it (the records are in the database: nothing is lost) — try again, or find the process that holds it (a command stopped with Ctrl-Z holds it until it goes on or ends)")
     }
