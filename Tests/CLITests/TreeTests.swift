@@ -1421,6 +1421,11 @@ extension TreeTests {
         try await eventually("g05 is notified again while g10's lock is held") { notified(playground, "g05").count == 3 }
         #expect(notified(playground, "g10").count == 1, "g10 still waits for its lock")
         #expect(agent.log.contains("another basket-sync process has held this cart's files"), "g10's wait is said: \(agent.log)")
+        // Tried again every 2 s at most, but said as seldom as any failure: after 0, 0.5, 1.5,
+        // 3.5 and 7.5 s — five times, where a line at each try would be six by then.
+        try await eventually("g10's wait is said with a quiet delay of 8 s", timeout: 60) { agent.log.contains("said again in 8.0 s") }
+        let said = agent.log.split(separator: "\n").filter { $0.contains("g10") && $0.contains("has held this cart's files") }
+        #expect(said.count == 5, "\(said.joined(separator: "\n"))")
         #expect(held.release())
         try await eventually("every cart is notified again") { ids.allSatisfy { notified(playground, $0).count == ($0 == "g05" ? 3 : 2) } }
         for id in ids {

@@ -33,6 +33,9 @@ public final class Agent {
         /// and the retry stays where the back-off put it.
         var failure: String?
         var quietUntil = 0.0
+        /// How long the next failure said keeps the same one quiet: the back-off's own delay,
+        /// but a busy cart, tried again every 2 s at most, is said as seldom as any other failure.
+        var quietDelay = 0.5
         /// Whether a pass that went through brought this back-off step's retry forward already
         /// (once per step: a cart changing all the time on a broken inbox logs nothing more).
         var broughtForward = false

@@ -301,6 +301,7 @@ extension Agent {
             }
             if scope == .everything {
                 cart.retryDelay = 0.5
+                cart.quietDelay = 0.5
                 cart.failure = nil
             }
             // A part of a pass went through while a retry waits (a fault lifted, a cart taken):
@@ -351,8 +352,9 @@ extension Agent {
         // The failure a waiting retry is for, again (events on a cart whose inbox is broken):
         // said once per back-off step, never a log line per wake-up.
         let now = Posix.monotonicSeconds()
+        let busy = if case .busy = error { true } else { false }
         if cart.failure == error.description, now < cart.quietUntil {
-            cart.retryAt = cart.quietUntil
+            cart.retryAt = busy ? now + cart.retryDelay : cart.quietUntil
             return
         }
         cart.failure = error.description
@@ -369,12 +371,14 @@ extension Agent {
             }
         }
         cart.retryAt = now + cart.retryDelay
-        cart.quietUntil = now + cart.retryDelay
+        cart.quietUntil = now + cart.quietDelay
         cart.broughtForward = false
-        logger.log(.info, "retrying in \(cart.retryDelay) s")
+        logger.log(.info, busy ? "retrying every \(cart.retryDelay) s at most, said again in \(cart.quietDelay) s" : "retrying in \(cart.retryDelay) s")
         // A cart busy for another process (its writers' lock held) is tried again within 2 s:
-        // its records are committed, and `wait` already lists them.
-        if case .busy = error { cart.retryDelay = min(cart.retryDelay * 2, 2) } else { cart.retryDelay = min(cart.retryDelay * 2, 30) }
+        // its records are committed, and `wait` already lists them. It is said as seldom as any
+        // other failure (the quiet delay grows to 30 s), not at each try.
+        cart.retryDelay = min(cart.retryDelay * 2, busy ? 2 : 30)
+        cart.quietDelay = min(cart.quietDelay * 2, 30)
     }
 
     /// SIGHUP: the settings again; on error the settings in force are kept.
