@@ -43,6 +43,21 @@ public final class SyncEngine {
     public private(set) var nextDeadline: Date? {
         didSet { deadlineKnown = true }
     }
+    /// The wall clock less the boot clock that ``nextDeadline``'s windows were placed by: the
+    /// step's own reading, or the clock note read with the deadline (nil: none of this boot).
+    private var deadlineOffset: Double?
+    /// ``nextDeadline`` on the boot clock (seconds): placed by the offset its windows were set
+    /// under, never by the wall clock read later — a step of the wall clock between the pass and
+    /// this reading moves the deadline nowhere (the pass after the deadline moves the windows).
+    public var nextDeadlineOnBootClock: Double? {
+        nextDeadline.map { $0.timeIntervalSince1970 - (deadlineOffset ?? Self.clockOffset(Date())) }
+    }
+    /// The next deadline as committed, with the offset its windows were placed by (inside the
+    /// caller's read).
+    private func committedDeadline() throws(AgentError) -> (Date?, Double?) {
+        guard let deadline = try store.nextDeadline() else { return (nil, nil) }
+        return (deadline, Store.offsetOfThisBoot(try store.note(.clock)))
+    }
     /// Whether ``nextDeadline`` was learnt (a step, or read from the database): a new engine of a
     /// tree's cart, made after the last was dropped, must read it before a pass trusts it.
     private var deadlineKnown = false
@@ -60,7 +75,7 @@ public final class SyncEngine {
     /// the caller's transaction, or on its own).
     func learnDeadline() throws(AgentError) {
         guard !deadlineKnown else { return }
-        nextDeadline = try store.nextDeadline()
+        (nextDeadline, deadlineOffset) = try committedDeadline()
     }
     /// Whether each record made is logged (the agent's log, for a person following it).
     public var logsActivity = false
@@ -246,7 +261,7 @@ public final class SyncEngine {
         for report in summary.reports { try store.report(level: report.level.rawValue, message: report.message, at: now) }
         try record(summary)
         if summary.stateChanged { try store.saveState(machine.state, hostCartChanged: cartChanged, hostCartTouched: touched) }
-        nextDeadline = deadline
+        (nextDeadline, deadlineOffset) = (deadline, offset)
         return summary
     }
 
@@ -588,13 +603,13 @@ public final class SyncEngine {
         // database's last record — judged from one read of the database (each statement alone
         // would take and let go SQLite's read lock: twelve of them a cart). A file caught up holds
         // nothing beyond the database, so neither check has more to do.
-        let (known, deadline) = try store.database.withReadTransaction { () throws(AgentError) -> ([(AppendCursor?, UInt64)], Date?) in
-            let deadline = readingDeadline ? try store.nextDeadline() : nil
+        let (known, deadline) = try store.database.withReadTransaction { () throws(AgentError) -> ([(AppendCursor?, UInt64)], (Date?, Double?)) in
+            let deadline = readingDeadline ? try committedDeadline() : (nil, nil)
             var known: [(AppendCursor?, UInt64)] = []
             for projection in Projection.allCases { known.append((try store.given(projection), try store.lastSeq(projection))) }
             return (known, deadline)
         }
-        if readingDeadline { nextDeadline = deadline }
+        if readingDeadline { (nextDeadline, deadlineOffset) = deadline }
         var caughtUp = true
         for (projection, (given, lastSeq)) in zip(Projection.allCases, known) {
             let file = files[projection]!
@@ -668,7 +683,7 @@ public final class SyncEngine {
 
     /// Reads the next pending-window deadline again, as committed by any process.
     public func refreshDeadline() throws(AgentError) {
-        nextDeadline = try store.database.withReadTransaction { () throws(AgentError) in try store.nextDeadline() }
+        (nextDeadline, deadlineOffset) = try store.database.withReadTransaction { () throws(AgentError) in try committedDeadline() }
     }
 
     /// The state as committed now.

@@ -44,9 +44,10 @@ public final class Agent {
         /// The next pending-window deadline, as its last pass left it (monotonic seconds).
         var deadline: Double? { didSet { if deadline != oldValue { timingChanged(self) } } }
 
-        /// Sets ``deadline`` from the engine's (on the wall clock, as of now).
+        /// Sets ``deadline`` from the engine's, on the boot clock (never through the wall clock
+        /// read now: a step of it since the pass would move the timer by the step).
         func follow(_ engine: SyncEngine) {
-            let next = engine.nextDeadline.map { Posix.monotonicSeconds() + $0.timeIntervalSinceNow }
+            let next = engine.nextDeadlineOnBootClock.map { Posix.monotonicSeconds() + ($0 - Posix.bootSeconds()) }
             // Within a millisecond it is the same deadline (read at another instant).
             if let next, let deadline, abs(next - deadline) < 0.001 { return }
             deadline = next
