@@ -401,13 +401,14 @@ final class Tree {
 
     /// The carts the database holds whose directory is gone: each is marked away when first
     /// seen so, and ended — every row of it removed — once away for ``awaySeconds``. Returns
-    /// those ended, and those still away with when they end.
-    func removeGoneCarts(now: Date = Date()) throws(AgentError) -> (ended: [String], away: [String: Date]) {
+    /// those ended, and those still away with the seconds they are still kept (never a time of
+    /// the wall clock, which a step would move before the caller reads it).
+    func removeGoneCarts(now: Date = Date()) throws(AgentError) -> (ended: [String], away: [String: Double]) {
         try database.withTransaction { () throws(AgentError) in try endGone(try database.carts(), now: now) }
     }
 
     /// ``removeGoneCarts(now:)`` for the carts `ids` only (those the agent saw leave).
-    func removeGoneCarts(_ ids: [String], now: Date = Date()) throws(AgentError) -> (ended: [String], away: [String: Date]) {
+    func removeGoneCarts(_ ids: [String], now: Date = Date()) throws(AgentError) -> (ended: [String], away: [String: Double]) {
         try database.withTransaction { () throws(AgentError) in
             var known: [String: Int64] = [:]
             for id in ids { if let cart = try database.cart(id) { known[id] = cart.number } }
@@ -417,19 +418,19 @@ final class Tree {
 
     /// Of `carts` (id → number), those whose directory is gone: marked away, or ended once away
     /// long enough (in the caller's transaction).
-    private func endGone(_ carts: [String: Int64], now: Date) throws(AgentError) -> (ended: [String], away: [String: Date]) {
+    private func endGone(_ carts: [String: Int64], now: Date) throws(AgentError) -> (ended: [String], away: [String: Double]) {
         var ended: [String] = []
-        var away: [String: Date] = [:]
+        var away: [String: Double] = [:]
         for (id, number) in carts where Posix.info("\(root)/\(id)", follow: false)?.kind != .directory {
             let rows = database.rows(cart: number)
             let note = try rows.note(.goneSince)
             if note == nil { try rows.setNote(.goneSince, Tree.awayNote(now: now)) }
-            let ends = now.addingTimeInterval(Tree.awaySeconds - (note.map { Tree.awayFor(since: $0, now: now) } ?? 0))
-            if ends <= now {
+            let left = Tree.awaySeconds - (note.map { Tree.awayFor(since: $0, now: now) } ?? 0)
+            if left <= 0 {
                 try database.removeCart(number)
                 ended.append(id)
             } else {
-                away[id] = ends
+                away[id] = left
             }
         }
         return (ended.sorted(), away)

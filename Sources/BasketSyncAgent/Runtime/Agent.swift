@@ -513,7 +513,7 @@ public final class Agent {
         }
         let gone = try tree.removeGoneCarts()
         for id in gone.ended { logger.log(.info, "cart \(id): its directory left the tree more than \(AgentConfiguration.number(Tree.awaySeconds)) s ago: the cart ended") }
-        for (id, ends) in gone.away.sorted(by: { $0.key < $1.key }) { markAway(id, until: ends) }
+        for (id, left) in gone.away.sorted(by: { $0.key < $1.key }) { markAway(id, for: left) }
         // Many new carts (a first start): adopted together, not one commit and fsync each.
         tree.adoptNew(ids)
         for id in ids {

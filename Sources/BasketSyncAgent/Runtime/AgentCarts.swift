@@ -198,9 +198,9 @@ extension Agent {
         do {
             let gone = try tree.removeGoneCarts([id])
             for ended in gone.ended { logger.log(.info, "cart \(ended): its directory left the tree more than \(AgentConfiguration.number(Tree.awaySeconds)) s ago: the cart ended") }
-            if let ends = gone.away[id] {
+            if let left = gone.away[id] {
                 logger.log(.info, "cart \(id): its directory left the tree: not served. Put back as it was (its marker with it) within \(AgentConfiguration.number(Tree.awaySeconds)) s, it is served again with its state; after that the cart ends")
-                markAway(id, until: ends)
+                markAway(id, for: left)
             } else if !gone.ended.contains(id) {
                 logger.log(.info, "cart \(id): its directory holds no marker of it now (made again, or another cart's): the cart as it was is no longer served")
             }
@@ -209,9 +209,9 @@ extension Agent {
         }
     }
 
-    /// Cart `id` is away until `ends` (its directory left the tree), kept on the monotonic clock.
-    func markAway(_ id: String, until ends: Date) {
-        away[id] = Posix.monotonicSeconds() + ends.timeIntervalSinceNow
+    /// Cart `id` is away (its directory left the tree) for `seconds` more, kept on the monotonic clock.
+    func markAway(_ id: String, for seconds: Double) {
+        away[id] = Posix.monotonicSeconds() + seconds
     }
 
     /// The carts away for their time ended: their rows removed.
@@ -224,7 +224,7 @@ extension Agent {
             for id in gone.ended { logger.log(.info, "cart \(id): its directory left the tree more than \(AgentConfiguration.number(Tree.awaySeconds)) s ago: the cart ended") }
             for id in due {
                 away[id] = nil
-                if let ends = gone.away[id] { markAway(id, until: ends) }
+                if let left = gone.away[id] { markAway(id, for: left) }
             }
         } catch {
             logger.log(.error, "ending the carts whose directory left the tree failed: \(error.description); tried again in a minute")
