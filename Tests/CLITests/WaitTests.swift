@@ -284,6 +284,14 @@ import Testing
             return stat.isEmpty || stat.split(separator: ")").last?.split(separator: " ").first == "Z"
         }
         try? await eventually("the wait ends with its host", timeout: 60) { ended() }
-        #expect(ended(), "\((try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? "")")
+        // Where it is held, should it still run: its threads and what each waits in.
+        func whereHeld() -> String {
+            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+            return tasks.map { task in
+                let read = { (name: String) in ((try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/\(name)", encoding: .utf8)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines) }
+                return "task \(task): wchan \(read("wchan")), syscall \(read("syscall"))"
+            }.joined(separator: "\n")
+        }
+        #expect(ended(), "\((try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? "")\n\(whereHeld())")
     }
 }

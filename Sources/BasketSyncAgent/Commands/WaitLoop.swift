@@ -56,7 +56,12 @@ struct WaitLoop {
             if pollMs != nil {
                 milliseconds = min(milliseconds, Int32(max(0, ((nextLook - Posix.monotonicSeconds()) * 1000).rounded(.up))))
             }
-            if getppid() != parent { exit(143) }
+            if getppid() != parent {
+                // Ended at once, as by the SIGTERM its status says (its output is written
+                // unbuffered: nothing to flush): `exit` would first run the atexit handlers,
+                // which may wait for a lock another thread holds.
+                _exit(143)
+            }
             var events: [InotifyEvent] = []
             do {
                 if try Posix.waitReadable([inotify.fd], timeout: milliseconds)[0] { events = try inotify.events() }
