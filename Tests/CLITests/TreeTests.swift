@@ -1459,6 +1459,28 @@ extension TreeTests {
         #expect(playground.records("h2/outbox.jsonl").compactMap { $0["seq"] as? Int } == [1], "h2's record once, once its lock is let go")
     }
 
+    /// `wait` on the root says a cart waiting only through the records a file holds: one
+    /// committed while another process holds that cart's writers' lock is not said until its
+    /// line is appended.
+    @Test func theRootsWaitSaysOnlyRecordsWhoseLineIsAppended() async throws {
+        let playground = try tree()
+        try mkdir(playground, "w1/inbox/tmp")
+        try mkdir(playground, "w1/inbox/new")
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        try mealzLine(playground, "w1")
+        let held = try HeldWritersLock(playground, cart: "w1")
+        let sync = try startedInBackground(["-C", playground.path + "/w1", "sync"])
+        try await eventually("w1's record is committed") { playground.databaseRows("SELECT count(*) FROM outbox") == [["1"]] }
+        #expect(playground.records("w1/outbox.jsonl").isEmpty, "its line waits for the lock")
+        let early = try basketSync(["-C", playground.path, "wait", "--timeout", "0.5"])
+        #expect(early.status == 75 && early.stdout.isEmpty, "nothing said before its line: \(early)")
+        #expect(held.release())
+        sync.waitUntilExit()
+        #expect(sync.terminationStatus == 0)
+        let later = try basketSync(["-C", playground.path, "wait", "--timeout", "10"])
+        #expect(later.status == 0 && later.stdout.contains("\"cart\":\"w1\"") && later.stdout.contains("\"through\":1"), "\(later)")
+    }
+
     /// However `-C` spells a cart of the tree (`ROOT/ID/.`, `ROOT/ID/inbox/..`, `ROOT/./ID/.`),
     /// it is that cart, checked as `ROOT/ID` is: a cart folder that is a link (out of the tree,
     /// or to another cart) is refused (73), and nothing is delivered through it.

@@ -253,6 +253,31 @@ import Testing
         #expect(waiting.terminationStatus == 75, "\(waiting.terminationStatus): \((try? String(contentsOfFile: output, encoding: .utf8)) ?? "")")
     }
 
+    /// `wait` prints only records whose line a file holds: one committed while another process
+    /// holds the writers' lock (a `sync` held up after its commit) is not printed until its line
+    /// is appended — a host reading outbox.jsonl after `wait` finds what it printed, and a loop
+    /// `while wait; do read-the-outbox; done` does not spin meanwhile.
+    @Test func aRecordIsPrintedOnlyOnceItsLineIsInTheOutbox() async throws {
+        let playground = try Playground()
+        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        // The writers' lock, held as another basket-sync process would hold it.
+        let held = open(playground.path + "/.basket-sync/projections.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        try #require(held >= 0 && flock(held, LOCK_EX) == 0)
+        defer { close(held) }
+        let sync = try startedInBackground(["-C", playground.path, "sync"])
+        try await eventually("the record is committed") { playground.databaseRows("SELECT seq FROM outbox") == [["1"]] }
+        #expect(playground.records("outbox.jsonl").isEmpty, "its line waits for the lock")
+        let early = try basketSync(["-C", playground.path, "wait", "--after", "0", "--timeout", "0.5"])
+        #expect(early.status == 75 && early.stdout.isEmpty, "nothing printed before its line: \(early)")
+        #expect(flock(held, LOCK_UN) == 0)
+        sync.waitUntilExit()
+        #expect(sync.terminationStatus == 0)
+        let later = try basketSync(["-C", playground.path, "wait", "--after", "0", "--timeout", "10"])
+        #expect(later.status == 0 && later.stdout.contains("\"seq\":1"), "\(later)")
+    }
+
     /// A host killed while it waits leaves no `wait` behind: the command ends with the process
     /// that started it (it would otherwise block for its whole timeout).
     @Test func waitEndsWithTheProcessThatStartedIt() async throws {

@@ -44,7 +44,7 @@ extension Commands {
                 if case .refused = error { refused.append((id, error.named)) }
                 continue
             }
-            let state = try store.withTransaction { () throws(AgentError) in try store.loadState() }
+            let (state, noted) = try store.withTransaction { () throws(AgentError) in (try store.loadState(), try store.given(.outbox)?.seq ?? 0) }
             // A cart claiming beyond its outbox cannot be served (its apply refuses, 74): said, never
             // hidden, and looked at again at the next look. Any other error is the wait's.
             if let error = CartReader.claimBeyondOutbox(CartReader.claim(in: store.directory, configuration: tree.configuration), state: state, cartPath: "\(store.directory)/\(tree.configuration.cart)", configuration: tree.configuration) {
@@ -53,7 +53,10 @@ extension Commands {
             }
             let progress = try CartReader.hostProgress(state, store: store, directory: store.directory, configuration: tree.configuration)
             known[number] = progress
-            if last > progress { waiting.append(CartWaiting(cart: id, after: progress, through: last)) }
+            // Through the last record a file holds (as `wait` on the cart): one whose line is not
+            // appended yet waits for it — the note written after the append wakes the next look.
+            let through = Commands.outboxInFile(path: "\(store.directory)/\(Projection.outbox.fileName)", committed: last, noted: noted)
+            if through > progress { waiting.append(CartWaiting(cart: id, after: progress, through: through)) }
         }
         return (waiting, refused)
     }

@@ -73,7 +73,7 @@ extension Commands {
         }) { () throws(AgentError) -> [[UInt8]]? in
             // A connection of its own per look: on a read-only file system SQLite cannot share
             // the WAL index, and a connection kept open would read the same snapshot for ever.
-            let (lines, last) = try outboxNow(directory: shown, after: start)
+            let (committed, last, noted) = try outboxNow(directory: shown, after: start)
             // A database restored from an older backup: the outbox holds what it does not. A
             // record commits before it is appended: one committed since the read above is
             // read again before the database is called behind.
@@ -87,18 +87,35 @@ extension Commands {
                 let fresher = JSONLinesFile(path: outboxPath).recordLines(after: start, isRecord: Projection.outbox.isRecord)
                 if !fresher.isEmpty { return fresher }
             }
+            // Only the records a file holds: one committed whose line is not appended yet
+            // (another process holds the cart's writers' lock) waits for its line, which wakes
+            // this loop — a host reading outbox.jsonl after `wait` finds what it printed.
+            let inFile = Self.outboxInFile(path: outboxPath, committed: committed.last?.seq ?? 0, noted: noted)
+            let lines = committed.prefix { $0.seq <= inFile }
             return lines.isEmpty ? nil : lines.map(\.line)
         }
         withExtendedLifetime(folder) {}
         return WaitResult(after: start, lines: lines)
     }
 
-    /// The outbox records after `seq`, and its last seq, through a connection opened and closed
-    /// for this read alone.
-    private static func outboxNow(directory: String, after seq: UInt64?) throws(AgentError) -> (lines: [(seq: UInt64, line: [UInt8])], last: UInt64) {
+    /// The outbox records after `seq`, its last seq, and through which seq the files were given
+    /// its records (noted after each append), through a connection opened and closed for this
+    /// read alone.
+    private static func outboxNow(directory: String, after seq: UInt64?) throws(AgentError) -> (lines: [(seq: UInt64, line: [UInt8])], last: UInt64, noted: UInt64) {
         let reader = try Store.open(directory: directory, readOnly: true)
         return try reader.withTransaction { () throws(AgentError) in
-            (try seq.map { (after) throws(AgentError) in try reader.lines(.outbox, after: after) } ?? [], try reader.lastSeq(.outbox))
+            (try seq.map { (after) throws(AgentError) in try reader.lines(.outbox, after: after) } ?? [], try reader.lastSeq(.outbox), try reader.given(.outbox)?.seq ?? 0)
         }
+    }
+
+    /// Of the outbox records through `committed`, the last one whose line a file holds: what
+    /// the files were given (`noted`, written after each append), or — the note behind (a
+    /// process killed between an append and its note, or still holding the writers' lock
+    /// after its append) — the last record of `outbox.jsonl` itself. A record committed while
+    /// another process holds the writers' lock is not yet in either.
+    static func outboxInFile(path: String, committed: UInt64, noted: UInt64) -> UInt64 {
+        if noted >= committed { return committed }
+        let last = JSONLinesFile(path: path).lastRecord(isRecord: Projection.outbox.isRecord).map { RecordFormat.seq(ofLine: $0.line) } ?? 0
+        return min(committed, max(noted, last))
     }
 }
