@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
+import TestSupport
 
 /// Whoever writes the sync directory can make basket-sync refuse work, never read, write, truncate
 /// or change the mode of a file outside it, nor hang it (docs/spec.md §7). A matrix: each path
@@ -820,6 +821,36 @@ import Testing
         #expect(try basketSync(["-C", dir, "sync"]).status == 0)
         #expect(playground.read("inbox/bad/left") == "junk3" && playground.read("inbox/bad/left.error").contains("inbox/bad/left"), "\(playground.names("inbox/bad"))")
         #expect(!playground.names("inbox/bad").contains { $0.hasPrefix("left.again.") }, "\(playground.names("inbox/bad"))")
+    }
+
+    /// Whatever the names of bad deliveries — one the `.error` of another's name, one a name
+    /// `bad/` holds, in any order — every entry set aside is kept with its own bytes under a
+    /// name that is no reason's (never ending in `.error`), its reason beside it, and no reason
+    /// without its entry: a seeded run of deliveries, judged by those words.
+    @Test func badDeliveriesOfAnyNamesAreEachKeptBesideTheirReason() throws {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        let playground = try Playground()
+        let dir = playground.path
+        #expect(try basketSync(["-C", dir, "init"]).status == 0)
+        let names = ["a", "a.error", "a.error.error", "b.error", "b", "a.again.x", "a.again.x.error"]
+        var delivered: [String] = []
+        for index in 0..<24 {
+            let name = names[rng.below(names.count)]
+            let bytes = "bad delivery \(index) as \(name)"
+            // A name new/ holds is taken first (a delivery never writes over one waiting).
+            if playground.names("inbox/new").contains(name) { #expect(try basketSync(["-C", dir, "sync"]).status == 0, "seed \(seed)") }
+            try playground.write("inbox/new/" + name, bytes)
+            delivered.append(bytes)
+            // One at a time, or several taken by one pass.
+            if rng.below(2) == 0 || index == 23 { #expect(try basketSync(["-C", dir, "sync"]).status == 0, "seed \(seed)") }
+        }
+        let inBad = playground.names("inbox/bad")
+        let entries = inBad.filter { !$0.hasSuffix(".error") }
+        let context = "seed \(seed) (BASKET_SYNC_SEED=\(seed) replays it): \(inBad.sorted())"
+        #expect(entries.map { playground.read("inbox/bad/" + $0) }.sorted() == delivered.sorted(), "every delivery kept once with its bytes: \(context)")
+        for entry in entries { #expect(playground.read("inbox/bad/\(entry).error").contains("inbox/bad/\(entry)"), "\(entry)'s reason names it: \(context)") }
+        #expect(inBad.count == 2 * entries.count, "no reason without its entry: \(context)")
     }
 
     /// A cart hard-linked to a file outside is never read: rejected (65) by sync, apply and the

@@ -257,10 +257,13 @@ struct Inbox {
         try Posix.makeDirectory(bad, mode: 0o755)
         var base = name.utf8.count > 200 ? "long-name.\(Posix.randomName())" : name
         // A name bad/ holds already (the same name delivered bad twice): the first stays, the
-        // second goes under a name of its own, as in cur/. A `.error` alone is no entry's: left
-        // by a pass killed before its move, or written by one moving this very entry now — the
-        // entry goes beside it, its reason written again.
-        if Posix.info("\(bad)/\(base)", follow: false) != nil {
+        // second goes under a name of its own, as in cur/. In bad/ a name ending in `.error` is
+        // a reason, never an entry: an entry named so goes under a name of its own too (kept
+        // under its own name, a later entry of the name without `.error` would write its reason
+        // over it). So a `.error` alone is no entry's: left by a pass killed before its move, or
+        // written by one moving this very entry now — the entry goes beside it, its reason
+        // written again.
+        if !Inbox.isSetAside(base) || Posix.info("\(bad)/\(base)", follow: false) != nil {
             base = "\(base).again.\(Posix.randomName())"
         }
         for attempt in 0..<2 {
