@@ -95,8 +95,17 @@ final class Watcher {
 
     /// What is watched in `inbox/`. A delivery by link() (Python's mailbox.Maildir) shows in
     /// new/ only as a creation; the removal of its temporary file in tmp/ says it is complete,
-    /// under the same name.
-    private static let inboxLeaves: [(name: String, mask: InotifyMask)] = [("new", [.movedTo, .closeWrite, .onlyDirectory]), ("tmp", [.delete, .onlyDirectory])]
+    /// under the same name. A creation in new/ is taken at once when what it made has another
+    /// name or is no file (a link() whose deliverer died before removing its tmp/ name, a hard
+    /// link from elsewhere, a FIFO): nothing else would report it — the same rule as the cart's.
+    private static let inboxLeaves: [(name: String, mask: InotifyMask)] = [("new", [.movedTo, .closeWrite, .create, .onlyDirectory]), ("tmp", [.delete, .onlyDirectory])]
+
+    /// Whether a creation in `inbox/new/` is a delivery already: a name made for something
+    /// complete (another name of a file, or no file) — a file being written is one when closed.
+    private static func createdWhole(_ path: String) -> Bool {
+        guard let info = Posix.info(path, follow: false) else { return false }
+        return info.kind != .regular || info.links > 1
+    }
 
     private func watchInbox() throws(SystemError) {
         for leaf in Watcher.inboxLeaves { try inotify.watch("\(directory)/inbox/\(leaf.name)", leaf.mask, under: base) }
@@ -199,11 +208,16 @@ final class Watcher {
             return
         }
         guard !mask.contains(.ignored), let watched = watched ?? inotify.path(of: event.watch), let role = role(of: watched) else { return }
+        // A file created in `new/` and still being written: its close reports it.
+        if case .inbox(isNew: true) = role, mask.isDisjoint(with: [.movedTo, .closeWrite]), mask.contains(.create),
+           !Watcher.createdWhole("\(watched)/\(event.name)") {
+            return
+        }
         handle(event, role: role, into: &changes)
         // A delivery's report, in the order deliveries were made: a rename into `new/` (or a
         // file written there, once closed), or the removal from `tmp/` that completes a
         // `link()` into `new/`. A file closed in `tmp/` is not delivered yet.
-        if case let .inbox(isNew) = role, !event.name.isEmpty, !mask.isDisjoint(with: isNew ? [.movedTo, .closeWrite] : [.delete]) {
+        if case let .inbox(isNew) = role, !event.name.isEmpty, !mask.isDisjoint(with: isNew ? [.movedTo, .closeWrite, .create] : [.delete]) {
             delivered.append(event.name)
         }
     }
