@@ -241,7 +241,7 @@ extension SyncEngine {
                 if !duplicate {
                     summary.taken += 1
                 } else if sameFile {
-                    logger.log(.info, "\(entry.path): event \(entry.event.id) was taken or filed before from this very file (by another basket-sync process meanwhile, or its move to cur/ failed); acknowledged again, not done again")
+                    logger.log(.info, "\(entry.path): event \(entry.event.id) was taken or filed before from this very file (by another basket-sync process meanwhile, or by an earlier pass that could not finish it: its line waited for the writers' lock, or its move to cur/ failed); acknowledged again, not done again")
                 } else {
                     summary.duplicates += 1
                     logger.log(.info, "\(entry.path): event \(entry.event.id) was already taken; acknowledged without doing it again")
