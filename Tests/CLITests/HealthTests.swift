@@ -33,9 +33,14 @@ import TestSupport
         #expect(try basketSync(["-C", playground.path, "push", "--id", "e1", "A=+1"]).status == 0)
         try await eventually("the agent goes on") { playground.records("outbox.jsonl").count == 1 || !agent.process.isRunning }
         #expect(agent.process.isRunning, "\(agent.log)")
-        let status = try basketSync(["-C", playground.path, "status", "--json"])
-        let health = (try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])?["health"] as? [String: Any]
-        #expect(health?["heartbeatSeconds"] as? Double == 60, "\(status.stdout.prefix(300))")
+        var said = ""
+        try await eventually("the agent's heartbeat is seen") {
+            said = try basketSync(["-C", playground.path, "status", "--json"]).stdout
+            let health = (try? JSONSerialization.jsonObject(with: Data(said.utf8)) as? [String: Any])?["health"] as? [String: Any]
+            return health?["heartbeatSeconds"] as? Double != nil
+        }
+        let health = (try JSONSerialization.jsonObject(with: Data(said.utf8)) as? [String: Any])?["health"] as? [String: Any]
+        #expect(health?["heartbeatSeconds"] as? Double == 60, "\(said.prefix(300))")
         #expect(agent.stop() == 0)
     }
 

@@ -451,7 +451,8 @@ public final class Agent {
         let note = "\(Timestamp.text(Date()))\t\(Posix.processId)\t\(lastWholePass.map(Timestamp.text) ?? "")\t\(AgentConfiguration.number(Agent.heartbeatSeconds))\t\(Posix.bootSeconds())\t\(Posix.bootId)"
         // Without an fsync of its own (the next commit makes it durable): a power cut that takes
         // it back took the agent too, and a sync on every beat would hold up the change after it.
-        _ = try? database.rootRows.withQuickTransaction { () throws(AgentError) in try database.rootRows.setNote(.heartbeat, note) }
+        // Not written (the database busy a moment): owed again, tried within a second.
+        do { try database.rootRows.withQuickTransaction { () throws(AgentError) in try database.rootRows.setNote(.heartbeat, note) } } catch { beatOwed = true }
     }
 
     /// A sync directory's start: its inbox folders, how it is seen, its one cart served.
