@@ -331,7 +331,9 @@ enum Help {
                 what the database knows the host applied, or the cart's syncedThrough (its
                 configured key) when it claims only records that existed when the cart was written;
                 a cart claiming beyond the outbox's last seq is refused (74), as apply refuses it.
-                It sleeps on inotify (and looks at every interval where the directory is polled:
+                A record is printed once its line is in outbox.jsonl. Taking SEQ from the cart, it
+                prints nothing while the cart cannot be read (apply would fail on it): said once on
+                stderr, the records printed once the cart is mended. It sleeps on inotify (and looks at every interval where the directory is polled:
                 "watch" in basket-sync.json) and writes nothing: it works beside the agent,
                 beside sync run from cron, and on a read-only file system. A shell host loops on it
                 instead of polling the outbox; it ends with the process that started it (a host
@@ -344,9 +346,9 @@ enum Help {
                 has records after its host's progress and prints one line per such cart,
                 {"cart":"ID","after":N,"through":M} (no --after: each cart has its own progress).
                 One process serves a fleet; apply on the root then applies them cart by cart. A
-                cart whose records cannot be applied (its cart claims beyond its outbox: its apply
-                refuses, 74) is not listed but said on stderr when first seen, and named if the
-                wait times out.
+                cart whose records cannot be applied (its cart claims beyond its outbox, or cannot
+                be read: its apply refuses) is not listed but said on stderr when first seen, and
+                named if the wait times out.
 
                 example:
                   while basket-sync wait >/dev/null; do basket-sync apply || exit; done

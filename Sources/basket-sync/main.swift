@@ -128,7 +128,9 @@ func run() throws(AgentError) -> Int32 {
         }
         emit(waiting.map(\.json).joined(separator: "\n"))
     case let .wait(after, timeout):
-        let result = try Commands.wait(directory: directory, after: after, timeout: timeout)
+        let result = try Commands.wait(directory: directory, after: after, timeout: timeout) { error in
+            emit("basket-sync: warning: the records are not listed until the cart can be read: \(error.description)", to: .error)
+        }
         emit(String(decoding: result.lines.joined(), as: UTF8.self))
     case let .setStore(externalId, mode, json):
         let summary = try Commands.setStore(directory: directory, externalId: externalId, mode: mode, logger: try logger(for: directory))

@@ -1483,6 +1483,26 @@ extension TreeTests {
         #expect(later.status == 0 && later.stdout.contains("\"cart\":\"w1\"") && later.stdout.contains("\"through\":1"), "\(later)")
     }
 
+    /// `wait` on the root lists no cart its `apply` cannot read (its cart does not parse): that
+    /// cart is said, the others listed; a host loop never gets a cart to fail on again and again.
+    @Test func theRootsWaitLeavesOutACartThatCannotBeRead() async throws {
+        let playground = try tree()
+        for id in ["r1", "r2"] {
+            try mkdir(playground, "\(id)/inbox/tmp")
+            try mkdir(playground, "\(id)/inbox/new")
+        }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        for id in ["r1", "r2"] { try mealzLine(playground, id) }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        try playground.write("r2/cart.json", "{\"products\": [\n")
+        let both = try basketSync(["-C", playground.path, "wait", "--timeout", "10"])
+        #expect(both.status == 0 && both.stdout.contains("\"cart\":\"r1\"") && !both.stdout.contains("\"cart\":\"r2\""), "\(both)")
+        #expect(both.stderr.contains("cart r2: warning: its records are not listed") && both.stderr.contains("r2/cart.json:2:1"), "\(both.stderr)")
+        #expect(try basketSync(["-C", playground.path + "/r1", "apply"]).status == 0)
+        let none = try basketSync(["-C", playground.path, "wait", "--timeout", "0.5"])
+        #expect(none.status == 75 && none.stdout.isEmpty, "r1 applied, r2 cannot be read: nothing to list: \(none)")
+    }
+
     /// However `-C` spells a cart of the tree (`ROOT/ID/.`, `ROOT/ID/inbox/..`, `ROOT/./ID/.`),
     /// it is that cart, checked as `ROOT/ID` is: a cart folder that is a link (out of the tree,
     /// or to another cart) is refused (73), and nothing is delivered through it.

@@ -280,6 +280,28 @@ import Testing
         #expect(later.status == 0 && later.stdout.contains("\"seq\":1"), "\(later)")
     }
 
+    /// A cart `apply` cannot read holds the records back: `wait` (taking the host's progress
+    /// from the cart) lists nothing while the cart does not parse — the host's apply would fail
+    /// on it at once and a loop on `wait` would run again and again — says so once, and lists
+    /// the records once the cart is mended: the mending write wakes it.
+    @Test func aCartThatCannotBeReadHoldsTheRecordsBackUntilItIsMended() async throws {
+        let playground = try syncDirectory()
+        try playground.write("cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        try playground.write("cart.json", "{\"products\": [\n")
+        let early = try basketSync(["-C", playground.path, "wait", "--timeout", "0.5"])
+        #expect(early.status == 75 && early.stdout.isEmpty, "\(early)")
+        #expect(early.stderr.contains("not listed until the cart can be read") && early.stderr.contains("cart.json:2:1"), "\(early.stderr)")
+        let waiting = try Waiting(playground, ["--timeout", "900"])
+        try await eventually("wait is asleep") { waiting.isAsleep }
+        #expect(waiting.seqs.isEmpty)
+        try playground.writeAtomically("cart.json", cartJSON([("X", 1)], syncedThrough: 0))
+        waiting.child.waitUntilExit()
+        #expect(waiting.child.terminationStatus == 0)
+        #expect(waiting.seqs == [1], "listed once the cart is mended")
+    }
+
     /// A host killed while it waits leaves no `wait` behind: the command ends with the process
     /// that started it (it would otherwise block for its whole timeout).
     @Test func waitEndsWithTheProcessThatStartedIt() async throws {

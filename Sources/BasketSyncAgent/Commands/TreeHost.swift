@@ -56,7 +56,15 @@ extension Commands {
             // Through the last record a file holds (as `wait` on the cart): one whose line is not
             // appended yet waits for it — the note written after the append wakes the next look.
             let through = Commands.outboxInFile(path: "\(store.directory)/\(Projection.outbox.fileName)", committed: last, noted: noted)
-            if through > progress { waiting.append(CartWaiting(cart: id, after: progress, through: through)) }
+            guard through > progress else { continue }
+            // Nor can a cart its apply cannot read (one that does not parse, a FIFO): said, and
+            // listed once it is mended — never listed for a host loop to fail on at once, again
+            // and again.
+            if let error = CartReader.unreadable(in: store.directory, configuration: tree.configuration) {
+                refused.append((id, error.named))
+                continue
+            }
+            waiting.append(CartWaiting(cart: id, after: progress, through: through))
         }
         return (waiting, refused)
     }
@@ -65,8 +73,8 @@ extension Commands {
     /// progress, and returns them — one process serves a fleet. It sleeps on inotify (the tree's
     /// database written: any commit) — and looks at every poll interval where the root is
     /// polled — and writes nothing. Throws `.busy` (75) when `timeout` seconds pass first.
-    /// A cart with records that cannot be served (its cart claims beyond its outbox) is given
-    /// to `refused` once, when first seen, and waited for again once it can be.
+    /// A cart with records that cannot be served (its cart claims beyond its outbox, or cannot
+    /// be read) is given to `refused` once, when first seen, and waited for again once it can be.
     public static func waitTree(root: String, timeout: Double?, refused: (String, AgentError) -> Void = { _, _ in }) throws(AgentError) -> [CartWaiting] {
         let configuration = try AgentConfiguration.load(directory: root)
         let databaseDirectory = try Database.place(of: root).state

@@ -17,7 +17,12 @@ extension Commands {
     /// every poll interval too where inotify is blind (`watch.mode`, docs/spec.md §10) — and writes
     /// nothing: it works beside the agent, beside `sync` from cron, and on a read-only file
     /// system. Throws `.busy` (75) when `timeout` seconds pass first.
-    public static func wait(directory: String, after: UInt64?, timeout: Double?) throws(AgentError) -> WaitResult {
+    ///
+    /// Taking the host's progress from the cart (no `after`), it lists nothing while the cart
+    /// cannot be read (`apply` would fail on it: a host loop would run again and again); it says
+    /// so once through `unreadable`, and lists the records once the cart is mended (its write
+    /// wakes the wait).
+    public static func wait(directory: String, after: UInt64?, timeout: Double?, unreadable: (AgentError) -> Void = { _ in }) throws(AgentError) -> WaitResult {
         let configuration = try AgentConfiguration.load(directory: directory)
         // The watches first: a record committed after this is seen by the reads below, or wakes us.
         // Every look opens a connection of its own and closes it: on a read-only file system
@@ -55,6 +60,10 @@ extension Commands {
         let polling = (try? WatchChoice.decide(directory: directory, cart: configuration.cart, settings: configuration.watch, override: nil))
             .flatMap { $0.polls ? $0.intervalMs : nil }
         let outboxPath = "\(directory)/\(Projection.outbox.fileName)"
+        // The host's progress taken from the cart: a cart that cannot be read holds the records
+        // back (below), and its write is worth a look.
+        let judgesCart = after == nil
+        var saidUnreadable = false
         let loop = WaitLoop(inotify: inotify, path: directory, pollMs: polling, timeout: timeout)
         let lines = try loop.run(timedOut: "\(outboxPath): no record after seq \(start) within \(timeout ?? 0) s; run wait again to go on waiting",
                                  worthALook: { event in
@@ -62,7 +71,7 @@ extension Commands {
             // replaced (a backup restored); SQLite closing its own files (a reader such as
             // status) is not.
             event.name == Projection.outbox.fileName || event.name == Layout.commitSignal || event.name == Layout.cartMarker
-                || event.name == Layout.database
+                || event.name == Layout.database || (judgesCart && event.name == configuration.cart)
         }, gone: {
             // A tree cart's folder moved: judged as every command judges it now — another cart's
             // folder at its name (a swap) refused, 73; none there, the cart left the tree and is
@@ -92,6 +101,11 @@ extension Commands {
             // this loop — a host reading outbox.jsonl after `wait` finds what it printed.
             let inFile = Self.outboxInFile(path: outboxPath, committed: committed.last?.seq ?? 0, noted: noted)
             let lines = committed.prefix { $0.seq <= inFile }
+            if judgesCart, !lines.isEmpty, let error = CartReader.unreadable(in: directory, configuration: configuration) {
+                if !saidUnreadable { unreadable(error) }
+                saidUnreadable = true
+                return nil
+            }
             return lines.isEmpty ? nil : lines.map(\.line)
         }
         withExtendedLifetime(folder) {}

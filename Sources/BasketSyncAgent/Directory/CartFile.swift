@@ -253,6 +253,25 @@ extension CartReader {
         return .database(path: PinnedNames.named(cartPath), message: "says \(key) \(claim), beyond the outbox's last record (\(state.lastOutboxSeq)): the database is behind the cart (restored from an older backup, or made again) or the cart is another directory's, so where the host got to cannot be known, and nothing is applied (what the cart holds already would be applied twice). Restore .basket-sync/ from a backup at least as new as the cart; or, if this directory was made again on purpose, write the cart's \(key) as the last record of this directory it holds (0 for none), then run the command again")
     }
 
+    /// Why `apply` could not read the cart of `directory` as it stands (its open policy, its
+    /// shape, its format and limits); nil when it can, or when there is none (apply makes it).
+    /// `wait` lists no record for such a cart: its host's `apply` would fail on it at once, and a
+    /// host loop on `wait` would run again and again until the cart is mended.
+    static func unreadable(in directory: String, configuration: AgentConfiguration) -> AgentError? {
+        let path = "\(directory)/\(configuration.cart)"
+        let reading: Reading
+        do { reading = try CartReader().read(path, configuration: configuration) } catch { return error }
+        switch reading {
+        case .missing, .unchanged:
+            return nil
+        case let .unreadable(error, _):
+            return error
+        case let .new(bytes, _):
+            do { _ = try CartFormat.decode(bytes, keys: configuration.keys, limits: configuration.limits) } catch { return error.badData(path: path, bytes: bytes) }
+            return nil
+        }
+    }
+
     /// The `syncedThrough` of the cart of `directory` as it stands, read by the cart's open policy
     /// (no link followed unless `followSymlinks`); nil when there is no readable cart or it has none.
     static func claim(in directory: String, configuration: AgentConfiguration) -> UInt64? {
