@@ -333,8 +333,9 @@ enum Help {
                 a cart claiming beyond the outbox's last seq is refused (74), as apply refuses it.
                 A record is printed once its line is in outbox.jsonl. Taking SEQ from the cart, it
                 prints nothing while the cart cannot be read (apply would fail on it): said once on
-                stderr, the records printed once the cart is mended. It sleeps on inotify (and looks at every interval where the directory is polled:
-                "watch" in basket-sync.json) and writes nothing: it works beside the agent,
+                stderr, the records printed once the cart is mended. It sleeps on inotify (and
+                looks at every interval where the directory is polled: "watch" in
+                basket-sync.json) and writes nothing: it works beside the agent,
                 beside sync run from cron, and on a read-only file system. A shell host loops on it
                 instead of polling the outbox; it ends with the process that started it (a host
                 killed while it waits leaves none behind; one killed the instant it started wait
