@@ -6,7 +6,13 @@ import TestSupport
 /// A tree of carts (docs/spec.md §8) with real directories, real inotify and the built binary:
 /// carts taken on however they appear, a bad cart stopping only itself, a cart removed and made
 /// again starting over, one agent per tree, and the crash test over many carts.
-@Suite(.serialized) struct TreeTests {
+@Suite(.serialized) struct TreeTests: TreeSuite {}
+
+/// What the tree suites share (two of them, each serialized — one agent at a time each — so that
+/// the slowest tree tests, which wait out locks held by another process, run beside the rest).
+protocol TreeSuite {}
+
+extension TreeSuite {
     /// A tree at the playground's root.
     func tree() throws -> Playground {
         let playground = try Playground()
@@ -40,7 +46,9 @@ import TestSupport
     func notified(_ playground: Playground, _ id: String) -> [[String: Any]] {
         playground.records("\(id)/notifications.jsonl")
     }
+}
 
+extension TreeTests {
     @Test func cartsAreAdoptedWhetherMadeBeforeTheAgentWhileItRunsOrByPush() async throws {
         let playground = try tree()
         // Made while no agent ran: the host's directory and cart.
@@ -1384,125 +1392,6 @@ final class HeldWritersLock {
 }
 
 extension TreeTests {
-    /// The carts one wake-up finds changed are finished together: each cart's lines appended
-    /// under its writers' lock, what the files of up to eight carts were given noted in one
-    /// transaction before their locks are let go. Another process holding one cart's writers'
-    /// lock holds up that cart alone and loses nothing: that cart gets no line while it is held,
-    /// the carts before it are noted as their files stand, a cart changed meanwhile is served,
-    /// and once the lock is let go every cart has its line once and every note says its file.
-    @Test func aWakeUpsCartsAreNotedAsTheirFilesWhileAnotherProcessHoldsOneCartsLock() async throws {
-        let playground = try tree()
-        let ids = (1...10).map { String(format: "g%02d", $0) }
-        let agent = try AgentProcess(directory: playground.path)
-        try await agent.waitUntilWatching()
-        // A Mealz line A in each cart, echoed by its host.
-        for id in ids { try mealzLine(playground, id) }
-        try await eventually("every cart's event is taken") { ids.allSatisfy { playground.records("\($0)/outbox.jsonl").count == 1 } }
-        for id in ids { try playground.writeAtomically("\(id)/cart.json", cartJSON([("A", 1)], syncedThrough: 1)) }
-        try await eventually("every cart is notified once") { ids.allSatisfy { notified(playground, $0).count == 1 } }
-        /// Whether what `id`'s notifications.jsonl was given is noted as the file stands at `seq`.
-        func notedAsItsFile(_ id: String, through seq: Int) throws -> Bool {
-            let fields = playground.keptValue("given.notifications", cart: id).map { $0.split(separator: " ").map(String.init) } ?? []
-            let file = try FileManager.default.attributesOfItem(atPath: "\(playground.path)/\(id)/notifications.jsonl")
-            return fields.count >= 4 && fields[1] == "\(file[.systemFileNumber] as? Int ?? -1)" && fields[2] == "\(file[.size] as? Int ?? -1)" && fields[3] == "\(seq)"
-        }
-        // g10's byte of the writers' lock, held as another basket-sync would hold it.
-        let held = try HeldWritersLock(playground, cart: "g10")
-        // Stopped while the ten carts change: the agent finds them all in its next wake-up.
-        let pid = agent.process.processIdentifier
-        kill(pid, SIGSTOP)
-        for id in ids { try playground.writeAtomically("\(id)/cart.json", cartJSON([("A", 2)], syncedThrough: 1)) }
-        kill(pid, SIGCONT)
-        try await eventually("the carts before g10 are notified") { ids.prefix(9).allSatisfy { notified(playground, $0).count == 2 } }
-        #expect(notified(playground, "g10").count == 1, "g10 is given no line while another process holds its writers' lock")
-        for id in ids.prefix(8) { #expect(try notedAsItsFile(id, through: 2), "\(id): noted with the first eight while g10 waits") }
-        // The agent waits for no cart: another change is served while g10's lock is still held.
-        try playground.writeAtomically("g05/cart.json", cartJSON([("A", 3)], syncedThrough: 1))
-        try await eventually("g05 is notified again while g10's lock is held") { notified(playground, "g05").count == 3 }
-        #expect(notified(playground, "g10").count == 1, "g10 still waits for its lock")
-        #expect(agent.log.contains("another basket-sync process has held this cart's files"), "g10's wait is said: \(agent.log)")
-        // Tried again every 2 s at most, but said as seldom as any failure: after 0, 0.5, 1.5,
-        // 3.5 and 7.5 s — five times, where a line at each try would be six by then.
-        try await eventually("g10's wait is said with a quiet delay of 8 s", timeout: 60) { agent.log.contains("said again in 8.0 s") }
-        let said = agent.log.split(separator: "\n").filter { $0.contains("g10") && $0.contains("has held this cart's files") }
-        #expect(said.count == 5, "\(said.joined(separator: "\n"))")
-        #expect(held.release())
-        try await eventually("every cart is notified again") { ids.allSatisfy { notified(playground, $0).count == ($0 == "g05" ? 3 : 2) } }
-        for id in ids {
-            let last = id == "g05" ? 3 : 2
-            #expect(notified(playground, id).compactMap { $0["seq"] as? Int } == Array(1...last), "\(id): each record once, in order")
-            #expect(try notedAsItsFile(id, through: last), "\(id)/notifications.jsonl noted as it stands")
-        }
-        #expect(agent.stop() == 0, "\(agent.log)")
-    }
-
-    /// A command waits a bounded time for a cart's writers' lock another process holds, then
-    /// says that cart busy (75) and serves the others: `sync` on the root with one cart's lock
-    /// held (waited for without end before, and every later cart with it).
-    @Test func aCommandOnTheRootServesTheOtherCartsWhileOneCartsLockIsHeld() async throws {
-        let playground = try tree()
-        let ids = ["h1", "h2", "h3"]
-        for id in ids {
-            try mkdir(playground, "\(id)/inbox/tmp")
-            try mkdir(playground, "\(id)/inbox/new")
-        }
-        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
-        for id in ids { try mealzLine(playground, id) }
-        let held = try HeldWritersLock(playground, cart: "h2")
-        let run = try basketSync(["-C", playground.path, "sync"])
-        #expect(run.status == 75, "\(run.stdout)\(run.stderr)")
-        #expect(run.stderr.contains("h2") && run.stderr.contains("another basket-sync process has held this cart's files"), "\(run.stderr)")
-        #expect(playground.records("h1/outbox.jsonl").count == 1 && playground.records("h3/outbox.jsonl").count == 1, "the other carts are served: \(run.stderr)")
-        #expect(playground.records("h2/outbox.jsonl").isEmpty, "h2 waits for its lock")
-        #expect(held.release())
-        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
-        #expect(playground.records("h2/outbox.jsonl").compactMap { $0["seq"] as? Int } == [1], "h2's record once, once its lock is let go")
-    }
-
-    /// `wait` on the root says a cart waiting only through the records a file holds: one
-    /// committed while another process holds that cart's writers' lock is not said until its
-    /// line is appended.
-    @Test func theRootsWaitSaysOnlyRecordsWhoseLineIsAppended() async throws {
-        let playground = try tree()
-        try mkdir(playground, "w1/inbox/tmp")
-        try mkdir(playground, "w1/inbox/new")
-        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
-        try mealzLine(playground, "w1")
-        let held = try HeldWritersLock(playground, cart: "w1")
-        let sync = try startedInBackground(["-C", playground.path + "/w1", "sync"])
-        try await eventually("w1's record is committed") { playground.databaseRows("SELECT count(*) FROM outbox") == [["1"]] }
-        #expect(playground.records("w1/outbox.jsonl").isEmpty, "its line waits for the lock")
-        let early = try basketSync(["-C", playground.path, "wait", "--timeout", "0.5"])
-        #expect(early.status == 75 && early.stdout.isEmpty, "nothing said before its line: \(early)")
-        #expect(held.release())
-        // Its own end (the line appended, or busy once it waited 10 s) is not what is tested: a
-        // catch-up now writes the line if it did not.
-        sync.waitUntilExit()
-        #expect(try basketSync(["-C", playground.path + "/w1", "sync"]).status == 0)
-        let later = try basketSync(["-C", playground.path, "wait", "--timeout", "10"])
-        #expect(later.status == 0 && later.stdout.contains("\"cart\":\"w1\"") && later.stdout.contains("\"through\":1"), "\(later)")
-    }
-
-    /// `wait` on the root lists no cart its `apply` cannot read (its cart does not parse): that
-    /// cart is said, the others listed; a host loop never gets a cart to fail on again and again.
-    @Test func theRootsWaitLeavesOutACartThatCannotBeRead() async throws {
-        let playground = try tree()
-        for id in ["r1", "r2"] {
-            try mkdir(playground, "\(id)/inbox/tmp")
-            try mkdir(playground, "\(id)/inbox/new")
-        }
-        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
-        for id in ["r1", "r2"] { try mealzLine(playground, id) }
-        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
-        try playground.write("r2/cart.json", "{\"products\": [\n")
-        let both = try basketSync(["-C", playground.path, "wait", "--timeout", "10"])
-        #expect(both.status == 0 && both.stdout.contains("\"cart\":\"r1\"") && !both.stdout.contains("\"cart\":\"r2\""), "\(both)")
-        #expect(both.stderr.contains("cart r2: warning: its records are not listed") && both.stderr.contains("r2/cart.json:2:1"), "\(both.stderr)")
-        #expect(try basketSync(["-C", playground.path + "/r1", "apply"]).status == 0)
-        let none = try basketSync(["-C", playground.path, "wait", "--timeout", "0.5"])
-        #expect(none.status == 75 && none.stdout.isEmpty, "r1 applied, r2 cannot be read: nothing to list: \(none)")
-    }
-
     /// However `-C` spells a cart of the tree (`ROOT/ID/.`, `ROOT/ID/inbox/..`, `ROOT/./ID/.`),
     /// it is that cart, checked as `ROOT/ID` is: a cart folder that is a link (out of the tree,
     /// or to another cart) is refused (73), and nothing is delivered through it.
@@ -1650,5 +1539,128 @@ extension TreeTests {
         try mealzLine(playground, "c1")
         try await eventually("the agent through the link takes the event") { playground.records("c1/outbox.jsonl").count == 2 }
         #expect(agent.stop() == 0, "\(agent.log)")
+    }
+}
+
+/// The tree tests that wait out a cart's writers' lock held by another process (seconds each),
+/// serialized among themselves and run beside the rest of the tree suite.
+@Suite(.serialized) struct TreeTestsHeldLocks: TreeSuite {
+    /// The carts one wake-up finds changed are finished together: each cart's lines appended
+    /// under its writers' lock, what the files of up to eight carts were given noted in one
+    /// transaction before their locks are let go. Another process holding one cart's writers'
+    /// lock holds up that cart alone and loses nothing: that cart gets no line while it is held,
+    /// the carts before it are noted as their files stand, a cart changed meanwhile is served,
+    /// and once the lock is let go every cart has its line once and every note says its file.
+    @Test func aWakeUpsCartsAreNotedAsTheirFilesWhileAnotherProcessHoldsOneCartsLock() async throws {
+        let playground = try tree()
+        let ids = (1...10).map { String(format: "g%02d", $0) }
+        let agent = try AgentProcess(directory: playground.path)
+        try await agent.waitUntilWatching()
+        // A Mealz line A in each cart, echoed by its host.
+        for id in ids { try mealzLine(playground, id) }
+        try await eventually("every cart's event is taken") { ids.allSatisfy { playground.records("\($0)/outbox.jsonl").count == 1 } }
+        for id in ids { try playground.writeAtomically("\(id)/cart.json", cartJSON([("A", 1)], syncedThrough: 1)) }
+        try await eventually("every cart is notified once") { ids.allSatisfy { notified(playground, $0).count == 1 } }
+        /// Whether what `id`'s notifications.jsonl was given is noted as the file stands at `seq`.
+        func notedAsItsFile(_ id: String, through seq: Int) throws -> Bool {
+            let fields = playground.keptValue("given.notifications", cart: id).map { $0.split(separator: " ").map(String.init) } ?? []
+            let file = try FileManager.default.attributesOfItem(atPath: "\(playground.path)/\(id)/notifications.jsonl")
+            return fields.count >= 4 && fields[1] == "\(file[.systemFileNumber] as? Int ?? -1)" && fields[2] == "\(file[.size] as? Int ?? -1)" && fields[3] == "\(seq)"
+        }
+        // g10's byte of the writers' lock, held as another basket-sync would hold it.
+        let held = try HeldWritersLock(playground, cart: "g10")
+        // Stopped while the ten carts change: the agent finds them all in its next wake-up.
+        let pid = agent.process.processIdentifier
+        kill(pid, SIGSTOP)
+        for id in ids { try playground.writeAtomically("\(id)/cart.json", cartJSON([("A", 2)], syncedThrough: 1)) }
+        kill(pid, SIGCONT)
+        try await eventually("the carts before g10 are notified") { ids.prefix(9).allSatisfy { notified(playground, $0).count == 2 } }
+        #expect(notified(playground, "g10").count == 1, "g10 is given no line while another process holds its writers' lock")
+        for id in ids.prefix(8) { #expect(try notedAsItsFile(id, through: 2), "\(id): noted with the first eight while g10 waits") }
+        // The agent waits for no cart: another change is served while g10's lock is still held.
+        try playground.writeAtomically("g05/cart.json", cartJSON([("A", 3)], syncedThrough: 1))
+        try await eventually("g05 is notified again while g10's lock is held") { notified(playground, "g05").count == 3 }
+        #expect(notified(playground, "g10").count == 1, "g10 still waits for its lock")
+        #expect(agent.log.contains("another basket-sync process has held this cart's files"), "g10's wait is said: \(agent.log)")
+        // Tried again every 2 s at most, but said as seldom as any failure: after 0, 0.5, 1.5,
+        // 3.5 and 7.5 s — five times, where a line at each try would be six by then.
+        try await eventually("g10's wait is said with a quiet delay of 8 s", timeout: 60) { agent.log.contains("said again in 8.0 s") }
+        let said = agent.log.split(separator: "\n").filter { $0.contains("g10") && $0.contains("has held this cart's files") }
+        #expect(said.count == 5, "\(said.joined(separator: "\n"))")
+        #expect(held.release())
+        try await eventually("every cart is notified again") { ids.allSatisfy { notified(playground, $0).count == ($0 == "g05" ? 3 : 2) } }
+        for id in ids {
+            let last = id == "g05" ? 3 : 2
+            #expect(notified(playground, id).compactMap { $0["seq"] as? Int } == Array(1...last), "\(id): each record once, in order")
+            #expect(try notedAsItsFile(id, through: last), "\(id)/notifications.jsonl noted as it stands")
+        }
+        #expect(agent.stop() == 0, "\(agent.log)")
+    }
+
+    /// A command waits a bounded time for a cart's writers' lock another process holds, then
+    /// says that cart busy (75) and serves the others: `sync` on the root with one cart's lock
+    /// held (waited for without end before, and every later cart with it).
+    @Test func aCommandOnTheRootServesTheOtherCartsWhileOneCartsLockIsHeld() async throws {
+        let playground = try tree()
+        let ids = ["h1", "h2", "h3"]
+        for id in ids {
+            try mkdir(playground, "\(id)/inbox/tmp")
+            try mkdir(playground, "\(id)/inbox/new")
+        }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        for id in ids { try mealzLine(playground, id) }
+        let held = try HeldWritersLock(playground, cart: "h2")
+        let run = try basketSync(["-C", playground.path, "sync"])
+        #expect(run.status == 75, "\(run.stdout)\(run.stderr)")
+        #expect(run.stderr.contains("h2") && run.stderr.contains("another basket-sync process has held this cart's files"), "\(run.stderr)")
+        #expect(playground.records("h1/outbox.jsonl").count == 1 && playground.records("h3/outbox.jsonl").count == 1, "the other carts are served: \(run.stderr)")
+        #expect(playground.records("h2/outbox.jsonl").isEmpty, "h2 waits for its lock")
+        #expect(held.release())
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        #expect(playground.records("h2/outbox.jsonl").compactMap { $0["seq"] as? Int } == [1], "h2's record once, once its lock is let go")
+    }
+
+    /// `wait` on the root says a cart waiting only through the records a file holds: one
+    /// committed while another process holds that cart's writers' lock is not said until its
+    /// line is appended.
+    @Test func theRootsWaitSaysOnlyRecordsWhoseLineIsAppended() async throws {
+        let playground = try tree()
+        try mkdir(playground, "w1/inbox/tmp")
+        try mkdir(playground, "w1/inbox/new")
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        try mealzLine(playground, "w1")
+        let held = try HeldWritersLock(playground, cart: "w1")
+        let sync = try startedInBackground(["-C", playground.path + "/w1", "sync"])
+        try await eventually("w1's record is committed") { playground.databaseRows("SELECT count(*) FROM outbox") == [["1"]] }
+        #expect(playground.records("w1/outbox.jsonl").isEmpty, "its line waits for the lock")
+        let early = try basketSync(["-C", playground.path, "wait", "--timeout", "0.5"])
+        #expect(early.status == 75 && early.stdout.isEmpty, "nothing said before its line: \(early)")
+        #expect(held.release())
+        // Its own end (the line appended, or busy once it waited 10 s) is not what is tested: a
+        // catch-up now writes the line if it did not.
+        sync.waitUntilExit()
+        #expect(try basketSync(["-C", playground.path + "/w1", "sync"]).status == 0)
+        let later = try basketSync(["-C", playground.path, "wait", "--timeout", "10"])
+        #expect(later.status == 0 && later.stdout.contains("\"cart\":\"w1\"") && later.stdout.contains("\"through\":1"), "\(later)")
+    }
+
+    /// `wait` on the root lists no cart its `apply` cannot read (its cart does not parse): that
+    /// cart is said, the others listed; a host loop never gets a cart to fail on again and again.
+    @Test func theRootsWaitLeavesOutACartThatCannotBeRead() async throws {
+        let playground = try tree()
+        for id in ["r1", "r2"] {
+            try mkdir(playground, "\(id)/inbox/tmp")
+            try mkdir(playground, "\(id)/inbox/new")
+        }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        for id in ["r1", "r2"] { try mealzLine(playground, id) }
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        try playground.write("r2/cart.json", "{\"products\": [\n")
+        let both = try basketSync(["-C", playground.path, "wait", "--timeout", "10"])
+        #expect(both.status == 0 && both.stdout.contains("\"cart\":\"r1\"") && !both.stdout.contains("\"cart\":\"r2\""), "\(both)")
+        #expect(both.stderr.contains("cart r2: warning: its records are not listed") && both.stderr.contains("r2/cart.json:2:1"), "\(both.stderr)")
+        #expect(try basketSync(["-C", playground.path + "/r1", "apply"]).status == 0)
+        let none = try basketSync(["-C", playground.path, "wait", "--timeout", "0.5"])
+        #expect(none.status == 75 && none.stdout.isEmpty, "r1 applied, r2 cannot be read: nothing to list: \(none)")
     }
 }
