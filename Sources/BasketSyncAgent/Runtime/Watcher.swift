@@ -100,8 +100,9 @@ final class Watcher {
     /// link from elsewhere, a FIFO): nothing else would report it — the same rule as the cart's.
     private static let inboxLeaves: [(name: String, mask: InotifyMask)] = [("new", [.movedTo, .closeWrite, .create, .onlyDirectory]), ("tmp", [.delete, .onlyDirectory])]
 
-    /// Whether a creation in `inbox/new/` is a delivery already: a name made for something
-    /// complete (another name of a file, or no file) — a file being written is one when closed.
+    /// Whether a name's creation (the cart's, or one in `inbox/new/`) made it whole already: a
+    /// name for something complete (another name of a file, or no file) — a file being written
+    /// is whole when closed.
     private static func createdWhole(_ path: String) -> Bool {
         guard let info = Posix.info(path, follow: false) else { return false }
         return info.kind != .regular || info.links > 1
@@ -260,7 +261,7 @@ final class Watcher {
             if isLast {
                 if !mask.isDisjoint(with: [.closeWrite, .movedTo, .delete, .movedFrom]) {
                     changes.insert(.cart)
-                } else if mask.contains(.create), let info = Posix.info("\(path)/\(name)", follow: false), info.kind != .regular || info.links > 1 {
+                } else if mask.contains(.create), Watcher.createdWhole("\(path)/\(name)") {
                     // A cart that appears as a link (symbolic or hard), a FIFO or a folder is
                     // never closed after a write: read at once (and refused as what it is). A
                     // file being written is read when it is closed.
