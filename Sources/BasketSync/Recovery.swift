@@ -61,6 +61,7 @@ extension SyncStateMachine {
     /// host had not processed are lost, and the host goes on from the first one held. Nothing is
     /// written: the records are in the files already.
     public mutating func recover(from records: RecoveredRecords) -> [SyncEffect] {
+        willRewritePending()
         if let last = records.outbox.last?.seq { state.lastOutboxSeq = last.addingReportingOverflow(records.heldAfterOutbox).overflow ? .max : last + records.heldAfterOutbox }
         // The last notification's syncedThrough was checked against the outbox before the loss:
         // records went that far, whatever files the host moved away since (seq rises forever).

@@ -7,7 +7,7 @@
 /// happened to fire.
 public struct SyncStateMachine: Sendable {
     /// The persistent state; save it after every input to resume after a restart.
-    public internal(set) var state: SyncState
+    public package(set) var state: SyncState
     /// The settings; a change applies to batches sent from then on.
     public var configuration: SyncConfiguration
     /// Whether a `RetailerBasketSynchronizer` is registered. Runtime only, as in the SDK: without
@@ -25,13 +25,36 @@ public struct SyncStateMachine: Sendable {
     /// give one across a state that was rolled back: a seq given again could match it.
     public struct Memo: Sendable {
         fileprivate var projected: ProjectedCart?
+        /// ``earliestKnown``, and the count, first and last seq of the pending batches it is of.
+        fileprivate var earliest: (deadline: Date?, count: Int, firstSeq: UInt64?, lastSeq: UInt64?)?
+
+        /// The same memo without what it knows of the pending windows: for a state whose
+        /// windows may have changed otherwise than through the machine that left it (read
+        /// again from storage, or saved by another machine).
+        public var forgettingWindows: Memo { Memo(projected: projected, earliest: nil) }
     }
 
     /// The memo this machine leaves, or is given.
     public var memo: Memo {
-        get { Memo(projected: projected) }
-        set { projected = newValue.projected }
+        get {
+            Memo(projected: projected, earliest: earliestKnown.map { ($0, state.pending.count, state.pending.first?.seq, state.pending.last?.seq) })
+        }
+        set {
+            projected = newValue.projected
+            if let earliest = newValue.earliest, earliest.count == state.pending.count,
+               earliest.firstSeq == state.pending.first?.seq, earliest.lastSeq == state.pending.last?.seq {
+                earliestKnown = .some(earliest.deadline)
+            } else {
+                earliestKnown = nil
+            }
+        }
     }
+
+    /// The earliest pending window, when known (`.some(nil)`: no batch has one): kept up by
+    /// appends, forgotten by any other change of the batches (``willRewritePending()``), and
+    /// carried from one input to the next in the ``memo`` — a queue of events the host has not
+    /// applied costs each event no walk over every batch.
+    private var earliestKnown: Date??
 
     /// ``projected`` and what it was made from.
     fileprivate struct ProjectedCart: Sendable {
@@ -43,6 +66,61 @@ public struct SyncStateMachine: Sendable {
         var firstSeq: UInt64
         var lastSeq: UInt64
         var cart: [ExactID: Int]
+    }
+
+    /// What the inputs since ``keepPendingUndo()`` changed in the pending batches, for a caller
+    /// that may have to take an input back (the agent runs each event of a group under a
+    /// savepoint): how many there were, and — once an input changes them otherwise than by
+    /// appending — all of them as they were then. An input that only appends is undone by
+    /// dropping what follows, so keeping the undo copies nothing (a queue of n events costs n
+    /// appends, not n copies of every batch).
+    package struct PendingUndo: Sendable {
+        /// How many pending batches there were.
+        package var count: Int
+        /// The pending batches before the first change that was not an append; their first
+        /// `count` are those there were. Nil while there were only appends.
+        package var rewritten: [PendingBatch]?
+
+        /// The pending batches as they were, given them as they are now.
+        package func undo(_ now: [PendingBatch]) -> [PendingBatch] { Array((rewritten ?? now).prefix(count)) }
+
+        /// Whether the pending batches now differ from those there were.
+        package func changed(_ now: [PendingBatch]) -> Bool {
+            guard let rewritten else { return now.count != count }
+            return !rewritten.prefix(count).elementsEqual(now)
+        }
+    }
+
+    /// The undo kept since ``keepPendingUndo()``; nil when none is kept.
+    package private(set) var pendingUndo: PendingUndo?
+
+    /// Starts keeping what the next inputs change in the pending batches (``pendingUndo``).
+    package mutating func keepPendingUndo() { pendingUndo = PendingUndo(count: state.pending.count) }
+
+    /// Called before any change of the pending batches but an append: the undo keeps them as
+    /// they are (once per undo).
+    mutating func willRewritePending() {
+        earliestKnown = nil
+        if pendingUndo != nil, pendingUndo!.rewritten == nil { pendingUndo!.rewritten = state.pending }
+    }
+
+    /// Moves every pending batch's time and window by `seconds` (the wall clock was stepped by
+    /// as much since they were made: a window lasts its seconds, whatever the clock is set to).
+    package mutating func movePendingTimes(by seconds: Double) {
+        guard !state.pending.isEmpty else { return }
+        willRewritePending()
+        for index in state.pending.indices {
+            state.pending[index].at.addTimeInterval(seconds)
+            state.pending[index].deadline?.addTimeInterval(seconds)
+        }
+    }
+
+    /// Clears every pending batch's window: the host acknowledges, and its batches wait for the
+    /// acknowledgement however long. Nothing is touched when none has one.
+    private mutating func clearPendingWindows() {
+        guard state.pending.contains(where: { $0.deadline != nil }) else { return }
+        willRewritePending()
+        for index in state.pending.indices { state.pending[index].deadline = nil }
     }
 
     /// Resumes from a state (a fresh one or one read back from storage).
@@ -87,7 +165,16 @@ public struct SyncStateMachine: Sendable {
 
     /// The earliest pending-window deadline, if any: when ``expireWindows(at:)`` is due.
     public var nextDeadline: Date? {
-        state.pending.lazy.compactMap(\.deadline).min()
+        if let earliestKnown { return earliestKnown }
+        return state.pending.lazy.compactMap(\.deadline).min()
+    }
+
+    /// ``nextDeadline``, kept for the next asks (and the ``memo``) when it had to be looked for.
+    package mutating func knowNextDeadline() -> Date? {
+        if let earliestKnown { return earliestKnown }
+        let earliest = state.pending.lazy.compactMap(\.deadline).min()
+        earliestKnown = .some(earliest)
+        return earliest
     }
 
     // MARK: - Mealz → host
@@ -191,7 +278,7 @@ public struct SyncStateMachine: Sendable {
             machine.state.hostClaim = seq
             machine.state.hostSyncedThrough = max(machine.state.hostSyncedThrough ?? 0, acknowledged)
             let effects = machine.settlePending(machine.state.pending.prefix { $0.seq <= acknowledged }.count)
-            for index in machine.state.pending.indices { machine.state.pending[index].deadline = nil }
+            machine.clearPendingWindows()
             return effects + machine.lateAcknowledgements(through: acknowledged)
         }
     }
@@ -286,10 +373,10 @@ public struct SyncStateMachine: Sendable {
     /// input made before it is taken: `madeAt`), applies `body`, then says whether the timer must
     /// be armed again or disarmed.
     private mutating func step(at now: Date, madeAt: Date? = nil, _ body: (inout SyncStateMachine) -> [SyncEffect]) -> [SyncEffect] {
-        let deadlineBefore = nextDeadline
+        let deadlineBefore = knowNextDeadline()
         var effects = rollBackExpired(at: madeAt.map { min($0, now) } ?? now)
         effects += body(&self)
-        let deadlineAfter = nextDeadline
+        let deadlineAfter = knowNextDeadline()
         if deadlineAfter != deadlineBefore {
             effects.append(deadlineAfter.map { .armTimer(at: $0) } ?? .disarmTimer)
         }
@@ -299,8 +386,9 @@ public struct SyncStateMachine: Sendable {
     private mutating func rollBackExpired(at now: Date) -> [SyncEffect] {
         var effects: [SyncEffect] = []
         // Looked at before it is touched: a removal would copy every pending batch, and most
-        // inputs expire none.
-        if state.pending.indices.contains(where: { state.pending[$0].deadline.map { $0 <= now } ?? false }) {
+        // inputs expire none (the earliest window, kept, says so without a walk).
+        if let earliest = knowNextDeadline(), earliest <= now {
+            willRewritePending()
             state.pending.removeAll { batch in
                 guard let deadline = batch.deadline, deadline <= now else { return false }
                 effects.append(.rolledBack(batch))
@@ -374,6 +462,7 @@ public struct SyncStateMachine: Sendable {
         // A host that acknowledges is waited for however long; the others get the SDK's window.
         let deadline = state.hostSyncedThrough == nil ? now.addingTimeInterval(configuration.pendingTimeout.seconds) : nil
         state.pending.append(PendingBatch(seq: seq, products: deltas, at: now, deadline: deadline))
+        if let known = earliestKnown, let deadline { earliestKnown = .some(known.map { min($0, deadline) } ?? deadline) }
         state.counters.updateBaskets += 1
         return clamped + [.outbox(record(seq: seq, type: .updateBasket, at: now, source: source, products: deltas, transferId: transferId))]
     }
@@ -423,7 +512,7 @@ public struct SyncStateMachine: Sendable {
             let acknowledged = acknowledge(syncedThrough, writtenThrough: echoable, into: &effects)
             settleCount = state.pending.prefix { $0.seq <= acknowledged }.count
             // From now on this host acknowledges: its batches wait for the acknowledgement.
-            for index in state.pending.indices { state.pending[index].deadline = nil }
+            clearPendingWindows()
             effects += lateAcknowledgements(through: acknowledged)
             let refused = syncedThrough > min(state.lastOutboxSeq, echoable)
             state.cartShowsThrough = refused ? shownRun(from: previousCart, in: newCart, through: echoable) : nil
@@ -547,7 +636,10 @@ public struct SyncStateMachine: Sendable {
             effects.append(.settled(seq: batch.seq))
             state.counters.settled += 1
         }
-        state.pending.removeFirst(count)
+        if count > 0 {
+            willRewritePending()
+            state.pending.removeFirst(count)
+        }
         return effects
     }
 
@@ -677,7 +769,10 @@ public struct SyncStateMachine: Sendable {
             effects.append(.settled(seq: batch.seq))
             state.counters.settled += 1
         }
-        state.pending.removeAll { seqs.contains($0.seq) }
+        if !seqs.isEmpty {
+            willRewritePending()
+            state.pending.removeAll { seqs.contains($0.seq) }
+        }
         return effects
     }
 

@@ -168,6 +168,8 @@ struct Interleaving {
     var quiescing = false
     /// A WebView state on its way, with the basket it was based on.
     var stateInFlight: (lines: [RetailerProduct], basket: UInt64)?
+    /// The pending batches as the last input left them (a copy), beside the machine's own undo.
+    var pendingBeforeInput: [PendingBatch]?
 
     /// SKUs in canonical-equivalent spellings are distinct SKUs (docs/spec.md §4: ids compare byte
     /// for byte): `café` in NFC and in NFD are two Mealz SKUs, `K` is Mealz's while the Kelvin sign
@@ -238,11 +240,32 @@ struct Interleaving {
             for effect in effects { print("    \(effect)") }
         }
         model.absorb(effects)
+        checkPendingUndoAndWindow()
         for effect in effects {
             if case let .armTimer(date) = effect { timer = date.timeIntervalSince(at(0)) }
             if case .disarmTimer = effect { timer = nil }
         }
         if effects.filter({ if case .outbox = $0 { true } else { false } }).count > 1 { fail("one input made several outbox records") }
+    }
+
+    /// What undoes an input's change of the pending batches (the agent takes an input back with
+    /// it, not with a copy) gives back a copy taken before it, and says whether they changed; the
+    /// earliest window the machine keeps (and hands on in its memo) is the one a walk finds.
+    mutating func checkPendingUndoAndWindow() {
+        if let undo = machine.pendingUndo, let before = pendingBeforeInput {
+            let undone = undo.undo(machine.state.pending)
+            if undone != before { fail("the pending batches' undo gives \(undone.map(\.seq)), they were \(before.map(\.seq)) (or their windows differ)") }
+            if undo.changed(machine.state.pending) != (machine.state.pending != before) {
+                fail("the undo says the pending batches \(undo.changed(machine.state.pending) ? "changed" : "did not change"); before \(before.map(\.seq)), now \(machine.state.pending.map(\.seq))")
+            }
+        }
+        let walked = machine.state.pending.compactMap(\.deadline).min()
+        if machine.nextDeadline != walked { fail("the earliest window kept is \(String(describing: machine.nextDeadline)), a walk finds \(String(describing: walked))") }
+        var again = SyncStateMachine(state: machine.state, isSynchronizerRegistered: true)
+        again.memo = machine.memo
+        if again.knowNextDeadline() != walked { fail("a machine given the memo knows the earliest window as \(String(describing: again.nextDeadline)), a walk finds \(String(describing: walked))") }
+        pendingBeforeInput = machine.state.pending
+        machine.keepPendingUndo()
     }
 
     mutating func fireTimerIfDue() {
@@ -421,7 +444,10 @@ struct Interleaving {
     mutating func restart() throws {
         let state = try JSONDecoder().decode(SyncState.self, from: JSONEncoder().encode(machine.state))
         if state != machine.state { fail("the state did not survive a restart") }
+        let memo = machine.memo
         machine = SyncStateMachine(state: state, isSynchronizerRegistered: true)
+        // The same state: what the last machine knew is good for it.
+        machine.memo = memo
     }
 
     // MARK: Invariants

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// What the host or the Mealz side write never reaches a line raw or unbounded, and ids are
 /// checked the same way on every way in (docs/spec.md §7).
@@ -8,6 +9,50 @@ import Testing
         let playground = try Playground()
         #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
         return playground
+    }
+
+    /// Events the library refuses amid a queue (lines of one id adding up past what a quantity
+    /// holds, each line within the limits: only the library's own check sees it) are set aside
+    /// alone: every other event of the same pass is taken in delivery order, one batch each,
+    /// all of them pending — none lost or doubled by the refused ones taken back. Seeded.
+    @Test func eventsRefusedAmidAQueueTakeBackOnlyThemselves() throws {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        let playground = try syncDirectory()
+        let dir = playground.path
+        // The largest limit a setting allows: each line passes the file's checks.
+        let settings = playground.read("basket-sync.json").replacingOccurrences(of: #""maxQuantity": 1000000"#, with: #""maxQuantity": 9007199254740991"#)
+        #expect(settings.contains("9007199254740991"))
+        try playground.write("basket-sync.json", settings)
+        let refusedLines = Array(repeating: #"{"id":"A","quantity":9007199254740991}"#, count: 1_100).joined(separator: ",")
+        var taken: [(id: String, products: [String: Int])] = []
+        var refused: [String] = []
+        let count = 12 + rng.below(20)
+        for index in 0..<count {
+            // Delivery-time names: the order is the names' (one second apart).
+            let name = "\(1_800_000_000 + index).M\(index)P1Q1.host"
+            if rng.below(10) < 3 || index == count / 2 {
+                try playground.write("inbox/new/" + name, #"{"id":"r\#(index)","type":"basketDelta","products":[\#(refusedLines)]}"#)
+                refused.append(name)
+            } else {
+                var products: [String: Int] = [:]
+                for id in ["s0", "s1", "s2", "s3"].shuffled(using: &rng).prefix(1 + rng.below(3)) { products[id] = 1 + rng.below(5) }
+                let lines = products.map { #"{"id":"\#($0.key)","quantity":\#($0.value)}"# }.joined(separator: ",")
+                try playground.write("inbox/new/" + name, #"{"id":"g\#(index)","type":"basketDelta","products":[\#(lines)]}"#)
+                taken.append(("g\(index)", products))
+            }
+        }
+        let context = "seed \(seed) (BASKET_SYNC_SEED=\(seed) replays it), \(count) events, refused \(refused)"
+        #expect(try basketSync(["-C", dir, "sync"]).status == 0, "\(context)")
+        let records = playground.records("outbox.jsonl")
+        #expect(records.map { $0["source"] as? String ?? "" } == taken.map(\.id), "one record per event taken, in order: \(context)")
+        #expect(records.map { ($0["seq"] as? Int) ?? 0 } == (0..<taken.count).map { $0 + 1 }, "\(context)")
+        for (record, event) in zip(records, taken) { #expect(products(record) == event.products, "\(event.id)'s deltas: \(context)") }
+        #expect(Set(playground.names("inbox/bad")) == Set(refused + refused.map { $0 + ".error" }), "\(context)")
+        let status = try basketSync(["-C", dir, "status", "--json"])
+        let object = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any]
+        let pending = (object?["pending"] as? [[String: Any]] ?? []).map { ($0["seq"] as? Int) ?? 0 }
+        #expect(pending == (0..<taken.count).map { $0 + 1 }, "every batch taken is pending: \(context)")
     }
 
     /// U+2028 and U+2029 are written escaped: every line splitter sees one record per line.

@@ -119,18 +119,17 @@ public struct CartStatus {
                 if last > 0, let line = try store.lines(projection, after: last - 1).first { lastLines[projection] = line.line }
             }
             for note in [Note.cartRead, .cartTaken, .passOK, .inboxDuplicates, .orderUnknown] { notes[note] = try store.note(note) }
-            var state = try store.loadState()
+            var machine = SyncStateMachine(state: try store.loadState())
             // Pending windows as the next step will see them after a step of the wall clock.
-            _ = try SyncEngine.followClockSteps(&state, store: store, offset: SyncEngine.clockOffset(Date()))
+            _ = try SyncEngine.followClockSteps(&machine, store: store, offset: SyncEngine.clockOffset(Date()))
             // A cart of a tree that never set its own store follows the tree's default: shown as
             // its store now (its next pass takes it, as a payment's would).
             let ownNote = try store.note(.ownStore)
             let own = store.cart == 0 || ownNote != nil
             if !own, let (storeId, mode) = try Tree.defaultStore(store.database) {
-                var machine = SyncStateMachine(state: state)
                 _ = machine.setSelectedStore(externalId: storeId, mode: mode, at: Date())
-                state = machine.state
             }
+            let state = machine.state
             if state.storeId != nil || state.mode != .standalone { source = own ? "own" : "tree" }
             return (state, lastLines, counts, try store.inboxCount(), try store.reports(limit: 5))
         }

@@ -61,9 +61,10 @@ public final class SyncEngine {
     /// Whether ``nextDeadline`` was learnt (a step, or read from the database): a new engine of a
     /// tree's cart, made after the last was dropped, must read it before a pass trusts it.
     private var deadlineKnown = false
-    /// What the last step's machine left to spare the next one work, and the database's count
-    /// of rollbacks then: a step rolled back since leaves it unused.
-    private var machineMemo: (memo: SyncStateMachine.Memo, rollbacks: Int)?
+    /// What the last step's machine left to spare the next one work, the database's count of
+    /// rollbacks then (a step rolled back since leaves it unused) and the store's state
+    /// generation (its windows only for the state the step left).
+    private var machineMemo: (memo: SyncStateMachine.Memo, rollbacks: Int, generation: Int)?
     /// A large cart as last read, and what its lines add up to per id (none at 0): the next
     /// version is read by its changed lines and summed from these (``CartStream``).
     var largeCart: (layout: CartStream.CartLayout, sums: [ExactID: Int])?
@@ -208,24 +209,45 @@ public final class SyncEngine {
     ) throws(AgentError) -> StepSummary {
         let now = Date()
         hostCartTouched = nil
+        // The state taken, not copied (in a group, the group's so far): the machine keeps what
+        // undoes its pending batches instead (appends only: nothing), and the state goes back
+        // to the store however the step ends — its savepoint undoes a step that failed.
+        var machine = SyncStateMachine(
+            state: try store.takeState(), configuration: configuration.syncConfiguration,
+            isSynchronizerRegistered: isSynchronizerRegistered)
+        machine.keepPendingUndo()
+        do {
+            return try step(&machine, at: now, order: order, transfer: transfer, body, record: record)
+        } catch {
+            store.giveBack(machine.state, undo: machine.pendingUndo)
+            throw error
+        }
+    }
+
+    /// ``stepInTransaction(order:transfer:_:record:)`` once the machine has the state.
+    private func step(
+        _ machine: inout SyncStateMachine, at now: Date, order: String?, transfer: String?,
+        _ body: (inout SyncStateMachine, Date) throws(AgentError) -> [SyncEffect],
+        record: (StepSummary) throws(AgentError) -> Void
+    ) throws(AgentError) -> StepSummary {
         // The wall clock less the boot clock, read with `now` (one instant): the step decides
         // and notes with this one reading, whatever the step's own work takes.
         let offset = Self.clockOffset(now)
-        var state = try store.loadState()
-        let clockStep = try Self.followClockSteps(&state, store: store, offset: offset)
-        if let order, let seq = try store.orderSeq(order) { state.recordedOrders = [ExactID(order): seq] }
-        if let transfer, try store.transferLanded(transfer) { state.landedTransfers = [ExactID(transfer)] }
-        var machine = SyncStateMachine(
-            state: state, configuration: configuration.syncConfiguration,
-            isSynchronizerRegistered: isSynchronizerRegistered)
-        if let kept = machineMemo, kept.rollbacks == store.database.rollbacks { machine.memo = kept.memo }
+        // What the last machine left: its windows only for the very state it left (not one read
+        // again, or saved by another machine since).
+        if let kept = machineMemo, kept.rollbacks == store.database.rollbacks {
+            machine.memo = kept.generation == store.stateGeneration ? kept.memo : kept.memo.forgettingWindows
+        }
+        let clockStep = try Self.clockStep(machine.state, store: store, offset: offset)
+        if let clockStep { machine.movePendingTimes(by: clockStep) }
+        if let order, let seq = try store.orderSeq(order) { machine.state.recordedOrders = [ExactID(order): seq] }
+        if let transfer, try store.transferLanded(transfer) { machine.state.landedTransfers = [ExactID(transfer)] }
         // The state before, to tell whether the step changed it — without its pending batches,
-        // which it would hold (the step's first append would then copy every one of them: a
-        // queue of n events, n² copies); their shape is kept instead.
+        // which it would hold (the step's first append would then copy every one of them);
+        // whether they changed is the machine's undo's to say.
         var before = machine.state
-        let pendingBefore = PendingShape(before.pending)
         before.pending = []
-        var deadline = machine.nextDeadline
+        var deadline = machine.knowNextDeadline()
         var effects: [SyncEffect] = []
         // A cart of a tree that never set its own store follows the tree's default (set-store on the root).
         if store.cart != 0, try store.note(.ownStore) == nil, let (storeId, mode) = try Tree.defaultStore(store.database),
@@ -240,7 +262,6 @@ public final class SyncEngine {
                .first(where: { $0.1 > SyncState.largestSeq }) {
             throw .refused("\(shownDirectory): the \(name) numbers have reached \(SyncState.largestSeq), the largest seq basket-sync gives (no JSON reader keeps one past it exact): nothing more can be numbered here; start a new sync directory for this cart")
         }
-        machineMemo = (machine.memo, store.database.rollbacks)
         var summary = try run(effects, deadline: &deadline)
         if let clockStep {
             summary.reports.append((.warning, "the wall clock was stepped by \(Int(clockStep.rounded())) s since the pending batches were made: their windows moved with it (a window lasts its seconds, whatever the clock is set to)"))
@@ -256,11 +277,16 @@ public final class SyncEngine {
         rest.hostCart = nil
         restBefore.hostCart = nil
         rest.pending = []
-        summary.stateChanged = cartChanged || PendingShape(machine.state.pending) != pendingBefore || rest != restBefore || clockStep != nil
+        summary.stateChanged = cartChanged || machine.pendingUndo?.changed(machine.state.pending) != false || rest != restBefore || clockStep != nil
         if let record = summary.outbox.first { try observeCart(atBatch: record.seq) }
         for report in summary.reports { try store.report(level: report.level.rawValue, message: report.message, at: now) }
         try record(summary)
-        if summary.stateChanged { try store.saveState(machine.state, hostCartChanged: cartChanged, hostCartTouched: touched) }
+        if summary.stateChanged {
+            try store.saveState(machine.state, hostCartChanged: cartChanged, hostCartTouched: touched, undo: machine.pendingUndo)
+        } else {
+            store.giveBack(machine.state, undo: machine.pendingUndo)
+        }
+        machineMemo = (machine.memo, store.database.rollbacks, store.stateGeneration)
         (nextDeadline, deadlineOffset) = (deadline, offset)
         return summary
     }
@@ -283,29 +309,6 @@ public final class SyncEngine {
             for id in before.keys where after[id] == nil { changed.append(id) }
         }
         return changed
-    }
-
-    /// What the pending batches are, without holding them: a batch is only ever appended (with
-    /// a seq above every other), removed, or has its deadline cleared, so a change shows in the
-    /// count, the first or last seq, or the deadlines.
-    private struct PendingShape: Equatable {
-        var count: Int
-        var firstSeq: UInt64?
-        var lastSeq: UInt64?
-        var deadlines = 0
-        var deadlineSum = 0.0
-
-        init(_ pending: [PendingBatch]) {
-            count = pending.count
-            firstSeq = pending.first?.seq
-            lastSeq = pending.last?.seq
-            for index in pending.indices {
-                if let deadline = pending[index].deadline {
-                    deadlines += 1
-                    deadlineSum += deadline.timeIntervalSinceReferenceDate
-                }
-            }
-        }
     }
 
     /// After the steps' transaction committed: their logs, then one append (and fsync) per JSON
@@ -423,15 +426,18 @@ public final class SyncEngine {
     /// Returns the step, in seconds, when there was one. Inside the caller's transaction (`status`
     /// shows the windows as the next step will see them). `offset`: ``clockOffset(_:)`` read at
     /// one instant with the step's `now` — the same reading the step notes with.
-    static func followClockSteps(_ state: inout SyncState, store: Store, offset now: Double) throws(AgentError) -> Double? {
+    static func followClockSteps(_ machine: inout SyncStateMachine, store: Store, offset now: Double) throws(AgentError) -> Double? {
+        guard let step = try clockStep(machine.state, store: store, offset: now) else { return nil }
+        machine.movePendingTimes(by: step)
+        return step
+    }
+
+    /// How far the wall clock was stepped since `state`'s pending windows were set, when by more
+    /// than a second on this boot (nil: nothing to move; see ``followClockSteps(_:store:offset:)``).
+    static func clockStep(_ state: SyncState, store: Store, offset now: Double) throws(AgentError) -> Double? {
         guard !state.pending.isEmpty, let offset = Store.offsetOfThisBoot(try store.note(.clock)) else { return nil }
         let step = now - offset
-        guard abs(step) > 1 else { return nil }
-        for index in state.pending.indices {
-            state.pending[index].at.addTimeInterval(step)
-            state.pending[index].deadline?.addTimeInterval(step)
-        }
-        return step
+        return abs(step) > 1 ? step : nil
     }
 
     /// Whether the wall clock was stepped since the pending batches' windows were set (on this boot).

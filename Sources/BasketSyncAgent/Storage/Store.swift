@@ -41,6 +41,16 @@ package final class Store {
     private var cachedStateHeld: Held<SyncState>?
     private var unsavedStateHeld: Held<SyncState>?
     private var defersState = false
+    /// Reports this store writes before it trims the cart's to the last 1,000 (see ``report(level:message:at:)``).
+    var reportsUntilTrim = 0
+    /// Counts the states this store was given or read: a step's machine leaves what it knows of
+    /// the state for the next step, good while this has not moved since its own save.
+    private(set) var stateGeneration = 0
+    /// Inside a group: the group's state is with a step (``takeState()``) and not given back yet.
+    private var stateLent = false
+    /// Inside a group's savepoint: what the step that took the state kept to undo its pending
+    /// batches (given back with the state), when it took one.
+    private var stepPendingUndo: SyncStateMachine.PendingUndo?
 
 
     /// Opens the database of a single sync directory (cart 0), creating `.basket-sync/` (0700)
@@ -145,13 +155,66 @@ package final class Store {
 
     /// Runs `body` inside the caller's transaction under a savepoint: undone alone when it throws
     /// (one input of a group that fails does not undo the others).
+    ///
+    /// A step undone takes back the state it saved, like its rows: from the state before it
+    /// without its pending batches, and the undo of them the step gave back with its state
+    /// (``giveBack(_:undo:)``) — not from a copy of them, which the step's first append would
+    /// copy whole (a queue of n events: n² batch copies). A step that keeps the state it took
+    /// cannot be undone alone: its whole transaction fails (`.database`).
     func withSavepoint<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
-        // A step undone takes back the state it saved, like its rows.
-        let before = unsavedState
+        var before = unsavedState
+        let count = before?.pending.count ?? 0
+        before?.pending = []
+        stepPendingUndo = nil
+        defer { stepPendingUndo = nil }
         do { return try database.withSavepoint(body) } catch {
-            unsavedState = before
+            // No state saved before the step: none after it either.
+            guard var undone = before else {
+                (unsavedState, stateLent) = (nil, false)
+                throw error
+            }
+            guard !stateLent, let now = unsavedState?.pending else {
+                stateLent = false
+                unsavedState = nil
+                throw .database(path: stateDirectory, message: "a step of a group kept the state it took, so it cannot be undone alone (\(error.description)); the group's transaction is taken back whole")
+            }
+            undone.pending = stepPendingUndo.map { $0.undo(now) } ?? Array(now.prefix(count))
+            stateGeneration += 1
+            unsavedState = undone
             throw error
         }
+    }
+
+    /// The state for a step that runs an input: inside a group (``withStateSavedOnce(_:)``), the
+    /// group's state so far, lent to the step, not copied — the step gives it back, changed
+    /// (``saveState(_:hostCartChanged:hostCartTouched:undo:)``) or not (``giveBack(_:undo:)``);
+    /// otherwise ``loadState()``.
+    func takeState() throws(AgentError) -> SyncState {
+        let state = try loadState()
+        if defersState, unsavedStateHeld != nil {
+            unsavedStateHeld = nil
+            stateLent = true
+        }
+        return state
+    }
+
+    /// Gives back the state a step took (``takeState()``) without saving it: unchanged, or
+    /// undone by its savepoint with `undo` (what the step's machine kept of its pending batches).
+    func giveBack(_ state: SyncState, undo: SyncStateMachine.PendingUndo?) {
+        guard defersState, stateLent else { return }
+        stateGeneration += 1
+        unsavedState = Self.withoutIds(state)
+        stateLent = false
+        stepPendingUndo = undo
+    }
+
+    /// A state without the ids of orders and transfers it holds (those live in tables).
+    private static func withoutIds(_ state: SyncState) -> SyncState {
+        guard !state.recordedOrders.isEmpty || !state.landedTransfers.isEmpty else { return state }
+        var blob = state
+        blob.recordedOrders = [:]
+        blob.landedTransfers = []
+        return blob
     }
 
     /// Runs `body` (the steps of a group, inside the caller's transaction) with the state each
@@ -160,9 +223,11 @@ package final class Store {
     func withStateSavedOnce<T>(_ body: () throws(AgentError) -> T) throws(AgentError) -> T {
         defersState = true
         unsavedState = nil
+        stateLent = false
         defer {
             defersState = false
             unsavedState = nil
+            stateLent = false
         }
         do {
             let result = try body()
@@ -218,6 +283,9 @@ package final class Store {
     /// ``orderSeq(_:)``, ``transferLanded(_:)``); the host cart is kept beside it.
     func loadState() throws(AgentError) -> SyncState {
         if defersState, let unsavedState { return unsavedState }
+        // The group's state is with a step: the one saved is older (a caller's mistake, said
+        // rather than served).
+        if defersState, stateLent { throw .database(path: stateDirectory, message: "the state was read while a step of a group held it; the group's transaction is taken back whole") }
         let version = try database.dataVersion()
         if let cachedState, version == cachedDataVersion, database.rollbacks == cachedRollbacks { return cachedState }
         guard let blob = try metaBlob(.state) else {
@@ -228,6 +296,7 @@ package final class Store {
                 ? "the database has no state; run basket-sync init again"
                 : "the database has no state (emptied, or not basket-sync's) while the files hold records (\(held.joined(separator: ", "))): move it aside (mv \(stateDirectory) \(stateDirectory).damaged) and run basket-sync init --adopt to make it again from the files, or restore \(Layout.stateDirectory)/ from a backup")
         }
+        stateGeneration += 1
         let hostCart = try metaBlob(.hostCart)
         let hostCartChanges = try metaBlob(.hostCartChanges)
         // The pending batches are rows of their own once a state was saved by this version.
@@ -368,20 +437,25 @@ package final class Store {
     /// `hostCartChanged` is what the caller knows from comparing with the state it loaded (nil:
     /// compared here); `hostCartTouched`, the ids whose quantity may differ from that state's
     /// (nil: any): the host cart is then saved as its changes while they stay few.
-    func saveState(_ state: SyncState, hostCartChanged: Bool? = nil, hostCartTouched: [ExactID]? = nil) throws(AgentError) {
+    /// `undo`: inside a group, what the step's machine kept to undo its pending batches
+    /// (see ``withSavepoint(_:)``).
+    func saveState(_ state: SyncState, hostCartChanged: Bool? = nil, hostCartTouched: [ExactID]? = nil, undo: SyncStateMachine.PendingUndo? = nil) throws(AgentError) {
+        stateGeneration += 1
         if !state.recordedOrders.isEmpty || !state.landedTransfers.isEmpty {
             let at = Timestamp.text(Date())
             for (order, seq) in state.recordedOrders { try recordOrder(order.string, seq: seq, at: at) }
             for transfer in state.landedTransfers { try recordTransfer(transfer.string, at: at) }
         }
+        if defersState {
+            // Written once at the group's end (its cart compared with the saved one then).
+            unsavedState = Self.withoutIds(state)
+            stateLent = false
+            stepPendingUndo = undo
+            return
+        }
         var blob = state
         blob.recordedOrders = [:]
         blob.landedTransfers = []
-        if defersState {
-            // Written once at the group's end (its cart compared with the saved one then).
-            unsavedState = blob
-            return
-        }
         blob.hostCart = nil
         try savePending(state.pending)
         blob.pending = []
