@@ -155,7 +155,12 @@ extension Store {
         statement.bind(3, level)
         statement.bind(4, PinnedNames.named(message))
         _ = try statement.step()
-        // The last 1,000 of the cart are kept.
+        // The last 1,000 of the cart are kept: looked for at this store's first report and every
+        // 64th (finding the 1,001st walks 1,000 rows, most of a report's cost), so a cart holds
+        // at most 63 more per process writing its reports.
+        reportsUntilTrim -= 1
+        guard reportsUntilTrim <= 0 else { return }
+        reportsUntilTrim = 64
         let trim = try cached("DELETE FROM reports WHERE cart = ?1 AND n <= (SELECT n FROM reports WHERE cart = ?1 ORDER BY n DESC LIMIT 1 OFFSET 1000)")
         defer { trim.reset() }
         trim.bind(1, cart)
