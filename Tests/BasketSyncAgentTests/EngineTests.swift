@@ -124,6 +124,23 @@ import TestSupport
         #expect(try agent.currentState().lastOutboxSeq == 10, "the agent sees the other process's commits")
     }
 
+    /// A cart keeps its last 1,000 reports, newest first, and never many more (the oldest go
+    /// once in a while, not at every report).
+    @Test func aCartKeepsItsLastThousandReportsAndNotManyMore() throws {
+        let directory = try Directory()
+        let store = try engine(directory).store
+        for index in 0..<2_500 {
+            try store.withTransaction { () throws(AgentError) in try store.report(level: "info", message: "r\(index)", at: Date()) }
+            if index % 100 == 99 {
+                let count = try store.withTransaction { () throws(AgentError) in try store.reports(limit: 10_000).count }
+                #expect(count <= 1_063, "after \(index + 1) reports")
+            }
+        }
+        let kept = try store.withTransaction { () throws(AgentError) in try store.reports(limit: 10_000) }
+        #expect(kept.count >= 1_000 && kept.count <= 1_063)
+        #expect(Array(kept.map(\.message).prefix(1_000)) == (1_500..<2_500).reversed().map { "r\($0)" })
+    }
+
     /// What a file was given is read under its lock: a process whose memory of it is stale (the
     /// other process appended since) never appends again what the other wrote, even behind a
     /// foreign line.
