@@ -47,11 +47,13 @@ extension Commands {
             let (state, noted) = try store.withTransaction { () throws(AgentError) in (try store.loadState(), try store.given(.outbox)?.seq ?? 0) }
             // A cart claiming beyond its outbox cannot be served (its apply refuses, 74): said, never
             // hidden, and looked at again at the next look. Any other error is the wait's.
-            if let error = CartReader.claimBeyondOutbox(CartReader.claim(in: store.directory, configuration: tree.configuration), state: state, cartPath: "\(store.directory)/\(tree.configuration.cart)", configuration: tree.configuration) {
+            // The cart read once for its claim, the host's progress and whether it can be read.
+            let standing = CartReader.standing(in: store.directory, configuration: tree.configuration)
+            if let error = CartReader.claimBeyondOutbox(standing.cart?.syncedThrough, state: state, cartPath: "\(store.directory)/\(tree.configuration.cart)", configuration: tree.configuration) {
                 refused.append((id, error.named))
                 continue
             }
-            let progress = try CartReader.hostProgress(state, store: store, directory: store.directory, configuration: tree.configuration)
+            let progress = try CartReader.hostProgress(state, store: store, directory: store.directory, configuration: tree.configuration, standing: standing)
             known[number] = progress
             // Through the last record a file holds (as `wait` on the cart): one whose line is not
             // appended yet waits for it — the note written after the append wakes the next look.
@@ -60,7 +62,7 @@ extension Commands {
             // Nor can a cart its apply cannot read (one that does not parse, a FIFO): said, and
             // listed once it is mended — never listed for a host loop to fail on at once, again
             // and again.
-            if let error = CartReader.unreadable(in: store.directory, configuration: tree.configuration) {
+            if let error = standing.unreadable {
                 refused.append((id, error.named))
                 continue
             }

@@ -258,41 +258,52 @@ extension CartReader {
     /// `wait` lists no record for such a cart: its host's `apply` would fail on it at once, and a
     /// host loop on `wait` would run again and again until the cart is mended.
     static func unreadable(in directory: String, configuration: AgentConfiguration) -> AgentError? {
-        let path = "\(directory)/\(configuration.cart)"
-        let reading: Reading
-        do { reading = try CartReader().read(path, configuration: configuration) } catch { return error }
-        switch reading {
-        case .missing, .unchanged:
-            return nil
-        case let .unreadable(error, _):
-            return error
-        case let .new(bytes, _):
-            do { _ = try CartFormat.decode(bytes, keys: configuration.keys, limits: configuration.limits) } catch { return error.badData(path: path, bytes: bytes) }
-            return nil
-        }
+        standing(in: directory, configuration: configuration).unreadable
     }
 
     /// The `syncedThrough` of the cart of `directory` as it stands, read by the cart's open policy
     /// (no link followed unless `followSymlinks`); nil when there is no readable cart or it has none.
     static func claim(in directory: String, configuration: AgentConfiguration) -> UInt64? {
-        guard case let .new(bytes, _)? = try? CartReader().read("\(directory)/\(configuration.cart)", configuration: configuration),
-              let cart = try? CartFormat.decode(bytes, keys: configuration.keys, limits: configuration.limits) else { return nil }
-        return cart.syncedThrough
+        standing(in: directory, configuration: configuration).cart?.syncedThrough
+    }
+
+    /// The cart of a directory as it stands, read once: its bytes and what they decode to, or
+    /// why `apply` could not read it.
+    struct Standing {
+        var bytes: [UInt8]?
+        var cart: HostCart?
+        /// Why `apply` could not read it; nil when it can, or there is none.
+        var unreadable: AgentError?
+    }
+
+    /// Reads the cart of `directory` as it stands by the cart's open policy (no link followed
+    /// unless `followSymlinks`; shape, format and limits checked): one read for what a caller
+    /// asks of it (its claim, whether it can be read, the host's progress).
+    static func standing(in directory: String, configuration: AgentConfiguration) -> Standing {
+        let path = "\(directory)/\(configuration.cart)"
+        let reading: Reading
+        do { reading = try CartReader().read(path, configuration: configuration) } catch { return Standing(unreadable: error) }
+        switch reading {
+        case .missing, .unchanged:
+            return Standing()
+        case let .unreadable(error, _):
+            return Standing(unreadable: error)
+        case let .new(bytes, _):
+            do { return Standing(bytes: bytes, cart: try CartFormat.decode(bytes, keys: configuration.keys, limits: configuration.limits)) } catch {
+                return Standing(bytes: bytes, unreadable: error.badData(path: path, bytes: bytes))
+            }
+        }
     }
 
     /// The host's progress as `wait` and `status` see it (docs/spec.md §4 rule 4): as if the cart
     /// on disk were taken now — its claim checked against the records that existed when it was
     /// written, what it echoes settled — which is what `apply` does before it starts after it.
     /// `refusingClaimBeyond`: a cart claiming beyond the outbox throws (see ``claimBeyondOutbox``).
-    static func hostProgress(_ state: SyncState, store: Store, directory: String, configuration: AgentConfiguration, refusingClaimBeyond: Bool = false) throws(AgentError) -> UInt64 {
-        let cart: HostCart?
-        var read: [UInt8]?
-        if case let .new(bytes, _)? = try? CartReader().read("\(directory)/\(configuration.cart)", configuration: configuration) {
-            cart = try? CartFormat.decode(bytes, keys: configuration.keys, limits: configuration.limits)
-            read = bytes
-        } else {
-            cart = nil
-        }
+    /// `standing`: the cart as the caller read it already (nil: read here).
+    static func hostProgress(_ state: SyncState, store: Store, directory: String, configuration: AgentConfiguration, refusingClaimBeyond: Bool = false, standing: Standing? = nil) throws(AgentError) -> UInt64 {
+        let standing = standing ?? Self.standing(in: directory, configuration: configuration)
+        let cart = standing.cart
+        let read = standing.bytes
         if refusingClaimBeyond, let error = claimBeyondOutbox(cart?.syncedThrough, state: state, cartPath: "\(directory)/\(configuration.cart)", configuration: configuration) {
             throw error
         }
