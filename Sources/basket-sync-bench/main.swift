@@ -489,6 +489,9 @@ print("- wall time until the last version is notified: \(ms(burstWall)); agent C
 print("- the last version (A=\(lastVersion)) was the one notified last: \(lastNotified ? "yes" : "NO")")
 print("\n### Events queued in inbox/new/, then one `sync` (median of \(quick ? 1 : 5) runs)\n")
 for (count, time) in queued { print("- \(count) events: \(ms(time)) (\(ms(time / Double(count))) per event)") }
+if let first = queued.first, let last = queued.last, last.0 > first.0 {
+    print("- \(last.0) events / \(first.0): \(ratio(last.1 / first.1)) the time for \(last.0 / first.0)× the events (target: at most \(ratio(Double(last.0 / first.0) * 1.125)))")
+}
 print("\n### Idle, \(idleSeconds) s with nothing happening\n")
 print("- context switches: \(idleSwitches) (\(ratio(Double(idleSwitches) / idleSeconds).dropLast()) per second); CPU time: \(ms(idleCPU)); resident memory: \(resident) KiB")
 exit(lastNotified ? 0 : 1)
