@@ -791,6 +791,8 @@ public struct SyncStateMachine: Sendable {
         var touching: [ExactID: [UInt64]] = [:]
         var running: [ExactID: Int] = [:]
         var shown: [ExactID: Int] = [:]
+        // The running value of each line after each rolled-back batch touching it.
+        var values: [ExactID: [Int]] = [:]
         for batch in state.rolledBack where batch.seq > passed && batch.seq <= echoable {
             for line in batch.products {
                 let id = ExactID(line.id)
@@ -799,7 +801,33 @@ public struct SyncStateMachine: Sendable {
                 touching[id, default: []].append(batch.seq)
                 let after = RetailerProduct.applying(delta: line.quantity, to: before)
                 running[id] = after
+                values[id, default: []].append(after)
                 if shown[id] == nil, (newCart[id] ?? 0) == after { shown[id] = touching[id]!.count }
+            }
+        }
+        // A line no count of them alone brings to what the new cart holds may show some of them
+        // applied late with pending batches after them (the host applies in seq order, the late
+        // ones first): unless the pending ones alone bring it there, the fewest rolled-back ones
+        // after which the pending ones do are the ones it shows.
+        if shown.count < touching.count {
+            var pendingDeltas: [ExactID: [Int]] = [:]
+            for batch in state.pending where batch.seq <= echoable {
+                for line in batch.products where touching[ExactID(line.id)] != nil && shown[ExactID(line.id)] == nil {
+                    pendingDeltas[ExactID(line.id), default: []].append(line.quantity)
+                }
+            }
+            for (id, deltas) in pendingDeltas {
+                let target = newCart[id] ?? 0
+                func reaches(from start: Int) -> Bool {
+                    var value = start
+                    for delta in deltas {
+                        value = RetailerProduct.applying(delta: delta, to: value)
+                        if value == target { return true }
+                    }
+                    return false
+                }
+                if reaches(from: previousCart[id] ?? 0) { continue }
+                if let count = values[id]?.firstIndex(where: reaches).map({ $0 + 1 }) { shown[id] = count }
             }
         }
         var effects: [SyncEffect] = []

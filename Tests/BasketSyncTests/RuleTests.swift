@@ -85,6 +85,50 @@ import TestSupport
         #expect(!fourth.contains { if case .clampedAtLimit = $0 { true } else { false } })
     }
 
+    /// A cart that shows a rolled-back batch and the pending one after it applied together (a
+    /// host without `syncedThrough` applying several records at once, in seq order) confirms
+    /// both: the first late, the second settled — Mealz's share holds every unit.
+    @Test func aRolledBackBatchAndAPendingOneShownTogetherAreBothConfirmed() throws {
+        var s = Transcript()
+        _ = try s.cart(0, lines(("X", 1)))
+        _ = try s.delta(1, lines(("A", 1)))
+        _ = s.tick(20)
+        #expect(s.machine.state.rolledBack.map(\.seq) == [1])
+        _ = try s.delta(21, lines(("A", 2)))
+        let both = try s.cart(22, lines(("X", 1), ("A", 3)))
+        #expect(both.contains(.lateEcho(seq: 1)) && both.contains(.settled(seq: 2)), "\(both)")
+        #expect(s.confirmed == ["A": 3])
+        #expect(s.pendingSeqs.isEmpty && s.machine.state.rolledBack.isEmpty)
+    }
+
+    /// Whatever prefix of the rolled-back and pending batches (in seq order) a host applied, the
+    /// cart that shows it confirms exactly those: the rolled-back ones late, the pending ones
+    /// settled, the share their sum. Seeded; the deltas chosen so that each cart can show one
+    /// prefix only (rolled-back 1–9, at most 5; pending in hundreds).
+    @Test func anyPrefixOfRolledBackThenPendingBatchesShownIsConfirmedExactly() throws {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        for round in 0..<200 {
+            var s = Transcript()
+            _ = try s.cart(0, lines(("X", 1)))
+            let rolled = (0..<(1 + rng.below(5))).map { _ in 1 + rng.below(9) }
+            let pending = (0..<(1 + rng.below(4))).map { _ in 100 * (1 + rng.below(9)) }
+            for (index, delta) in rolled.enumerated() { _ = try s.delta(1 + Double(index), lines(("A", delta))) }
+            _ = s.tick(20)
+            for (index, delta) in pending.enumerated() { _ = try s.delta(21 + Double(index), lines(("A", delta))) }
+            let all = rolled + pending
+            let applied = 1 + rng.below(all.count)
+            let total = all.prefix(applied).reduce(0, +)
+            let effects = try s.cart(30, lines(("X", 1), ("A", total)))
+            let context = "seed \(seed) (BASKET_SYNC_SEED=\(seed) replays it), round \(round): rolled back \(rolled), pending \(pending), applied \(applied): \(effects)"
+            let late = effects.compactMap { if case let .lateEcho(seq) = $0 { seq } else { nil } }
+            let settled = effects.compactMap { if case let .settled(seq) = $0 { seq } else { nil } }
+            #expect(late.sorted() == (0..<min(applied, rolled.count)).map { UInt64($0 + 1) }, "\(context)")
+            #expect(settled.sorted() == (rolled.count..<max(applied, rolled.count)).map { UInt64($0 + 1) }, "\(context)")
+            #expect(s.confirmed == ["A": total], "\(context)")
+        }
+    }
+
     /// Batches rolled back on one SKU are confirmed late together by a cart that shows them all,
     /// not only the last batch of each SKU.
     @Test func rolledBackBatchesOnOneSkuAreConfirmedTogetherByACartThatShowsThemAll() throws {
