@@ -987,6 +987,37 @@ extension CatchUpTests {
 }
 
 extension HostileInputTests {
+    /// A queue of events reaching the largest seq ends where taking them one by one ends: the
+    /// events the last free numbers serve are taken, the next one fails the pass (73) and stays
+    /// in new/ with those after it — in a sync directory and in a tree's cart (its root's pass).
+    @Test(arguments: [false, true])
+    func aQueueReachingTheLargestSeqIsTakenAsFarAsOneByOne(tree: Bool) throws {
+        let playground = try Playground()
+        let root = playground.path
+        let dir = tree ? root + "/c1" : root
+        if tree {
+            #expect(try basketSync(["-C", root, "init", "--tree"]).status == 0)
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        }
+        // The last record two numbers below the largest, adopted with the database made again.
+        try #"{"seq":9007199254740989,"id":"abcdef0123456789-9007199254740989","type":"updateBasket","at":"2020-01-01T00:00:00.000Z","source":"e0","products":[{"id":"A","quantity":1}]}"#
+            .appending("\n").write(toFile: dir + "/outbox.jsonl", atomically: false, encoding: .utf8)
+        let adopt = try basketSync(["-C", dir, "init", "--adopt"])
+        #expect(adopt.status == 0, "\(adopt.stderr)")
+        for index in 1...4 {
+            let name = "\(1_700_000_000 + index).M\(index)P1Q1.host"
+            try #"{"id":"e\#(index)","type":"basketDelta","products":[{"id":"S\#(index)","quantity":1}]}"#.write(toFile: "\(dir)/inbox/new/\(name)", atomically: false, encoding: .utf8)
+        }
+        let sync = try basketSync(["-C", tree ? root : dir, "sync"])
+        #expect(sync.status == 73, "\(sync.status) \(sync.stderr)")
+        #expect(sync.stderr.contains("9007199254740991"), "\(sync.stderr)")
+        let records = playground.records((tree ? "c1/" : "") + "outbox.jsonl")
+        #expect(records.map { ($0["seq"] as? Int) ?? 0 } == [9007199254740989, 9007199254740990, 9007199254740991], "\(records)")
+        #expect(records.dropFirst().map { $0["source"] as? String ?? "" } == ["e1", "e2"])
+        #expect(playground.names((tree ? "c1/" : "") + "inbox/new").sorted() == ["1700000003.M3P1Q1.host", "1700000004.M4P1Q1.host"])
+        #expect(playground.names((tree ? "c1/" : "") + "inbox/bad").isEmpty, "not the events' fault: none set aside")
+    }
+
     /// Numbers past the largest seq (2^53 − 1, exact in every JSON reader) never crash, never
     /// wrap, and are refused where they come in — `wait --after`, `push --basket`, a cart's
     /// `syncedThrough`, a record line adopted — while the largest itself is taken; a directory

@@ -53,7 +53,7 @@ extension SyncEngine {
         if !pass.read.events.isEmpty { pass.taken = try takeGroupInTransaction(pass.read) }
         // Entries renamed in while `new/` was listed wait for a second look (the pass after),
         // and the cart for them.
-        if pass.read.consumed == pass.waiting.count, pass.summary.inbox.held == 0 { pass.cart = try readCartInTransaction(askingFirst: true) }
+        if pass.taken?.stopped == nil, pass.read.consumed == pass.waiting.count, pass.summary.inbox.held == 0 { pass.cart = try readCartInTransaction(askingFirst: true) }
     }
 
     /// Once the group's transaction committed: the appends and the acknowledgements, the rest of
@@ -62,6 +62,9 @@ extension SyncEngine {
     func finishGroupedPass(_ pass: GroupedPass) throws(AgentError) -> PassSummary {
         var summary = pass.summary
         if let taken = pass.taken, let inbox = pass.inbox { try finishGroup(pass.read, taken, in: inbox, into: &summary.inbox) }
+        // A group that ended early (see ``takeGroupInTransaction(_:)``): its events are done,
+        // the pass fails as one taking them one by one would.
+        if let stopped = pass.taken?.stopped { throw stopped }
         guard let cart = pass.cart else {
             // The events beyond the first group (or held for a second look), then the cart: a
             // pass of its own (which ends with its own entry stuck in new/, if any; this

@@ -152,6 +152,7 @@ extension SyncEngine {
         guard !read.events.isEmpty else { return read.consumed }
         let taken = try store.withTransaction { () throws(AgentError) in try takeGroupInTransaction(read) }
         try finishGroup(read, taken, in: inbox, into: &summary)
+        if let stopped = taken.stopped { throw stopped }
         return read.consumed
     }
 
@@ -169,6 +170,9 @@ extension SyncEngine {
         enum Outcome { case taken(duplicate: Bool, sameFile: Bool), refused(AgentError) }
         var outcomes: [Outcome] = []
         var summaries: [StepSummary] = []
+        /// Why the group ended before its last event (see ``takeGroupInTransaction(_:)``): thrown
+        /// once the events before it are finished; nil when it went through.
+        var stopped: AgentError?
     }
 
     /// Reads and checks the entries of a group, in order, before its transaction: a bad one is
@@ -206,8 +210,9 @@ extension SyncEngine {
     }
 
     /// The events of a group taken inside the caller's transaction (the state saved once at its
-    /// end), each under a savepoint: one the library refuses is undone alone. Nothing is
-    /// appended, logged or acknowledged yet.
+    /// end), each under a savepoint: one the library refuses is undone alone; one the directory
+    /// cannot number ends the group there (``InboxGroupTaken/stopped``), as taking them one by
+    /// one would end. Nothing is appended, logged or acknowledged yet.
     func takeGroupInTransaction(_ read: InboxGroupRead) throws(AgentError) -> InboxGroupTaken {
         try store.withStateSavedOnce { () throws(AgentError) in
             var taken = InboxGroupTaken()
@@ -219,8 +224,16 @@ extension SyncEngine {
                     taken.outcomes.append(.taken(duplicate: duplicate, sameFile: sameFile))
                     taken.summaries.append(step)
                 } catch {
-                    guard case .badData = error else { throw error }
-                    taken.outcomes.append(.refused(error))
+                    if case .badData = error {
+                        taken.outcomes.append(.refused(error))
+                        continue
+                    }
+                    // An event the directory cannot take (its numbers have run out) ends the
+                    // group there: those before it are taken, as one by one; it and those after
+                    // it stay in new/. Any other failure (the database's) takes the group back.
+                    guard case .refused = error, !taken.outcomes.isEmpty else { throw error }
+                    taken.stopped = error
+                    break
                 }
             }
             return taken
