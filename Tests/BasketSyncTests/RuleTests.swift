@@ -129,6 +129,23 @@ import TestSupport
         }
     }
 
+    /// A new window length applies to the batches sent from then on: a window already open keeps
+    /// the deadline it was given (a SIGHUP changing `pendingTimeoutSeconds`).
+    @Test func aNewWindowLengthLeavesTheOpenWindowsAsTheyWere() throws {
+        var s = Transcript()
+        _ = try s.cart(0, lines(("X", 1)))
+        _ = try s.delta(1, lines(("A", 1)))
+        s.machine.configuration.pendingTimeout = .seconds(100)
+        _ = try s.delta(2, lines(("B", 1)))
+        #expect(s.machine.state.pending.map { $0.deadline!.timeIntervalSince($0.at) } == [10, 100])
+        _ = s.tick(12)
+        #expect(s.machine.state.rolledBack.map(\.seq) == [1] && s.pendingSeqs == [2])
+        _ = s.tick(101)
+        #expect(s.pendingSeqs == [2], "its window lasts its 100 s")
+        _ = s.tick(103)
+        #expect(s.pendingSeqs.isEmpty)
+    }
+
     /// Batches rolled back on one SKU are confirmed late together by a cart that shows them all,
     /// not only the last batch of each SKU.
     @Test func rolledBackBatchesOnOneSkuAreConfirmedTogetherByACartThatShowsThemAll() throws {
