@@ -190,8 +190,9 @@ import Testing
         #expect(symlink(directory + "/inbox/new", playground.path + "/outside/collector") == 0)
         try await eventually("the agent says where the folder leads") { agent.log.contains("now leads into") }
         #expect(try basketSync(["-C", directory, "push", "A=+1"]).status == 0)
-        try await eventually("the agent goes on") { playground.records("dir/outbox.jsonl").count == 1 }
-        #expect(playground.names("dir/inbox/new").isEmpty && playground.names("dir/inbox/bad").isEmpty, "nothing written into the inbox: \(playground.names("dir/inbox/new")) \(playground.names("dir/inbox/bad"))")
+        // The event's line is appended before its file is moved to cur/: waited for both.
+        try await eventually("the agent goes on") { playground.records("dir/outbox.jsonl").count == 1 && playground.names("dir/inbox/new").isEmpty }
+        #expect(playground.names("dir/inbox/bad").isEmpty && !playground.names("dir/inbox/cur").contains("basket-sync.prom"), "nothing written into the inbox: \(playground.names("dir/inbox/cur")) \(playground.names("dir/inbox/bad"))")
         // A link to a folder of the directory that is not basket-sync's: written there.
         #expect(unlink(playground.path + "/outside/collector") == 0 && symlink(directory + "/reports", playground.path + "/outside/collector") == 0)
         try await eventually("written through the link into the directory's own folder") { (try? parsed(playground.read("dir/reports/basket-sync.prom")))?["basket_sync_agent_up{}"] == 1 }
