@@ -524,14 +524,21 @@ public struct SyncStateMachine: Sendable {
             state.cartShowsThrough = shownRun(from: previousCart, in: newCart, through: echoable)
         } else {
             settleCount = 0
-            // The host applies in seq order: the rolled-back batches (below the pending ones)
-            // come first — a cart showing one unit of two equal batches shows the first — and
-            // the pending ones are judged on the cart after those it shows.
-            let late = lateEchoes(previousCart: previousCart, newCart: newCart, after: passed, through: echoable)
-            effects += late.effects
-            var afterLate = previousCart
-            for batch in late.batches { RetailerProduct.apply(batch.products, to: &afterLate) }
-            echoed = echoedBatches(previousCart: afterLate, newCart: newCart, through: echoable)
+            if let run = appliedRun(previousCart: previousCart, newCart: newCart, after: passed, through: echoable) {
+                // A run of rolled-back and pending batches, in seq order from the first, that the
+                // cart shows on every line they touch: those, the rolled-back ones late.
+                effects += confirmLate(state.rolledBack.filter { run.late.contains($0.seq) })
+                echoed = run.pending
+            } else {
+                // The host applies in seq order: the rolled-back batches (below the pending ones)
+                // come first — a cart showing one unit of two equal batches shows the first — and
+                // the pending ones are judged on the cart after those it shows.
+                let late = lateEchoes(previousCart: previousCart, newCart: newCart, after: passed, through: echoable)
+                effects += late.effects
+                var afterLate = previousCart
+                for batch in late.batches { RetailerProduct.apply(batch.products, to: &afterLate) }
+                echoed = echoedBatches(previousCart: afterLate, newCart: newCart, through: echoable)
+            }
         }
         effects += settlePending(settleCount)
         if let highest = echoed.max() {
@@ -838,16 +845,72 @@ public struct SyncStateMachine: Sendable {
                 return position < count
             }
         }
-        let seqs = Set(echoed.map(\.seq))
+        effects = confirmLate(echoed)
+        return (effects, echoed)
+    }
+
+    /// Confirms rolled-back batches a cart showed applied: settled after all (late echoes).
+    private mutating func confirmLate(_ batches: [PendingBatch]) -> [SyncEffect] {
+        let seqs = Set(batches.map(\.seq))
         state.rolledBack.removeAll { seqs.contains($0.seq) }
-        for batch in echoed {
+        var effects: [SyncEffect] = []
+        for batch in batches {
             settle(batch)
             state.echoedThrough = max(state.echoedThrough ?? 0, batch.seq)
             state.echoedAhead = max(state.echoedAhead ?? 0, batch.seq)
             effects.append(.lateEcho(seq: batch.seq))
         }
         state.counters.lateEchoes += UInt64(effects.count)
-        return (effects, echoed)
+        return effects
+    }
+
+    /// For a host without `syncedThrough`, which applies in seq order: the shortest run of the
+    /// batches a cart could show — rolled back (after those behind what a cart showed) and
+    /// pending — from the first, in seq order, after which every line they touch is what the new
+    /// cart holds, when it holds a rolled-back batch; then stretched over the pending batches
+    /// after it while the cart still shows them (the most, as for pending batches alone). Nil
+    /// when the cart holds what it held before them, or no such run ends with a rolled-back
+    /// batch in it: each line is judged alone then (``lateEchoes``, ``echoedBatches(previousCart:newCart:through:)``).
+    /// One line of a batch netted out by a later one (+1, then −1) leaves the cart as it was:
+    /// judged alone it would show none of them, and the batch none of its other lines either.
+    private func appliedRun(
+        previousCart: [ExactID: Int], newCart: [ExactID: Int], after passed: UInt64, through echoable: UInt64
+    ) -> (late: Set<UInt64>, pending: Set<UInt64>)? {
+        let rolled = state.rolledBack.filter { $0.seq > passed && $0.seq <= echoable }
+        guard !rolled.isEmpty else { return nil }
+        let lateSeqs = Set(rolled.map(\.seq))
+        let run = (rolled + state.pending.filter { $0.seq <= echoable }).sorted { $0.seq < $1.seq }
+        var running: [ExactID: Int] = [:]
+        for batch in run { for line in batch.products { running[ExactID(line.id)] = previousCart[ExactID(line.id)] ?? 0 } }
+        var differing = running.reduce(0) { $0 + ((newCart[$1.key] ?? 0) == $1.value ? 0 : 1) }
+        guard differing > 0 else { return nil }
+        func apply(_ batch: PendingBatch) {
+            for line in batch.products {
+                let id = ExactID(line.id)
+                let before = running[id]!
+                let after = RetailerProduct.applying(delta: line.quantity, to: before)
+                running[id] = after
+                let target = newCart[id] ?? 0
+                if before == target, after != target { differing += 1 }
+                if before != target, after == target { differing -= 1 }
+            }
+        }
+        var shortest: Int?
+        for (index, batch) in run.enumerated() {
+            apply(batch)
+            if differing == 0 {
+                shortest = index + 1
+                break
+            }
+        }
+        guard let shortest, run.prefix(shortest).contains(where: { lateSeqs.contains($0.seq) }) else { return nil }
+        var longest = shortest
+        for index in shortest..<run.count {
+            guard !lateSeqs.contains(run[index].seq) else { break }
+            apply(run[index])
+            if differing == 0 { longest = index + 1 }
+        }
+        return (Set(run.prefix(shortest).map(\.seq)).intersection(lateSeqs), Set(run.prefix(longest).map(\.seq)).subtracting(lateSeqs))
     }
 
     /// The Mealz part of a list of bought products: each line at most at Mealz's share.

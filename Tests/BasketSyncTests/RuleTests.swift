@@ -129,6 +129,68 @@ import TestSupport
         }
     }
 
+    /// Whatever run of rolled-back and pending batches on several SKUs (one line of a batch
+    /// netted out by a later batch included) a host applied in seq order, a cart that can show
+    /// that run only confirms it: every batch of it settled or confirmed late, Mealz's share the
+    /// sum of its deltas. Seeded; the rounds where another run would show the same cart are not
+    /// judged (at least 100 of 400 are).
+    @Test func aRunOfBatchesOnSeveralSkusShownInSeqOrderIsConfirmedWhole() throws {
+        let seed = Knobs.seed
+        var rng = SplitMix64(seed: seed)
+        let skus = ["A", "B", "C"]
+        var judged = 0
+        for round in 0..<400 {
+            var s = Transcript()
+            let start = Dictionary(uniqueKeysWithValues: skus.map { ($0, 10) })
+            _ = try s.cart(0, skus.map { RetailerProduct(id: $0, quantity: 10) })
+            // Mealz's units per SKU never go below 0 in seq order: a removal takes only what it pushed.
+            var mealz: [String: Int] = [:]
+            func batch() -> [(String, Int)] {
+                var lines: [(String, Int)] = []
+                for id in skus.shuffled(using: &rng).prefix(1 + rng.below(2)) {
+                    let have = mealz[id] ?? 0
+                    let delta = have > 0 && rng.below(3) == 0 ? -(1 + rng.below(have)) : 1 + rng.below(3)
+                    mealz[id] = have + delta
+                    lines.append((id, delta))
+                }
+                return lines
+            }
+            var all: [[(String, Int)]] = []
+            let rolledCount = 1 + rng.below(3)
+            for index in 0..<rolledCount {
+                let lines = batch()
+                all.append(lines)
+                _ = try s.delta(1 + Double(index), lines.map { RetailerProduct(id: $0.0, quantity: $0.1) })
+            }
+            _ = s.tick(20)
+            for index in 0..<(1 + rng.below(3)) {
+                let lines = batch()
+                all.append(lines)
+                _ = try s.delta(21 + Double(index), lines.map { RetailerProduct(id: $0.0, quantity: $0.1) })
+            }
+            func cart(after count: Int) -> [String: Int] {
+                var cart = start
+                for lines in all.prefix(count) { for (id, delta) in lines { cart[id] = max(0, cart[id]! + delta) } }
+                return cart
+            }
+            let applied = 1 + rng.below(all.count)
+            let shown = cart(after: applied)
+            guard (0...all.count).filter({ cart(after: $0) == shown }) == [applied] else {
+                _ = try s.cart(30, skus.map { RetailerProduct(id: $0, quantity: shown[$0]!) })
+                continue
+            }
+            judged += 1
+            let effects = try s.cart(30, skus.map { RetailerProduct(id: $0, quantity: shown[$0]!) })
+            let context = "seed \(seed) (BASKET_SYNC_SEED=\(seed) replays it), round \(round): batches \(all), \(rolledCount) rolled back, applied \(applied): \(effects)"
+            var share: [ExactID: Int] = [:]
+            for lines in all.prefix(applied) { for (id, delta) in lines { share[ExactID(id), default: 0] += delta } }
+            #expect(s.confirmed == share.filter { $0.value > 0 }, "\(context)")
+            let prefix = Set((1...applied).map { UInt64($0) })
+            #expect(prefix.isDisjoint(with: s.pendingSeqs) && prefix.isDisjoint(with: s.machine.state.rolledBack.map(\.seq)), "\(context)")
+        }
+        #expect(judged >= 100, "seed \(seed): only \(judged) rounds could be judged")
+    }
+
     /// A new window length applies to the batches sent from then on: a window already open keeps
     /// the deadline it was given (a SIGHUP changing `pendingTimeoutSeconds`).
     @Test func aNewWindowLengthLeavesTheOpenWindowsAsTheyWere() throws {
