@@ -541,9 +541,14 @@ public struct SyncStateMachine: Sendable {
             }
         }
         effects += settlePending(settleCount)
-        if let highest = echoed.max() {
+        if !echoed.isEmpty {
+            // A batch the cart shows only by holding what it held on every line (a removal on a
+            // line at 0) says nothing of how far the host got: the batches below it may still come.
+            let telling = state.pending.filter { batch in
+                echoed.contains(batch.seq) && batch.products.contains { (newCart[ExactID($0.id)] ?? 0) != (previousCart[ExactID($0.id)] ?? 0) }
+            }
             effects += settleEchoed(echoed)
-            state.echoedAhead = max(state.echoedAhead ?? 0, highest)
+            if let highest = telling.map(\.seq).max() { state.echoedAhead = max(state.echoedAhead ?? 0, highest) }
             advanceEchoedThrough()
         }
 
@@ -742,7 +747,7 @@ public struct SyncStateMachine: Sendable {
     private func echoedBatches(previousCart: [ExactID: Int], newCart: [ExactID: Int], through echoable: UInt64) -> Set<UInt64> {
         var running: [ExactID: Int] = [:]
         var count: [ExactID: Int] = [:]
-        var shown: [ExactID: Int] = [:]
+        var counts: [ExactID: [Int]] = [:]
         var positions: [(seq: UInt64, lines: [(id: ExactID, position: Int)])] = []
         for batch in state.pending where batch.seq <= echoable {
             var lines: [(id: ExactID, position: Int)] = []
@@ -752,12 +757,46 @@ public struct SyncStateMachine: Sendable {
                 let value = RetailerProduct.applying(delta: line.quantity, to: before)
                 running[id] = value
                 count[id, default: 0] += 1
-                if (newCart[id] ?? 0) == value { shown[id] = count[id] }
+                if (newCart[id] ?? 0) == value { counts[id, default: []].append(count[id]!) }
                 lines.append((id, count[id]!))
             }
             positions.append((batch.seq, lines))
         }
-        return Set(positions.filter { batch in batch.lines.allSatisfy { $0.position <= shown[$0.id] ?? 0 } }.map(\.seq))
+        return Self.shownInSeqOrder(positions, counts: counts, fewest: false)
+    }
+
+    /// Batches judged line by line, as a host applying in seq order leaves them. `positions`:
+    /// each batch (in seq order) with, per line, its place among the batches on that line (from
+    /// 1); `counts`: per line, the numbers of its batches after which it is what the cart holds,
+    /// the one chosen the most (`fewest`: the fewest). A batch is shown when each of its lines'
+    /// chosen count reaches it. A line's running value counts every earlier batch on it as
+    /// applied, so a count reaching a batch not shown is none: the line's count is chosen again
+    /// below that batch, until nothing moves (a later batch never shows without the earlier ones
+    /// on its lines, nor an earlier one by a count that took a later one not shown).
+    private static func shownInSeqOrder(
+        _ positions: [(seq: UInt64, lines: [(id: ExactID, position: Int)])], counts: [ExactID: [Int]], fewest: Bool
+    ) -> Set<UInt64> {
+        var limit: [ExactID: Int] = [:]
+        while true {
+            var chosen: [ExactID: Int] = [:]
+            for (id, list) in counts {
+                let allowed = list.filter { $0 <= limit[id] ?? .max }
+                if let count = fewest ? allowed.min() : allowed.max() { chosen[id] = count }
+            }
+            var shown: Set<UInt64> = []
+            var moved = false
+            for batch in positions {
+                if batch.lines.allSatisfy({ $0.position <= chosen[$0.id] ?? 0 }) {
+                    shown.insert(batch.seq)
+                    continue
+                }
+                for line in batch.lines where line.position - 1 < limit[line.id] ?? .max {
+                    limit[line.id] = line.position - 1
+                    moved = true
+                }
+            }
+            if !moved { return shown }
+        }
     }
 
     /// `apply` starts after `echoedThrough`: the highest seq a cart showed (`echoedAhead`), but
@@ -795,31 +834,35 @@ public struct SyncStateMachine: Sendable {
     private mutating func lateEchoes(
         previousCart: [ExactID: Int], newCart: [ExactID: Int], after passed: UInt64, through echoable: UInt64
     ) -> (effects: [SyncEffect], batches: [PendingBatch]) {
-        var touching: [ExactID: [UInt64]] = [:]
+        let judged = state.rolledBack.filter { $0.seq > passed && $0.seq <= echoable }.sorted { $0.seq < $1.seq }
         var running: [ExactID: Int] = [:]
-        var shown: [ExactID: Int] = [:]
-        // The running value of each line after each rolled-back batch touching it.
+        // Per line: the counts of its rolled-back batches after which it is what the new cart
+        // holds (0: it held that before them), and the running value after each.
+        var counts: [ExactID: [Int]] = [:]
         var values: [ExactID: [Int]] = [:]
-        for batch in state.rolledBack where batch.seq > passed && batch.seq <= echoable {
+        var positions: [(seq: UInt64, lines: [(id: ExactID, position: Int)])] = []
+        for batch in judged {
+            var lines: [(id: ExactID, position: Int)] = []
             for line in batch.products {
                 let id = ExactID(line.id)
                 let before = running[id] ?? previousCart[id] ?? 0
-                if touching[id] == nil, (newCart[id] ?? 0) == before { shown[id] = 0 }
-                touching[id, default: []].append(batch.seq)
+                if values[id] == nil, (newCart[id] ?? 0) == before { counts[id, default: []].append(0) }
                 let after = RetailerProduct.applying(delta: line.quantity, to: before)
                 running[id] = after
                 values[id, default: []].append(after)
-                if shown[id] == nil, (newCart[id] ?? 0) == after { shown[id] = touching[id]!.count }
+                if (newCart[id] ?? 0) == after { counts[id, default: []].append(values[id]!.count) }
+                lines.append((id, values[id]!.count))
             }
+            positions.append((batch.seq, lines))
         }
         // A line no count of them alone brings to what the new cart holds may show some of them
         // applied late with pending batches after them (the host applies in seq order, the late
-        // ones first): unless the pending ones alone bring it there, the fewest rolled-back ones
-        // after which the pending ones do are the ones it shows.
-        if shown.count < touching.count {
+        // ones first): unless the pending ones alone bring it there, the counts of rolled-back
+        // ones after which the pending ones do.
+        if counts.count < values.count {
             var pendingDeltas: [ExactID: [Int]] = [:]
             for batch in state.pending where batch.seq <= echoable {
-                for line in batch.products where touching[ExactID(line.id)] != nil && shown[ExactID(line.id)] == nil {
+                for line in batch.products where values[ExactID(line.id)] != nil && counts[ExactID(line.id)] == nil {
                     pendingDeltas[ExactID(line.id), default: []].append(line.quantity)
                 }
             }
@@ -834,17 +877,13 @@ public struct SyncStateMachine: Sendable {
                     return false
                 }
                 if reaches(from: previousCart[id] ?? 0) { continue }
-                if let count = values[id]?.firstIndex(where: reaches).map({ $0 + 1 }) { shown[id] = count }
+                let reaching = values[id]!.indices.filter { reaches(from: values[id]![$0]) }.map { $0 + 1 }
+                if !reaching.isEmpty { counts[id] = reaching }
             }
         }
+        let shown = Self.shownInSeqOrder(positions, counts: counts, fewest: true)
+        let echoed = judged.filter { shown.contains($0.seq) }
         var effects: [SyncEffect] = []
-        let echoed = state.rolledBack.filter { batch in
-            batch.seq > passed && batch.seq <= echoable && batch.products.allSatisfy { line in
-                let id = ExactID(line.id)
-                guard let count = shown[id], let position = touching[id]?.firstIndex(of: batch.seq) else { return false }
-                return position < count
-            }
-        }
         effects = confirmLate(echoed)
         return (effects, echoed)
     }

@@ -191,6 +191,45 @@ import TestSupport
         #expect(judged >= 100, "seed \(seed): only \(judged) rounds could be judged")
     }
 
+    /// Pending batches that net out on a line the shopper holds (−1 then +1, or +1 then −1) are
+    /// not shown by a cart that holds what it held, when one of them changed another line the
+    /// cart does not show: the host applies in seq order, so none of them was applied. The
+    /// shopper's unit never becomes Mealz's.
+    @Test(arguments: [false, true])
+    func batchesNettingOutOnAShoppersLineAreNotShownWithoutTheOthersBeforeThem(mirrored: Bool) throws {
+        var s = Transcript()
+        let (held, other) = mirrored ? ("C", "B") : ("B", "C")
+        _ = try s.cart(0, lines(("X", 1), (held, 1)))
+        if mirrored {
+            _ = try s.delta(1, lines((held, 1)))
+            _ = try s.delta(2, lines((held, -1), (other, 1)))
+        } else {
+            _ = try s.delta(1, lines((held, -1), (other, 1)))
+            _ = try s.delta(2, lines((held, 1)))
+        }
+        let effects = try s.cart(3, lines(("X", 2), (held, 1)))
+        let settled = effects.compactMap { if case let .settled(seq) = $0 { seq } else { nil } }
+        #expect(settled.isEmpty, "only \"nothing applied\" explains the cart: \(effects)")
+        _ = s.tick(20)
+        #expect(s.confirmed.isEmpty, "the shopper's unit is not Mealz's: \(s.confirmed)")
+    }
+
+    /// A batch a cart shows only by holding what it held (a removal on a line at 0) does not put
+    /// the rolled-back batches below it behind the host: a later cart showing one applied
+    /// confirms it late.
+    @Test func aBatchShownOnlyByAnUnchangedLineBuriesNoRolledBackBatch() throws {
+        var s = Transcript()
+        _ = try s.cart(0, lines(("X", 1)))
+        _ = try s.delta(1, lines(("B", 1)))
+        _ = s.tick(20)
+        _ = try s.delta(21, lines(("A", -1)))
+        let unchanged = try s.cart(22, lines(("X", 2)))
+        #expect(unchanged.contains(.settled(seq: 2)), "\(unchanged)")
+        let applied = try s.cart(23, lines(("X", 2), ("B", 1)))
+        #expect(applied.contains(.lateEcho(seq: 1)), "\(applied)")
+        #expect(s.confirmed == ["B": 1])
+    }
+
     /// A new window length applies to the batches sent from then on: a window already open keeps
     /// the deadline it was given (a SIGHUP changing `pendingTimeoutSeconds`).
     @Test func aNewWindowLengthLeavesTheOpenWindowsAsTheyWere() throws {
