@@ -617,27 +617,44 @@ public struct SyncStateMachine: Sendable {
     private func shownRun(from previousCart: [ExactID: Int], in newCart: [ExactID: Int], through echoable: UInt64) -> UInt64? {
         let before = state.cartShowsThrough ?? 0
         let batches = state.pending.filter { $0.seq > before && $0.seq <= echoable }
-        // Every line the batches touch, at the last cart's quantity; how many differ from the cart.
-        var running: [ExactID: Int] = [:]
-        for batch in batches { for line in batch.products { running[ExactID(line.id)] = previousCart[ExactID(line.id)] ?? 0 } }
-        var mismatched = running.reduce(0) { $0 + ((newCart[$1.key] ?? 0) == $1.value ? 0 : 1) }
+        var lines = RunLines(batches, from: previousCart, to: newCart)
         // The cart as it was: no batch shown since.
-        if mismatched == 0 { return state.cartShowsThrough }
+        if lines.differing == 0 { return state.cartShowsThrough }
         var shown: UInt64?
         for batch in batches {
-            for line in batch.products {
-                let id = ExactID(line.id)
-                let old = running[id]!
-                let value = RetailerProduct.applying(delta: line.quantity, to: old)
-                running[id] = value
-                let target = newCart[id] ?? 0
-                if old == target, value != target { mismatched += 1 } else if old != target, value == target { mismatched -= 1 }
-            }
+            lines.apply(batch)
             // The shortest run that explains the cart: a longer one that also does adds up to
             // nothing on every line it touches, and is not evidence that the host applied it.
-            if mismatched == 0, shown == nil { shown = batch.seq }
+            if lines.differing == 0, shown == nil { shown = batch.seq }
         }
         return shown ?? state.cartShowsThrough
+    }
+
+    /// Every line a run of batches touches, from the quantity a cart held, as the host applies
+    /// the batches in seq order (a removal stops at 0), and how many of them differ from what a
+    /// new cart holds: 0 once the run so far explains the new cart.
+    private struct RunLines {
+        private var running: [ExactID: Int] = [:]
+        private let target: [ExactID: Int]
+        private(set) var differing = 0
+
+        init(_ batches: [PendingBatch], from previousCart: [ExactID: Int], to newCart: [ExactID: Int]) {
+            target = newCart
+            for batch in batches { for line in batch.products { running[ExactID(line.id)] = previousCart[ExactID(line.id)] ?? 0 } }
+            differing = running.reduce(0) { $0 + ((newCart[$1.key] ?? 0) == $1.value ? 0 : 1) }
+        }
+
+        /// The next batch of the run applied.
+        mutating func apply(_ batch: PendingBatch) {
+            for line in batch.products {
+                let id = ExactID(line.id)
+                let before = running[id]!
+                let after = RetailerProduct.applying(delta: line.quantity, to: before)
+                running[id] = after
+                let wanted = target[id] ?? 0
+                if before == wanted, after != wanted { differing += 1 } else if before != wanted, after == wanted { differing -= 1 }
+            }
+        }
     }
 
     /// Settles the first `count` pending batches: the host applied them.
@@ -919,25 +936,12 @@ public struct SyncStateMachine: Sendable {
         guard !rolled.isEmpty else { return nil }
         let lateSeqs = Set(rolled.map(\.seq))
         let run = (rolled + state.pending.filter { $0.seq <= echoable }).sorted { $0.seq < $1.seq }
-        var running: [ExactID: Int] = [:]
-        for batch in run { for line in batch.products { running[ExactID(line.id)] = previousCart[ExactID(line.id)] ?? 0 } }
-        var differing = running.reduce(0) { $0 + ((newCart[$1.key] ?? 0) == $1.value ? 0 : 1) }
-        guard differing > 0 else { return nil }
-        func apply(_ batch: PendingBatch) {
-            for line in batch.products {
-                let id = ExactID(line.id)
-                let before = running[id]!
-                let after = RetailerProduct.applying(delta: line.quantity, to: before)
-                running[id] = after
-                let target = newCart[id] ?? 0
-                if before == target, after != target { differing += 1 }
-                if before != target, after == target { differing -= 1 }
-            }
-        }
+        var lines = RunLines(run, from: previousCart, to: newCart)
+        guard lines.differing > 0 else { return nil }
         var shortest: Int?
         for (index, batch) in run.enumerated() {
-            apply(batch)
-            if differing == 0 {
+            lines.apply(batch)
+            if lines.differing == 0 {
                 shortest = index + 1
                 break
             }
@@ -946,8 +950,8 @@ public struct SyncStateMachine: Sendable {
         var longest = shortest
         for index in shortest..<run.count {
             guard !lateSeqs.contains(run[index].seq) else { break }
-            apply(run[index])
-            if differing == 0 { longest = index + 1 }
+            lines.apply(run[index])
+            if lines.differing == 0 { longest = index + 1 }
         }
         return (Set(run.prefix(shortest).map(\.seq)).intersection(lateSeqs), Set(run.prefix(longest).map(\.seq)).subtracting(lateSeqs))
     }
