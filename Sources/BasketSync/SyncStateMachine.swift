@@ -7,7 +7,7 @@
 /// happened to fire.
 public struct SyncStateMachine: Sendable {
     /// The persistent state; save it after every input to resume after a restart.
-    public package(set) var state: SyncState
+    public internal(set) var state: SyncState
     /// The settings; a change applies to batches sent from then on.
     public var configuration: SyncConfiguration
     /// Whether a `RetailerBasketSynchronizer` is registered. Runtime only, as in the SDK: without
@@ -104,6 +104,13 @@ public struct SyncStateMachine: Sendable {
         if pendingUndo != nil, pendingUndo!.rewritten == nil { pendingUndo!.rewritten = state.pending }
     }
 
+    /// Gives an input the ids of orders and transfers it may meet (the agent keeps them in tables,
+    /// not in the state): `order`, recorded with its payment seq; `transfer`, landed.
+    package mutating func know(order: (id: ExactID, seq: UInt64)?, landedTransfer transfer: ExactID?) {
+        if let order { state.recordedOrders = [order.id: order.seq] }
+        if let transfer { state.landedTransfers = [transfer] }
+    }
+
     /// Moves every pending batch's time and window by `seconds` (the wall clock was stepped by
     /// as much since they were made: a window lasts its seconds, whatever the clock is set to).
     package mutating func movePendingTimes(by seconds: Double) {
@@ -164,17 +171,12 @@ public struct SyncStateMachine: Sendable {
     }
 
     /// The earliest pending-window deadline, if any: when ``expireWindows(at:)`` is due.
-    public var nextDeadline: Date? {
-        if let earliestKnown { return earliestKnown }
-        return state.pending.lazy.compactMap(\.deadline).min()
-    }
+    public var nextDeadline: Date? { earliestKnown ?? state.pending.lazy.compactMap(\.deadline).min() }
 
     /// ``nextDeadline``, kept for the next asks (and the ``memo``) when it had to be looked for.
     package mutating func knowNextDeadline() -> Date? {
-        if let earliestKnown { return earliestKnown }
-        let earliest = state.pending.lazy.compactMap(\.deadline).min()
-        earliestKnown = .some(earliest)
-        return earliest
+        if earliestKnown == nil { earliestKnown = .some(nextDeadline) }
+        return nextDeadline
     }
 
     // MARK: - Mealz → host
@@ -762,24 +764,34 @@ public struct SyncStateMachine: Sendable {
     /// line it changed: a later batch shown does not settle an earlier one the cart does not
     /// show (the host skipped it, or applied out of order).
     private func echoedBatches(previousCart: [ExactID: Int], newCart: [ExactID: Int], through echoable: UInt64) -> Set<UInt64> {
-        var running: [ExactID: Int] = [:]
-        var count: [ExactID: Int] = [:]
+        let walk = Self.walkLines(state.pending.filter { $0.seq <= echoable }, from: previousCart, to: newCart)
+        return Self.shownInSeqOrder(walk.positions, counts: walk.counts, fewest: false)
+    }
+
+    /// Batches (in seq order) applied line by line to a cart as the host applies them (a removal
+    /// stops at 0): each batch with, per line, its place among the batches on that line (from
+    /// 1); per line, the counts of its batches after which it is what the new cart holds (0: it
+    /// held that before them), and its running value after each.
+    private static func walkLines(
+        _ batches: [PendingBatch], from previousCart: [ExactID: Int], to newCart: [ExactID: Int]
+    ) -> (positions: [(seq: UInt64, lines: [(id: ExactID, position: Int)])], counts: [ExactID: [Int]], values: [ExactID: [Int]]) {
         var counts: [ExactID: [Int]] = [:]
+        var values: [ExactID: [Int]] = [:]
         var positions: [(seq: UInt64, lines: [(id: ExactID, position: Int)])] = []
-        for batch in state.pending where batch.seq <= echoable {
+        for batch in batches {
             var lines: [(id: ExactID, position: Int)] = []
             for line in batch.products {
                 let id = ExactID(line.id)
-                let before = running[id] ?? previousCart[id] ?? 0
-                let value = RetailerProduct.applying(delta: line.quantity, to: before)
-                running[id] = value
-                count[id, default: 0] += 1
-                if (newCart[id] ?? 0) == value { counts[id, default: []].append(count[id]!) }
-                lines.append((id, count[id]!))
+                let before = values[id]?.last ?? previousCart[id] ?? 0
+                if values[id] == nil, (newCart[id] ?? 0) == before { counts[id, default: []].append(0) }
+                let after = RetailerProduct.applying(delta: line.quantity, to: before)
+                values[id, default: []].append(after)
+                if (newCart[id] ?? 0) == after { counts[id, default: []].append(values[id]!.count) }
+                lines.append((id, values[id]!.count))
             }
             positions.append((batch.seq, lines))
         }
-        return Self.shownInSeqOrder(positions, counts: counts, fewest: false)
+        return (positions, counts, values)
     }
 
     /// Batches judged line by line, as a host applying in seq order leaves them. `positions`:
@@ -852,26 +864,7 @@ public struct SyncStateMachine: Sendable {
         previousCart: [ExactID: Int], newCart: [ExactID: Int], after passed: UInt64, through echoable: UInt64
     ) -> (effects: [SyncEffect], batches: [PendingBatch]) {
         let judged = state.rolledBack.filter { $0.seq > passed && $0.seq <= echoable }.sorted { $0.seq < $1.seq }
-        var running: [ExactID: Int] = [:]
-        // Per line: the counts of its rolled-back batches after which it is what the new cart
-        // holds (0: it held that before them), and the running value after each.
-        var counts: [ExactID: [Int]] = [:]
-        var values: [ExactID: [Int]] = [:]
-        var positions: [(seq: UInt64, lines: [(id: ExactID, position: Int)])] = []
-        for batch in judged {
-            var lines: [(id: ExactID, position: Int)] = []
-            for line in batch.products {
-                let id = ExactID(line.id)
-                let before = running[id] ?? previousCart[id] ?? 0
-                if values[id] == nil, (newCart[id] ?? 0) == before { counts[id, default: []].append(0) }
-                let after = RetailerProduct.applying(delta: line.quantity, to: before)
-                running[id] = after
-                values[id, default: []].append(after)
-                if (newCart[id] ?? 0) == after { counts[id, default: []].append(values[id]!.count) }
-                lines.append((id, values[id]!.count))
-            }
-            positions.append((batch.seq, lines))
-        }
+        var (positions, counts, values) = Self.walkLines(judged, from: previousCart, to: newCart)
         // A line no count of them alone brings to what the new cart holds may show some of them
         // applied late with pending batches after them (the host applies in seq order, the late
         // ones first): unless the pending ones alone bring it there, the counts of rolled-back
@@ -900,9 +893,7 @@ public struct SyncStateMachine: Sendable {
         }
         let shown = Self.shownInSeqOrder(positions, counts: counts, fewest: true)
         let echoed = judged.filter { shown.contains($0.seq) }
-        var effects: [SyncEffect] = []
-        effects = confirmLate(echoed)
-        return (effects, echoed)
+        return (confirmLate(echoed), echoed)
     }
 
     /// Confirms rolled-back batches a cart showed applied: settled after all (late echoes).

@@ -240,8 +240,9 @@ public final class SyncEngine {
         }
         let clockStep = try Self.clockStep(machine.state, store: store, offset: offset)
         if let clockStep { machine.movePendingTimes(by: clockStep) }
-        if let order, let seq = try store.orderSeq(order) { machine.state.recordedOrders = [ExactID(order): seq] }
-        if let transfer, try store.transferLanded(transfer) { machine.state.landedTransfers = [ExactID(transfer)] }
+        let recorded = try order.flatMap { (order) throws(AgentError) in try store.orderSeq(order).map { (ExactID(order), $0) } }
+        let landed = try transfer.flatMap { (transfer) throws(AgentError) in try store.transferLanded(transfer) ? ExactID(transfer) : nil }
+        machine.know(order: recorded, landedTransfer: landed)
         // The state before, to tell whether the step changed it — without its pending batches,
         // which it would hold (the step's first append would then copy every one of them);
         // whether they changed is the machine's undo's to say.
