@@ -362,7 +362,8 @@ public struct CartStatus {
         } else {
             lines.append("last notification: none yet (no cart taken)")
         }
-        lines.append("outbox: \(counts[.outbox] ?? 0) records, notifications: \(counts[.notifications] ?? 0), payments: \(counts[.payments] ?? 0)")
+        // The last seq of each file, not a count: retention drops old records, an adoption starts high.
+        lines.append("last seq: outbox #\(counts[.outbox] ?? 0), notifications #\(counts[.notifications] ?? 0), payments #\(counts[.payments] ?? 0)")
         lines.append(cartLine)
         lines.append(health.text)
         if let agentWatch {

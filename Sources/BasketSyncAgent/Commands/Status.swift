@@ -127,7 +127,7 @@ public struct StatusReport {
     public var human: String {
         if let only { return only.human }
         var lines = ["tree \(root): \(cartCount) carts\(notAdopted.isEmpty ? "" : ", \(notAdopted.count) directories not adopted yet")"]
-        lines.append("records: outbox \(total(.outbox)), notifications \(total(.notifications)), payments \(total(.payments)) (every cart)")
+        lines.append("last seqs, every cart's summed: outbox \(total(.outbox)), notifications \(total(.notifications)), payments \(total(.payments))")
         let pending = carts.reduce(0) { $0 + $1.report.state.pending.count }
         if let (id, batch) = oldestPending {
             let age = (max(0, now.timeIntervalSince(batch.at)) * 10).rounded() / 10
