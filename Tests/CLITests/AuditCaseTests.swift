@@ -128,6 +128,28 @@ import Testing
         #expect(try run(playground, ["status", "--json"]).stdout.contains("\"lateAcknowledgements\":1"))
     }
 
+    /// Windows closing together (a backlog of batches the host never echoed) are said in one
+    /// line — how many, their seqs as ranges — not a line each, in the log and in the reports a
+    /// cart keeps; every batch is still rolled back.
+    @Test func windowsClosingTogetherAreSaidInOneLine() async throws {
+        let playground = try syncDirectory(#"{"pendingTimeoutSeconds": 0.2}"#)
+        // 40 records, every fourth a redirect (no window): ten ranges of three batches.
+        for index in 1...40 {
+            _ = try run(playground, index % 4 == 0 ? ["push", "--redirect", "--id", "r\(index)"] : ["push", "--id", "e\(index)", "A=+1"])
+        }
+        _ = try run(playground, ["sync"])
+        // One pass after the last window closed (a pass between two deadlines would say two lines).
+        let status = try JSONSerialization.jsonObject(with: Data(try run(playground, ["status", "--json"]).stdout.utf8)) as? [String: Any]
+        let deadlines = (status?["pending"] as? [[String: Any]] ?? []).compactMap { ($0["deadline"] as? String).flatMap { ISO8601DateFormatter.withFractions.date(from: $0) } }
+        let last = try #require(deadlines.max(), "\(String(describing: status))")
+        #expect(deadlines.count == 30)
+        try await eventually("the last window's deadline passes") { Date() > last.addingTimeInterval(0.05) }
+        let said = try run(playground, ["sync"]).stderr
+        #expect(try run(playground, ["status", "--json"]).stdout.contains("\"rolledBack\":30"))
+        #expect(said.contains("30 batches rolled back (#1–#3, #5–#7, #9–#11, #13–#15, #17–#19, #21–#23, #25–#27, #29–#31 and 2 more ranges): the host did not echo them"), "\(said)")
+        #expect(!said.contains("batch #1 rolled back"), "\(said)")
+    }
+
     /// Case 4: a `syncedThrough` beyond the outbox acknowledges nothing (docs/spec.md §4 rule 4),
     /// neither the batches made before it nor those made after: none is lost. `apply` cannot know
     /// which of them the cart holds, so it refuses (74) and changes nothing until the claim is

@@ -331,9 +331,27 @@ public final class SyncEngine {
         if let failure { throw failure }
     }
 
+    /// What is said of the batches a step rolled back: a line each for a few; one line for more
+    /// (a backlog's windows closing together), their seqs as ranges — a line each would flood
+    /// the log and the reports a cart keeps with thousands of the same words.
+    static func rolledBackReports(_ seqs: [UInt64], window: Double) -> [(level: Logger.Level, message: String)] {
+        let advice = "write syncedThrough in the cart to be waited for"
+        guard seqs.count > 3 else {
+            return seqs.map { (.warning, "batch #\($0) rolled back: the host did not echo it within \(window) s; \(advice)") }
+        }
+        var ranges: [(first: UInt64, last: UInt64)] = []
+        for seq in seqs.sorted() {
+            if let last = ranges.last?.last, seq == last + 1 { ranges[ranges.count - 1].last = seq } else { ranges.append((seq, seq)) }
+        }
+        let shown = ranges.prefix(8).map { $0.first == $0.last ? "#\($0.first)" : "#\($0.first)–#\($0.last)" }.joined(separator: ", ")
+        let more = ranges.count > 8 ? " and \(ranges.count - 8) more ranges" : ""
+        return [(.warning, "\(seqs.count) batches rolled back (\(shown)\(more)): the host did not echo them within \(window) s; \(advice)")]
+    }
+
     /// Runs the effects, in order, inside the step's transaction: every effect is decided here.
     private func run(_ effects: [SyncEffect], deadline: inout Date?) throws(AgentError) -> StepSummary {
         var summary = StepSummary()
+        var rolledBack: [UInt64] = []
         for effect in effects {
             switch effect {
             case let .outbox(record):
@@ -364,7 +382,7 @@ public final class SyncEngine {
                 // The state holds them (Mealz's share, the basket number, the store); `status` shows them.
                 break
             case let .rolledBack(batch):
-                summary.reports.append((.warning, "batch #\(batch.seq) rolled back: the host did not echo it within \(configuration.pendingTimeoutSeconds) s; write syncedThrough in the cart to be waited for"))
+                rolledBack.append(batch.seq)
             case let .lateEcho(seq):
                 summary.reports.append((.warning, "the host applied batch #\(seq) after its window: settled late; write syncedThrough in the cart to be waited for"))
             case let .lateAcknowledgement(seq):
@@ -397,6 +415,7 @@ public final class SyncEngine {
                 deadline = nil
             }
         }
+        summary.reports += SyncEngine.rolledBackReports(rolledBack, window: configuration.pendingTimeoutSeconds)
         return summary
     }
 
