@@ -308,24 +308,51 @@ let pipelineScript = """
 struct Row { var name: String; var latencies: [Double] }
 var rows: [Row] = []
 
+/// The CPU time of every thread of `pid` so far, in seconds (`/proc/PID/task/*/schedstat`: time
+/// on a CPU in nanoseconds, user and kernel together; exact, where `/proc/PID/stat` counts ticks).
+func cpuSeconds(_ pid: pid_t) -> Double {
+    var total = 0.0
+    guard let tasks = opendir("/proc/\(pid)/task") else { return 0 }
+    defer { closedir(tasks) }
+    while let entry = readdir(tasks) {
+        let name = withUnsafePointer(to: entry.pointee.d_name) { $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) } }
+        guard name.first?.isNumber == true else { continue }
+        total += Double(readFile("/proc/\(pid)/task/\(name)/schedstat").split(separator: " ").first ?? "") ?? 0
+    }
+    return total / 1e9
+}
+
+/// Times `samples` carts into `directory` as ``timeCarts`` does, and the CPU time `pid` spent a
+/// change meanwhile (what the p50 holds besides the fsync and the wake-ups).
+func timeCartsWithCPU(_ directory: String, pid: pid_t, samples: Int, from: Int) -> (latencies: [Double], cpu: Double) {
+    let before = cpuSeconds(pid)
+    let latencies = timeCarts(directory, lines: 50, samples: samples, from: from)
+    usleep(100_000)  // what follows a change's line (its note) counted with it
+    return (latencies, (cpuSeconds(pid) - before) / Double(samples))
+}
+
 let agentDirectory = temporaryDirectory("agent")
 let agent = startAgent(agentDirectory)
 _ = timeCarts(agentDirectory, lines: 50, samples: quick ? 2 : 20, from: 1)  // warm-up
+var agentCPUPerChange = Double.nan
 rows.append(Row(name: "basket-sync watch, new sync directory", latencies: timeCarts(agentDirectory, lines: 50, samples: samples, from: 100)))
 // A long-running agent: SQLite's WAL has wrapped once (its first checkpoint after ~1,000 pages)
 // and is overwritten in place from then on, which makes each commit's fdatasync cheaper.
 if !quick {
     _ = timeCarts(agentDirectory, lines: 50, samples: 700, from: 1_000)
-    rows.append(Row(name: "basket-sync watch, steady state (WAL wrapped)", latencies: timeCarts(agentDirectory, lines: 50, samples: samples, from: 2_000)))
+    let steady = timeCartsWithCPU(agentDirectory, pid: agent, samples: samples, from: 2_000)
+    rows.append(Row(name: "basket-sync watch, steady state (WAL wrapped)", latencies: steady.latencies))
+    agentCPUPerChange = steady.cpu
 }
 
 var floorLatencies: [Double] = []
+var floorCPUPerChange = Double.nan
 if let floor = buildFloor() {
     let directory = temporaryDirectory("floor")
     let pid = spawn([floor, directory])
     usleep(100_000)
     _ = timeCarts(directory, lines: 50, samples: quick ? 2 : 20, from: 1)
-    floorLatencies = timeCarts(directory, lines: 50, samples: samples, from: 100)
+    (floorLatencies, floorCPUPerChange) = timeCartsWithCPU(directory, pid: pid, samples: samples, from: 100)
     rows.append(Row(name: "floor: C inotify + read + fsync a record + append the line", latencies: floorLatencies))
     stop(pid)
 }
@@ -474,6 +501,9 @@ print("")
 if !floorLatencies.isEmpty { print("- basket-sync\(quick ? "" : " (steady state)") p50 / floor p50: \(ratio(ours / percentile(floorLatencies, 0.5)))") }
 if !pipelineLatencies.isEmpty { print("- inotifywait piped into jq, p50 / basket-sync\(quick ? "" : " (steady state)") p50: \(ratio(percentile(pipelineLatencies, 0.5) / ours)) (\(pipelineLatencies.count) samples)") }
 if pipelineLatencies.isEmpty { print("- inotifywait piped into jq: not measured (inotify-tools and jq not installed)") }
+if !agentCPUPerChange.isNaN && !floorCPUPerChange.isNaN {
+    print("- CPU time a change (every thread, user and kernel; the floor parses nothing and keeps no state): basket-sync \(ms(agentCPUPerChange)), floor \(ms(floorCPUPerChange)); 1.2× the floor's p50 would leave basket-sync \(ms(percentile(floorLatencies, 0.5) * 0.2)) of its own")
+}
 print("\n### Inbox event renamed into new/ → outbox line written, its record durable\n")
 print("| p50 | p90 | p99 |")
 print("|---|---|---|")
