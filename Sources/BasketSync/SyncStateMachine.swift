@@ -527,8 +527,9 @@ public struct SyncStateMachine: Sendable {
         } else {
             settleCount = 0
             if let run = appliedRun(previousCart: previousCart, newCart: newCart, after: passed, through: echoable) {
-                // A run of rolled-back and pending batches, in seq order from the first, that the
-                // cart shows on every line they touch: those, the rolled-back ones late.
+                // The shortest run of rolled-back and pending batches, in seq order from the
+                // first, that explains the cart on every line they touch (none when the cart holds
+                // what it held on all of them): those, the rolled-back ones late.
                 effects += confirmLate(state.rolledBack.filter { run.late.contains($0.seq) })
                 echoed = run.pending
             } else {
@@ -911,40 +912,34 @@ public struct SyncStateMachine: Sendable {
         return effects
     }
 
-    /// For a host without `syncedThrough`, which applies in seq order: the shortest run of the
-    /// batches a cart could show — rolled back (after those behind what a cart showed) and
-    /// pending — from the first, in seq order, after which every line they touch is what the new
-    /// cart holds, when it holds a rolled-back batch; then stretched over the pending batches
-    /// after it while the cart still shows them (the most, as for pending batches alone). Nil
-    /// when the cart holds what it held before them, or no such run ends with a rolled-back
-    /// batch in it: each line is judged alone then (``lateEchoes``, ``echoedBatches(previousCart:newCart:through:)``).
-    /// One line of a batch netted out by a later one (+1, then −1) leaves the cart as it was:
-    /// judged alone it would show none of them, and the batch none of its other lines either.
+    /// For a host without `syncedThrough`, which applies in seq order: what a cart shows is the
+    /// shortest run of the batches it could show — rolled back (after those behind what a cart
+    /// showed) and pending, in seq order from the first — after which every line any of them
+    /// touches is what the new cart holds. A longer run that also explains the cart adds up to
+    /// nothing on every line it touches (+3 then −3, a removal on a line at 0): that is no
+    /// evidence the host applied it, and taking it as applied would put the host ahead of where
+    /// it is — its next carts misjudged, the batches below it never confirmed late. Left as they
+    /// are, such batches settle with the next cart that shows a change after them, or roll back
+    /// (their units add up to nothing either way). Empty when the cart holds what it held on every
+    /// such line (nothing shown); nil when no run explains the cart (the shopper changed one of
+    /// those lines): each line is judged alone then (``lateEchoes``,
+    /// ``echoedBatches(previousCart:newCart:through:)``).
     private func appliedRun(
         previousCart: [ExactID: Int], newCart: [ExactID: Int], after passed: UInt64, through echoable: UInt64
     ) -> (late: Set<UInt64>, pending: Set<UInt64>)? {
         let rolled = state.rolledBack.filter { $0.seq > passed && $0.seq <= echoable }
-        guard !rolled.isEmpty else { return nil }
         let lateSeqs = Set(rolled.map(\.seq))
         let run = (rolled + state.pending.filter { $0.seq <= echoable }).sorted { $0.seq < $1.seq }
         var lines = RunLines(run, from: previousCart, to: newCart)
-        guard lines.differing > 0 else { return nil }
-        var shortest: Int?
+        guard lines.differing > 0 else { return ([], []) }
         for (index, batch) in run.enumerated() {
             lines.apply(batch)
             if lines.differing == 0 {
-                shortest = index + 1
-                break
+                let shown = Set(run.prefix(index + 1).map(\.seq))
+                return (shown.intersection(lateSeqs), shown.subtracting(lateSeqs))
             }
         }
-        guard let shortest, run.prefix(shortest).contains(where: { lateSeqs.contains($0.seq) }) else { return nil }
-        var longest = shortest
-        for index in shortest..<run.count {
-            guard !lateSeqs.contains(run[index].seq) else { break }
-            lines.apply(run[index])
-            if lines.differing == 0 { longest = index + 1 }
-        }
-        return (Set(run.prefix(shortest).map(\.seq)).intersection(lateSeqs), Set(run.prefix(longest).map(\.seq)).subtracting(lateSeqs))
+        return nil
     }
 
     /// The Mealz part of a list of bought products: each line at most at Mealz's share.
