@@ -55,6 +55,33 @@ import TestSupport
         #expect(pending == (0..<taken.count).map { $0 + 1 }, "every batch taken is pending: \(context)")
     }
 
+    /// One Mealz event of many lines (40,000: far under maxFileBytes) left pending: `status`, its
+    /// `--json` and `metrics` end as `sync` does, in time linear in the lines. Each line's pending
+    /// units are summed once — `status` walked every pending batch for each line (quadratic: four
+    /// minutes for this event, over an hour for 400,000 lines), a hang for the monitoring that
+    /// calls it, caused by anyone who can deliver an event.
+    @Test func aPendingBatchOfManyLinesIsReportedInTimeLinearInIt() throws {
+        let playground = try syncDirectory()
+        let lines = (0..<40_000).map { #"{"id":"S\#($0)","quantity":1}"# }.joined(separator: ",")
+        try #"{"id":"big","type":"basketDelta","products":[\#(lines)]}"#.write(toFile: playground.path + "/inbox/new/big", atomically: false, encoding: .utf8)
+        #expect(try basketSync(["-C", playground.path, "sync"]).status == 0)
+        for command in [["status"], ["status", "--json"], ["metrics"]] {
+            let process = Process()
+            process.executableURL = binary
+            process.arguments = ["-C", playground.path] + command
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            // A generous deadline (a second or two is what it takes): only a walk per line misses it.
+            let deadline = ContinuousClock.now + .seconds(120)
+            while process.isRunning, ContinuousClock.now < deadline { usleep(10_000) }
+            let ended = !process.isRunning
+            if !ended { process.terminate() }
+            process.waitUntilExit()
+            #expect(ended && process.terminationStatus == 0, "\(command) on a pending batch of 40,000 lines: \(ended ? "exit \(process.terminationStatus)" : "still running after 120 s")")
+        }
+    }
+
     /// U+2028 and U+2029 are written escaped: every line splitter sees one record per line.
     @Test func lineSeparatorsInIdsAreWrittenEscaped() throws {
         let playground = try syncDirectory()

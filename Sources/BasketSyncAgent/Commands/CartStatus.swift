@@ -13,6 +13,11 @@ public struct CartStatus {
     /// Whether this is one cart of a tree.
     let isTreeCart: Bool
     let view: [ExactID: Int]
+    /// Per Mealz line, what its pending batches add up to; and the Mealz lines in order. Made
+    /// once: a line at a time, each walked every pending batch (a batch of 20,000 lines made
+    /// `status` take a minute).
+    private let pendingDeltas: [ExactID: Int]
+    private let mealzIds: [ExactID]
     /// The host's progress (docs/spec.md §4 rule 4): the one value `apply` starts after and `wait`
     /// waits after.
     /// Nil where the database is read without its last commits (a read-only view without the
@@ -171,7 +176,10 @@ public struct CartStatus {
         foreignParts = (Integrity.foreignParts(in: directory, syncId: ownSyncId) { counts[$0] ?? 0 }
             + (configuration.rotate.map { rotation in Projection.allCases.flatMap { JSONLinesFile.partsLeftPastKeep(of: "\(directory)/\($0.fileName)", keep: rotation.keep) } } ?? []))
             .map(PinnedNames.named)
-        view = SyncStateMachine(state: state).mealzView
+        let machine = SyncStateMachine(state: state)
+        view = machine.mealzView
+        pendingDeltas = machine.pendingDeltas
+        mealzIds = machine.mealzRelatedIds.sorted()
         missesCommits = store.database.connection.missesCommits ? store.database.placeWarning : nil
         hostProgress = missesCommits != nil ? nil : try CartReader.hostProgress(state, store: store, directory: directory, configuration: configuration)
         do {
@@ -308,13 +316,7 @@ public struct CartStatus {
         return line
     }
 
-    private var mealzIds: [ExactID] {
-        SyncStateMachine(state: state).mealzRelatedIds.sorted()
-    }
-
-    private func pendingDelta(_ id: ExactID) -> Int {
-        SyncStateMachine(state: state).pendingDeltas[id] ?? 0
-    }
+    private func pendingDelta(_ id: ExactID) -> Int { pendingDeltas[id] ?? 0 }
 
     private func seconds(_ interval: Double) -> String {
         let tenths = (interval * 10).rounded() / 10
