@@ -210,6 +210,36 @@ struct Account {
         #expect(try Account.agent.basketSync(["-C", shop, "sync"]).status == 0)
     }
 
+    /// A file named on the command line that lies in the sync directory (`--products FILE`,
+    /// `validate FILE`) is read as basket-sync reads a file there: a link the writer planted
+    /// under that name, to a file only the agent's account may read, is refused, never read
+    /// — its lines never reach `payments.jsonl`, which the group reads. The same file named from
+    /// outside the directory is the user's own, its link followed.
+    @Test func aFileNamedOnTheCommandLineInTheDirectoryIsNeverReadThroughAnotherAccountsLink() throws {
+        let (playground, shop) = try sharedShop()
+        chmod(playground.path, 0o755)
+        let home = playground.path + "/home"
+        #expect(mkdir(home, 0o700) == 0 && chown(home, Account.agent.uid, Account.agent.gid) == 0)
+        try playground.write("home/bought.json", #"{"products":[{"id":"SECRET-SKU","quantity":7}]}"#)
+        #expect(chown(home + "/bought.json", Account.agent.uid, Account.agent.gid) == 0 && chmod(home + "/bought.json", 0o600) == 0)
+        #expect(try Account.agent.basketSync(["-C", shop, "set-store", "s1", "--mode", "retailer"]).status == 0)
+        #expect(try Account.writer.shell("ln -s \(home)/bought.json \(shop)/products.json").status == 0)
+        for arguments in [["payment-started", "--total", "1.00", "--products", "products.json"],
+                          ["handle-payment", "--total", "1.00", "--order-id", "o1", "--products", "products.json"],
+                          ["payment-started", "--total", "1.00", "--products", shop + "/products.json"]] {
+            let run = try Account.agent.basketSync(["-C", shop] + arguments)
+            // payment-started never fails (best-effort): it records the payment as skipped.
+            #expect(run.status == (arguments[0] == "payment-started" ? 0 : 65) && run.stderr.contains("products.json:1:1: is a symbolic link"), "\(arguments): \(run.status) \(run.stderr)")
+        }
+        let validated = try Account.agent.basketSync(["-C", shop, "validate", "products.json"])
+        #expect(validated.status != 0 && !validated.stdout.contains("SECRET") && !validated.stderr.contains("SECRET"), "\(validated)")
+        #expect(!playground.read("shop/payments.jsonl").contains("SECRET-SKU"), "the agent's private file was copied where the group reads")
+        // Named from outside the directory, the same link is the user's own: followed.
+        #expect(try Account.agent.shell("ln -s \(home)/bought.json \(home)/mine.json").status == 0)
+        let own = try Account.agent.basketSync(["-C", shop, "payment-started", "--total", "1.00", "--products", home + "/mine.json"])
+        #expect(own.status == 0 && playground.read("shop/payments.jsonl").contains("SECRET-SKU"), "\(own.stderr)")
+    }
+
     /// A sync directory `shop` the agent's account made with `init --shared` for the writer's group.
     func sharedShop() throws -> (Playground, String) {
         let playground = try Playground()

@@ -10,15 +10,20 @@ extension Commands {
         if path == "-" {
             bytes = try Posix.readToEnd(0, path: "standard input", limit: engine.configuration.limits.maxFileBytes)
         } else {
-            // A path given on the command line is the user's: a link is followed, a FIFO still refused.
+            // A path given on the command line is read as `validate` reads it: in the sync
+            // directory as basket-sync reads a file there (never through a link another account
+            // planted), elsewhere as the user's own (its link followed); a FIFO refused either way.
             let read: [UInt8]?
             do throws(AgentError) {
-                // The cart is read as every reader of it reads it (its links checked, if followed).
-                let found = try file == nil ? CartReader.readCart(path, configuration: engine.configuration)
-                    : Posix.readFileAndInfo(path, limit: engine.configuration.limits.maxFileBytes, follow: true)
-                // The cart (not a file given on the command line) with other names: rejected as sync rejects it.
-                if file == nil { try CartReader.refuseHardLink(found?.info, path: path, followSymlinks: engine.configuration.followSymlinks) }
-                read = found?.bytes
+                if file != nil {
+                    read = try Commands.readNamedFile(path, place: Commands.placeInDirectory(path, directory: engine.directory), kind: .cart, configuration: engine.configuration)
+                } else {
+                    // The cart is read as every reader of it reads it (its links checked, if
+                    // followed); with other names, rejected as sync rejects it.
+                    let found = try CartReader.readCart(path, configuration: engine.configuration)
+                    try CartReader.refuseHardLink(found?.info, path: path, followSymlinks: engine.configuration.followSymlinks)
+                    read = found?.bytes
+                }
             } catch {
                 // Not a regular file (a directory, a FIFO, a link): a rejected products list, 65 as sync's rejected cart.
                 if case let .system(failure) = error, failure.isNotRegular {

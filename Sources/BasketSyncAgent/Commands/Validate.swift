@@ -46,16 +46,7 @@ extension Commands {
             // own: its link is followed. A FIFO or a device is refused either way.
             do throws(AgentError) {
                 let read: [UInt8]?
-                do throws(AgentError) {
-                    if let place {
-                        read = try readInside(place.relative, base: place.base, kind: kind, configuration: configuration)
-                    } else {
-                        read = try Posix.readFile(path, limit: configuration.limits.maxFileBytes, follow: true)
-                    }
-                } catch {
-                    guard case let .system(failure) = error, failure.isMissing else { throw error }
-                    read = nil
-                }
+                read = try readNamedFile(path, place: place, kind: kind, configuration: configuration)
                 guard let read else {
                     if let enteredDirectory, !path.hasPrefix("/") {
                         throw AgentError.missingInput("\(path): no such file; with -C, paths are relative to the sync directory \(enteredDirectory) (as with git -C): give a path from there, or an absolute one")
@@ -148,6 +139,23 @@ extension Commands {
             let up = Posix.dirname(of: current)
             if up == current { return nil }
             current = up
+        }
+    }
+
+    /// Reads a file named on the command line (`validate FILE`, `--products FILE`); nil when
+    /// there is none. One in the sync directory (`place`, from ``placeInDirectory(_:directory:)``)
+    /// is read as basket-sync reads a file there: its folders opened one by one, none through a
+    /// symbolic link, nor the file itself (the cart through links only with "followSymlinks", as
+    /// every reader of it) — whoever may write the directory cannot make a command read a file
+    /// elsewhere through it. One elsewhere is the user's own: its link is followed. A FIFO or a
+    /// device is refused either way.
+    static func readNamedFile(_ path: String, place: (base: String, relative: String)?, kind: FileKind, configuration: AgentConfiguration) throws(AgentError) -> [UInt8]? {
+        do throws(AgentError) {
+            if let place { return try readInside(place.relative, base: place.base, kind: kind, configuration: configuration) }
+            return try Posix.readFile(path, limit: configuration.limits.maxFileBytes, follow: true)
+        } catch {
+            guard case let .system(failure) = error, failure.isMissing else { throw error }
+            return nil
         }
     }
 
