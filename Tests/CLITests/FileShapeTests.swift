@@ -416,6 +416,33 @@ import TestSupport
         #expect(!agent.log.contains("/proc/self/fd"), "paths named as people know them: \(agent.log)")
     }
 
+    /// `-C ROOT/ID` enters the cart's folder opened without following a link: the folder swapped
+    /// for a link to a folder outside in the instant between the command's check and its entry
+    /// (held there by the LD_PRELOAD seam) is never entered, and a file the command line names
+    /// relative to the cart (`validate cart.json`) is read in the folder checked, not outside.
+    @Test func aTreeCartFolderSwappedBeforeItIsEnteredIsNeverEntered() throws {
+        let playground = try Playground()
+        let root = playground.path + "/tree"
+        #expect(try basketSync(["-C", root, "init", "--tree"]).status == 0)
+        try FileManager.default.createDirectory(atPath: playground.path + "/outside", withIntermediateDirectories: false)
+        try playground.write("outside/cart.json", #"{"products":"outside only"}"#)
+        #expect(try basketSync(["-C", root + "/c1", "push", "--id", "e0", "A=+1"]).status == 0)
+        try playground.write("tree/c1/cart.json", cartJSON([("A", 1)], syncedThrough: 0))
+        let go = playground.path + "/go"
+        let output = playground.path + "/validate.out"
+        let process = try startedInBackground(["-C", root + "/c1", "validate", "cart.json"], output: output, errors: output,
+                                              environment: ["LD_PRELOAD": FaultTests.shim, "FAULTSHIM_HOLD_CHDIR": "1", "FAULTSHIM_GO": go])
+        let deadline = ContinuousClock.now + .seconds(60)
+        while !FileManager.default.fileExists(atPath: go + ".held"), process.isRunning, ContinuousClock.now < deadline { usleep(2_000) }
+        #expect(FileManager.default.fileExists(atPath: go + ".held"), "validate reached its chdir")
+        try FileManager.default.moveItem(atPath: root + "/c1", toPath: root + "/c1.real")
+        try FileManager.default.createSymbolicLink(atPath: root + "/c1", withDestinationPath: playground.path + "/outside")
+        #expect(FileManager.default.createFile(atPath: go, contents: nil))
+        process.waitUntilExit()
+        let said = playground.read("validate.out")
+        #expect(process.terminationStatus == 0 && !said.contains("outside") && !said.contains("products"), "read through the link swapped in: \(process.terminationStatus) \(said)")
+    }
+
     /// The same race on each inbox folder: while `push` and `sync` run, the folder is swapped with
     /// a link to a folder outside and back. Nothing is ever moved, written or read there.
     @Test(arguments: ["new", "cur", "bad", "tmp"])

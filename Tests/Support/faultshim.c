@@ -8,6 +8,8 @@
 //                      meanwhile (a file on it failed: its error shows there too).
 // FAULTSHIM_HOLD=TEXT  fsync of a path containing TEXT first creates FILE.held, then waits until
 // FAULTSHIM_GO=FILE    FILE exists (ten minutes at most): a test's step between two calls.
+// FAULTSHIM_HOLD_CHDIR=1 chdir first creates FAULTSHIM_GO's FILE.held, then waits until FILE
+//                      exists: the instant between a folder's check and its entry.
 // FAULTSHIM_CLOCK=FILE the wall clock (CLOCK_REALTIME, gettimeofday) is stepped by the seconds
 //                      FILE holds, read at each call (a clock set back or forward under a running
 //                      process); the monotonic and boot clocks are left alone.
@@ -79,6 +81,19 @@ static void hold(const char *path) {
     snprintf(held, sizeof held, "%s.held", go);
     close(open(held, O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
     for (int i = 0; i < 60000 && access(go, F_OK) != 0; i++) usleep(10000);
+}
+
+int chdir(const char *path) {
+    static int (*real_chdir)(const char *);
+    if (!real_chdir) real_chdir = dlsym(RTLD_NEXT, "chdir");
+    const char *go = getenv("FAULTSHIM_GO");
+    if (getenv("FAULTSHIM_HOLD_CHDIR") && go) {
+        char held[4200];
+        snprintf(held, sizeof held, "%s.held", go);
+        close(open(held, O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+        for (int i = 0; i < 60000 && access(go, F_OK) != 0; i++) usleep(10000);
+    }
+    return real_chdir(path);
 }
 
 static int sync_call(const char *name, int fd) {

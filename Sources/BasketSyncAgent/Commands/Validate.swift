@@ -106,6 +106,12 @@ extension Commands {
     /// directory that is a link is still the directory's and refused as the agent refuses it;
     /// then by where its folder really is, for a spelling of the directory through a link.
     static func placeInDirectory(_ path: String, directory: String) -> (base: String, relative: String)? {
+        // A tree cart entered (its folder opened without following a link): a relative path is
+        // in that very folder, whatever the cart's name leads to since.
+        if let entered = Terminal.enteredCart, entered.shown == directory, !path.hasPrefix("/"),
+           !path.split(separator: "/").contains("..") {
+            return (entered.path, path)
+        }
         // A folder that is no sync directory nor tree (validate run from anywhere) has no files
         // of its own: every file is the user's.
         guard isSyncDirectory(directory) else { return nil }
@@ -173,8 +179,12 @@ extension Commands {
                 try CartReader.readCart(pinned + "/" + cart, configuration: configuration)?.bytes
             }
         }
-        return try Posix.withPinnedFolders(base: base, relative: relative) { (pinned) throws(AgentError) in
-            try Posix.readFile(pinned, limit: limit, follow: false)
+        // A tree cart's folder reached through itself opened without following a link.
+        let (reached, folder) = try CartFolder.reach(base)
+        return try withExtendedLifetime(folder) { () throws(AgentError) in
+            try Posix.withPinnedFolders(base: reached, relative: relative) { (pinned) throws(AgentError) in
+                try Posix.readFile(pinned, limit: limit, follow: false)
+            }
         }
     }
 }

@@ -81,9 +81,30 @@ public enum Terminal {
         return path.hasPrefix("/") ? "/" + joined : (joined.isEmpty ? "." : joined)
     }
 
+    /// The tree cart's folder entered (``enter(_:)``), opened without following a link: the
+    /// current directory is that very folder, whatever its name leads to since.
+    nonisolated(unsafe) static var enteredCart: CartFolder?
+
     /// Makes `directory` the current one, as `git -C` does for the other paths of a command line.
+    /// A tree's cart is entered through its folder opened without following a link (docs/spec.md
+    /// §7): a folder swapped for a link after the check is never entered, and the relative paths
+    /// of the command line stay in the folder entered.
     public static func enter(_ directory: String) throws(AgentError) {
-        guard Posix.changeDirectory(directory) else {
+        let entered: Bool
+        if case .treeCart = Workspace.of(directory) {
+            do throws(SystemError) {
+                let folder = try CartFolder(directory)
+                entered = Posix.changeDirectory(folder.path)
+                if entered { enteredCart = folder }
+            } catch {
+                // A link or a file there is refused, never entered; a missing folder is said below.
+                guard error.isMissing else { throw .system(error) }
+                entered = false
+            }
+        } else {
+            entered = Posix.changeDirectory(directory)
+        }
+        guard entered else {
             // A tree's cart whose directory left the tree is kept a while to be put back:
             // `init` there would make a new cart under its id and end it.
             if case let .treeCart(root, id) = Workspace.of(directory), let tree = try? Tree(root: root, readOnly: true),
