@@ -417,15 +417,16 @@ extension RetentionTests {
 }
 
 extension RetentionTests {
-    /// With retention set, the temporaries a process killed while writing left — an `apply`
-    /// beside the cart, a pass in `inbox/bad/` — go once over an hour old: only files of this
-    /// account's named as basket-sync names the temporaries of the files it writes there (the
-    /// cart, the `.error`s), never a younger one (a writer may be busy with it), another
-    /// account's, a link, or any other name.
-    @Test func temporariesAKilledWriterLeftGoOnceOverAnHourOld() throws {
+    /// With retention set or not (they are no records: nothing to keep), the temporaries a
+    /// process killed while writing left — an `apply` beside the cart, a pass in `inbox/bad/` —
+    /// go once over an hour old: only files of this account's named as basket-sync names the
+    /// temporaries of the files it writes there (the cart, the `.error`s), never a younger one (a
+    /// writer may be busy with it), another account's, a link, or any other name.
+    @Test(arguments: [true, false])
+    func temporariesAKilledWriterLeftGoOnceOverAnHourOld(retention: Bool) throws {
         let playground = try Playground()
         #expect(try run(playground, ["init"]).status == 0)
-        try playground.write("basket-sync.json", "{\"retention\": {\"days\": 30}}")
+        if retention { try playground.write("basket-sync.json", "{\"retention\": {\"days\": 30}}") }
         try playground.write("inbox/tmp/bad1", "{ not json")
         try FileManager.default.moveItem(atPath: playground.path + "/inbox/tmp/bad1", toPath: playground.path + "/inbox/new/bad1")
         #expect(try run(playground, ["sync"]).status == 0)
@@ -451,6 +452,33 @@ extension RetentionTests {
         for path in kept + [".y.2222222222222222.tmp"] { #expect(files.fileExists(atPath: playground.path + "/" + path), "\(path) stays") }
         #expect((try? files.destinationOfSymbolicLink(atPath: playground.path + "/.z.3333333333333333.tmp")) == "cart.json", "a link stays")
         #expect(playground.names("inbox/bad").sorted() == [".bad1.1111111111111111.tmp", "bad1", "bad1.error"])
+    }
+
+    /// Without retention, the temporaries an `apply` killed before its rename left beside the cart
+    /// go with the next `apply` (it holds the cart lock no other `apply` writes without), once
+    /// over an hour old: a host whose apply is killed now and then does not gather copies of its
+    /// cart. A younger one, another account's or another name stays.
+    @Test func theNextApplyRemovesWhatAKilledApplyLeft() throws {
+        let playground = try Playground()
+        #expect(try run(playground, ["init"]).status == 0)
+        try playground.write("cart.json", cartJSON([], syncedThrough: 0))
+        let files = FileManager.default
+        func plant(_ name: String, age: Date, owner: UInt32? = nil) throws {
+            try playground.write(name, "{\"products\":[]}")
+            try files.setAttributes([.modificationDate: age], ofItemAtPath: playground.path + "/" + name)
+            if let owner { #expect(chown(playground.path + "/" + name, owner, owner) == 0) }
+        }
+        let stale = [".cart.json.0123456789abcdef.tmp", ".cart.json.fedcba9876543210.tmp"]
+        for name in stale { try plant(name, age: Date().addingTimeInterval(-2 * 3600)) }
+        try plant(".cart.json.00000000000000aa.tmp", age: Date())
+        try plant(".cart.json.00000000000000bb.tmp", age: Date().addingTimeInterval(-2 * 3600), owner: 4211)
+        try plant(".other.json.0123456789abcdef.tmp", age: Date().addingTimeInterval(-2 * 3600))
+        #expect(try run(playground, ["push", "A=+1"]).status == 0)
+        #expect(try run(playground, ["sync"]).status == 0)
+        #expect(try run(playground, ["apply"]).status == 0)
+        #expect(products(try JSONSerialization.jsonObject(with: Data(playground.read("cart.json").utf8)) as! [String: Any]) == ["A": 1])
+        let left = playground.names(".").filter { $0.hasSuffix(".tmp") }.sorted()
+        #expect(left == [".cart.json.00000000000000aa.tmp", ".cart.json.00000000000000bb.tmp", ".other.json.0123456789abcdef.tmp"], "\(left)")
     }
 
     /// Retention counts the time that passed: a `sync` run with the wall clock set two days

@@ -228,9 +228,13 @@ extension Commands {
                 do throws(SystemError) { written = try Posix.writeFileAtomically(reached.pinned, encoded, madeFor: madeFor, onlyOver: .some(readVersion)) } catch {
                     throw AgentError.system(error).replacingPathPrefix(reached.pinned, with: reached.shown)
                 }
+                if written { removeKilledAppliesTemporaries(beside: reached.pinned) }
             } else {
                 written = try Posix.withPinnedFolders(base: directory, relative: configuration.cart) { (pinned) throws(AgentError) in
-                    do throws(SystemError) { return try Posix.writeFileAtomically(pinned, encoded, onlyOver: .some(readVersion)) } catch { throw .system(error) }
+                    let written: Bool
+                    do throws(SystemError) { written = try Posix.writeFileAtomically(pinned, encoded, onlyOver: .some(readVersion)) } catch { throw .system(error) }
+                    if written { removeKilledAppliesTemporaries(beside: pinned) }
+                    return written
                 }
             }
             guard written else { throw .busy(cartChanged(cartPath)) }
@@ -242,6 +246,14 @@ extension Commands {
         try engine.finish([acknowledged])
         engine.signalCommit()
         return summary
+    }
+
+    /// The temporaries an `apply` killed before its rename left beside the cart (`.CART.<16 hex>.tmp`,
+    /// of this account, over an hour old): the next `apply`, holding the cart lock no other
+    /// `apply` writes without, removes them — with retention set or not, they are no records.
+    private static func removeKilledAppliesTemporaries(beside cart: String) {
+        let name = String(Posix.basename(of: cart).prefix(200))
+        _ = Posix.removeStaleTemporaries(in: Posix.dirname(of: cart), of: { $0 == name }, olderThan: SyncEngine.staleTemporaryAge, now: Date().timeIntervalSince1970)
     }
 
     /// The outbox records after `seq`, from their lines (the database's, which the file holds
