@@ -102,7 +102,7 @@ struct FieldReader {
         guard let value = node.integer else {
             let isWhole = !text.contains(where: { $0 == "." || $0 == "e" || $0 == "E" })
             let shown = text.count > 80 ? text.prefix(80) + "…" : text
-            problem(node, isWhole ? "\"\(key)\" \(shown) is out of range; the limit is \(limits.maxQuantity)" : "\"\(key)\" \(shown) must be a whole number")
+            problem(node, isWhole ? "\"\(key)\" \(shown) is out of range; the limit is \(limits.maxQuantity)" : "\"\(key)\" \(shown) must be a whole number written in digits alone (no fraction, no exponent: 100, not 1e2 or 100.0)")
             return nil
         }
         if !signed && value < 0 {

@@ -99,7 +99,7 @@ import Testing
         #expect(cart == nil)
         #expect(problems == [
             "2:10: \"id\" is empty; give a non-empty id",
-            "3:27: \"quantity\" 1e3 must be a whole number",
+            "3:27: \"quantity\" 1e3 must be a whole number written in digits alone (no fraction, no exponent: 100, not 1e2 or 100.0)",
             "4:27: \"quantity\" 99999999999999999999 is out of range; the limit is 1000000",
             "5:10: \"id\" contains a control character; ids are printable text",
             "6:3: this line has no \"id\"; add one",

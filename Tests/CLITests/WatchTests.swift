@@ -404,7 +404,7 @@ import Testing
         let outbox = playground.records("outbox.jsonl")
         #expect(outbox.map { $0["source"] as? String } == ["evt-1", "evt-3"])
         #expect(playground.names("inbox/bad") == ["bad-1", "bad-1.error"])
-        #expect(playground.read("inbox/bad/bad-1.error").contains("bad-1:1:77: \"quantity\" 1.5 must be a whole number"))
+        #expect(playground.read("inbox/bad/bad-1.error").contains("bad-1:1:77: \"quantity\" 1.5 must be a whole number written in digits alone (no fraction, no exponent: 100, not 1e2 or 100.0)"))
         #expect(agent.stop() == 0)
     }
 
