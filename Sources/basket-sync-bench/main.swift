@@ -308,17 +308,22 @@ let pipelineScript = """
 struct Row { var name: String; var latencies: [Double] }
 var rows: [Row] = []
 
-/// The CPU time of every thread of `pid` so far, in seconds (`/proc/PID/task/*/schedstat`: time
-/// on a CPU in nanoseconds, user and kernel together; exact, where `/proc/PID/stat` counts ticks).
-func cpuSeconds(_ pid: pid_t) -> Double {
-    var total = 0.0
-    guard let tasks = opendir("/proc/\(pid)/task") else { return 0 }
+/// Calls `body` with the `/proc` folder of each thread of `pid`.
+func eachThread(of pid: pid_t, _ body: (String) -> Void) {
+    guard let tasks = opendir("/proc/\(pid)/task") else { return }
     defer { closedir(tasks) }
     while let entry = readdir(tasks) {
         let name = withUnsafePointer(to: entry.pointee.d_name) { $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) } }
         guard name.first?.isNumber == true else { continue }
-        total += Double(readFile("/proc/\(pid)/task/\(name)/schedstat").split(separator: " ").first ?? "") ?? 0
+        body("/proc/\(pid)/task/\(name)")
     }
+}
+
+/// The CPU time of every thread of `pid` so far, in seconds (`/proc/PID/task/*/schedstat`: time
+/// on a CPU in nanoseconds, user and kernel together; exact, where `/proc/PID/stat` counts ticks).
+func cpuSeconds(_ pid: pid_t) -> Double {
+    var total = 0.0
+    eachThread(of: pid) { total += Double(readFile("\($0)/schedstat").split(separator: " ").first ?? "") ?? 0 }
     return total / 1e9
 }
 
@@ -442,12 +447,8 @@ let queued = queuedCounts.map { ($0, timeQueuedSync($0)) }
 // Idle: nothing happens; count the agent's context switches and CPU, read its resident memory.
 func contextSwitches(_ pid: pid_t) -> Int {
     var total = 0
-    guard let tasks = opendir("/proc/\(pid)/task") else { return 0 }
-    defer { closedir(tasks) }
-    while let entry = readdir(tasks) {
-        let name = withUnsafePointer(to: entry.pointee.d_name) { $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) } }
-        guard name.first?.isNumber == true else { continue }
-        for line in readFile("/proc/\(pid)/task/\(name)/status").split(separator: "\n") where line.contains("ctxt_switches") {
+    eachThread(of: pid) { thread in
+        for line in readFile("\(thread)/status").split(separator: "\n") where line.contains("ctxt_switches") {
             total += Int(line.split(separator: "\t").last?.trimmingPrefix(" ") ?? "") ?? 0
         }
     }

@@ -51,14 +51,7 @@ import TestSupport
             for _ in 0..<40 {
                 let roll = rng.below(10)
                 if roll < 4 {
-                    // Mealz's units per SKU never go below 0 in seq order: a removal takes only what it pushed.
-                    var lines: [(String, Int)] = []
-                    for id in skus.shuffled(using: &rng).prefix(1 + rng.below(2)) {
-                        let have = mealz[id] ?? 0
-                        let delta = have > 0 && rng.below(3) == 0 ? -(1 + rng.below(have)) : 1 + rng.below(3)
-                        mealz[id] = have + delta
-                        lines.append((id, delta))
-                    }
+                    let lines = mealzBatch(on: skus, mealz: &mealz, rng: &rng)
                     t += [0.1, 0.5, 2][rng.below(3)]
                     batches.append(lines)
                     _ = try s.delta(t, lines.map { RetailerProduct(id: $0.0, quantity: $0.1) })

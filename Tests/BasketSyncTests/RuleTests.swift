@@ -143,18 +143,8 @@ import TestSupport
             var s = Transcript()
             let start = Dictionary(uniqueKeysWithValues: skus.map { ($0, 10) })
             _ = try s.cart(0, skus.map { RetailerProduct(id: $0, quantity: 10) })
-            // Mealz's units per SKU never go below 0 in seq order: a removal takes only what it pushed.
             var mealz: [String: Int] = [:]
-            func batch() -> [(String, Int)] {
-                var lines: [(String, Int)] = []
-                for id in skus.shuffled(using: &rng).prefix(1 + rng.below(2)) {
-                    let have = mealz[id] ?? 0
-                    let delta = have > 0 && rng.below(3) == 0 ? -(1 + rng.below(have)) : 1 + rng.below(3)
-                    mealz[id] = have + delta
-                    lines.append((id, delta))
-                }
-                return lines
-            }
+            func batch() -> [(String, Int)] { mealzBatch(on: skus, mealz: &mealz, rng: &rng) }
             var all: [[(String, Int)]] = []
             let rolledCount = 1 + rng.below(3)
             for index in 0..<rolledCount {

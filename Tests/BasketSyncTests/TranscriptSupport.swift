@@ -1,5 +1,6 @@
 import BasketSync
 import Testing
+import TestSupport
 
 /// Builds lines in the order written: `lines(("A", 2), ("B", -1))`.
 func lines(_ pairs: (String, Int)...) -> [RetailerProduct] {
@@ -64,4 +65,17 @@ func update(_ seq: UInt64, _ t: Double, _ products: [RetailerProduct], source: S
 /// The `notifyRetailerBasketChanged` effect expected.
 func notify(_ seq: UInt64, _ t: Double, _ products: [RetailerProduct], syncedThrough: UInt64? = nil, basket: UInt64 = 1) -> SyncEffect {
     .notify(BasketNotification(seq: seq, at: at(t), products: products, syncedThrough: syncedThrough, basket: basket))
+}
+
+/// A random Mealz batch of one or two lines on `skus`: additions of 1–3, and removals that take
+/// only units Mealz pushed (Mealz's units per SKU, kept in `mealz`, never go below 0 in seq order).
+func mealzBatch(on skus: [String], mealz: inout [String: Int], rng: inout SplitMix64) -> [(String, Int)] {
+    var lines: [(String, Int)] = []
+    for id in skus.shuffled(using: &rng).prefix(1 + rng.below(2)) {
+        let have = mealz[id] ?? 0
+        let delta = have > 0 && rng.below(3) == 0 ? -(1 + rng.below(have)) : 1 + rng.below(3)
+        mealz[id] = have + delta
+        lines.append((id, delta))
+    }
+    return lines
 }

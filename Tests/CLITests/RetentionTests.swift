@@ -200,6 +200,13 @@ import TestSupport
 }
 
 extension RetentionTests {
+    /// A file left as a killed writer leaves a temporary: last written at `age`, given to `owner`.
+    func plantTemporary(_ path: String, in playground: Playground, age: Date, owner: UInt32? = nil) throws {
+        try playground.write(path, "{\"products\":[]}")
+        try FileManager.default.setAttributes([.modificationDate: age], ofItemAtPath: playground.path + "/" + path)
+        if let owner { #expect(chown(playground.path + "/" + path, owner, owner) == 0) }
+    }
+
     /// A database full of history shrinks back once retention removed it (`auto_vacuum`), and
     /// the agent keeps the write-ahead log bounded too.
     @Test func theDatabaseShrinksBack() async throws {
@@ -431,11 +438,7 @@ extension RetentionTests {
         #expect(try run(playground, ["sync"]).status == 0)
         let old = Date().addingTimeInterval(-2 * 3600)
         let files = FileManager.default
-        func plant(_ path: String, age: Date, owner: UInt32? = nil) throws {
-            try playground.write(path, "{\"products\":[]}")
-            try files.setAttributes([.modificationDate: age], ofItemAtPath: playground.path + "/" + path)
-            if let owner { #expect(chown(playground.path + "/" + path, owner, owner) == 0) }
-        }
+        func plant(_ path: String, age: Date, owner: UInt32? = nil) throws { try plantTemporary(path, in: playground, age: age, owner: owner) }
         let stale = [".cart.json.0123456789abcdef.tmp", "inbox/bad/.bad1.error.fedcba9876543210.tmp"]
         for path in stale { try plant(path, age: old) }
         let kept = [".cart.json.00000000000000aa.tmp", ".cart.json.notahexnumber000.tmp", ".cart.json.0123456789ABCDEF.tmp",
@@ -461,12 +464,7 @@ extension RetentionTests {
         let playground = try Playground()
         #expect(try run(playground, ["init"]).status == 0)
         try playground.write("cart.json", cartJSON([], syncedThrough: 0))
-        let files = FileManager.default
-        func plant(_ name: String, age: Date, owner: UInt32? = nil) throws {
-            try playground.write(name, "{\"products\":[]}")
-            try files.setAttributes([.modificationDate: age], ofItemAtPath: playground.path + "/" + name)
-            if let owner { #expect(chown(playground.path + "/" + name, owner, owner) == 0) }
-        }
+        func plant(_ name: String, age: Date, owner: UInt32? = nil) throws { try plantTemporary(name, in: playground, age: age, owner: owner) }
         let stale = [".cart.json.0123456789abcdef.tmp", ".cart.json.fedcba9876543210.tmp"]
         for name in stale { try plant(name, age: Date().addingTimeInterval(-2 * 3600)) }
         try plant(".cart.json.00000000000000aa.tmp", age: Date())
