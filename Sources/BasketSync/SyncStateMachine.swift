@@ -510,6 +510,9 @@ public struct SyncStateMachine: Sendable {
 
         let settleCount: Int
         var echoed: Set<UInt64> = []
+        // The last batch of the run the cart shows (all of it applied: the host applies in seq
+        // order), when it was judged as a run.
+        var runEnd: UInt64?
         if let syncedThrough {
             let acknowledged = acknowledge(syncedThrough, writtenThrough: echoable, into: &effects)
             settleCount = state.pending.prefix { $0.seq <= acknowledged }.count
@@ -532,6 +535,7 @@ public struct SyncStateMachine: Sendable {
                 // what it held on all of them): those, the rolled-back ones late.
                 effects += confirmLate(state.rolledBack.filter { run.late.contains($0.seq) })
                 echoed = run.pending
+                runEnd = run.pending.max()
             } else {
                 // The host applies in seq order: the rolled-back batches (below the pending ones)
                 // come first — a cart showing one unit of two equal batches shows the first — and
@@ -545,13 +549,14 @@ public struct SyncStateMachine: Sendable {
         }
         effects += settlePending(settleCount)
         if !echoed.isEmpty {
-            // A batch the cart shows only by holding what it held on every line (a removal on a
+            // A run the cart shows is applied whole, its last batch included. Judged line by line,
+            // a batch the cart shows only by holding what it held on every line (a removal on a
             // line at 0) says nothing of how far the host got: the batches below it may still come.
-            let telling = state.pending.filter { batch in
+            let telling = runEnd.map { [$0] } ?? state.pending.filter { batch in
                 echoed.contains(batch.seq) && batch.products.contains { (newCart[ExactID($0.id)] ?? 0) != (previousCart[ExactID($0.id)] ?? 0) }
-            }
+            }.map(\.seq)
             effects += settleEchoed(echoed)
-            if let highest = telling.map(\.seq).max() { state.echoedAhead = max(state.echoedAhead ?? 0, highest) }
+            if let highest = telling.max() { state.echoedAhead = max(state.echoedAhead ?? 0, highest) }
             advanceEchoedThrough()
         }
 
