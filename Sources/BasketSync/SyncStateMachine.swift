@@ -1004,11 +1004,12 @@ public struct SyncStateMachine: Sendable {
 
     /// After a recorded payment: Mealz's share is empty and the next cart starts a new basket.
     /// Pending batches carry into it (they are on their way to the cart; Mealz counts them), and
-    /// the WebView's basis is them alone.
+    /// the WebView's basis is them alone. So do the rolled-back ones (outside the basis): no cart
+    /// showed them — the paid cart would have confirmed them — so they are on their way too, and
+    /// an acknowledgement or a late echo after the payment makes them the new basket's share.
     mutating func closeBasket() -> SyncEffect {
         state.confirmed = [:]
         state.shareFollowedAhead = [:]
-        state.rolledBack = []
         state.viewBase = [:]
         state.viewCountsThrough = nil
         // The pending batches the paid cart showed applied were paid with it: they do not carry

@@ -620,6 +620,29 @@ import TestSupport
         #expect(s.confirmed == ["C": 1], "B was paid: not in the new basket's share")
     }
 
+    /// docs/spec.md §4 rules 4, 5 and 7: a batch rolled back before a payment, applied after it,
+    /// is the new basket's share — acknowledged (a late acknowledgement) or echoed (a late echo)
+    /// — as the pending batches on their way carry into it; no cart had shown it, so the payment
+    /// did not pay it.
+    @Test(arguments: [false, true])
+    func aBatchRolledBackBeforeAPaymentAndAppliedAfterItIsTheNewBasketsShare(acknowledged: Bool) throws {
+        var s = Transcript()
+        _ = s.machine.setSelectedStore(externalId: "st", mode: .retailer, at: at(0))
+        _ = try s.cart(0, lines(("B", 0)))
+        _ = try s.delta(1, lines(("B", 1)))
+        _ = try s.cart(2, lines(("B", 1)))
+        _ = try s.delta(3, lines(("A", 2)))
+        _ = s.tick(20)
+        #expect(s.machine.state.rolledBack.map(\.seq) == [2])
+        let paid = try s.machine.handlePayment(totalPrice: Money("5")!, productList: lines(("B", 1)), orderId: "o", at: at(21))
+        #expect(paid.contains { if case .basketClosed = $0 { true } else { false } }, "\(paid)")
+        // The completion emptied the cart; the host applies #2 after the payment.
+        _ = try s.cart(22, [])
+        let effects = try s.cart(23, lines(("A", 2)), syncedThrough: acknowledged ? 2 : nil)
+        #expect(effects.contains(acknowledged ? .lateAcknowledgement(seq: 2) : .lateEcho(seq: 2)), "\(effects)")
+        #expect(s.confirmed == ["A": 2], "Mealz's units in the new basket")
+    }
+
     /// docs/spec.md §4 rule 5: the host applies in seq order, so a cart showing one unit of two
     /// equal batches — #1 rolled back, #2 pending — shows #1 (confirmed late), and #2 still waits.
     @Test func oneUnitShowsTheFirstOfTwoEqualBatchesRolledBackOrPending() throws {
