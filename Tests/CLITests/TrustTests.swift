@@ -213,8 +213,9 @@ struct Account {
     /// A file named on the command line that lies in the sync directory (`--products FILE`,
     /// `validate FILE`) is read as basket-sync reads a file there: a link the writer planted
     /// under that name, to a file only the agent's account may read, is refused, never read
-    /// — its lines never reach `payments.jsonl`, which the group reads. The same file named from
-    /// outside the directory is the user's own, its link followed.
+    /// — its lines never reach `payments.jsonl`, which the group reads; nor through her link to a
+    /// folder named on the way out (`x/../FILE`). The same file named from outside the directory
+    /// is the user's own, its link followed.
     @Test func aFileNamedOnTheCommandLineInTheDirectoryIsNeverReadThroughAnotherAccountsLink() throws {
         let (playground, shop) = try sharedShop()
         chmod(playground.path, 0o755)
@@ -233,6 +234,17 @@ struct Account {
         }
         let validated = try Account.agent.basketSync(["-C", shop, "validate", "products.json"])
         #expect(validated.status != 0 && !validated.stdout.contains("SECRET") && !validated.stderr.contains("SECRET"), "\(validated)")
+        // Her link to a folder beside the file, named on the way (`x/../bought.json`): the kernel
+        // would leave the directory through it; refused as the link itself would be.
+        #expect(mkdir(home + "/inner", 0o700) == 0 && chown(home + "/inner", Account.agent.uid, Account.agent.gid) == 0)
+        #expect(try Account.writer.shell("ln -s \(home)/inner \(shop)/x").status == 0)
+        for arguments in [["handle-payment", "--total", "1.00", "--order-id", "o2", "--products", "x/../bought.json"],
+                          ["handle-payment", "--total", "1.00", "--order-id", "o3", "--products", shop + "/x/../bought.json"],
+                          ["validate", "x/../bought.json"]] {
+            let run = try Account.agent.basketSync(["-C", shop] + arguments)
+            #expect(run.status == 65 && (run.stderr + run.stdout).contains("passes through \(shop)/x, a symbolic link in the sync directory")
+                    && !(run.stdout + run.stderr).contains("SECRET"), "\(arguments): \(run.status) \(run.stdout) \(run.stderr)")
+        }
         #expect(!playground.read("shop/payments.jsonl").contains("SECRET-SKU"), "the agent's private file was copied where the group reads")
         // Named from outside the directory, the same link is the user's own: followed.
         #expect(try Account.agent.shell("ln -s \(home)/bought.json \(home)/mine.json").status == 0)
