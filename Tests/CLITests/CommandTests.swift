@@ -109,6 +109,16 @@ import Testing
         #expect(playground.records("notifications.jsonl").count == 2, "nothing is sent for a bad cart")
     }
 
+    /// `apply` on a cart without `syncedThrough` says so, not that the cart said 0.
+    @Test func applyOnACartWithoutSyncedThroughSaysItHadNone() throws {
+        let playground = try Playground()
+        _ = try basketSync(["-C", playground.path, "init"])
+        try playground.write("cart.json", #"{"products":[]}"#)
+        _ = try basketSync(["-C", playground.path, "sync"])
+        let applied = try basketSync(["-C", playground.path, "apply"])
+        #expect(applied.status == 0 && applied.stdout.contains("the cart had no syncedThrough: now synced through 0"), "\(applied.stdout)")
+    }
+
     @Test func statusShowsTheLinesThePendingBatchesAndTheCounters() throws {
         let playground = try Playground()
         _ = try basketSync(["-C", playground.path, "init"])

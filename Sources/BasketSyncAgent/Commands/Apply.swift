@@ -9,8 +9,8 @@ extension Commands {
         /// The seqs of the `redirectToCart` records seen.
         public var redirects: [UInt64] = []
         /// The cart's `syncedThrough` before (as the cart said it; `apply` starts after the highest
-        /// seq acknowledged, which may differ).
-        public var syncedThroughBefore: UInt64 = 0
+        /// seq acknowledged, which may differ); nil when the cart had none.
+        public var syncedThroughBefore: UInt64?
         /// The cart's `syncedThrough` after.
         public var syncedThrough: UInt64 = 0
         /// The SKUs held at `maxQuantity` instead of going past it (the shopper had raised the
@@ -23,7 +23,10 @@ extension Commands {
         public var human: String {
             guard !applied.isEmpty || !redirects.isEmpty else {
                 guard syncedThrough != syncedThroughBefore else { return "nothing to apply: the cart is synced through \(syncedThrough)" }
-                return "nothing to apply; the cart said syncedThrough \(syncedThroughBefore), corrected to \(syncedThrough), the highest seq acknowledged"
+                guard let before = syncedThroughBefore else {
+                    return "nothing to apply; the cart had no syncedThrough: now synced through \(syncedThrough), where the host got (what its carts showed applied)"
+                }
+                return "nothing to apply; the cart said syncedThrough \(before), corrected to \(syncedThrough), the highest seq acknowledged"
             }
             return (["applied \(applied.count) updateBasket record(s); the cart is now synced through \(syncedThrough)"]
                 + clampedAtLimit.map { "\(JSONWriter.quoted($0)) held at maxQuantity \(maxQuantity) (the cart may hold no more)" }
@@ -165,7 +168,7 @@ extension Commands {
             throw error.badData(path: cartPath, bytes: bytes)
         }
         var summary = ApplySummary()
-        summary.syncedThroughBefore = document.cart.syncedThrough ?? 0
+        summary.syncedThroughBefore = document.cart.syncedThrough
         // Start after the host's progress (the library's one value, as wait and status see it): a
         // cart restored from before the records, or one claiming beyond the outbox, must not make
         // records applied twice or skipped.
