@@ -173,7 +173,8 @@ extension Commands {
     /// The first symbolic link inside the sync directory `directory` that `path` passes through,
     /// walked as the kernel walks it (a link followed, `..` taken from where it led); nil when none.
     static func linkInside(_ path: String, directory: String) -> String? {
-        guard let root = Posix.resolved(directory) else { return nil }
+        // A folder that is no sync directory nor tree has no files of its own: every link is the user's.
+        guard isSyncDirectory(directory), let root = Posix.resolved(directory) else { return nil }
         let whole = path.hasPrefix("/") ? path : (Posix.currentDirectory() ?? "") + "/" + path
         var current = "/"
         var left = whole.split(separator: "/").map(String.init)
