@@ -925,7 +925,8 @@ public struct SyncStateMachine: Sendable {
     /// evidence the host applied it, and taking it as applied would put the host ahead of where
     /// it is — its next carts misjudged, the batches below it never confirmed late. Left as they
     /// are, such batches settle with the next cart that shows a change after them, or roll back
-    /// (their units add up to nothing either way). Empty when the cart holds what it held on every
+    /// (their units add up to nothing in the cart either way; in Mealz's share too, unless a
+    /// removal among them took units that were not Mealz's). Empty when the cart holds what it held on every
     /// such line (nothing shown); nil when no run explains the cart (the shopper changed one of
     /// those lines): each line is judged alone then (``lateEchoes``,
     /// ``echoedBatches(previousCart:newCart:through:)``).
