@@ -273,8 +273,8 @@ enum Help {
                 with "followSymlinks"; valid means the agent takes it (the directory's configuration:
                 its owner and mode too, refused with the commands' 78). A file that lies in another sync
                 directory or tree is judged by that one, wherever it is named from; a file in none is
-                yours: its link is followed — unless its path passes through a link inside the sync
-                directory (x/../FILE), refused as that link would be. A cart or event is judged under its directory's
+                yours: your own links (or root's) are followed, another account's refused. A cart or
+                event is judged under its directory's
                 configuration: one the commands refuse is said (78). FILE - reads standard input.
 
                 example:

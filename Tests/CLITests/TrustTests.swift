@@ -235,14 +235,14 @@ struct Account {
         let validated = try Account.agent.basketSync(["-C", shop, "validate", "products.json"])
         #expect(validated.status != 0 && !validated.stdout.contains("SECRET") && !validated.stderr.contains("SECRET"), "\(validated)")
         // Her link to a folder beside the file, named on the way (`x/../bought.json`): the kernel
-        // would leave the directory through it; refused as the link itself would be.
+        // would leave the directory through it; a link of another account is never followed.
         #expect(mkdir(home + "/inner", 0o700) == 0 && chown(home + "/inner", Account.agent.uid, Account.agent.gid) == 0)
         #expect(try Account.writer.shell("ln -s \(home)/inner \(shop)/x").status == 0)
         for arguments in [["handle-payment", "--total", "1.00", "--order-id", "o2", "--products", "x/../bought.json"],
                           ["handle-payment", "--total", "1.00", "--order-id", "o3", "--products", shop + "/x/../bought.json"],
                           ["validate", "x/../bought.json"]] {
             let run = try Account.agent.basketSync(["-C", shop] + arguments)
-            #expect(run.status == 65 && (run.stderr + run.stdout).contains("passes through \(shop)/x, a symbolic link in the sync directory")
+            #expect(run.status == 65 && (run.stderr + run.stdout).contains("passes through x, a symbolic link of another account (uid \(Account.writer.uid)): never followed")
                     && !(run.stdout + run.stderr).contains("SECRET"), "\(arguments): \(run.status) \(run.stdout) \(run.stderr)")
         }
         #expect(!playground.read("shop/payments.jsonl").contains("SECRET-SKU"), "the agent's private file was copied where the group reads")
@@ -250,6 +250,42 @@ struct Account {
         #expect(try Account.agent.shell("ln -s \(home)/bought.json \(home)/mine.json").status == 0)
         let own = try Account.agent.basketSync(["-C", shop, "payment-started", "--total", "1.00", "--products", home + "/mine.json"])
         #expect(own.status == 0 && playground.read("shop/payments.jsonl").contains("SECRET-SKU"), "\(own.stderr)")
+    }
+
+    /// A file named outside the directory is walked from descriptors, never by its whole name
+    /// again: the writer swaps her folder `m` for a link while the command is held (the LD_PRELOAD
+    /// seam) between its walk of `shop/m/../../sec/own.json` and the file's open — the file read is
+    /// the one the path named (the agent's own), never the private one the link would lead to.
+    @Test func aFolderSwappedForALinkWhileANamedPathIsWalkedIsNeverWalkedThrough() throws {
+        let (playground, shop) = try sharedShop()
+        let top = playground.path
+        for folder in ["sec", "sec/sub", "sec/sub/y", "sec/sec", "held"] {
+            #expect(mkdir(top + "/" + folder, 0o755) == 0 && chown(top + "/" + folder, Account.agent.uid, Account.agent.gid) == 0)
+        }
+        #expect(chmod(top + "/sec/sec", 0o700) == 0)
+        try playground.write("sec/own.json", #"{"products":[{"id":"MINE","quantity":1}]}"#)
+        try playground.write("sec/sec/own.json", #"{"products":[{"id":"PRIVATE","quantity":1}]}"#)
+        for file in ["sec/own.json", "sec/sec/own.json"] { #expect(chown(top + "/" + file, Account.agent.uid, Account.agent.gid) == 0) }
+        #expect(chmod(top + "/sec/sec/own.json", 0o600) == 0)
+        #expect(try Account.agent.basketSync(["-C", shop, "set-store", "s1", "--mode", "retailer"]).status == 0)
+        #expect(try Account.writer.shell("mkdir \(shop)/m").status == 0)
+        let go = top + "/held/go"
+        final class Outcome: @unchecked Sendable { var run: Run?; var done = false }
+        let outcome = Outcome()
+        let thread = Thread {
+            outcome.run = try? Account.agent.shell("LD_PRELOAD=\(FaultTests.shim) FAULTSHIM_HOLD_OPEN=own.json FAULTSHIM_GO=\(go) \(binary.path) -C \(shop) payment-started --total 1 --products \(shop)/m/../../sec/own.json")
+            outcome.done = true
+        }
+        thread.start()
+        let deadline = ContinuousClock.now + .seconds(60)
+        while !FileManager.default.fileExists(atPath: go + ".held"), !outcome.done, ContinuousClock.now < deadline { usleep(2_000) }
+        #expect(FileManager.default.fileExists(atPath: go + ".held"), "the command reached the file's open: \(String(describing: outcome.run))")
+        #expect(try Account.writer.shell("mv \(shop)/m \(shop)/md && ln -s \(top)/sec/sub/y \(shop)/m").status == 0)
+        #expect(FileManager.default.createFile(atPath: go, contents: nil))
+        while !outcome.done, ContinuousClock.now < deadline { usleep(2_000) }
+        #expect(outcome.run?.status == 0, "\(String(describing: outcome.run))")
+        let payments = playground.read("shop/payments.jsonl")
+        #expect(payments.contains("MINE") && !payments.contains("PRIVATE"), "the file the path named, not the link's: \(payments)")
     }
 
     /// A sync directory `shop` the agent's account made with `init --shared` for the writer's group.

@@ -10,6 +10,7 @@
 // FAULTSHIM_GO=FILE    FILE exists (ten minutes at most): a test's step between two calls.
 // FAULTSHIM_HOLD_CHDIR=1 chdir first creates FAULTSHIM_GO's FILE.held, then waits until FILE
 //                      exists: the instant between a folder's check and its entry.
+// FAULTSHIM_HOLD_OPEN=TEXT an open or openat of a path containing TEXT does the same first.
 // FAULTSHIM_CLOCK=FILE the wall clock (CLOCK_REALTIME, gettimeofday) is stepped by the seconds
 //                      FILE holds, read at each call (a clock set back or forward under a running
 //                      process); the monotonic and boot clocks are left alone.
@@ -18,6 +19,7 @@
 //                      fs.inotify.max_user_watches (the sysctl itself is the whole machine's).
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <stdarg.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -82,6 +84,37 @@ static void hold(const char *path) {
     close(open(held, O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
     for (int i = 0; i < 60000 && access(go, F_OK) != 0; i++) usleep(10000);
 }
+
+static void hold_open(const char *path) {
+    const char *text = getenv("FAULTSHIM_HOLD_OPEN");
+    const char *go = getenv("FAULTSHIM_GO");
+    if (!text || !go || !path || !strstr(path, text) || access(go, F_OK) == 0) return;
+    char held[4200];
+    snprintf(held, sizeof held, "%s.held", go);
+    close(open(held, O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+    for (int i = 0; i < 60000 && access(go, F_OK) != 0; i++) usleep(10000);
+}
+
+// The mode an open's variadic argument holds (only with O_CREAT or O_TMPFILE); inside the wrapper.
+#define MODE_OF(flags) ({ mode_t mode = 0; if (((flags) & O_CREAT) || ((flags) & __O_TMPFILE) == __O_TMPFILE) { \
+    va_list arguments; va_start(arguments, flags); mode = (mode_t)va_arg(arguments, int); va_end(arguments); } mode; })
+
+static int held_open(const char *symbol, const char *path, int flags, mode_t mode) {
+    int (*real)(const char *, int, ...) = dlsym(RTLD_NEXT, symbol);
+    hold_open(path);
+    return real(path, flags, mode);
+}
+
+static int held_openat(const char *symbol, int dirfd, const char *path, int flags, mode_t mode) {
+    int (*real)(int, const char *, int, ...) = dlsym(RTLD_NEXT, symbol);
+    hold_open(path);
+    return real(dirfd, path, flags, mode);
+}
+
+int open(const char *path, int flags, ...) { return held_open("open", path, flags, MODE_OF(flags)); }
+int open64(const char *path, int flags, ...) { return held_open("open64", path, flags, MODE_OF(flags)); }
+int openat(int dirfd, const char *path, int flags, ...) { return held_openat("openat", dirfd, path, flags, MODE_OF(flags)); }
+int openat64(int dirfd, const char *path, int flags, ...) { return held_openat("openat64", dirfd, path, flags, MODE_OF(flags)); }
 
 int chdir(const char *path) {
     static int (*real_chdir)(const char *);

@@ -16,7 +16,7 @@ extension Commands {
             let read: [UInt8]?
             do throws(AgentError) {
                 if file != nil {
-                    read = try Commands.readNamedFile(path, place: Commands.placeInDirectory(path, directory: engine.directory), kind: .cart, configuration: engine.configuration, directory: engine.directory)
+                    read = try Commands.readNamedFile(path, place: Commands.placeInDirectory(path, directory: engine.directory), kind: .cart, configuration: engine.configuration)
                 } else {
                     // The cart is read as every reader of it reads it (its links checked, if
                     // followed); with other names, rejected as sync rejects it.

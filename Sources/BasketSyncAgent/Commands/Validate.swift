@@ -46,7 +46,7 @@ extension Commands {
             // own: its link is followed. A FIFO or a device is refused either way.
             do throws(AgentError) {
                 let read: [UInt8]?
-                read = try readNamedFile(path, place: place, kind: kind, configuration: configuration, directory: directory)
+                read = try readNamedFile(path, place: place, kind: kind, configuration: configuration)
                 guard let read else {
                     if let enteredDirectory, !path.hasPrefix("/") {
                         throw AgentError.missingInput("\(path): no such file; with -C, paths are relative to the sync directory \(enteredDirectory) (as with git -C): give a path from there, or an absolute one")
@@ -59,7 +59,7 @@ extension Commands {
                 if case .tooLarge = error { return [error.description] }
                 if case .badData = error { return [error.description] }
                 if case var .system(failure) = error, failure.isNotRegular {
-                    if place == nil, let shape = failure.shape { failure.refusal = "is \(shape), not a regular file; validate reads regular files (or standard input, -)" }
+                    if place == nil, failure.refusal == nil, let shape = failure.shape { failure.refusal = "is \(shape), not a regular file; validate reads regular files (or standard input, -)" }
                     return [failure.description]
                 }
                 throw error
@@ -153,52 +153,19 @@ extension Commands {
     /// is read as basket-sync reads a file there: its folders opened one by one, none through a
     /// symbolic link, nor the file itself (the cart through links only with "followSymlinks", as
     /// every reader of it) — whoever may write the directory cannot make a command read a file
-    /// elsewhere through it. One elsewhere is the user's own: its link is followed. A FIFO or a
-    /// device is refused either way.
-    static func readNamedFile(_ path: String, place: (base: String, relative: String)?, kind: FileKind, configuration: AgentConfiguration, directory: String) throws(AgentError) -> [UInt8]? {
+    /// elsewhere through it. One elsewhere is the user's own: its links are followed when they are
+    /// the user's or root's (``Posix/readUsersOwnFile(_:limit:)``). A FIFO or a device is refused
+    /// either way.
+    static func readNamedFile(_ path: String, place: (base: String, relative: String)?, kind: FileKind, configuration: AgentConfiguration) throws(AgentError) -> [UInt8]? {
         do throws(AgentError) {
             if let place { return try readInside(place.relative, base: place.base, kind: kind, configuration: configuration) }
-            // Elsewhere, but reached through a link inside the directory (`x/../file`, `x` a
-            // link another account planted): refused as the link itself would be.
-            if let link = linkInside(path, directory: directory) {
-                throw AgentError.badData(path: path, line: 1, column: 1, reason: "passes through \(link), a symbolic link in the sync directory \(directory); a file is never read through a link there — name it by a path without one")
-            }
-            return try Posix.readFile(path, limit: configuration.limits.maxFileBytes, follow: true)
+            // Elsewhere, the user's own: its path walked from descriptors, through the user's
+            // own links only (never one another account planted: `x/../FILE`).
+            return try Posix.readUsersOwnFile(path, limit: configuration.limits.maxFileBytes)
         } catch {
             guard case let .system(failure) = error, failure.isMissing else { throw error }
             return nil
         }
-    }
-
-    /// The first symbolic link inside the sync directory `directory` that `path` passes through,
-    /// walked as the kernel walks it (a link followed, `..` taken from where it led); nil when none.
-    static func linkInside(_ path: String, directory: String) -> String? {
-        // A folder that is no sync directory nor tree has no files of its own: every link is the user's.
-        guard isSyncDirectory(directory), let root = Posix.resolved(directory) else { return nil }
-        let whole = path.hasPrefix("/") ? path : (Posix.currentDirectory() ?? "") + "/" + path
-        var current = "/"
-        var left = whole.split(separator: "/").map(String.init)
-        var links = 0
-        while !left.isEmpty {
-            let component = left.removeFirst()
-            if component == "." || component.isEmpty { continue }
-            if component == ".." {
-                current = Posix.dirname(of: current)
-                continue
-            }
-            let next = current == "/" ? "/" + component : current + "/" + component
-            guard Posix.info(next, follow: false)?.kind == .symbolicLink else {
-                current = next
-                continue
-            }
-            if next.hasPrefix(root + "/") { return next }
-            // A link outside (the user's own): followed, as the kernel follows it.
-            links += 1
-            guard links < 40, let target = Posix.linkTarget(next) else { return nil }
-            if target.hasPrefix("/") { current = "/" }
-            left = target.split(separator: "/").map(String.init) + left
-        }
-        return nil
     }
 
     /// Reads `relative` under `base` (the sync directory) as basket-sync reads a file there:

@@ -230,3 +230,76 @@ extension Posix {
         return String(path[path.index(after: slash)...])
     }
 }
+
+extension Posix {
+    /// Reads a file named by the user outside a sync directory, resolving its path as the kernel
+    /// would — a `..` from where a link led — but one component at a time from the folder opened
+    /// before it, never by the whole name again: a folder swapped meanwhile is never walked
+    /// through. A symbolic link is followed only when it is the caller's own or root's; one
+    /// another account made (a member of a shared directory's group planting `x` for
+    /// `x/../FILE`) is refused, never followed. Nil when there is no such file; only a regular
+    /// file is read.
+    package static func readUsersOwnFile(_ path: String, limit: Int) throws(AgentError) -> [UInt8]? {
+        let pathOnly: Int32 = 0o10_000_000  // O_PATH, which Glibc's module does not export
+        var fd = Glibc.open(path.hasPrefix("/") ? "/" : ".", pathOnly | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw .system(.last("open", path)) }
+        defer { Glibc.close(fd) }
+        var left = path.split(separator: "/").map(String.init)
+        var links = 0
+        let me = geteuid()
+        while !left.isEmpty {
+            let component = left.removeFirst()
+            if component.isEmpty || component == "." { continue }
+            let next = openat(fd, component, pathOnly | O_NOFOLLOW | O_CLOEXEC)
+            guard next >= 0 else {
+                if errno == ENOENT { return nil }
+                throw .system(.last("open", path))
+            }
+            var info = stat()
+            guard fstat(next, &info) == 0 else {
+                Glibc.close(next)
+                throw .system(.last("fstat", path))
+            }
+            switch info.st_mode & S_IFMT {
+            case S_IFLNK:
+                defer { Glibc.close(next) }
+                guard info.st_uid == me || info.st_uid == 0 else {
+                    var refused = SystemError(path: path, shape: "a symbolic link")
+                    refused.refusal = "passes through \(component), a symbolic link of another account (uid \(info.st_uid)): never followed (a link is followed only when it is yours or root's); name the file by a path through your own links"
+                    throw .system(refused)
+                }
+                links += 1
+                var target = [CChar](repeating: 0, count: 4097)
+                let count = readlinkat(next, "", &target, 4096)
+                guard links <= 40, count > 0 else { throw .system(SystemError(operation: "open", path: path, code: ELOOP)) }
+                let text = String(decoding: target[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                if text.hasPrefix("/") {
+                    let top = Glibc.open("/", pathOnly | O_DIRECTORY | O_CLOEXEC)
+                    guard top >= 0 else { throw .system(.last("open", "/")) }
+                    Glibc.close(fd)
+                    fd = top
+                }
+                left = text.split(separator: "/").map(String.init) + left
+            case S_IFDIR where !left.isEmpty || component == "..":
+                Glibc.close(fd)
+                fd = next
+            default:
+                guard left.isEmpty else {
+                    Glibc.close(next)
+                    throw .system(SystemError(operation: "open", path: path, code: ENOTDIR))
+                }
+                // The very file walked to, opened for reading through its descriptor.
+                defer { Glibc.close(next) }
+                guard info.st_mode & S_IFMT == S_IFREG else {
+                    throw .system(SystemError(path: path, shape: FileInfo(info).kind.name))
+                }
+                let file = Glibc.open("/proc/self/fd/\(next)", O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+                guard file >= 0 else { throw .system(.last("open", path)) }
+                defer { Glibc.close(file) }
+                return try readToEnd(file, path: path, limit: limit, expected: Int(info.st_size))
+            }
+        }
+        // The path ends on a folder.
+        throw .system(SystemError(path: path, shape: "a directory"))
+    }
+}
