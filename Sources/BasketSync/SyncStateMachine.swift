@@ -762,7 +762,9 @@ public struct SyncStateMachine: Sendable {
         return effects
     }
 
-    /// For a host without `syncedThrough`: the pending batches the new cart shows applied. Per
+    /// For a host without `syncedThrough`, when no run of batches explains the cart (the shopper
+    /// changed one of their lines: ``appliedRun(previousCart:newCart:after:through:)`` is nil):
+    /// the pending batches the new cart shows applied, judged line by line. Per
     /// SKU, the pending batches touching it are applied in seq order to the previous cart
     /// (clamped at 0 as the host applies them); the most of them whose running value is what the
     /// new cart holds are the ones it shows (a diligent host applies them all, and the cart shows

@@ -52,28 +52,37 @@ import Testing
     /// window close within seconds: the agent's timer is placed on the boot clock by the clock
     /// the pass read, never by the wall clock read after it (which put it an hour away).
     @Test func aStepWhileThePassThatOpensAWindowFinishesMovesNoTimer() async throws {
-        let playground = try Playground()
-        #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
-        try playground.write("basket-sync.json", "{\"pendingTimeoutSeconds\": 2}")
-        try playground.write("clock-step", "0")
-        let go = playground.path + "/go"
-        try playground.write("go", "")
-        let agent = try AgentProcess(directory: playground.path, environment: [
-            "LD_PRELOAD": FaultTests.shim, "FAULTSHIM_CLOCK": playground.path + "/clock-step",
-            "FAULTSHIM_HOLD": "state.db-wal", "FAULTSHIM_GO": go,
-        ])
-        try await agent.waitUntilWatching()
-        // From here the agent's next commit (the pushed event's pass) waits for `go`.
-        try FileManager.default.removeItem(atPath: go)
-        #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
-        try await eventually("the pass that opens the window holds at its commit") { FileManager.default.fileExists(atPath: go + ".held") }
-        #expect(playground.records("outbox.jsonl").isEmpty, "held before its line")
-        try playground.write("clock-step", "-3600")
-        try playground.write("go", "")
-        try await eventually("the batch is sent") { playground.records("outbox.jsonl").count == 1 }
-        try await eventually("the window closes within seconds", timeout: 60) { agent.log.contains("batch #1 rolled back") }
-        #expect(agent.log.contains("the wall clock was stepped by -3600 s"), "\(agent.log)")
-        #expect(agent.stop() == 0)
+        for attempt in 1...4 {
+            let playground = try Playground()
+            #expect(try basketSync(["-C", playground.path, "init"]).status == 0)
+            try playground.write("basket-sync.json", "{\"pendingTimeoutSeconds\": 2}")
+            try playground.write("clock-step", "0")
+            let go = playground.path + "/go"
+            try playground.write("go", "")
+            let agent = try AgentProcess(directory: playground.path, environment: [
+                "LD_PRELOAD": FaultTests.shim, "FAULTSHIM_CLOCK": playground.path + "/clock-step",
+                "FAULTSHIM_HOLD": "state.db-wal", "FAULTSHIM_GO": go,
+            ])
+            try await agent.waitUntilWatching()
+            // From here the agent's next durable commit (the pushed event's pass) waits for `go`.
+            try FileManager.default.removeItem(atPath: go)
+            #expect(try basketSync(["-C", playground.path, "push", "A=+1"]).status == 0)
+            try await eventually("the pass that opens the window holds at its commit") { FileManager.default.fileExists(atPath: go + ".held") }
+            #expect(playground.records("outbox.jsonl").isEmpty, "held before its line")
+            try playground.write("clock-step", "-3600")
+            try playground.write("go", "")
+            try await eventually("the batch is sent") { playground.records("outbox.jsonl").count == 1 }
+            // Whichever commit was held, the window closes within seconds, never an hour away.
+            try await eventually("the window closes within seconds", timeout: 60) { agent.log.contains("batch #1 rolled back") }
+            #expect(agent.stop() == 0)
+            // The step is seen only when the held commit was the pass that opened the window (under
+            // load another durable commit of the agent may be the one held): tried again then.
+            guard agent.log.contains("the wall clock was stepped by -3600 s") else {
+                if attempt == 4 { Issue.record("the held commit was never the pass that opens the window:\n\(agent.log)") }
+                continue
+            }
+            return
+        }
     }
 
     /// `status` shows a pending window as the next step will see it: after the wall clock was
