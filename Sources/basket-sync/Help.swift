@@ -273,7 +273,7 @@ enum Help {
                 with "followSymlinks"; valid means the agent takes it (the directory's configuration:
                 its owner and mode too, refused with the commands' 78). A file that lies in another sync
                 directory or tree is judged by that one, wherever it is named from; a file in none is
-                yours: your own links (or root's) are followed, another account's refused. A cart or
+                yours: a link on its path is followed only to what its owner owns. A cart or
                 event is judged under its directory's
                 configuration: one the commands refuse is said (78). FILE - reads standard input.
 

@@ -153,15 +153,18 @@ extension Commands {
     /// is read as basket-sync reads a file there: its folders opened one by one, none through a
     /// symbolic link, nor the file itself (the cart through links only with "followSymlinks", as
     /// every reader of it) — whoever may write the directory cannot make a command read a file
-    /// elsewhere through it. One elsewhere is the user's own: its links are followed when they are
-    /// the user's or root's (``Posix/readUsersOwnFile(_:limit:)``). A FIFO or a device is refused
-    /// either way.
+    /// elsewhere through it. One elsewhere is the user's own: its path walked from descriptors,
+    /// a link followed only to what its owner owns (``Posix/follow(base:relative:)``). A FIFO or a
+    /// device is refused either way.
     static func readNamedFile(_ path: String, place: (base: String, relative: String)?, kind: FileKind, configuration: AgentConfiguration) throws(AgentError) -> [UInt8]? {
         do throws(AgentError) {
             if let place { return try readInside(place.relative, base: place.base, kind: kind, configuration: configuration) }
-            // Elsewhere, the user's own: its path walked from descriptors, through the user's
-            // own links only (never one another account planted: `x/../FILE`).
-            return try Posix.readUsersOwnFile(path, limit: configuration.limits.maxFileBytes)
+            // Elsewhere, the user's own: its path walked from descriptors, as a followed cart's
+            // is — a link followed only to what its own owner owns (or made by root or by this
+            // account): never one another account planted towards another's file (`x/../FILE`).
+            let followed = try Posix.follow(base: path.hasPrefix("/") ? "/" : ".", relative: path)
+            defer { followed.close() }
+            return try Posix.readFollowed(followed, limit: configuration.limits.maxFileBytes)?.bytes
         } catch {
             guard case let .system(failure) = error, failure.isMissing else { throw error }
             return nil

@@ -166,7 +166,7 @@ struct LinkWalker {
 
     /// Why the link `path` of `owner` is not followed to what `leadsTo` of `target` is.
     static func refusal(_ path: String, owner: UInt32, leadsTo kind: String, of target: UInt32) -> String {
-        "the link \(path) (uid \(owner)) leads to a \(kind) of uid \(target): a link is followed only to what its own owner owns (or made by root or by uid \(Posix.userId), basket-sync's); make the cart a file of the host's, or the link the target's owner's"
+        "the link \(path) (uid \(owner)) leads to a \(kind) of uid \(target): a link is followed only to what its own owner owns (or made by root or by uid \(Posix.userId), basket-sync's); make the file (a cart: the host's) or the link the target's owner's"
     }
 
     /// A descriptor of the link itself when `name` in `folder` is a symbolic link.
